@@ -1,0 +1,482 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// Device firmware: the HCR command interface and object commands
+// (Linux mlx4 cmd.c's cmd_info[] shape: one dispatch on the opcode).
+#include "hca/dev/device.h"
+#include "hca/base/log.h"
+#include "hca/prm/prm_db.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+
+namespace mlx4x::dev {
+
+using prm::cmd_opcode;
+using prm::cmd_status;
+
+namespace {
+
+uint64_t steady_ns()
+{
+    return static_cast<uint64_t>(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(
+            std::chrono::steady_clock::now().time_since_epoch())
+            .count());
+}
+
+template <typename T> T *dma(uint64_t addr)
+{
+    return reinterpret_cast<T *>(static_cast<uintptr_t>(addr));
+}
+
+} // namespace
+
+const char *counter_name(counter c)
+{
+    static const char *const names[] = {
+        "tx_packets", "rx_packets", "tx_bytes", "rx_bytes", "acks_sent",
+        "naks_sent", "rnr_naks_sent", "retransmits", "duplicates",
+        "bad_packets", "cq_overruns", "fabric_busy"};
+    static_assert(std::size(names) == static_cast<size_t>(counter::count_));
+    return names[static_cast<unsigned>(c)];
+}
+
+device::device(fabric::fabric &fab, clock_fn clock)
+    : fabric_(fab), clock_(clock ? clock : steady_ns),
+      mtts_(size_t{1} << 16), mpts_(size_t{1} << 12), cqs_(size_t{1} << 10), qps_(size_t{1} << 12)
+{
+}
+
+device::~device() = default;
+
+// ---- MMIO -----------------------------------------------------------------
+
+void device::mmio_write32(uint32_t offset, uint32_t be_value)
+{
+    if (offset >= prm::hcr_base && offset < prm::hcr_base + sizeof(prm::hcr)) {
+        std::memcpy(reinterpret_cast<uint8_t *>(&hcr_) + (offset - prm::hcr_base),
+                    &be_value, sizeof(be_value));
+        if (offset == prm::hcr_base + offsetof(prm::hcr, go_opcode) &&
+            prm::hcr_go::get(hcr_.go_opcode)) {
+            execute_command();
+        }
+        return;
+    }
+    if ((offset & (prm::uar_page_size - 1)) == prm::uar_send_doorbell) {
+        // Send doorbell: qpn << 8. The requester picks the work up in
+        // progress(); WQE validity is decided by the owner bit, not here.
+        return;
+    }
+}
+
+uint32_t device::mmio_read32(uint32_t offset) const
+{
+    if (offset >= prm::hcr_base && offset + 4 <= prm::hcr_base + sizeof(prm::hcr)) {
+        uint32_t v;
+        std::memcpy(&v, reinterpret_cast<const uint8_t *>(&hcr_) +
+                            (offset - prm::hcr_base), sizeof(v));
+        return v;
+    }
+    return 0;
+}
+
+void device::execute_command()
+{
+    auto     op     = static_cast<cmd_opcode>(prm::hcr_opcode::get(hcr_.go_opcode));
+    uint8_t  op_mod = static_cast<uint8_t>(prm::hcr_op_mod::get(hcr_.go_opcode));
+    uint64_t out    = hcr_.out_param.get();
+    cmd_status st   = dispatch(op, op_mod, hcr_.in_modifier.get(),
+                               hcr_.in_param.get(), out);
+    hcr_.out_param.set(out);
+    prm::hcr_status::set(hcr_.go_opcode, static_cast<uint8_t>(st));
+    // Clearing go completes the command (the driver polls it).
+    prm::hcr_go::set(hcr_.go_opcode, 0);
+}
+
+cmd_status device::dispatch(cmd_opcode op, uint8_t /*op_mod*/,
+                            uint32_t in_mod, uint64_t in_param,
+                            uint64_t &out_param)
+{
+    if (!hca_up_ && op != cmd_opcode::init_hca &&
+        op != cmd_opcode::query_dev_cap && op != cmd_opcode::query_fw) {
+        return cmd_status::bad_sys_state;
+    }
+    switch (op) {
+    case cmd_opcode::query_fw:
+        out_param = (uint64_t{2} << 32) | (42u << 16) | 5000u;   // 2.42.5000
+        return cmd_status::ok;
+    case cmd_opcode::query_dev_cap: return cmd_query_dev_cap(out_param);
+    case cmd_opcode::init_hca:
+        hca_up_ = true;
+        return cmd_status::ok;
+    case cmd_opcode::close_hca:
+        port_.reset();
+        hca_up_ = false;
+        return cmd_status::ok;
+    case cmd_opcode::init_port:  return cmd_init_port(in_mod);
+    case cmd_opcode::close_port: return cmd_close_port(in_mod);
+    case cmd_opcode::query_port: return cmd_query_port(in_mod, out_param);
+    case cmd_opcode::write_mtt:  return cmd_write_mtt(in_mod, in_param);
+    case cmd_opcode::sw2hw_mpt:  return cmd_sw2hw_mpt(in_mod, in_param);
+    case cmd_opcode::hw2sw_mpt:  return cmd_hw2sw_mpt(in_mod);
+    case cmd_opcode::sw2hw_cq:   return cmd_sw2hw_cq(in_mod, in_param);
+    case cmd_opcode::hw2sw_cq:   return cmd_hw2sw_cq(in_mod);
+    case cmd_opcode::rst2init_qp:
+    case cmd_opcode::init2init_qp:
+    case cmd_opcode::init2rtr_qp:
+    case cmd_opcode::rtr2rts_qp:
+    case cmd_opcode::rts2rts_qp:
+    case cmd_opcode::to_err_qp:
+    case cmd_opcode::to_rst_qp:
+        return cmd_qp_transition(op, in_mod & 0xffffff, in_param);
+    case cmd_opcode::query_qp:   return cmd_query_qp(in_mod & 0xffffff, out_param);
+    default:
+        return cmd_status::bad_op;
+    }
+}
+
+cmd_status device::cmd_query_dev_cap(uint64_t outbox)
+{
+    auto *o = dma<prm::dev_cap_outbox>(outbox);
+    std::memset(o, 0, sizeof(*o));
+    o->log_max_qp     = limits::log_max_qp;
+    o->log_max_qp_sz  = limits::log_max_qp_sz;
+    o->log_max_cq     = limits::log_max_cq;
+    o->log_max_cq_sz  = limits::log_max_cq_sz;
+    o->log_max_mpts   = limits::log_max_mpt;
+    o->max_sg_sq      = limits::max_sg;
+    o->max_sg_rq      = limits::max_sg;
+    o->max_desc_sz_sq.set(limits::max_desc_sz);
+    o->max_desc_sz_rq.set(limits::max_desc_sz);
+    return cmd_status::ok;
+}
+
+// Port numbers start at 1 (C21).
+cmd_status device::cmd_init_port(uint32_t port)
+{
+    if (port != 1) {
+        return cmd_status::bad_index;
+    }
+    if (port_) {
+        return cmd_status::ok;
+    }
+    auto p = fabric_.attach();
+    if (!p.ok()) {
+        return cmd_status::internal_err;
+    }
+    port_ = p.take();
+    return cmd_status::ok;
+}
+
+cmd_status device::cmd_close_port(uint32_t port)
+{
+    if (port != 1) {
+        return cmd_status::bad_index;
+    }
+    port_.reset();
+    return cmd_status::ok;
+}
+
+cmd_status device::cmd_query_port(uint32_t port, uint64_t outbox)
+{
+    if (port != 1) {
+        return cmd_status::bad_index;
+    }
+    auto *o = dma<prm::query_port_outbox>(outbox);
+    std::memset(o, 0, sizeof(*o));
+    o->state      = port_ ? 4 : 1;   // IBA PortState ACTIVE / DOWN
+    o->max_mtu    = 5;               // IBA MTU enum: 4096
+    o->active_mtu = 5;
+    if (port_) {
+        o->lid.set(port_->lid());
+        o->port_guid.set(port_->port_guid());
+        o->node_guid.set(port_->port_guid() & ~uint64_t{0xff});
+    }
+    return cmd_status::ok;
+}
+
+// ---- MTT / MPT ----------------------------------------------------------
+
+cmd_status device::cmd_write_mtt(uint32_t count, uint64_t inbox)
+{
+    const auto *in = dma<prm::write_mtt_inbox>(inbox);
+    uint64_t first = in->mtt_offset.get() / sizeof(uint64_t);
+    if (count == 0 || count > (prm::mailbox_size - 16) / 8 ||
+        first + count > mtts_.size()) {
+        return cmd_status::bad_param;
+    }
+    for (uint32_t i = 0; i < count; ++i) {
+        mtts_[first + i] = in->entries[i].get();
+    }
+    return cmd_status::ok;
+}
+
+/// Resolves a context's MTT offset to the buffer it describes.
+uint8_t *device::mtt_buffer(uint8_t addr_h, uint32_t addr_l) const
+{
+    uint64_t idx = ((uint64_t{addr_h} << 32) | addr_l) / sizeof(uint64_t);
+    if (idx >= mtts_.size() || !(mtts_[idx] & prm::mtt_flag_present)) {
+        return nullptr;
+    }
+    return dma<uint8_t>(mtts_[idx] & ~prm::mtt_flag_present);
+}
+
+cmd_status device::cmd_sw2hw_mpt(uint32_t index, uint64_t inbox)
+{
+    if (index >= mpts_.size()) {
+        return cmd_status::bad_index;
+    }
+    if (mpts_[index].valid) {
+        return cmd_status::bad_res_state;
+    }
+    const auto *e = dma<prm::mpt_entry>(inbox);
+    mpt &m   = mpts_[index];
+    m.key    = e->key.get();
+    if (prm::mkey_index(m.key) != index) {
+        return cmd_status::bad_param;
+    }
+    m.pd     = e->pd_flags.get() & 0xffffff;
+    m.flags  = e->flags.get();
+    m.start  = e->start.get();
+    m.length = e->length.get();
+    m.valid  = true;
+    return cmd_status::ok;
+}
+
+cmd_status device::cmd_hw2sw_mpt(uint32_t index)
+{
+    if (index >= mpts_.size() || !mpts_[index].valid) {
+        return cmd_status::bad_index;
+    }
+    mpts_[index] = mpt{};
+    return cmd_status::ok;
+}
+
+const mpt *device::find_mpt(uint32_t key) const
+{
+    uint32_t idx = prm::mkey_index(key);
+    if (idx >= mpts_.size() || !mpts_[idx].valid || mpts_[idx].key != key) {
+        return nullptr;
+    }
+    return &mpts_[idx];
+}
+
+// ---- CQ ---------------------------------------------------------------
+
+cmd_status device::cmd_sw2hw_cq(uint32_t cqn, uint64_t inbox)
+{
+    if (cqn >= cqs_.size()) {
+        return cmd_status::bad_index;
+    }
+    if (cqs_[cqn].valid) {
+        return cmd_status::bad_res_state;
+    }
+    const auto *ctx = dma<prm::cq_context>(inbox);
+    uint32_t log_size = prm::cqc_log_size::get(ctx->logsize_usrpage);
+    if (log_size > limits::log_max_cq_sz) {
+        return cmd_status::bad_size;
+    }
+    cq &c  = cqs_[cqn];
+    c      = cq{};
+    c.cqn  = cqn;
+    c.buf  = mtt_buffer(ctx->mtt_base_addr_h, ctx->mtt_base_addr_l.get());
+    if (!c.buf) {
+        c = cq{};
+        return cmd_status::bad_param;
+    }
+    c.log_size       = log_size;
+    c.producer_index = ctx->producer_index.get();
+    c.db    = dma<const prm::cq_doorbell_record>(ctx->db_rec_addr.get());
+    c.valid = true;
+    return cmd_status::ok;
+}
+
+cmd_status device::cmd_hw2sw_cq(uint32_t cqn)
+{
+    cq *c = find_cq(cqn);
+    if (!c) {
+        return cmd_status::bad_index;
+    }
+    if (c->bound_qps) {
+        return cmd_status::resource_busy;   // C49: CQ still has QPs
+    }
+    *c = cq{};
+    return cmd_status::ok;
+}
+
+cq *device::find_cq(uint32_t cqn)
+{
+    return cqn < cqs_.size() && cqs_[cqn].valid ? &cqs_[cqn] : nullptr;
+}
+
+qp *device::find_qp(uint32_t qpn)
+{
+    return qpn < qps_.size() && qps_[qpn] && qps_[qpn]->valid ? qps_[qpn].get()
+                                                            : nullptr;
+}
+
+// ---- QP transitions ---------------------------------------------------
+
+namespace {
+
+struct transition {
+    cmd_opcode    op;
+    uint8_t       from_mask;   ///< bit per prm::qp_state allowed as source
+    prm::qp_state to;
+};
+
+constexpr uint8_t bit(prm::qp_state s) { return uint8_t(1u << uint8_t(s)); }
+using S = prm::qp_state;
+
+constexpr transition transitions[] = {
+    {cmd_opcode::rst2init_qp, bit(S::rst), S::init},
+    {cmd_opcode::init2init_qp, bit(S::init), S::init},
+    {cmd_opcode::init2rtr_qp, bit(S::init), S::rtr},
+    {cmd_opcode::rtr2rts_qp, bit(S::rtr), S::rts},
+    {cmd_opcode::rts2rts_qp, bit(S::rts), S::rts},
+    {cmd_opcode::to_err_qp, 0x7f, S::err},
+    {cmd_opcode::to_rst_qp, 0x7f, S::rst},
+};
+
+} // namespace
+
+cmd_status device::cmd_qp_transition(cmd_opcode op, uint32_t qpn,
+                                     uint64_t inbox)
+{
+    if (qpn >= qps_.size()) {
+        return cmd_status::bad_index;
+    }
+    const transition *t = std::find_if(std::begin(transitions),
+                                       std::end(transitions),
+                                       [op](const transition &x) {
+                                           return x.op == op;
+                                       });
+    if (!qps_[qpn]) {
+        qps_[qpn] = std::make_unique<qp>();
+    }
+    qp &q = *qps_[qpn];
+    S from = q.valid ? q.state : S::rst;
+    if (!(t->from_mask & bit(from))) {
+        return cmd_status::bad_qp_state;   // QP left unchanged
+    }
+    const prm::qp_context *ctx =
+        inbox ? &dma<prm::qp_modify_mailbox>(inbox)->context : nullptr;
+
+    switch (t->to) {
+    case S::init:
+        if (!ctx) {
+            return cmd_status::bad_param;
+        }
+        if (from == S::rst) {
+            auto st  = static_cast<prm::qp_st>(prm::qpc_st::get(ctx->flags));
+            cq *scq  = find_cq(ctx->cqn_send.get() & 0xffffff);
+            cq *rcq  = find_cq(ctx->cqn_recv.get() & 0xffffff);
+            uint32_t sq_log = (ctx->sq_size_stride >> 3) & 0xf;
+            uint32_t rq_log = (ctx->rq_size_stride >> 3) & 0xf;
+            uint8_t *buf = mtt_buffer(ctx->mtt_base_addr_h,
+                                      ctx->mtt_base_addr_l.get());
+            if ((st != prm::qp_st::rc && st != prm::qp_st::ud) || !scq || !rcq ||
+                !buf ||
+                sq_log > limits::log_max_qp_sz || rq_log > limits::log_max_qp_sz) {
+                return cmd_status::bad_param;
+            }
+            q         = qp{};
+            q.valid   = true;
+            q.qpn     = qpn;
+            q.st      = st;
+            q.pd      = ctx->pd.get() & 0xffffff;
+            q.send_cqn = scq->cqn;
+            q.recv_cqn = rcq->cqn;
+            q.sq_log_size   = sq_log;
+            q.sq_log_stride = (ctx->sq_size_stride & 7) + 4;
+            q.rq_log_size   = rq_log;
+            q.rq_log_stride = (ctx->rq_size_stride & 7) + 4;
+            q.sq_buf = buf;
+            q.rq_buf = q.sq_buf + (size_t{1} << (sq_log + q.sq_log_stride));
+            q.rq_db  = dma<const uint32_t>(ctx->db_rec_addr.get());
+            q.track.assign(q.sq_size(), wqe_track{});
+            ++scq->bound_qps;
+            ++rcq->bound_qps;
+            active_qpns_.push_back(qpn);
+        }
+        q.qkey          = ctx->qkey.get();
+        q.remote_read   = prm::qpc_rre::get(ctx->params2);
+        q.remote_write  = prm::qpc_rwe::get(ctx->params2);
+        q.remote_atomic = prm::qpc_rae::get(ctx->params2);
+        break;
+    case S::rtr:
+        if (!ctx) {
+            return cmd_status::bad_param;
+        }
+        if (q.st == prm::qp_st::rc) {
+            uint8_t mtu_enum = ctx->mtu_msgmax >> 5;
+            if (mtu_enum < 1 || mtu_enum > 5) {
+                return cmd_status::bad_param;
+            }
+            q.mtu        = 128u << mtu_enum;
+            q.remote_qpn = ctx->remote_qpn.get() & 0xffffff;
+            q.dlid       = ctx->pri_path.rlid.get();
+            q.epsn       = prm::psn_field::get(ctx->rnr_nextrecvpsn);
+            q.min_rnr_timer = static_cast<uint8_t>(
+                prm::qpc_min_rnr::get(ctx->rnr_nextrecvpsn));
+        }
+        break;
+    case S::rts:
+        if (!ctx) {
+            return cmd_status::bad_param;
+        }
+        if (from == S::rtr) {
+            q.next_psn  = prm::psn_field::get(ctx->next_send_psn);
+            q.acked_psn = q.next_psn;
+            q.retry_cnt = static_cast<uint8_t>(prm::qpc_retry_cnt::get(ctx->params1));
+            q.rnr_retry = static_cast<uint8_t>(prm::qpc_rnr_retry::get(ctx->params1));
+            q.ack_timeout = ctx->pri_path.ackto >> 3;
+            q.retries_left = q.retry_cnt;
+            q.rnr_left     = q.rnr_retry;
+        }
+        break;
+    case S::err:
+        q.state = S::err;
+        flush_queues(q);
+        return cmd_status::ok;
+    case S::rst:
+        if (q.valid) {
+            // mlx4 keeps the CQEs already written (C40, see docs): only the
+            // QP's state goes.
+            if (cq *c = find_cq(q.send_cqn)) --c->bound_qps;
+            if (cq *c = find_cq(q.recv_cqn)) --c->bound_qps;
+            std::erase(active_qpns_, qpn);
+            std::erase(ack_list_, qpn);
+        }
+        q = qp{};
+        return cmd_status::ok;
+    default:
+        break;
+    }
+    q.state = t->to;
+    return cmd_status::ok;
+}
+
+cmd_status device::cmd_query_qp(uint32_t qpn, uint64_t outbox)
+{
+    qp *q = find_qp(qpn);
+    auto *mb = dma<prm::qp_modify_mailbox>(outbox);
+    std::memset(mb, 0, sizeof(*mb));
+    prm::qp_context &ctx = mb->context;
+    if (!q) {
+        prm::qpc_state::set(ctx.flags, uint8_t(S::rst));
+        return cmd_status::ok;
+    }
+    prm::qpc_state::set(ctx.flags, uint8_t(q->state));
+    prm::qpc_st::set(ctx.flags, uint8_t(q->st));
+    ctx.local_qpn.set(q->qpn);
+    ctx.remote_qpn.set(q->remote_qpn);
+    ctx.pri_path.rlid.set(q->dlid);
+    ctx.next_send_psn.set(q->next_psn);
+    ctx.last_acked_psn.set(q->acked_psn);
+    prm::psn_field::set(ctx.rnr_nextrecvpsn, q->epsn);
+    ctx.msn.set(q->msn);
+    return cmd_status::ok;
+}
+
+} // namespace mlx4x::dev

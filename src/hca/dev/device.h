@@ -1,0 +1,156 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// The software mlx4 HCA. The driver reaches it only the way it reaches a
+// ConnectX-3: MMIO writes to the HCR (firmware commands) and UAR doorbells,
+// plus WQEs, doorbell records and CQEs in host memory. progress(budget) is
+// the device's time slice: fabric receive -> responder / completer ->
+// requester -> timers (DESIGN decision 5).
+#pragma once
+
+#include "hca/base/status.h"
+#include "hca/dev/objects.h"
+#include "hca/fabric/fabric.h"
+#include "hca/ib/ib_hdr.h"
+#include "hca/prm/prm_cmd.h"
+#include "hca/prm/prm_cqe.h"
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+namespace mlx4x::engine { struct send_wqe; struct pkt; }
+
+namespace mlx4x::dev {
+
+/// Device capabilities (reported by QUERY_DEV_CAP).
+struct limits {
+    static constexpr uint32_t log_max_qp   = 16;
+    static constexpr uint32_t log_max_cq   = 16;
+    static constexpr uint32_t log_max_mpt  = 17;
+    static constexpr uint32_t log_max_qp_sz = 15;
+    static constexpr uint32_t log_max_cq_sz = 22;
+    static constexpr uint32_t max_sg       = 32;
+    static constexpr uint32_t max_desc_sz  = 1024;   ///< bytes per WQE
+    static constexpr uint32_t mtu          = 4096;
+    static constexpr uint32_t max_unacked  = 64;     ///< packets in flight per QP
+};
+
+enum class counter : unsigned {
+    tx_packets, rx_packets, tx_bytes, rx_bytes, acks_sent, naks_sent,
+    rnr_naks_sent, retransmits, duplicates, bad_packets, cq_overruns,
+    fabric_busy, count_
+};
+const char *counter_name(counter c);
+
+using clock_fn = uint64_t (*)();   ///< monotonic nanoseconds
+
+class device final : fabric::frame_sink {
+public:
+    /// The device attaches one port to `fab` when INIT_PORT runs.
+    explicit device(fabric::fabric &fab, clock_fn clock = nullptr);
+    ~device();
+    device(const device &) = delete;
+    device &operator=(const device &) = delete;
+
+    // ---- MMIO (BAR0 / UAR) ----
+    void     mmio_write32(uint32_t offset, uint32_t be_value);
+    uint32_t mmio_read32(uint32_t offset) const;
+
+    unsigned progress(unsigned budget);
+
+    uint64_t get(counter c) const { return counters_[static_cast<unsigned>(c)]; }
+    /// Test hook: the port, to check fabric-level facts.
+    fabric::port *port_for_tests() { return port_.get(); }
+
+private:
+    // command interface (cmd.cc)
+    void         execute_command();
+    prm::cmd_status dispatch(prm::cmd_opcode op, uint8_t op_mod,
+                             uint32_t in_mod, uint64_t in_param,
+                             uint64_t &out_param);
+    prm::cmd_status cmd_query_dev_cap(uint64_t outbox);
+    prm::cmd_status cmd_init_port(uint32_t port);
+    prm::cmd_status cmd_close_port(uint32_t port);
+    prm::cmd_status cmd_query_port(uint32_t port, uint64_t outbox);
+    prm::cmd_status cmd_write_mtt(uint32_t count, uint64_t inbox);
+    uint8_t        *mtt_buffer(uint8_t addr_h, uint32_t addr_l) const;
+    prm::cmd_status cmd_sw2hw_mpt(uint32_t index, uint64_t inbox);
+    prm::cmd_status cmd_hw2sw_mpt(uint32_t index);
+    prm::cmd_status cmd_sw2hw_cq(uint32_t cqn, uint64_t inbox);
+    prm::cmd_status cmd_hw2sw_cq(uint32_t cqn);
+    prm::cmd_status cmd_qp_transition(prm::cmd_opcode op, uint32_t qpn,
+                                      uint64_t inbox);
+    prm::cmd_status cmd_query_qp(uint32_t qpn, uint64_t outbox);
+
+    // objects
+    qp  *find_qp(uint32_t qpn);
+    cq  *find_cq(uint32_t cqn);
+    const mpt *find_mpt(uint32_t key) const;
+    void set_qp_error(qp &q);
+    void flush_queues(qp &q);
+
+    // requester (req.cc)
+    struct tx_packet {
+        uint8_t  opcode;
+        uint16_t dlid;
+        uint32_t dqpn;
+        uint32_t psn;
+        bool     ackreq;
+        std::span<const uint8_t> ext;       ///< extended headers after BTH
+        std::span<const uint8_t> payload;
+    };
+    void     run_requesters();
+    bool     send_one_packet(qp &q);
+    bool     gather_payload(qp &q, const engine::send_wqe &w, uint32_t offset,
+                            uint32_t len, std::span<const uint8_t> &out);
+    status   emit(const tx_packet &p);
+    void     rewind(qp &q, uint32_t psn);
+    uint64_t ack_timeout_ns(const qp &q) const;
+
+    // ingress + responder (resp.cc)
+    void on_frame(std::span<const uint8_t> frame) override;
+    void respond(qp &q, const engine::pkt &p);
+    void respond_ud(qp &q, const engine::pkt &p);
+    void respond_send(qp &q, const engine::pkt &p);
+    void respond_write(qp &q, const engine::pkt &p);
+    bool rq_available(const qp &q) const;
+    bool scatter(qp &q, uint32_t wqe_index, uint32_t offset,
+                 std::span<const uint8_t> data);
+    void send_nak(qp &q, uint8_t syndrome);
+    void responder_error(qp &q, ib::nak_code code);
+    bool send_ack(qp &q);
+    void flush_acks();
+
+    // completer (comp.cc)
+    void complete(qp &q, const engine::pkt &p);
+    void retire_acked(qp &q);
+    void complete_wqe(qp &q, uint32_t index, prm::cqe_syndrome syndrome,
+                      bool error);
+    void run_timers();
+
+    // CQE writer
+    void write_cqe(uint32_t cqn, const prm::cqe &c);
+
+    uint64_t now() const { return clock_(); }
+    void     count(counter c, uint64_t n = 1)
+    {
+        counters_[static_cast<unsigned>(c)] += n;
+    }
+
+    fabric::fabric                &fabric_;
+    clock_fn                       clock_;
+    std::unique_ptr<fabric::port>  port_;
+    bool                           hca_up_ = false;
+    prm::hcr                       hcr_{};
+    std::vector<uint64_t>          mtts_;   ///< page addresses | present
+    std::vector<mpt>               mpts_;
+    std::vector<cq>                cqs_;
+    std::vector<std::unique_ptr<qp>> qps_;
+    std::vector<uint32_t>          active_qpns_;   ///< QPs out of RESET
+    std::vector<uint32_t>          ack_list_;
+    std::array<uint8_t, fabric::max_frame_size> staging_{};
+    std::array<uint64_t, static_cast<unsigned>(counter::count_)> counters_{};
+};
+
+} // namespace mlx4x::dev

@@ -1,0 +1,110 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// Device-side object state: what the firmware keeps after SW2HW_* and QP
+// transition commands. Decoded from the PRM contexts once, at command time,
+// so the data path never re-parses big-endian contexts.
+#pragma once
+
+#include "hca/prm/prm_ctx.h"
+#include "hca/prm/prm_db.h"
+
+#include <cstdint>
+#include <vector>
+
+namespace mlx4x::dev {
+
+struct mpt {
+    bool     valid = false;
+    uint32_t key   = 0;
+    uint32_t pd    = 0;
+    uint32_t flags = 0;   ///< prm::mpt_perm_* bits
+    uint64_t start = 0;
+    uint64_t length = 0;
+
+    bool covers(uint64_t addr, uint64_t len) const
+    {
+        return addr >= start && len <= length && addr - start <= length - len;
+    }
+};
+
+struct cq {
+    bool      valid = false;
+    uint32_t  cqn   = 0;
+    uint8_t  *buf   = nullptr;          ///< 2^log_size 64-byte entries
+    uint32_t  log_size = 0;
+    uint32_t  producer_index = 0;
+    const prm::cq_doorbell_record *db = nullptr;
+    uint32_t  bound_qps = 0;            ///< QPs using it (HW2SW_CQ busy)
+    uint64_t  overruns  = 0;
+
+    uint32_t size() const { return 1u << log_size; }
+};
+
+/// One 24-bit PSN window of an outstanding SQ WQE, for retransmission.
+struct wqe_track {
+    uint32_t first_psn = 0;
+    uint32_t npackets  = 0;
+};
+
+struct qp {
+    bool         valid = false;
+    uint32_t     qpn   = 0;
+    prm::qp_state state = prm::qp_state::rst;
+    prm::qp_st   st    = prm::qp_st::rc;
+    uint32_t     pd    = 0;
+    uint32_t     send_cqn = 0, recv_cqn = 0;
+    uint32_t     remote_qpn = 0;
+    uint16_t     dlid  = 0;
+    uint32_t     mtu   = 4096;
+    uint32_t     qkey  = 0;
+    uint8_t      retry_cnt = 7, rnr_retry = 7;
+    uint8_t      ack_timeout = 14;     ///< 4.096 us * 2^n
+    uint8_t      min_rnr_timer = 1;
+    bool         remote_write = false, remote_read = false, remote_atomic = false;
+
+    // Work queues in host memory.
+    uint8_t     *sq_buf = nullptr;  uint32_t sq_log_size = 0, sq_log_stride = 0;
+    uint8_t     *rq_buf = nullptr;  uint32_t rq_log_size = 0, rq_log_stride = 0;
+    const uint32_t *rq_db = nullptr;   ///< big-endian RQ producer counter
+
+    // Requester.
+    uint32_t     sq_head = 0;        ///< next WQE not yet started
+    uint32_t     cur_wqe = 0;        ///< WQE being sent
+    uint32_t     cur_offset = 0;     ///< bytes of cur_wqe already sent
+    uint32_t     next_psn = 0;
+    bool         sending = false;    ///< cur_wqe is between first and last
+    std::vector<wqe_track> track;    ///< per SQ slot
+
+    // Completer.
+    uint32_t     sq_tail = 0;        ///< oldest WQE not completed
+    uint32_t     acked_psn = 0;      ///< next PSN not yet acknowledged
+    uint64_t     timer_deadline = 0; ///< ns; 0: not armed
+    uint64_t     rnr_until = 0;      ///< ns; requester paused until then
+    uint8_t      retries_left = 7, rnr_left = 7;
+
+    // Responder.
+    uint32_t     epsn = 0;           ///< expected PSN
+    uint32_t     msn  = 0;
+    uint16_t     rq_tail = 0;        ///< receive WQEs consumed
+    bool         in_send  = false;   ///< a multi-packet SEND is in progress
+    bool         in_write = false;   ///< a multi-packet WRITE is in progress
+    uint16_t     recv_wqe = 0;       ///< RQ WQE the current SEND fills
+    uint32_t     recv_offset = 0;
+    uint64_t     write_va = 0;       ///< next address of an RDMA WRITE
+    uint32_t     write_left = 0;
+    bool         nak_sent = false;   ///< one NAK per sequence error
+    bool         ack_pending = false;
+    uint8_t      ack_syndrome = 0;
+
+    uint32_t sq_size() const { return 1u << sq_log_size; }
+    uint32_t rq_size() const { return 1u << rq_log_size; }
+    uint8_t *sq_wqe(uint32_t i) const
+    {
+        return sq_buf + ((i & (sq_size() - 1)) << sq_log_stride);
+    }
+    uint8_t *rq_wqe(uint32_t i) const
+    {
+        return rq_buf + ((i & (rq_size() - 1)) << rq_log_stride);
+    }
+};
+
+} // namespace mlx4x::dev

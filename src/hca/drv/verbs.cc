@@ -1,0 +1,442 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// Slow path of the driver: device open, firmware commands, object creation
+// and QP state transitions.
+#include "hca/drv/verbs.h"
+#include "hca/base/log.h"
+
+#include <algorithm>
+#include <bit>
+#include <cstdlib>
+#include <cstring>
+
+namespace mlx4x::drv {
+
+namespace {
+
+uint64_t dma_addr(const void *p) { return reinterpret_cast<uintptr_t>(p); }
+
+uint32_t log2_ceil(uint32_t v) { return v <= 1 ? 0 : 32 - std::countl_zero(v - 1); }
+
+status from_cmd(prm::cmd_status s)
+{
+    switch (s) {
+    case prm::cmd_status::ok:            return status::ok;
+    case prm::cmd_status::bad_param:
+    case prm::cmd_status::bad_index:
+    case prm::cmd_status::bad_size:      return status::invalid_param;
+    case prm::cmd_status::resource_busy: return status::busy;
+    case prm::cmd_status::exceed_lim:    return status::exceeds_limit;
+    case prm::cmd_status::bad_op:        return status::unsupported;
+    default:                             return status::io_error;
+    }
+}
+
+void *alloc_dma(size_t size)
+{
+    void *p = std::aligned_alloc(4096, (size + 4095) / 4096 * 4096);
+    return p;
+}
+
+} // namespace
+
+const char *to_string(wc_status s)
+{
+    static const char *const names[] = {
+        "success", "local length error", "local QP operation error",
+        "local protection error", "WR flushed", "remote invalid request",
+        "remote access error", "remote operation error",
+        "transport retry counter exceeded", "RNR retry counter exceeded",
+        "general error"};
+    return names[static_cast<size_t>(s)];
+}
+
+// ---- context ------------------------------------------------------------
+
+context::context(std::unique_ptr<dev::device> d)
+    : dev_(std::move(d)), mailbox_(alloc_dma(prm::mailbox_size)),
+      qps_(size_t{1} << dev::limits::log_max_qp, nullptr)
+{
+}
+
+result<std::unique_ptr<context>> context::open(fabric::fabric &fab,
+                                               dev::clock_fn clock)
+{
+    std::unique_ptr<context> c(
+        new context(std::make_unique<dev::device>(fab, clock)));
+    if (!c->mailbox_) {
+        return status::no_memory;
+    }
+    // C7: query capabilities, initialise the HCA, then bring the port up.
+    if (status s = c->command(prm::cmd_opcode::query_dev_cap, 0, 0, nullptr);
+        s != status::ok) {
+        return s;
+    }
+    for (auto op : {prm::cmd_opcode::init_hca}) {
+        if (status s = c->command(op, 0); s != status::ok) {
+            return s;
+        }
+    }
+    if (status s = c->command(prm::cmd_opcode::init_port, 1); s != status::ok) {
+        MLX4X_ERROR("cannot bring up port 1: %s", to_string(s));
+        return s;
+    }
+    auto pa = c->query_port();
+    if (!pa.ok()) {
+        return pa.error();
+    }
+    c->port_ = *pa;
+    return c;
+}
+
+context::~context()
+{
+    (void)command(prm::cmd_opcode::close_port, 1);
+    (void)command(prm::cmd_opcode::close_hca, 0);
+}
+
+status context::command(prm::cmd_opcode op, uint32_t in_mod, uint64_t in_param,
+                        uint64_t *out_param, uint8_t op_mod)
+{
+    // Commands whose output goes to a mailbox get its address as out_param.
+    uint64_t out = out_param ? *out_param : dma_addr(mailbox_.get());
+    prm::hcr h{};
+    h.in_param.set(in_param);
+    h.in_modifier.set(in_mod);
+    h.out_param.set(out);
+    prm::hcr_go::set(h.go_opcode, 1);
+    prm::hcr_op_mod::set(h.go_opcode, op_mod);
+    prm::hcr_opcode::set(h.go_opcode, uint16_t(op));
+    const auto *words = reinterpret_cast<const uint32_t *>(&h);
+    for (size_t i = 0; i < sizeof(h) / 4; ++i) {   // go word last
+        dev_->mmio_write32(prm::hcr_base + uint32_t(i * 4), words[i]);
+    }
+    be32 go;
+    go.raw = dev_->mmio_read32(prm::hcr_base + offsetof(prm::hcr, go_opcode));
+    if (prm::hcr_go::get(go)) {
+        return status::timed_out;   // firmware did not complete it
+    }
+    if (out_param) {
+        be64_split o;
+        o.hi.raw = dev_->mmio_read32(prm::hcr_base + offsetof(prm::hcr, out_param));
+        o.lo.raw = dev_->mmio_read32(prm::hcr_base + offsetof(prm::hcr, out_param) + 4);
+        *out_param = o.get();
+    }
+    auto st = static_cast<prm::cmd_status>(prm::hcr_status::get(go));
+    if (st != prm::cmd_status::ok) {
+        MLX4X_DEBUG("command 0x%x failed with status 0x%x", unsigned(op),
+                    unsigned(st));
+    }
+    return from_cmd(st);
+}
+
+result<port_attr> context::query_port()
+{
+    if (status s = command(prm::cmd_opcode::query_port, 1); s != status::ok) {
+        return s;
+    }
+    const auto *o = static_cast<const prm::query_port_outbox *>(mailbox());
+    port_attr a;
+    a.lid       = o->lid.get();
+    a.state     = o->state;
+    a.mtu       = 128u << o->active_mtu;
+    a.port_guid = o->port_guid.get();
+    a.node_guid = o->node_guid.get();
+    return a;
+}
+
+namespace {
+uint32_t take(std::vector<uint32_t> &free_list, uint32_t &next)
+{
+    if (!free_list.empty()) {
+        uint32_t n = free_list.back();
+        free_list.pop_back();
+        return n;
+    }
+    return next++;
+}
+} // namespace
+
+uint32_t context::alloc_cqn() { return take(free_cqns_, next_cqn_); }
+void     context::free_cqn(uint32_t n) { free_cqns_.push_back(n); }
+uint32_t context::alloc_qpn() { return take(free_qpns_, next_qpn_); }
+void     context::free_qpn(uint32_t n) { free_qpns_.push_back(n); }
+uint32_t context::alloc_mpt() { return take(free_mpts_, next_mpt_); }
+void     context::free_mpt(uint32_t n) { free_mpts_.push_back(n); }
+
+result<uint64_t> context::map_buffer(void *buf)
+{
+    uint32_t idx = take(free_mtts_, next_mtt_);
+    auto *in = static_cast<prm::write_mtt_inbox *>(mailbox());
+    in->mtt_offset.set(uint64_t{idx} * sizeof(uint64_t));
+    in->reserved.set(0);
+    in->entries[0].set(dma_addr(buf) | prm::mtt_flag_present);
+    if (status s = command(prm::cmd_opcode::write_mtt, 1, dma_addr(in));
+        s != status::ok) {
+        free_mtts_.push_back(idx);
+        return s;
+    }
+    return uint64_t{idx} * sizeof(uint64_t);
+}
+
+void context::unmap_buffer(uint64_t mtt_offset)
+{
+    free_mtts_.push_back(uint32_t(mtt_offset / sizeof(uint64_t)));
+}
+
+// ---- mr -----------------------------------------------------------------
+
+result<std::unique_ptr<mr>> mr::reg(context &ctx, uint32_t pd, void *addr,
+                                    size_t len, uint32_t access)
+{
+    uint32_t idx = ctx.alloc_mpt();
+    // A fresh tag per registration, so a stale key of a reused index fails.
+    static uint8_t tag = 0;
+    uint32_t key = prm::make_mkey(idx, ++tag);
+    auto *e = static_cast<prm::mpt_entry *>(ctx.mailbox());
+    std::memset(e, 0, sizeof(*e));
+    e->flags.set(prm::mpt_flag_region | prm::mpt_perm_local_read | access);
+    e->key.set(key);
+    e->pd_flags.set(pd);
+    e->start.set(dma_addr(addr));
+    e->length.set(len);
+    e->lkey.set(key);
+    if (status s = ctx.command(prm::cmd_opcode::sw2hw_mpt, idx, dma_addr(e));
+        s != status::ok) {
+        ctx.free_mpt(idx);
+        return s;
+    }
+    return std::unique_ptr<mr>(new mr(ctx, idx, key, addr, len));
+}
+
+mr::~mr()
+{
+    if (ctx_.command(prm::cmd_opcode::hw2sw_mpt, index_) == status::ok) {
+        ctx_.free_mpt(index_);
+    }
+}
+
+// ---- cq -----------------------------------------------------------------
+
+result<std::unique_ptr<cq>> cq::create(context &ctx, uint32_t entries)
+{
+    std::unique_ptr<cq> c(new cq(ctx));
+    uint32_t log = std::max<uint32_t>(log2_ceil(entries), 1);
+    if (log > dev::limits::log_max_cq_sz) {
+        return status::invalid_param;
+    }
+    c->size_ = 1u << log;
+    c->buf_  = static_cast<uint8_t *>(alloc_dma(size_t(c->size_) * prm::cqe_stride));
+    if (!c->buf_) {
+        return status::no_memory;
+    }
+    // Every entry starts device-owned for the first pass (owner bit 1).
+    std::memset(c->buf_, 0, size_t(c->size_) * prm::cqe_stride);
+    for (uint32_t i = 0; i < c->size_; ++i) {
+        c->buf_[i * prm::cqe_stride + prm::cqe_stride - 1] = prm::cqe_owner_mask;
+    }
+    auto mtt = ctx.map_buffer(c->buf_);
+    if (!mtt.ok()) {
+        return mtt.error();
+    }
+    c->mtt_ = *mtt;
+    c->cqn_ = ctx.alloc_cqn();
+    auto *cc = static_cast<prm::cq_context *>(ctx.mailbox());
+    std::memset(cc, 0, sizeof(*cc));
+    prm::cqc_log_size::set(cc->logsize_usrpage, log);
+    cc->mtt_base_addr_h = uint8_t(c->mtt_ >> 32);
+    cc->mtt_base_addr_l.set(uint32_t(c->mtt_));
+    cc->db_rec_addr.set(dma_addr(&c->db_));
+    if (status s = ctx.command(prm::cmd_opcode::sw2hw_cq, c->cqn_, dma_addr(cc));
+        s != status::ok) {
+        ctx.free_cqn(c->cqn_);
+        c->cqn_ = 0;
+        return s;
+    }
+    return c;
+}
+
+cq::~cq()
+{
+    if (cqn_) {
+        if (status s = ctx_.command(prm::cmd_opcode::hw2sw_cq, cqn_);
+            s != status::ok) {
+            MLX4X_WARN("cq 0x%x: destroy failed: %s", cqn_, to_string(s));
+        } else {
+            ctx_.free_cqn(cqn_);
+        }
+    }
+    if (mtt_ != ~uint64_t{0}) {
+        ctx_.unmap_buffer(mtt_);
+    }
+    std::free(buf_);
+}
+
+// ---- qp -----------------------------------------------------------------
+
+result<std::unique_ptr<qp>> qp::create(context &ctx, uint32_t pd, qp_type type,
+                                       cq &send_cq, cq &recv_cq,
+                                       const qp_caps &caps)
+{
+    if (caps.max_send_wr == 0 || caps.max_recv_sge == 0 ||
+        caps.max_send_sge > dev::limits::max_sg ||
+        caps.max_recv_sge > dev::limits::max_sg) {
+        return status::invalid_param;
+    }
+    std::unique_ptr<qp> q(new qp(ctx));
+    q->pd_       = pd;
+    q->type_     = type;
+    q->caps_     = caps;
+    q->send_cqn_ = send_cq.cqn();
+    q->recv_cqn_ = recv_cq.cqn();
+    // Send WQE: ctrl + (datagram | raddr) + max(gather list, inline data).
+    size_t fixed  = sizeof(prm::wqe_ctrl_seg) +
+                    (type == qp_type::ud ? sizeof(prm::wqe_datagram_seg)
+                                         : sizeof(prm::wqe_raddr_seg));
+    size_t gather = caps.max_send_sge * sizeof(prm::wqe_data_seg);
+    size_t inl    = caps.max_inline + (caps.max_inline / prm::inline_align + 2) *
+                                          sizeof(prm::wqe_inline_seg);
+    size_t wqe    = std::bit_ceil(std::max<size_t>(64, fixed + std::max(gather, inl)));
+    if (wqe > dev::limits::max_desc_sz) {
+        return status::invalid_param;
+    }
+    q->sq_log_stride_ = uint32_t(std::countr_zero(wqe));
+    q->max_inline_    = uint32_t(prm::max_inline(wqe, fixed));
+    q->sq_size_       = std::bit_ceil(caps.max_send_wr);
+    q->rq_size_       = std::bit_ceil(std::max<uint32_t>(caps.max_recv_wr, 1));
+    q->rq_log_stride_ = uint32_t(std::countr_zero(std::bit_ceil(
+        std::max<size_t>(16, caps.max_recv_sge * sizeof(prm::wqe_data_seg)))));
+    size_t sq_bytes = size_t(q->sq_size_) << q->sq_log_stride_;
+    size_t rq_bytes = size_t(q->rq_size_) << q->rq_log_stride_;
+    q->buf_size_    = sq_bytes + rq_bytes;
+    q->buf_ = static_cast<uint8_t *>(alloc_dma(q->buf_size_));
+    if (!q->buf_) {
+        return status::no_memory;
+    }
+    // SQ entries start device-invalid for pass 0 (owner bit set, as mlx4
+    // stamps them); the RQ is announced by its doorbell record instead.
+    std::memset(q->buf_, 0xff, sq_bytes);
+    std::memset(q->buf_ + sq_bytes, 0, rq_bytes);
+    auto mtt = ctx.map_buffer(q->buf_);
+    if (!mtt.ok()) {
+        return mtt.error();
+    }
+    q->mtt_ = *mtt;
+    q->sq_wrid_.assign(q->sq_size_, 0);
+    q->rq_wrid_.assign(q->rq_size_, 0);
+    q->qpn_ = ctx.alloc_qpn();
+    ctx.register_qp(q->qpn_, q.get());
+    return q;
+}
+
+qp::~qp()
+{
+    if (state_ != prm::qp_state::rst) {
+        (void)ctx_.command(prm::cmd_opcode::to_rst_qp, qpn_);
+    }
+    ctx_.register_qp(qpn_, nullptr);
+    ctx_.free_qpn(qpn_);
+    if (mtt_ != ~uint64_t{0}) {
+        ctx_.unmap_buffer(mtt_);
+    }
+    std::free(buf_);
+}
+
+prm::qp_modify_mailbox qp::base_mailbox() const
+{
+    prm::qp_modify_mailbox mb{};
+    prm::qp_context &c = mb.context;
+    prm::qpc_st::set(c.flags, uint8_t(type_ == qp_type::rc ? prm::qp_st::rc
+                                                           : prm::qp_st::ud));
+    c.pd.set(pd_);
+    c.local_qpn.set(qpn_);
+    c.sq_size_stride = uint8_t((std::countr_zero(sq_size_) << 3) | (sq_log_stride_ - 4));
+    c.rq_size_stride = uint8_t((std::countr_zero(rq_size_) << 3) | (rq_log_stride_ - 4));
+    c.cqn_send.set(send_cqn_);
+    c.cqn_recv.set(recv_cqn_);
+    c.mtt_base_addr_h = uint8_t(mtt_ >> 32);
+    c.mtt_base_addr_l.set(uint32_t(mtt_));
+    c.log_page_size   = uint8_t(std::bit_width(std::bit_ceil(buf_size_)) - 1 - 12);
+    c.db_rec_addr.set(dma_addr(&rq_db_));
+    return mb;
+}
+
+status qp::modify(prm::cmd_opcode op, prm::qp_state to,
+                  const prm::qp_modify_mailbox &mb)
+{
+    auto *box = static_cast<prm::qp_modify_mailbox *>(ctx_.mailbox());
+    *box = mb;
+    prm::qpc_state::set(box->context.flags, uint8_t(to));
+    status s = ctx_.command(op, qpn_, dma_addr(box));
+    if (s == status::ok) {
+        state_ = to;
+    }
+    return s;
+}
+
+status qp::to_init(uint32_t access, uint32_t qkey)
+{
+    auto mb = base_mailbox();
+    prm::qpc_rwe::set(mb.context.params2, (access & access_remote_write) != 0);
+    prm::qpc_rre::set(mb.context.params2, (access & access_remote_read) != 0);
+    prm::qpc_rae::set(mb.context.params2, (access & access_remote_atomic) != 0);
+    mb.context.qkey.set(qkey);
+    return modify(prm::cmd_opcode::rst2init_qp, prm::qp_state::init, mb);
+}
+
+status qp::to_rtr(const rc_connect_attr &a)
+{
+    auto mb = base_mailbox();
+    prm::qp_context &c = mb.context;
+    mb.optpar.set(prm::optpar_primary_addr_path | prm::optpar_rnr_timeout);
+    uint8_t mtu_enum = uint8_t(std::countr_zero(a.mtu) - 7);   // 256 -> 1
+    c.mtu_msgmax = uint8_t((mtu_enum << 5) | 31);
+    c.remote_qpn.set(a.remote_qpn);
+    c.pri_path.rlid.set(a.dlid);
+    prm::psn_field::set(c.rnr_nextrecvpsn, a.rq_psn);
+    prm::qpc_min_rnr::set(c.rnr_nextrecvpsn, a.min_rnr_timer);
+    return modify(prm::cmd_opcode::init2rtr_qp, prm::qp_state::rtr, mb);
+}
+
+status qp::to_rts(const rc_connect_attr &a)
+{
+    auto mb = base_mailbox();
+    prm::qp_context &c = mb.context;
+    mb.optpar.set(prm::optpar_retry_count | prm::optpar_rnr_retry |
+                  prm::optpar_ack_timeout);
+    c.next_send_psn.set(a.sq_psn);
+    prm::qpc_retry_cnt::set(c.params1, a.retry_cnt);
+    prm::qpc_rnr_retry::set(c.params1, a.rnr_retry);
+    c.pri_path.ackto = uint8_t(a.ack_timeout << 3);
+    return modify(prm::cmd_opcode::rtr2rts_qp, prm::qp_state::rts, mb);
+}
+
+status qp::to_ud_rts()
+{
+    auto mb = base_mailbox();
+    if (status s = modify(prm::cmd_opcode::init2rtr_qp, prm::qp_state::rtr, mb);
+        s != status::ok) {
+        return s;
+    }
+    return modify(prm::cmd_opcode::rtr2rts_qp, prm::qp_state::rts, mb);
+}
+
+status qp::to_error()
+{
+    return modify(prm::cmd_opcode::to_err_qp, prm::qp_state::err, base_mailbox());
+}
+
+uint64_t qp::sq_complete(uint16_t wqe_index)
+{
+    // A CQE for WQE w also retires the unsignalled WQEs before it (C64).
+    uint32_t idx = sq_tail_ + uint16_t(wqe_index - uint16_t(sq_tail_));
+    sq_tail_     = idx + 1;
+    return sq_wrid_[idx & (sq_size_ - 1)];
+}
+
+uint64_t qp::rq_complete(uint16_t wqe_index)
+{
+    ++rq_tail_;
+    return rq_wrid_[wqe_index & (rq_size_ - 1)];
+}
+
+} // namespace mlx4x::drv

@@ -1,0 +1,265 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// The mlx4 driver path: a verbs-like C++ API (RAII, move-only objects,
+// errors as values) that reaches the device only through firmware commands,
+// WQEs in rings, doorbells and CQEs polled by owner bit.
+#pragma once
+
+#include "hca/base/status.h"
+#include "hca/dev/device.h"
+#include "hca/fabric/fabric.h"
+#include "hca/prm/prm_cmd.h"
+#include "hca/prm/prm_cqe.h"
+#include "hca/prm/prm_ctx.h"
+#include "hca/prm/prm_db.h"
+#include "hca/prm/prm_wqe.h"
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+namespace mlx4x::drv {
+
+class qp;
+
+struct port_attr {
+    uint16_t lid       = 0;
+    uint8_t  state     = 0;      ///< IBA PortState (4 = ACTIVE)
+    uint32_t mtu       = 0;      ///< bytes
+    uint64_t port_guid = 0;
+    uint64_t node_guid = 0;
+};
+
+/// An opened HCA: owns the device model instance (our "PCI function").
+class context {
+public:
+    static result<std::unique_ptr<context>> open(fabric::fabric &fab,
+                                                 dev::clock_fn clock = nullptr);
+    ~context();
+
+    /// Issues one firmware command through the HCR and waits for it.
+    status command(prm::cmd_opcode op, uint32_t in_mod, uint64_t in_param = 0,
+                   uint64_t *out_param = nullptr, uint8_t op_mod = 0);
+    void *mailbox() { return mailbox_.get(); }
+
+    const port_attr &port() const { return port_; }
+    result<port_attr> query_port();
+    uint32_t alloc_pd() { return next_pd_++; }
+
+    /// Gives the device its time slice (DESIGN decision 5).
+    unsigned progress(unsigned budget = 64) { return dev_->progress(budget); }
+
+    void ring_send_doorbell(uint32_t qpn)
+    {
+        dev_->mmio_write32(prm::uar_page_size + prm::uar_send_doorbell,
+                           byteswap_if_little(qpn << 8));
+    }
+
+    // number allocation (the driver owns the number spaces, as mlx4_core)
+    uint32_t alloc_cqn();
+    void     free_cqn(uint32_t n);
+    uint32_t alloc_qpn();
+    void     free_qpn(uint32_t n);
+    uint32_t alloc_mpt();
+    void     free_mpt(uint32_t n);
+    /// Describes a contiguous DMA buffer with one MTT entry (WRITE_MTT);
+    /// returns the entry's byte offset in the MTT for object contexts.
+    result<uint64_t> map_buffer(void *buf);
+    void             unmap_buffer(uint64_t mtt_offset);
+
+    /// QPN -> driver QP, for wr_id lookup on poll (C16: O(1)).
+    qp *qp_by_num(uint32_t qpn) const
+    {
+        return qpn < qps_.size() ? qps_[qpn] : nullptr;
+    }
+    void register_qp(uint32_t qpn, qp *q) { qps_[qpn] = q; }
+
+    const dev::device &device() const { return *dev_; }
+
+private:
+    explicit context(std::unique_ptr<dev::device> d);
+
+    struct free_deleter { void operator()(void *p) const { std::free(p); } };
+    std::unique_ptr<dev::device>         dev_;
+    std::unique_ptr<void, free_deleter>  mailbox_;
+    port_attr                            port_;
+    uint32_t                             next_pd_ = 1;
+    std::vector<uint32_t>                free_cqns_, free_qpns_, free_mpts_,
+                                         free_mtts_;
+    uint32_t                             next_cqn_ = 1, next_qpn_ = 0x40,
+                                         next_mpt_ = 1, next_mtt_ = 0;
+    std::vector<qp *>                    qps_;
+};
+
+// ---- memory regions ---------------------------------------------------
+
+enum access : uint32_t {
+    access_local_write  = prm::mpt_perm_local_write,
+    access_remote_write = prm::mpt_perm_remote_write,
+    access_remote_read  = prm::mpt_perm_remote_read,
+    access_remote_atomic= prm::mpt_perm_atomic,
+};
+
+class mr {
+public:
+    static result<std::unique_ptr<mr>> reg(context &ctx, uint32_t pd,
+                                           void *addr, size_t len,
+                                           uint32_t access);
+    ~mr();
+    uint32_t lkey() const { return key_; }
+    uint32_t rkey() const { return key_; }
+    void    *addr() const { return addr_; }
+    size_t   length() const { return len_; }
+
+private:
+    mr(context &c, uint32_t idx, uint32_t key, void *a, size_t l)
+        : ctx_(c), index_(idx), key_(key), addr_(a), len_(l) {}
+    context &ctx_;
+    uint32_t index_, key_;
+    void    *addr_;
+    size_t   len_;
+};
+
+// ---- completion queues ------------------------------------------------
+
+enum class wc_status : uint8_t {
+    success, local_length_err, local_qp_op_err, local_prot_err, wr_flush_err,
+    remote_inval_req_err, remote_access_err, remote_op_err, retry_exc_err,
+    rnr_retry_exc_err, general_err,
+};
+const char *to_string(wc_status s);
+
+enum class wc_opcode : uint8_t { send, rdma_write, recv, recv_imm };
+
+struct wc {
+    uint64_t  wr_id;
+    wc_status status;
+    wc_opcode opcode;
+    uint32_t  byte_len;
+    uint32_t  qpn;
+    uint32_t  src_qp;
+    uint16_t  slid;
+    uint32_t  imm;        ///< host order
+};
+
+class cq {
+public:
+    static result<std::unique_ptr<cq>> create(context &ctx, uint32_t entries);
+    ~cq();
+    uint32_t cqn() const { return cqn_; }
+    uint32_t size() const { return size_; }
+    /// Polls up to wcs.size() completions; returns how many were written.
+    inline unsigned poll(std::span<wc> wcs);
+
+private:
+    cq(context &c) : ctx_(c) {}
+    context &ctx_;
+    uint32_t cqn_ = 0, size_ = 0, cons_index_ = 0;
+    uint8_t *buf_ = nullptr;
+    uint64_t mtt_ = ~uint64_t{0};
+    prm::cq_doorbell_record db_{};
+};
+
+// ---- queue pairs ------------------------------------------------------
+
+enum class qp_type : uint8_t { rc, ud };
+
+struct qp_caps {
+    uint32_t max_send_wr  = 64;
+    uint32_t max_recv_wr  = 64;
+    uint32_t max_send_sge = 4;
+    uint32_t max_recv_sge = 1;
+    uint32_t max_inline   = 0;    ///< bytes; sizes the send WQE stride
+};
+
+struct sge {
+    uint64_t addr;
+    uint32_t length;
+    uint32_t lkey;
+};
+
+enum class wr_opcode : uint8_t { send, send_imm, rdma_write, rdma_write_imm };
+
+enum send_flags : uint32_t {
+    send_signaled  = 1u << 0,
+    send_inline    = 1u << 1,
+    send_fence     = 1u << 2,
+    send_solicited = 1u << 3,
+};
+
+struct send_wr {
+    uint64_t               wr_id = 0;
+    wr_opcode              opcode = wr_opcode::send;
+    uint32_t               flags  = send_signaled;
+    std::span<const sge>   sg;
+    uint32_t               imm = 0;          ///< host order
+    uint64_t               remote_addr = 0;
+    uint32_t               rkey = 0;
+    uint16_t               ud_dlid = 0;      ///< UD destination
+    uint32_t               ud_dqpn = 0;
+    uint32_t               ud_qkey = 0;
+};
+
+struct rc_connect_attr {
+    uint32_t remote_qpn;
+    uint16_t dlid;
+    uint32_t rq_psn;     ///< first PSN expected from the peer
+    uint32_t sq_psn;     ///< first PSN we send
+    uint32_t mtu = 4096;
+    uint8_t  retry_cnt = 7, rnr_retry = 7, ack_timeout = 18, min_rnr_timer = 1;
+};
+
+class qp {
+public:
+    static result<std::unique_ptr<qp>> create(context &ctx, uint32_t pd,
+                                              qp_type type, cq &send_cq,
+                                              cq &recv_cq, const qp_caps &caps);
+    ~qp();
+
+    uint32_t qpn() const { return qpn_; }
+    prm::qp_state state() const { return state_; }
+    const qp_caps &caps() const { return caps_; }
+    uint32_t max_inline() const { return max_inline_; }
+    /// Send WQEs not yet completed (C62: the queue is never overrun).
+    uint32_t sq_outstanding() const { return sq_head_ - sq_tail_; }
+    uint32_t sq_free() const { return sq_size_ - sq_outstanding(); }
+
+    status to_init(uint32_t access, uint32_t qkey = 0);
+    status to_rtr(const rc_connect_attr &a);
+    status to_rts(const rc_connect_attr &a);
+    status to_ud_rts();                 ///< INIT -> RTR -> RTS for UD
+    status to_error();
+
+    inline status post_send(const send_wr &wr);
+    inline status post_recv(uint64_t wr_id, std::span<const sge> sg);
+
+    // used by cq::poll
+    uint64_t sq_complete(uint16_t wqe_index);
+    uint64_t rq_complete(uint16_t wqe_index);
+
+private:
+    qp(context &c) : ctx_(c) {}
+    status modify(prm::cmd_opcode op, prm::qp_state to,
+                  const prm::qp_modify_mailbox &mb);
+    prm::qp_modify_mailbox base_mailbox() const;
+
+    context      &ctx_;
+    uint32_t      qpn_ = 0, pd_ = 0;
+    qp_type       type_ = qp_type::rc;
+    prm::qp_state state_ = prm::qp_state::rst;
+    qp_caps       caps_;
+    uint32_t      send_cqn_ = 0, recv_cqn_ = 0;
+    uint8_t      *buf_ = nullptr;
+    size_t        buf_size_ = 0;
+    uint64_t      mtt_ = ~uint64_t{0};
+    uint32_t      sq_size_ = 0, sq_log_stride_ = 0, rq_size_ = 0, rq_log_stride_ = 0;
+    uint32_t      sq_head_ = 0, sq_tail_ = 0, rq_head_ = 0, rq_tail_ = 0;
+    uint32_t      max_inline_ = 0;
+    std::vector<uint64_t> sq_wrid_, rq_wrid_;   ///< C63: wr_id by WQE index
+    alignas(8) uint32_t rq_db_ = 0;             ///< RQ doorbell record
+};
+
+} // namespace mlx4x::drv
+
+#include "hca/drv/verbs.inl"

@@ -1,0 +1,233 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// Data path of the driver: post_send / post_recv build mlx4 WQEs and ring
+// doorbells; cq::poll reads CQEs by owner bit. No allocation, no locks.
+#pragma once
+
+#include <cstring>
+
+namespace mlx4x::drv {
+
+namespace detail {
+
+inline prm::send_opcode to_prm(wr_opcode op)
+{
+    switch (op) {
+    case wr_opcode::send:           return prm::send_opcode::send;
+    case wr_opcode::send_imm:       return prm::send_opcode::send_imm;
+    case wr_opcode::rdma_write:     return prm::send_opcode::rdma_write;
+    case wr_opcode::rdma_write_imm: return prm::send_opcode::rdma_write_imm;
+    }
+    return prm::send_opcode::nop;
+}
+
+/// Writes inline data as mlx4 does: chunks never cross a 64-byte boundary
+/// of the WQE. Returns the bytes used (headers + data) from `seg`.
+inline size_t write_inline(uint8_t *seg, std::span<const sge> sg)
+{
+    uint8_t *hdr   = seg;   // header of the chunk being filled
+    uint8_t *p     = seg + sizeof(prm::wqe_inline_seg);
+    uint32_t chunk = 0;
+    auto close_chunk = [&] {
+        be32 bc = be32::of(prm::inline_seg_flag | chunk);
+        std::memcpy(hdr, &bc, sizeof(bc));
+    };
+    for (const sge &s : sg) {
+        const auto *src = reinterpret_cast<const uint8_t *>(s.addr);
+        for (uint32_t len = s.length; len;) {
+            if (reinterpret_cast<uintptr_t>(p) % prm::inline_align == 0) {
+                close_chunk();   // full up to the boundary: open the next
+                hdr   = p;
+                p    += sizeof(prm::wqe_inline_seg);
+                chunk = 0;
+            }
+            size_t room = prm::inline_align -
+                          reinterpret_cast<uintptr_t>(p) % prm::inline_align;
+            size_t n = std::min<size_t>(room, len);
+            std::memcpy(p, src, n);
+            p += n; src += n; len -= uint32_t(n); chunk += uint32_t(n);
+        }
+    }
+    if (p == seg + sizeof(prm::wqe_inline_seg)) {
+        return 0;   // no data: no inline segment at all
+    }
+    close_chunk();
+    return size_t(p - seg);
+}
+
+} // namespace detail
+
+inline status qp::post_send(const send_wr &wr)
+{
+    // C37: posting to a QP that cannot send is an immediate error.
+    if (state_ != prm::qp_state::rts && state_ != prm::qp_state::err) {
+        return status::invalid_param;
+    }
+    if (sq_outstanding() >= sq_size_) {
+        return status::no_resource;   // C62: never overwrite a WQE
+    }
+    bool inl = (wr.flags & send_inline) != 0;
+    if (!inl && wr.sg.size() > caps_.max_send_sge) {
+        return status::invalid_param;
+    }
+    uint32_t idx    = sq_head_;
+    uint8_t *wqe    = buf_ + (size_t(idx & (sq_size_ - 1)) << sq_log_stride_);
+    size_t   stride = size_t{1} << sq_log_stride_;
+    size_t   off    = sizeof(prm::wqe_ctrl_seg);
+
+    if (type_ == qp_type::ud) {
+        prm::wqe_datagram_seg d{};
+        d.port_pd.set((1u << 24) | pd_);
+        d.dlid.set(wr.ud_dlid);
+        d.dqpn.set(wr.ud_dqpn);
+        d.qkey.set(wr.ud_qkey);
+        std::memcpy(wqe + off, &d, sizeof(d));
+        off += sizeof(d);
+    } else if (wr.opcode == wr_opcode::rdma_write ||
+               wr.opcode == wr_opcode::rdma_write_imm) {
+        prm::wqe_raddr_seg r{};
+        r.raddr.set(wr.remote_addr);
+        r.rkey.set(wr.rkey);
+        std::memcpy(wqe + off, &r, sizeof(r));
+        off += sizeof(r);
+    }
+    if (inl) {
+        size_t total = 0;
+        for (const sge &s : wr.sg) total += s.length;
+        if (total > max_inline_) {
+            return status::invalid_param;
+        }
+        off += detail::write_inline(wqe + off, wr.sg);
+    } else {
+        for (const sge &s : wr.sg) {
+            prm::wqe_data_seg d;
+            d.byte_count.set(s.length);
+            d.lkey.set(s.lkey);
+            d.addr.set(s.addr);
+            std::memcpy(wqe + off, &d, sizeof(d));
+            off += sizeof(d);
+        }
+    }
+    size_t ds = (off + 15) / 16;
+    if (ds * 16 > stride) {
+        return status::invalid_param;
+    }
+
+    prm::wqe_ctrl_seg ctrl{};
+    ctrl.fence_size = uint8_t(ds | ((wr.flags & send_fence) ? prm::ctrl_fence : 0));
+    ctrl.srcrb_flags.set(((wr.flags & send_signaled) ? prm::ctrl_cq_update : 0) |
+                         ((wr.flags & send_solicited) ? prm::ctrl_solicited : 0));
+    ctrl.imm.set(wr.imm);
+    // Everything but the owner/opcode word first...
+    std::memcpy(wqe + 4, reinterpret_cast<uint8_t *>(&ctrl) + 4, sizeof(ctrl) - 4);
+    sq_wrid_[idx & (sq_size_ - 1)] = wr.wr_id;
+    uint32_t owner_opcode = uint32_t(detail::to_prm(wr.opcode)) |
+                            ((idx & sq_size_) ? prm::wqe_owner_bit : 0);
+    // ...then ownership: the device may start on the WQE as soon as the
+    // owner bit is right, so the release orders the descriptor before it.
+    std::atomic_ref<uint32_t>(*reinterpret_cast<uint32_t *>(wqe))
+        .store(byteswap_if_little(owner_opcode), std::memory_order_release);
+    ++sq_head_;
+    ctx_.ring_send_doorbell(qpn_);
+    return status::ok;
+}
+
+inline status qp::post_recv(uint64_t wr_id, std::span<const sge> sg)
+{
+    if (state_ == prm::qp_state::rst) {
+        return status::invalid_param;
+    }
+    if (rq_head_ - rq_tail_ >= rq_size_) {
+        return status::no_resource;
+    }
+    if (sg.size() > caps_.max_recv_sge) {
+        return status::invalid_param;
+    }
+    uint32_t idx = rq_head_;
+    uint8_t *wqe = buf_ + (size_t(sq_size_) << sq_log_stride_) +
+                   (size_t(idx & (rq_size_ - 1)) << rq_log_stride_);
+    size_t nseg = (size_t{1} << rq_log_stride_) / sizeof(prm::wqe_data_seg);
+    for (size_t i = 0; i < nseg; ++i) {
+        prm::wqe_data_seg d{};
+        if (i < sg.size()) {
+            d.byte_count.set(sg[i].length);
+            d.lkey.set(sg[i].lkey);
+            d.addr.set(sg[i].addr);
+        } else {
+            d.lkey.set(prm::invalid_lkey);   // ends the scatter list
+        }
+        std::memcpy(wqe + i * sizeof(d), &d, sizeof(d));
+    }
+    rq_wrid_[idx & (rq_size_ - 1)] = wr_id;
+    ++rq_head_;
+    // Release: the WQE is complete before the record announces it.
+    std::atomic_ref<uint32_t>(rq_db_).store(
+        byteswap_if_little(rq_head_ & 0xffff), std::memory_order_release);
+    return status::ok;
+}
+
+inline unsigned cq::poll(std::span<wc> wcs)
+{
+    unsigned n = 0;
+    for (; n < wcs.size(); ++n) {
+        uint8_t *entry = buf_ + size_t(cons_index_ & (size_ - 1)) * prm::cqe_stride +
+                         prm::cqe_offset_in_entry;
+        uint8_t owner = std::atomic_ref<uint8_t>(entry[31]).load(
+            std::memory_order_acquire);
+        if (bool(owner & prm::cqe_owner_mask) != bool(cons_index_ & size_)) {
+            break;   // still owned by the device
+        }
+        prm::cqe c;
+        std::memcpy(&c, entry, sizeof(c));
+        ++cons_index_;
+        wc &w = wcs[n];
+        w.qpn      = c.vlan_my_qpn.get() & prm::cqe_qpn_mask;
+        qp *q      = ctx_.qp_by_num(w.qpn);
+        bool send  = (owner & prm::cqe_is_send_mask) != 0;
+        uint8_t op = owner & prm::cqe_opcode_mask;
+        w.byte_len = c.byte_cnt.get();
+        w.src_qp   = c.g_mlpath_rqpn.get() & prm::cqe_qpn_mask;
+        w.slid     = c.rlid.get();
+        w.imm      = byteswap_if_little(c.immed_rss_invalid.raw);
+        if (op == prm::cqe_opcode_error) {
+            prm::err_cqe e;
+            std::memcpy(&e, entry, sizeof(e));
+            using S = prm::cqe_syndrome;
+            switch (static_cast<S>(e.syndrome)) {
+            case S::local_length_err:     w.status = wc_status::local_length_err; break;
+            case S::local_qp_op_err:      w.status = wc_status::local_qp_op_err; break;
+            case S::local_prot_err:       w.status = wc_status::local_prot_err; break;
+            case S::wr_flush_err:         w.status = wc_status::wr_flush_err; break;
+            case S::remote_inval_req_err: w.status = wc_status::remote_inval_req_err; break;
+            case S::remote_access_err:    w.status = wc_status::remote_access_err; break;
+            case S::remote_op_err:        w.status = wc_status::remote_op_err; break;
+            case S::transport_retry_exc_err: w.status = wc_status::retry_exc_err; break;
+            case S::rnr_retry_exc_err:    w.status = wc_status::rnr_retry_exc_err; break;
+            default:                      w.status = wc_status::general_err; break;
+            }
+            w.opcode = send ? wc_opcode::send : wc_opcode::recv;
+        } else {
+            w.status = wc_status::success;
+            if (send) {
+                w.opcode = op == uint8_t(prm::send_opcode::rdma_write) ||
+                                   op == uint8_t(prm::send_opcode::rdma_write_imm)
+                               ? wc_opcode::rdma_write
+                               : wc_opcode::send;
+            } else {
+                w.opcode = op == uint8_t(prm::recv_opcode::send_imm)
+                               ? wc_opcode::recv_imm
+                               : wc_opcode::recv;
+            }
+        }
+        uint16_t wqe_index = c.wqe_index.get();
+        w.wr_id = !q ? 0 : send ? q->sq_complete(wqe_index)
+                                : q->rq_complete(wqe_index);
+    }
+    if (n) {
+        // Tell the device how far we consumed (its overrun check).
+        std::atomic_ref<uint32_t>(db_.set_ci).store(
+            byteswap_if_little(cons_index_ & 0xffffff), std::memory_order_release);
+    }
+    return n;
+}
+
+} // namespace mlx4x::drv

@@ -1,0 +1,237 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// Completer: ACK / NAK / RNR NAK handling (IBA 9.7.5.2), the local ACK
+// timer with retry counting (9.7.6.1.3), CQE generation, error flushing,
+// and the device's progress loop.
+#include "hca/dev/device.h"
+#include "hca/base/log.h"
+#include "hca/engine/pkt.h"
+#include "hca/engine/wqe.h"
+#include "hca/ib/ib_psn.h"
+
+#include <atomic>
+
+namespace mlx4x::dev {
+
+namespace {
+
+/// IBA 9.7.5.2.8 table 45: RNR NAK timer field -> microseconds (in 0.01 ms).
+uint64_t rnr_timer_ns(uint8_t field)
+{
+    static constexpr uint32_t centi_ms[32] = {
+        65536, 1,   2,   3,   4,   6,   8,   12,  16,   24,   32,
+        48,    64,  96,  128, 192, 256, 384, 512, 768,  1024, 1536,
+        2048,  3072, 4096, 6144, 8192, 12288, 16384, 24576, 32768, 49152};
+    return uint64_t{centi_ms[field & 31]} * 10000;
+}
+
+} // namespace
+
+unsigned device::progress(unsigned budget)
+{
+    if (!port_) {
+        return 0;
+    }
+    unsigned n = port_->poll(*this, budget);
+    if (!ack_list_.empty()) {
+        flush_acks();
+    }
+    run_requesters();
+    run_timers();
+    return n;
+}
+
+void device::complete(qp &q, const engine::pkt &p)
+{
+    ib::aeth a   = p.ext<ib::aeth>(ib::hdr_aeth);
+    uint8_t  syn = uint8_t(ib::aeth_syndrome::get(a.syn_msn));
+    auto     cls = static_cast<ib::ack_class>(syn >> 5);
+    uint32_t psn = p.psn;
+
+    // Only PSNs of outstanding packets mean anything (IBA 9.7.5.2.1); an
+    // ACK for acked_psn - 1 or older is a duplicate, later ones are ghosts.
+    if (ib::psn_diff(psn, q.acked_psn) < 0 || ib::psn_diff(q.next_psn, psn) <= 0) {
+        return;
+    }
+
+    switch (cls) {
+    case ib::ack_class::ack:
+        q.acked_psn = ib::psn_add(psn, 1);   // ACK covers PSNs up to psn
+        q.retries_left = q.retry_cnt;
+        q.rnr_left     = q.rnr_retry;
+        retire_acked(q);
+        break;
+    case ib::ack_class::rnr_nak:
+        q.acked_psn = psn;                    // everything before it is done
+        retire_acked(q);
+        if (q.rnr_retry != 7) {               // 7 = retry forever (9.7.5.2.8)
+            if (q.rnr_left == 0) {
+                // sq_tail++: it completes here, not again in the flush.
+                complete_wqe(q, q.sq_tail++, prm::cqe_syndrome::rnr_retry_exc_err,
+                             true);
+                set_qp_error(q);
+                return;
+            }
+            --q.rnr_left;
+        }
+        q.rnr_until = now() + rnr_timer_ns(syn & 0x1f);
+        rewind(q, psn);
+        break;
+    case ib::ack_class::nak: {
+        q.acked_psn = psn;
+        retire_acked(q);
+        auto code = static_cast<ib::nak_code>(syn & 0x1f);
+        if (code == ib::nak_code::psn_seq_err) {
+            rewind(q, psn);                   // go back N
+            break;
+        }
+        prm::cqe_syndrome s = code == ib::nak_code::remote_access
+                                  ? prm::cqe_syndrome::remote_access_err
+                              : code == ib::nak_code::remote_op_err
+                                  ? prm::cqe_syndrome::remote_op_err
+                                  : prm::cqe_syndrome::remote_inval_req_err;
+        complete_wqe(q, q.sq_tail++, s, true);   // once: not flushed again
+        set_qp_error(q);
+        return;
+    }
+    default:
+        count(counter::bad_packets);
+        return;
+    }
+    q.timer_deadline = q.acked_psn == q.next_psn ? 0 : now() + ack_timeout_ns(q);
+}
+
+void device::retire_acked(qp &q)
+{
+    while (q.sq_tail != q.sq_head) {
+        const wqe_track &t = q.track[q.sq_tail & (q.sq_size() - 1)];
+        uint32_t last_psn = ib::psn_add(t.first_psn, t.npackets - 1);
+        if (ib::psn_diff(q.acked_psn, last_psn) <= 0) {
+            break;
+        }
+        complete_wqe(q, q.sq_tail, {}, false);
+        ++q.sq_tail;
+    }
+}
+
+void device::complete_wqe(qp &q, uint32_t index, prm::cqe_syndrome syndrome,
+                          bool error)
+{
+    prm::wqe_ctrl_seg ctrl;
+    std::memcpy(&ctrl, q.sq_wqe(index), sizeof(ctrl));
+    uint8_t opcode = uint8_t(ctrl.owner_opcode.get() & prm::cqe_opcode_mask);
+    if (!error && !(ctrl.srcrb_flags.get() & prm::ctrl_cq_update)) {
+        return;   // unsignalled: retired by the next signalled CQE (C64)
+    }
+    prm::cqe c{};
+    if (error) {
+        prm::err_cqe e{};
+        e.vlan_my_qpn.set(q.qpn);
+        e.wqe_index.set(uint16_t(index));
+        e.syndrome        = uint8_t(syndrome);
+        e.owner_sr_opcode = prm::cqe_is_send_mask | prm::cqe_opcode_error;
+        std::memcpy(&c, &e, sizeof(c));
+    } else {
+        c.vlan_my_qpn.set(q.qpn);
+        c.wqe_index.set(uint16_t(index));
+        c.owner_sr_opcode = uint8_t(prm::cqe_is_send_mask | opcode);
+    }
+    write_cqe(q.send_cqn, c);
+}
+
+void device::run_timers()
+{
+    uint64_t t = 0;
+    for (uint32_t qpn : active_qpns_) {
+        qp *q = find_qp(qpn);
+        if (!q || q->state != prm::qp_state::rts || !q->timer_deadline) {
+            continue;
+        }
+        if (!t) {
+            t = now();
+        }
+        if (t < q->timer_deadline) {
+            continue;
+        }
+        if (port_->lossless() && port_->peer_alive(q->dlid)) {
+            // Nothing is lost between live ports of a lossless fabric; the
+            // peer is just not progressing. Wait, do not burn retries.
+            q->timer_deadline = t + ack_timeout_ns(*q);
+            continue;
+        }
+        if (q->retries_left == 0) {
+            MLX4X_DEBUG("qp 0x%x: transport retry counter exceeded (lid %d)",
+                        q->qpn, q->dlid);
+            complete_wqe(*q, q->sq_tail++,   // once: not flushed again
+                         prm::cqe_syndrome::transport_retry_exc_err, true);
+            set_qp_error(*q);
+            continue;
+        }
+        --q->retries_left;
+        rewind(*q, q->acked_psn);
+        q->timer_deadline = t + ack_timeout_ns(*q);
+    }
+}
+
+void device::write_cqe(uint32_t cqn, const prm::cqe &c)
+{
+    cq *cqp = find_cq(cqn);
+    if (!cqp) {
+        return;
+    }
+    uint32_t ci = load_be32_acquire(&cqp->db->set_ci) & 0xffffff;
+    uint32_t pi = cqp->producer_index;
+    if (((pi - ci) & 0xffffff) >= cqp->size()) {
+        // CQ overrun (IBA 11.4.2.1: CQ error). The CQE is lost; the
+        // asynchronous CQ error event comes with the EQ.
+        if (cqp->overruns++ == 0) {
+            MLX4X_ERROR("cq 0x%x overrun", cqn);
+        }
+        count(counter::cq_overruns);
+        return;
+    }
+    uint8_t *entry = cqp->buf + size_t(pi & (cqp->size() - 1)) * prm::cqe_stride +
+                     prm::cqe_offset_in_entry;
+    std::memcpy(entry, &c, sizeof(c) - 1);
+    uint8_t last = static_cast<uint8_t>(
+        (c.owner_sr_opcode & ~prm::cqe_owner_mask) |
+        ((pi & cqp->size()) ? prm::cqe_owner_mask : 0));
+    // Release: the CQE body is visible before its owner bit flips.
+    std::atomic_ref<uint8_t>(entry[sizeof(c) - 1]).store(last,
+                                                         std::memory_order_release);
+    cqp->producer_index = (pi + 1) & 0xffffff;
+}
+
+void device::set_qp_error(qp &q)
+{
+    q.state = prm::qp_state::err;
+    flush_queues(q);
+}
+
+/// In ERROR every outstanding and newly posted WQE completes with
+/// WR_FLUSH_ERR, with its wr_id (IBA 10.3.1, C40).
+void device::flush_queues(qp &q)
+{
+    while (q.sq_tail != q.sq_head) {
+        complete_wqe(q, q.sq_tail++, prm::cqe_syndrome::wr_flush_err, true);
+    }
+    while (engine::sq_wqe_ready(q, q.sq_tail)) {
+        complete_wqe(q, q.sq_tail++, prm::cqe_syndrome::wr_flush_err, true);
+    }
+    q.sq_head = q.cur_wqe = q.sq_tail;
+    q.sending = false;
+    q.timer_deadline = 0;
+    if (q.rq_db) {
+        while (rq_available(q)) {
+            prm::err_cqe e{};
+            e.vlan_my_qpn.set(q.qpn);
+            e.wqe_index.set(q.rq_tail++);
+            e.syndrome        = uint8_t(prm::cqe_syndrome::wr_flush_err);
+            e.owner_sr_opcode = prm::cqe_opcode_error;
+            prm::cqe c;
+            std::memcpy(&c, &e, sizeof(c));
+            write_cqe(q.recv_cqn, c);
+        }
+    }
+}
+
+} // namespace mlx4x::dev

@@ -1,0 +1,66 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// Parsed view of a received frame (LRH + BTH + extended headers + payload),
+// validated once at ingress so the responder and completer trust offsets.
+#pragma once
+
+#include "hca/ib/ib_opcode.h"
+#include "hca/ib/ib_psn.h"
+
+#include <cstring>
+#include <optional>
+#include <span>
+
+namespace mlx4x::engine {
+
+struct pkt {
+    const ib::opcode_info *info;
+    uint8_t  opcode;
+    uint16_t slid;
+    uint32_t dest_qp;
+    uint32_t psn;
+    bool     ackreq;
+    const uint8_t *bth;               ///< start of the BTH
+    std::span<const uint8_t> payload;
+
+    template <typename H> H ext(ib::hdr_bits h) const
+    {
+        H v;
+        std::memcpy(&v, bth + ib::ext_offset(*info, h), sizeof(H));
+        return v;
+    }
+    bool has(uint16_t kind) const { return (info->kind & kind) == kind; }
+};
+
+/// Ingress checks (IBA 9.6 header validation): LRH version and next header,
+/// known opcode, lengths consistent. Malformed frames yield nullopt.
+inline std::optional<pkt> parse(std::span<const uint8_t> frame)
+{
+    if (frame.size() < sizeof(ib::lrh) + sizeof(ib::bth)) {
+        return std::nullopt;
+    }
+    ib::lrh l;
+    std::memcpy(&l, frame.data(), sizeof(l));
+    if ((l.vl_lver & 0x0f) != 0 || (l.sl_lnh & 0x03) != ib::lnh_iba_local) {
+        return std::nullopt;
+    }
+    const uint8_t *b = frame.data() + sizeof(ib::lrh);
+    ib::bth bh;
+    std::memcpy(&bh, b, sizeof(bh));
+    const ib::opcode_info &i = ib::info(bh.opcode);
+    size_t after_lrh = frame.size() - sizeof(ib::lrh);
+    if (!i.valid || after_lrh < i.hdr_len || (bh.se_m_pad_tver & 0x0f) != 0) {
+        return std::nullopt;
+    }
+    pkt p;
+    p.info    = &i;
+    p.opcode  = bh.opcode;
+    p.slid    = l.slid.get();
+    p.dest_qp = ib::bth_qpn::get(bh.dest_qp);
+    p.psn     = ib::bth_psn::get(bh.apsn);
+    p.ackreq  = ib::bth_ackreq::get(bh.apsn);
+    p.bth     = b;
+    p.payload = {b + i.hdr_len, after_lrh - i.hdr_len};
+    return p;
+}
+
+} // namespace mlx4x::engine

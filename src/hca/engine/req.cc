@@ -1,0 +1,308 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// Requester: turns SQ WQEs into packets (segmentation at the path MTU, one
+// PSN per packet), keeps a window of unacknowledged packets, and rewinds
+// for retransmission (go-back-N, IBA 9.7.4.1).
+#include "hca/dev/device.h"
+#include "hca/engine/wqe.h"
+#include "hca/ib/ib_opcode.h"
+#include "hca/ib/ib_psn.h"
+
+#include <algorithm>
+
+namespace mlx4x::dev {
+
+using engine::send_wqe;
+using ib::opcode;
+
+namespace {
+
+constexpr unsigned burst_per_qp = 16;   ///< packets per QP per progress call
+
+/// BTH opcode for a packet of an RC message (IBA 9.2 table 35).
+uint8_t rc_opcode(prm::send_opcode op, bool first, bool last)
+{
+    bool write = op == prm::send_opcode::rdma_write ||
+                 op == prm::send_opcode::rdma_write_imm;
+    bool imm   = op == prm::send_opcode::send_imm ||
+                 op == prm::send_opcode::rdma_write_imm;
+    opcode o;
+    if (first && last) {
+        o = write ? (imm ? opcode::rc_rdma_write_only_imm : opcode::rc_rdma_write_only)
+                  : (imm ? opcode::rc_send_only_imm : opcode::rc_send_only);
+    } else if (first) {
+        o = write ? opcode::rc_rdma_write_first : opcode::rc_send_first;
+    } else if (last) {
+        o = write ? (imm ? opcode::rc_rdma_write_last_imm : opcode::rc_rdma_write_last)
+                  : (imm ? opcode::rc_send_last_imm : opcode::rc_send_last);
+    } else {
+        o = write ? opcode::rc_rdma_write_middle : opcode::rc_send_middle;
+    }
+    return static_cast<uint8_t>(o);
+}
+
+uint32_t packets_of(uint32_t len, uint32_t mtu)
+{
+    return len == 0 ? 1 : (len + mtu - 1) / mtu;
+}
+
+} // namespace
+
+status device::emit(const tx_packet &p)
+{
+    std::span<const uint8_t> ext = p.ext, payload = p.payload;
+    std::array<uint8_t, sizeof(ib::lrh) + sizeof(ib::bth) + 32> hdr;
+    size_t hdr_len = sizeof(ib::lrh) + sizeof(ib::bth) + ext.size();
+    size_t total   = hdr_len + payload.size() + ib::icrc_size;
+
+    ib::lrh l{};
+    l.vl_lver = 0;
+    l.sl_lnh  = ib::lnh_iba_local;
+    l.dlid.set(p.dlid);
+    l.pkt_len.set(static_cast<uint16_t>(((total + 3) / 4) & 0x7ff));
+    l.slid.set(port_->lid());
+
+    ib::bth b{};
+    b.opcode        = p.opcode;
+    b.se_m_pad_tver = static_cast<uint8_t>(((4 - payload.size() % 4) % 4) << 4);
+    b.pkey.set(0xffff);
+    b.dest_qp.set(p.dqpn & ib::psn_mask);
+    ib::bth_psn::set(b.apsn, p.psn);
+    ib::bth_ackreq::set(b.apsn, p.ackreq);
+
+    std::memcpy(hdr.data(), &l, sizeof(l));
+    std::memcpy(hdr.data() + sizeof(l), &b, sizeof(b));
+    std::memcpy(hdr.data() + sizeof(l) + sizeof(b), ext.data(), ext.size());
+    // ICRC: not carried on the in-host fabrics (the frame length is exact).
+    status s = port_->send({hdr.data(), hdr_len}, payload);
+    if (s == status::ok) {
+        count(counter::tx_packets);
+        count(counter::tx_bytes, payload.size());
+    } else if (s == status::no_resource) {
+        count(counter::fabric_busy);
+    }
+    return s;
+}
+
+void device::run_requesters()
+{
+    for (uint32_t qpn : active_qpns_) {
+        qp *q = find_qp(qpn);
+        if (!q) {
+            continue;
+        }
+        if (q->state == prm::qp_state::err) {
+            flush_queues(*q);   // WQEs posted in ERROR complete as flushed
+            continue;
+        }
+        for (unsigned i = 0; i < burst_per_qp && send_one_packet(*q); ++i) {
+        }
+    }
+}
+
+bool device::send_one_packet(qp &q)
+{
+    if (q.state != prm::qp_state::rts) {
+        return false;
+    }
+    if (!q.sending && !engine::sq_wqe_ready(q, q.cur_wqe)) {
+        return false;   // nothing posted
+    }
+    bool ud = q.st == prm::qp_st::ud;
+    if (!ud) {
+        if (q.rnr_until && now() < q.rnr_until) {
+            return false;
+        }
+        q.rnr_until = 0;
+        if (ib::psn_diff(q.next_psn, q.acked_psn) >= int32_t(limits::max_unacked)) {
+            return false;
+        }
+    }
+
+    // A local error on cur_wqe: the WQEs before it complete first (flushed),
+    // then cur_wqe with the error, each exactly once and in posting order
+    // (the driver retires up to a CQE's wqe_index).
+    auto fail = [&](prm::cqe_syndrome s) {
+        while (q.sq_tail != q.cur_wqe) {
+            complete_wqe(q, q.sq_tail++, prm::cqe_syndrome::wr_flush_err, true);
+        }
+        complete_wqe(q, q.sq_tail++, s, true);
+        if (int32_t(q.sq_tail - q.sq_head) > 0) {
+            q.sq_head = q.sq_tail;
+        }
+        set_qp_error(q);
+        return false;
+    };
+    send_wqe w;
+    if (!engine::decode_send_wqe(q, q.cur_wqe, w)) {
+        return fail(prm::cqe_syndrome::local_qp_op_err);
+    }
+    uint32_t mtu    = ud ? limits::mtu : q.mtu;
+    uint32_t offset = q.cur_offset;
+    uint32_t chunk  = std::min(mtu, w.total_len - offset);
+    bool     first  = offset == 0;
+    bool     last   = offset + chunk == w.total_len;
+    if (ud && !last) {
+        return fail(prm::cqe_syndrome::local_length_err);
+    }
+
+    // Payload: straight from the inline data or the single gather entry
+    // when possible, otherwise staged.
+    std::span<const uint8_t> payload;
+    if (!gather_payload(q, w, offset, chunk, payload)) {
+        return fail(prm::cqe_syndrome::local_prot_err);
+    }
+
+    std::array<uint8_t, sizeof(ib::deth) + sizeof(ib::reth) + sizeof(ib::immdt)> ext;
+    size_t ext_len = 0;
+    uint8_t op;
+    uint16_t dlid = q.dlid;
+    uint32_t dqpn = q.remote_qpn;
+    if (ud) {
+        op = static_cast<uint8_t>(w.opcode == prm::send_opcode::send_imm
+                                      ? opcode::ud_send_only_imm
+                                      : opcode::ud_send_only);
+        ib::deth d;
+        // IBA 10.2.5: a Q_Key with the high bit set means "use the QP's".
+        d.qkey.set((w.ud_qkey & 0x80000000u) ? q.qkey : w.ud_qkey);
+        d.src_qp.set(q.qpn);
+        std::memcpy(ext.data(), &d, sizeof(d));
+        ext_len = sizeof(d);
+        dlid    = w.ud_dlid;
+        dqpn    = w.ud_dqpn;
+    } else {
+        op = rc_opcode(w.opcode, first, last);
+        if (first && ib::info(op).hdrs & ib::hdr_reth) {
+            ib::reth r;
+            r.va.set(w.raddr);
+            r.rkey.set(w.rkey);
+            r.dma_len.set(w.total_len);
+            std::memcpy(ext.data(), &r, sizeof(r));
+            ext_len = sizeof(r);
+        }
+    }
+    if (ib::info(op).hdrs & ib::hdr_immdt) {
+        std::memcpy(ext.data() + ext_len, &w.imm, sizeof(w.imm));
+        ext_len += sizeof(w.imm);
+    }
+
+    uint32_t psn    = ud ? 0 : q.next_psn;
+    bool     ackreq = !ud && (last || ib::psn_diff(q.next_psn, q.acked_psn) ==
+                                          int32_t(limits::max_unacked / 2));
+    status s = emit({.opcode  = op,
+                     .dlid    = dlid,
+                     .dqpn    = dqpn,
+                     .psn     = psn,
+                     .ackreq  = ackreq,
+                     .ext     = {ext.data(), ext_len},
+                     .payload = payload});
+    if (s == status::no_resource) {
+        return false;   // back-pressure: same packet next time
+    }
+    // status::unreachable: treated as lost on the wire; the ACK timer
+    // decides what happens to an RC QP, a UD datagram is simply gone.
+
+    if (ud) {
+        q.sq_head = q.cur_wqe + 1;
+        complete_wqe(q, q.cur_wqe, {}, false);
+        q.sq_tail = ++q.cur_wqe;
+        return true;
+    }
+    if (first) {
+        q.track[q.cur_wqe & (q.sq_size() - 1)] = {psn,
+                                                  packets_of(w.total_len, mtu)};
+        // sq_head is the next WQE not yet started: the WQE being sent is
+        // outstanding from its first packet on, so rewind() and the error
+        // paths see it.
+        if (int32_t(q.cur_wqe + 1 - q.sq_head) > 0) {
+            q.sq_head = q.cur_wqe + 1;
+        }
+    }
+    q.next_psn = ib::psn_add(q.next_psn, 1);
+    if (!q.timer_deadline) {
+        q.timer_deadline = now() + ack_timeout_ns(q);
+    }
+    if (last) {
+        q.sending    = false;
+        q.cur_offset = 0;
+        ++q.cur_wqe;
+        if (int32_t(q.cur_wqe - q.sq_head) > 0) {
+            q.sq_head = q.cur_wqe;
+        }
+    } else {
+        q.sending    = true;
+        q.cur_offset = offset + chunk;
+    }
+    return true;
+}
+
+bool device::gather_payload(qp &q, const send_wqe &w, uint32_t offset,
+                            uint32_t len, std::span<const uint8_t> &out)
+{
+    if (len == 0) {
+        out = {};
+        return true;
+    }
+    uint8_t *stage   = staging_.data();
+    size_t   copied  = 0;
+    uint32_t pos     = 0;   // byte position of the current entry's start
+    auto take = [&](const uint8_t *data, uint32_t n) {
+        if (pos + n > offset && copied < len) {
+            uint32_t from = offset > pos ? offset - pos : 0;
+            uint32_t cnt  = std::min<uint32_t>(n - from, len - uint32_t(copied));
+            if (copied == 0 && cnt == len) {
+                out = {data + from, cnt};   // contiguous: no staging copy
+                copied = len;
+            } else {
+                std::memcpy(stage + copied, data + from, cnt);
+                copied += cnt;
+                out = {stage, copied};
+            }
+        }
+        pos += n;
+    };
+    if (w.is_inline) {
+        engine::for_each_inline_chunk(w, take);
+        return copied == len;
+    }
+    for (size_t o = 0; o + sizeof(prm::wqe_data_seg) <= w.segs_len && copied < len;
+         o += sizeof(prm::wqe_data_seg)) {
+        prm::wqe_data_seg d;
+        std::memcpy(&d, w.segs + o, sizeof(d));
+        uint32_t n    = d.byte_count.get() & 0x7fffffff;
+        uint64_t addr = d.addr.get();
+        const mpt *m  = find_mpt(d.lkey.get());
+        // C53 / IBA 10.6.3: L_Key must be valid, of the QP's PD and cover
+        // the gathered range (local read is always permitted).
+        if (!m || m->pd != q.pd || !m->covers(addr, n)) {
+            return false;
+        }
+        take(reinterpret_cast<const uint8_t *>(static_cast<uintptr_t>(addr)), n);
+    }
+    return copied == len;
+}
+
+uint64_t device::ack_timeout_ns(const qp &q) const
+{
+    // IBA 9.7.6.1.3: 4.096 us * 2^timeout.
+    return uint64_t{4096} << std::min<uint8_t>(q.ack_timeout, 31);
+}
+
+void device::rewind(qp &q, uint32_t psn)
+{
+    for (uint32_t i = q.sq_tail; i != q.sq_head; ++i) {
+        const wqe_track &t = q.track[i & (q.sq_size() - 1)];
+        int32_t d = ib::psn_diff(psn, t.first_psn);
+        if (d >= 0 && uint32_t(d) < t.npackets) {
+            if (ib::psn_diff(q.next_psn, psn) > 0) {
+                count(counter::retransmits, uint32_t(ib::psn_diff(q.next_psn, psn)));
+            }
+            q.cur_wqe    = i;
+            q.cur_offset = uint32_t(d) * q.mtu;
+            q.sending    = d > 0;
+            q.next_psn   = psn;
+            return;
+        }
+    }
+}
+
+} // namespace mlx4x::dev

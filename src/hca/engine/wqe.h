@@ -1,0 +1,128 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// Device-side decoding of an mlx4 send WQE (see prm_wqe.h for the layout).
+#pragma once
+
+#include "hca/dev/objects.h"
+#include "hca/prm/prm_wqe.h"
+
+#include <atomic>
+#include <cstring>
+
+namespace mlx4x::engine {
+
+struct send_wqe {
+    prm::send_opcode opcode;
+    bool     signaled;
+    bool     solicited;
+    uint32_t imm;            ///< raw big-endian, as on the wire
+    uint64_t raddr = 0;
+    uint32_t rkey  = 0;
+    uint16_t ud_dlid = 0;
+    uint32_t ud_dqpn = 0, ud_qkey = 0;
+    const uint8_t *segs;     ///< data or inline segments
+    size_t   segs_len;
+    bool     is_inline = false;
+    uint32_t total_len = 0;
+};
+
+/// Whether the device owns the SQ WQE at counter `index`: the driver
+/// writes owner = (index / size) & 1 after the rest of the WQE (mlx4 qp.c).
+inline bool sq_wqe_ready(const dev::qp &q, uint32_t index)
+{
+    // The owner bit is bit 31 of the big-endian owner_opcode word, i.e. the
+    // top bit of the WQE's first byte. Reading that byte (rather than
+    // byte-swapping an atomic 32-bit load, which GCC 12 at -O1 and above
+    // miscompiles into a test that ignores the loaded value) keeps the
+    // check exact. Acquire pairs with the driver's release store.
+    const uint8_t *owner_byte = q.sq_wqe(index);
+    bool owner = (__atomic_load_n(owner_byte, __ATOMIC_ACQUIRE) & 0x80) != 0;
+    return owner == (((index >> q.sq_log_size) & 1) != 0);
+}
+
+/// Calls f(data, len) for each inline chunk. mlx4 inline data is split so
+/// that no chunk crosses a 64-byte boundary: every chunk but the last ends
+/// exactly on one, and the next 4-byte header follows at the boundary.
+template <typename F> void for_each_inline_chunk(const send_wqe &w, F &&f)
+{
+    size_t o = 0;
+    while (o + sizeof(prm::wqe_inline_seg) <= w.segs_len) {
+        uint32_t bc;
+        std::memcpy(&bc, w.segs + o, sizeof(bc));
+        bc = byteswap_if_little(bc);
+        if (!(bc & prm::inline_seg_flag)) {
+            break;
+        }
+        uint32_t n   = bc & ~prm::inline_seg_flag;
+        size_t   end = o + sizeof(prm::wqe_inline_seg) + n;
+        if (end > w.segs_len) {
+            break;
+        }
+        f(w.segs + o + sizeof(prm::wqe_inline_seg), n);
+        if (reinterpret_cast<uintptr_t>(w.segs + end) % prm::inline_align) {
+            break;   // did not end on a boundary: last chunk
+        }
+        o = end;
+    }
+}
+
+/// Decodes the WQE; false if it is malformed (size or segments).
+inline bool decode_send_wqe(const dev::qp &q, uint32_t index, send_wqe &w)
+{
+    const uint8_t *p = q.sq_wqe(index);
+    prm::wqe_ctrl_seg ctrl;
+    std::memcpy(&ctrl, p, sizeof(ctrl));
+    size_t size = size_t(ctrl.fence_size & prm::ctrl_ds_mask) * prm::seg_size;
+    if (size < sizeof(ctrl) || size > (size_t{1} << q.sq_log_stride)) {
+        return false;
+    }
+    w.opcode    = static_cast<prm::send_opcode>(ctrl.owner_opcode.get() & 0x1f);
+    w.signaled  = (ctrl.srcrb_flags.get() & prm::ctrl_cq_update) != 0;
+    w.solicited = (ctrl.srcrb_flags.get() & prm::ctrl_solicited) != 0;
+    w.imm       = ctrl.imm.raw;
+    size_t off  = sizeof(ctrl);
+    if (q.st == prm::qp_st::ud) {
+        if (off + sizeof(prm::wqe_datagram_seg) > size) return false;
+        prm::wqe_datagram_seg d;
+        std::memcpy(&d, p + off, sizeof(d));
+        w.ud_dlid = d.dlid.get();
+        w.ud_dqpn = d.dqpn.get() & 0xffffff;
+        w.ud_qkey = d.qkey.get();
+        off += sizeof(d);
+    } else if (w.opcode == prm::send_opcode::rdma_write ||
+               w.opcode == prm::send_opcode::rdma_write_imm) {
+        if (off + sizeof(prm::wqe_raddr_seg) > size) return false;
+        prm::wqe_raddr_seg r;
+        std::memcpy(&r, p + off, sizeof(r));
+        w.raddr = r.raddr.get();
+        w.rkey  = r.rkey.get();
+        off += sizeof(r);
+    } else if (w.opcode != prm::send_opcode::send &&
+               w.opcode != prm::send_opcode::send_imm) {
+        return false;   // READ and atomics are not implemented yet
+    }
+    w.segs     = p + off;
+    w.segs_len = size - off;
+    // Inline vs gather is told by the first segment's top bit.
+    uint32_t first = 0;
+    if (w.segs_len >= 4) {
+        std::memcpy(&first, w.segs, 4);
+        first = byteswap_if_little(first);
+    }
+    w.is_inline = w.segs_len >= 4 && (first & prm::inline_seg_flag);
+    w.total_len = 0;
+    if (w.is_inline) {
+        for_each_inline_chunk(w, [&](const uint8_t *, uint32_t n) {
+            w.total_len += n;
+        });
+    } else {
+        for (size_t o = 0; o + sizeof(prm::wqe_data_seg) <= w.segs_len;
+             o += sizeof(prm::wqe_data_seg)) {
+            prm::wqe_data_seg d;
+            std::memcpy(&d, w.segs + o, sizeof(d));
+            w.total_len += d.byte_count.get() & 0x7fffffff;
+        }
+    }
+    return true;
+}
+
+} // namespace mlx4x::engine

@@ -1,0 +1,62 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// What carries packets between device ports. A frame is the serialized IBA
+// packet starting with its LRH; every fabric routes by LRH.DLID and carries
+// the same bytes (one packet path: loopback may not skip the protocol).
+#pragma once
+
+#include "hca/base/status.h"
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+
+namespace mlx4x::fabric {
+
+constexpr size_t max_frame_size = 4096 + 128;   ///< 4 KiB MTU + headers
+
+/// Receives frames during port::poll(); the bytes are valid only during the
+/// call.
+class frame_sink {
+public:
+    virtual void on_frame(std::span<const uint8_t> frame) = 0;
+protected:
+    ~frame_sink() = default;
+};
+
+/// A device port attached to a fabric.
+class port {
+public:
+    virtual ~port() = default;
+    /// LID the subnet assigned to this port.
+    virtual uint16_t lid() const = 0;
+    virtual uint64_t port_guid() const = 0;
+    /// Send one frame = header bytes followed by payload bytes. Returns
+    /// no_resource when the destination's receive ring is full (back-pressure:
+    /// nothing was sent, try again later) and unreachable when no live port
+    /// has the destination LID.
+    virtual status send(std::span<const uint8_t> hdr,
+                        std::span<const uint8_t> payload) = 0;
+    /// Deliver up to `budget` received frames to `sink`; returns how many.
+    virtual unsigned poll(frame_sink &sink, unsigned budget) = 0;
+    /// Whether a port with this LID is attached and its owner alive.
+    virtual bool peer_alive(uint16_t lid) const = 0;
+    /// True when frames between live ports are never lost (full rings push
+    /// back instead). A missing ACK from a live peer then means the peer is
+    /// not progressing, not that a packet was lost.
+    virtual bool lossless() const = 0;
+};
+
+class fabric {
+public:
+    virtual ~fabric() = default;
+    virtual result<std::unique_ptr<port>> attach() = 0;
+};
+
+/// LID carried in a frame's LRH (bytes 2..3, big-endian).
+inline uint16_t frame_dlid(std::span<const uint8_t> hdr)
+{
+    return static_cast<uint16_t>((hdr[2] << 8) | hdr[3]);
+}
+
+} // namespace mlx4x::fabric

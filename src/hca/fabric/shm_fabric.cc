@@ -1,0 +1,371 @@
+// SPDX-License-Identifier: BSD-3-Clause
+#include "hca/fabric/shm_fabric.h"
+#include "hca/fabric/shm_region.h"
+#include "hca/base/log.h"
+
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <thread>
+#include <unistd.h>
+
+namespace mlx4x::fabric {
+
+using namespace shm;
+
+namespace {
+
+/// Process start time (field 22 of /proc/<pid>/stat), to tell a live owner
+/// from a new process that reused a dead owner's pid. 0 if unknown.
+uint64_t process_start_time(int pid)
+{
+    char path[64];
+    std::snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+    FILE *f = std::fopen(path, "r");
+    if (!f) {
+        return 0;
+    }
+    char buf[1024];
+    size_t n = std::fread(buf, 1, sizeof(buf) - 1, f);
+    std::fclose(f);
+    buf[n] = '\0';
+    const char *p = std::strrchr(buf, ')');   // comm may contain spaces
+    if (!p) {
+        return 0;
+    }
+    unsigned long long start = 0;
+    // after ")": state(3) ... starttime is field 22, i.e. 20th after ")"
+    int field = 2;
+    for (const char *c = p + 1; *c; ++c) {
+        if (*c == ' ' && ++field == 22) {
+            start = std::strtoull(c + 1, nullptr, 10);
+            break;
+        }
+    }
+    return start;
+}
+
+bool owner_alive(const port_entry &e)
+{
+    if (e.pid <= 0) {
+        return false;
+    }
+    if (kill(e.pid, 0) != 0 && errno == ESRCH) {
+        return false;
+    }
+    uint64_t st = process_start_time(e.pid);
+    return st == 0 || st == e.start_time;
+}
+
+class mutex_guard {
+public:
+    explicit mutex_guard(pthread_mutex_t *m) : m_(m)
+    {
+        if (pthread_mutex_lock(m_) == EOWNERDEAD) {
+            // The previous holder died inside the critical section; every
+            // update done under this lock is a single-word store, so the
+            // table is consistent and can be taken over.
+            pthread_mutex_consistent(m_);
+        }
+    }
+    ~mutex_guard() { pthread_mutex_unlock(m_); }
+private:
+    pthread_mutex_t *m_;
+};
+
+port_entry *ports(region_header *h)
+{
+    return reinterpret_cast<port_entry *>(reinterpret_cast<char *>(h) +
+                                          h->ports_offset);
+}
+ring *rings(region_header *h)
+{
+    return reinterpret_cast<ring *>(reinterpret_cast<char *>(h) +
+                                    h->rings_offset);
+}
+
+void init_region(region_header *h)
+{
+    h->version      = region_version;
+    h->header_size  = sizeof(region_header);
+    h->total_size   = total_size;
+    h->max_ports    = max_ports;
+    h->ring_slots   = ring_slots;
+    h->slot_size    = sizeof(slot);
+    h->ports_offset = shm::ports_offset;
+    h->rings_offset = shm::rings_offset;
+    h->next_guid    = 1;
+    pthread_mutexattr_t a;
+    pthread_mutexattr_init(&a);
+    pthread_mutexattr_setpshared(&a, PTHREAD_PROCESS_SHARED);
+    pthread_mutexattr_setrobust(&a, PTHREAD_MUTEX_ROBUST);
+    pthread_mutex_init(&h->lock, &a);
+    pthread_mutexattr_destroy(&a);
+    // Publish: a reader that sees the magic sees an initialised header.
+    std::atomic_ref<uint64_t>(h->magic).store(region_magic,
+                                              std::memory_order_release);
+}
+
+bool layout_matches(const region_header *h)
+{
+    return h->version == region_version &&
+           h->header_size == sizeof(region_header) &&
+           h->total_size == total_size && h->max_ports == max_ports &&
+           h->ring_slots == ring_slots && h->slot_size == sizeof(slot) &&
+           h->ports_offset == shm::ports_offset &&
+           h->rings_offset == shm::rings_offset;
+}
+
+} // namespace
+
+std::string shm_fabric::default_name()
+{
+    if (const char *n = std::getenv("UCX_MLX4X_FABRIC"); n && *n) {
+        return n;
+    }
+    return "mlx4x-fabric-" + std::to_string(getuid());
+}
+
+region_header *shm_fabric::hdr() const
+{
+    return static_cast<region_header *>(base_);
+}
+
+result<std::unique_ptr<shm_fabric>> shm_fabric::open(const std::string &name)
+{
+    const std::string shm_name = "/" + name;
+    for (int attempt = 0; attempt < 2; ++attempt) {
+        bool created = true;
+        int  fd = shm_open(shm_name.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
+        if (fd < 0 && errno == EEXIST) {
+            created = false;
+            fd      = shm_open(shm_name.c_str(), O_RDWR, 0600);
+        }
+        if (fd < 0) {
+            MLX4X_ERROR("cannot open fabric segment /dev/shm/%s: %m",
+                        name.c_str());
+            return status::shmem_segment;
+        }
+        if (created && ftruncate(fd, total_size) != 0) {
+            MLX4X_ERROR("cannot size fabric segment /dev/shm/%s: %m",
+                        name.c_str());
+            close(fd);
+            shm_unlink(shm_name.c_str());
+            return status::shmem_segment;
+        }
+        // A creator that has not sized the file yet is waited for below;
+        // mapping beyond the current size is fine until it is touched.
+        void *base = mmap(nullptr, total_size, PROT_READ | PROT_WRITE,
+                          MAP_SHARED, fd, 0);
+        close(fd);
+        if (base == MAP_FAILED) {
+            MLX4X_ERROR("cannot map fabric segment /dev/shm/%s: %m",
+                        name.c_str());
+            return status::shmem_segment;
+        }
+        auto *h = static_cast<region_header *>(base);
+        if (created) {
+            init_region(h);
+            return std::unique_ptr<shm_fabric>(new shm_fabric(name, base));
+        }
+
+        // Someone else created it: wait (bounded) for initialisation.
+        auto deadline = std::chrono::steady_clock::now() +
+                        std::chrono::seconds(2);
+        uint64_t magic = 0;
+        while (true) {
+            struct stat now {};
+            if (stat(("/dev/shm/" + name).c_str(), &now) == 0 &&
+                static_cast<size_t>(now.st_size) >= sizeof(region_header)) {
+                magic = std::atomic_ref<uint64_t>(h->magic).load(
+                    std::memory_order_acquire);
+                if (magic != 0) {
+                    break;
+                }
+            }
+            if (std::chrono::steady_clock::now() > deadline) {
+                break;
+            }
+            std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        }
+        struct stat now {};
+        bool size_ok = stat(("/dev/shm/" + name).c_str(), &now) == 0 &&
+                       static_cast<size_t>(now.st_size) == total_size;
+        if (magic == region_magic && size_ok && layout_matches(h)) {
+            return std::unique_ptr<shm_fabric>(new shm_fabric(name, base));
+        }
+        munmap(base, total_size);
+        if (magic == 0 && attempt == 0) {
+            // Its creator died before initialising it: nobody can be using
+            // it, so start over with a fresh segment.
+            MLX4X_WARN("fabric segment /dev/shm/%s was never initialised "
+                       "(creator died?), recreating it", name.c_str());
+            shm_unlink(shm_name.c_str());
+            continue;
+        }
+        MLX4X_ERROR("/dev/shm/%s is not an mlx4x v%u fabric segment (corrupt, "
+                    "or left by another mlx4x version); remove it with 'rm "
+                    "/dev/shm/%s' when no mlx4x job is running, or choose "
+                    "another fabric with UCX_MLX4X_FABRIC",
+                    name.c_str(), region_version, name.c_str());
+        return status::shmem_segment;
+    }
+    return status::shmem_segment;
+}
+
+shm_fabric::~shm_fabric() { munmap(base_, total_size); }
+
+// ---------------------------------------------------------------------------
+
+class shm_fabric::shm_port final : public port {
+public:
+    shm_port(region_header *h, uint32_t index, uint64_t guid)
+        : h_(h), index_(index), guid_(guid)
+    {
+    }
+
+    ~shm_port() override
+    {
+        mutex_guard g(&h_->lock);
+        port_entry &e = ports(h_)[index_];
+        e.pid = 0;
+        e.state.store(static_cast<uint32_t>(port_state::free),
+                      std::memory_order_release);
+    }
+
+    uint16_t lid() const override { return static_cast<uint16_t>(index_ + 1); }
+    uint64_t port_guid() const override { return guid_; }
+
+    status send(std::span<const uint8_t> hdr,
+                std::span<const uint8_t> payload) override
+    {
+        uint16_t dlid = frame_dlid(hdr);
+        size_t   len  = hdr.size() + payload.size();
+        if (dlid == 0 || dlid > max_ports || len > slot_data_size) {
+            return status::unreachable;
+        }
+        port_entry &e = ports(h_)[dlid - 1];
+        if (e.state.load(std::memory_order_acquire) !=
+            static_cast<uint32_t>(port_state::active)) {
+            return status::unreachable;
+        }
+        ring &r   = rings(h_)[dlid - 1];
+        uint64_t pos = r.tail.load(std::memory_order_relaxed);
+        slot *s;
+        while (true) {
+            s = &r.slots[pos & (ring_slots - 1)];
+            uint64_t seq = s->seq.load(std::memory_order_acquire);
+            if (seq == pos) {
+                if (r.tail.compare_exchange_weak(pos, pos + 1,
+                                                 std::memory_order_relaxed)) {
+                    break;
+                }
+            } else if (seq < pos) {
+                return status::no_resource;   // full: back-pressure
+            } else {
+                pos = r.tail.load(std::memory_order_relaxed);
+            }
+        }
+        std::memcpy(s->data, hdr.data(), hdr.size());
+        if (!payload.empty()) {
+            std::memcpy(s->data + hdr.size(), payload.data(), payload.size());
+        }
+        s->len = static_cast<uint32_t>(len);
+        // Orders the frame bytes before the slot becomes visible as full.
+        s->seq.store(pos + 1, std::memory_order_release);
+        return status::ok;
+    }
+
+    unsigned poll(frame_sink &sink, unsigned budget) override
+    {
+        ring &r = rings(h_)[index_];
+        unsigned n = 0;
+        uint64_t pos = r.head.load(std::memory_order_relaxed);
+        while (n < budget) {
+            slot &s = r.slots[pos & (ring_slots - 1)];
+            // Acquire pairs with the producer's release of the frame bytes.
+            if (s.seq.load(std::memory_order_acquire) != pos + 1) {
+                break;
+            }
+            uint32_t len = s.len;
+            if (len <= slot_data_size) {   // a corrupt length is dropped
+                sink.on_frame({s.data, len});
+            }
+            // Release: our reads of the slot happen before producers reuse it.
+            s.seq.store(pos + ring_slots, std::memory_order_release);
+            r.head.store(++pos, std::memory_order_relaxed);
+            ++n;
+        }
+        return n;
+    }
+
+    bool peer_alive(uint16_t lid) const override
+    {
+        if (lid == 0 || lid > max_ports) {
+            return false;
+        }
+        const port_entry &e = ports(h_)[lid - 1];
+        return e.state.load(std::memory_order_acquire) ==
+                   static_cast<uint32_t>(port_state::active) &&
+               owner_alive(e);
+    }
+
+    bool lossless() const override { return true; }
+
+private:
+    region_header *h_;
+    uint32_t       index_;
+    uint64_t       guid_;
+};
+
+result<std::unique_ptr<port>> shm_fabric::attach()
+{
+    region_header *h = hdr();
+    mutex_guard    g(&h->lock);
+    port_entry    *tab = ports(h);
+
+    // Reclaim ports whose owners died without detaching.
+    for (uint32_t i = 0; i < max_ports; ++i) {
+        if (tab[i].state.load(std::memory_order_acquire) !=
+                static_cast<uint32_t>(port_state::free) &&
+            !owner_alive(tab[i])) {
+            MLX4X_DEBUG("reclaiming lid %u of dead process %d", i + 1,
+                        tab[i].pid);
+            tab[i].state.store(static_cast<uint32_t>(port_state::free),
+                               std::memory_order_release);
+        }
+    }
+    for (uint32_t i = 0; i < max_ports; ++i) {
+        port_entry &e = tab[i];
+        if (e.state.load(std::memory_order_acquire) !=
+            static_cast<uint32_t>(port_state::free)) {
+            continue;
+        }
+        e.state.store(static_cast<uint32_t>(port_state::attaching),
+                      std::memory_order_relaxed);
+        e.pid        = getpid();
+        e.start_time = process_start_time(e.pid);
+        e.port_guid  = 0x0002c90300000000ull | h->next_guid++;
+        ++e.generation;
+        ring &r = rings(h)[i];
+        for (uint32_t s = 0; s < ring_slots; ++s) {
+            r.slots[s].seq.store(s, std::memory_order_relaxed);
+        }
+        r.head.store(0, std::memory_order_relaxed);
+        r.tail.store(0, std::memory_order_relaxed);
+        // Ring reset is visible before any sender sees the port active.
+        e.state.store(static_cast<uint32_t>(port_state::active),
+                      std::memory_order_release);
+        return std::unique_ptr<port>(new shm_port(h, i, e.port_guid));
+    }
+    MLX4X_ERROR("fabric %s is full: %u ports in use", name_.c_str(), max_ports);
+    return status::exceeds_limit;
+}
+
+} // namespace mlx4x::fabric

@@ -1,0 +1,79 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// Layout of the shared-memory fabric segment (/dev/shm/<name>): a versioned
+// header, a port table indexed by LID, and one receive ring per port.
+// Offsets, never pointers (each process maps it at its own address).
+//
+//  +--------------------+  0
+//  | region_header      |  magic, version, geometry, robust mutex
+//  +--------------------+  ports_offset
+//  | port_entry[max]    |  LID = index + 1; owner pid + start time
+//  +--------------------+  rings_offset
+//  | ring[max]          |  MPSC ring (Vyukov sequence per slot)
+//  +--------------------+  total_size
+#pragma once
+
+#include "hca/fabric/fabric.h"
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <pthread.h>
+
+namespace mlx4x::fabric::shm {
+
+constexpr uint64_t region_magic   = 0x6d6c783478666162ull; // "mlx4xfab"
+constexpr uint32_t region_version = 1;
+constexpr uint32_t max_ports      = 64;
+constexpr uint32_t ring_slots     = 256;   ///< power of two
+constexpr size_t   slot_data_size = max_frame_size;
+
+static_assert((ring_slots & (ring_slots - 1)) == 0);
+static_assert(std::atomic<uint64_t>::is_always_lock_free);
+static_assert(std::atomic<uint32_t>::is_always_lock_free);
+
+struct alignas(64) slot {
+    std::atomic<uint64_t> seq;   ///< == pos: free; == pos + 1: full
+    uint32_t              len;
+    uint32_t              reserved;
+    uint8_t               data[slot_data_size];
+};
+static_assert(sizeof(slot) % 64 == 0);
+
+struct ring {
+    alignas(64) std::atomic<uint64_t> tail;   ///< next position producers claim
+    alignas(64) std::atomic<uint64_t> head;   ///< next position the owner reads
+    alignas(64) slot slots[ring_slots];
+};
+
+enum class port_state : uint32_t { free = 0, attaching = 1, active = 2 };
+
+struct alignas(64) port_entry {
+    std::atomic<uint32_t> state;
+    int32_t               pid;
+    uint64_t              start_time;   ///< /proc/<pid>/stat starttime
+    uint64_t              port_guid;
+    uint32_t              generation;   ///< bumped at every attach
+};
+
+struct region_header {
+    uint64_t        magic;         ///< written last, with release order
+    uint32_t        version;
+    uint32_t        header_size;
+    uint64_t        total_size;
+    uint32_t        max_ports;
+    uint32_t        ring_slots;
+    uint32_t        slot_size;
+    uint32_t        reserved;
+    uint64_t        ports_offset;
+    uint64_t        rings_offset;
+    uint64_t        next_guid;
+    pthread_mutex_t lock;          ///< robust + process-shared
+};
+
+constexpr size_t align_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
+constexpr size_t ports_offset = align_up(sizeof(region_header), 4096);
+constexpr size_t rings_offset =
+    align_up(ports_offset + max_ports * sizeof(port_entry), 4096);
+constexpr size_t total_size = rings_offset + max_ports * sizeof(ring);
+
+} // namespace mlx4x::fabric::shm

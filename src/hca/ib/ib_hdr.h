@@ -1,0 +1,85 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// IBA link and transport headers (IBA Vol.1 ch.7 LRH, ch.9 BTH and extended
+// transport headers). All fields big-endian (C71).
+#pragma once
+
+#include "hca/base/endian.h"
+
+#include <cstddef>
+#include <cstdint>
+
+namespace mlx4x::ib {
+
+/// Local Route Header (IBA 7.7), 8 bytes.
+struct lrh {
+    uint8_t vl_lver;     ///< [7:4] VL, [3:0] LVer
+    uint8_t sl_lnh;      ///< [7:4] SL, [1:0] LNH (2 = IBA local, no GRH)
+    be16    dlid;
+    be16    pkt_len;     ///< [10:0] packet length in 4-byte words
+    be16    slid;
+};
+static_assert(sizeof(lrh) == 8);
+constexpr uint8_t lnh_iba_local = 2;
+
+/// Base Transport Header (IBA 9.2), 12 bytes.
+struct bth {
+    uint8_t opcode;
+    uint8_t se_m_pad_tver;   ///< [7] SE, [6] MigReq, [5:4] pad, [3:0] TVer
+    be16    pkey;
+    be32    dest_qp;         ///< [23:0] destination QP
+    be32    apsn;            ///< [31] AckReq, [23:0] PSN
+};
+static_assert(sizeof(bth) == 12);
+using bth_qpn    = bits<be32, 0, 24>;
+using bth_ackreq = bits<be32, 31, 1>;
+using bth_psn    = bits<be32, 0, 24>;
+constexpr uint8_t bth_se_bit = 0x80;
+
+/// RDMA Extended Transport Header (IBA 9.3.3), 16 bytes (4-byte aligned).
+struct reth {
+    be64_split va;
+    be32       rkey;
+    be32       dma_len;
+};
+static_assert(sizeof(reth) == 16);
+
+/// ACK Extended Transport Header (IBA 9.3.5): syndrome + MSN.
+struct aeth {
+    be32 syn_msn;   ///< [31:24] syndrome, [23:0] MSN
+};
+static_assert(sizeof(aeth) == 4);
+using aeth_syndrome = bits<be32, 24, 8>;
+using aeth_msn      = bits<be32, 0, 24>;
+
+/// AETH syndrome classes (IBA 9.7.5.1, table 43): [6:5] of the syndrome.
+enum class ack_class : uint8_t { ack = 0, rnr_nak = 1, reserved = 2, nak = 3 };
+/// NAK codes (syndrome [4:0] when the class is NAK).
+enum class nak_code : uint8_t {
+    psn_seq_err      = 0,
+    invalid_request  = 1,
+    remote_access    = 2,
+    remote_op_err    = 3,
+    invalid_rd_req   = 4,
+};
+constexpr uint8_t make_syndrome(ack_class c, uint8_t value)
+{
+    return static_cast<uint8_t>((static_cast<uint8_t>(c) << 5) | (value & 0x1f));
+}
+constexpr uint8_t ack_credits_invalid = 0x1f;   ///< "no credit count" (ACK)
+
+/// Datagram Extended Transport Header (IBA 9.3.2), 8 bytes.
+struct deth {
+    be32 qkey;
+    be32 src_qp;   ///< [23:0]
+};
+static_assert(sizeof(deth) == 8);
+
+/// Immediate data (IBA 9.3.4).
+struct immdt {
+    be32 imm;
+};
+static_assert(sizeof(immdt) == 4);
+
+constexpr size_t icrc_size = 4;
+
+} // namespace mlx4x::ib

@@ -1,0 +1,155 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// BTH opcodes (IBA 9.2, table 35) and a compile-time table of which headers
+// each carries and what it means. Rows declare only {opcode, headers, kind};
+// header lengths are computed, never typed by hand.
+#pragma once
+
+#include "hca/ib/ib_hdr.h"
+
+#include <array>
+#include <cstdint>
+
+namespace mlx4x::ib {
+
+enum class opcode : uint8_t {
+    rc_send_first                = 0x00,
+    rc_send_middle               = 0x01,
+    rc_send_last                 = 0x02,
+    rc_send_last_imm             = 0x03,
+    rc_send_only                 = 0x04,
+    rc_send_only_imm             = 0x05,
+    rc_rdma_write_first          = 0x06,
+    rc_rdma_write_middle         = 0x07,
+    rc_rdma_write_last           = 0x08,
+    rc_rdma_write_last_imm       = 0x09,
+    rc_rdma_write_only           = 0x0a,
+    rc_rdma_write_only_imm       = 0x0b,
+    rc_acknowledge               = 0x11,
+    ud_send_only                 = 0x64,
+    ud_send_only_imm             = 0x65,
+};
+
+/// Extended headers present after the BTH, in wire order.
+enum hdr_bits : uint8_t {
+    hdr_deth  = 1 << 0,
+    hdr_reth  = 1 << 1,
+    hdr_aeth  = 1 << 2,
+    hdr_immdt = 1 << 3,
+};
+
+/// What a packet means; kept apart from the header set on purpose (rxe once
+/// tested an opcode byte against a header mask).
+enum kind_bits : uint16_t {
+    kind_send    = 1 << 0,
+    kind_write   = 1 << 1,
+    kind_ack     = 1 << 2,
+    kind_first   = 1 << 3,
+    kind_middle  = 1 << 4,
+    kind_last    = 1 << 5,
+    kind_imm     = 1 << 6,
+    kind_request = 1 << 7,
+    kind_ud      = 1 << 8,
+};
+
+struct opcode_info {
+    bool     valid = false;
+    uint8_t  hdrs  = 0;
+    uint16_t kind  = 0;
+    uint8_t  hdr_len = 0;   ///< BTH + extended headers (computed)
+    const char *name = nullptr;
+};
+
+namespace detail {
+
+struct row {
+    opcode      op;
+    uint8_t     hdrs;
+    uint16_t    kind;
+    const char *name;
+};
+
+constexpr uint8_t ext_len(uint8_t hdrs)
+{
+    return static_cast<uint8_t>(((hdrs & hdr_deth) ? sizeof(deth) : 0) +
+                                ((hdrs & hdr_reth) ? sizeof(reth) : 0) +
+                                ((hdrs & hdr_aeth) ? sizeof(aeth) : 0) +
+                                ((hdrs & hdr_immdt) ? sizeof(immdt) : 0));
+}
+
+constexpr uint16_t R = kind_request;
+constexpr row rows[] = {
+    {opcode::rc_send_first, 0, R | kind_send | kind_first, "RC_SEND_FIRST"},
+    {opcode::rc_send_middle, 0, R | kind_send | kind_middle, "RC_SEND_MIDDLE"},
+    {opcode::rc_send_last, 0, R | kind_send | kind_last, "RC_SEND_LAST"},
+    {opcode::rc_send_last_imm, hdr_immdt,
+     R | kind_send | kind_last | kind_imm, "RC_SEND_LAST_IMM"},
+    {opcode::rc_send_only, 0, R | kind_send | kind_first | kind_last,
+     "RC_SEND_ONLY"},
+    {opcode::rc_send_only_imm, hdr_immdt,
+     R | kind_send | kind_first | kind_last | kind_imm, "RC_SEND_ONLY_IMM"},
+    {opcode::rc_rdma_write_first, hdr_reth, R | kind_write | kind_first,
+     "RC_RDMA_WRITE_FIRST"},
+    {opcode::rc_rdma_write_middle, 0, R | kind_write | kind_middle,
+     "RC_RDMA_WRITE_MIDDLE"},
+    {opcode::rc_rdma_write_last, 0, R | kind_write | kind_last,
+     "RC_RDMA_WRITE_LAST"},
+    {opcode::rc_rdma_write_last_imm, hdr_immdt,
+     R | kind_write | kind_last | kind_imm, "RC_RDMA_WRITE_LAST_IMM"},
+    {opcode::rc_rdma_write_only, hdr_reth, R | kind_write | kind_first | kind_last,
+     "RC_RDMA_WRITE_ONLY"},
+    {opcode::rc_rdma_write_only_imm, hdr_reth | hdr_immdt,
+     R | kind_write | kind_first | kind_last | kind_imm,
+     "RC_RDMA_WRITE_ONLY_IMM"},
+    {opcode::rc_acknowledge, hdr_aeth, kind_ack, "RC_ACKNOWLEDGE"},
+    {opcode::ud_send_only, hdr_deth,
+     R | kind_send | kind_first | kind_last | kind_ud, "UD_SEND_ONLY"},
+    {opcode::ud_send_only_imm, hdr_deth | hdr_immdt,
+     R | kind_send | kind_first | kind_last | kind_imm | kind_ud,
+     "UD_SEND_ONLY_IMM"},
+};
+
+consteval std::array<opcode_info, 256> build()
+{
+    std::array<opcode_info, 256> t{};
+    for (const row &r : rows) {
+        opcode_info &i = t[static_cast<uint8_t>(r.op)];
+        i.valid   = true;
+        i.hdrs    = r.hdrs;
+        i.kind    = r.kind;
+        i.hdr_len = static_cast<uint8_t>(sizeof(bth) + ext_len(r.hdrs));
+        i.name    = r.name;
+    }
+    return t;
+}
+
+} // namespace detail
+
+inline constexpr std::array<opcode_info, 256> opcode_table = detail::build();
+
+constexpr const opcode_info &info(uint8_t op) { return opcode_table[op]; }
+constexpr const opcode_info &info(opcode op)
+{
+    return opcode_table[static_cast<uint8_t>(op)];
+}
+
+static_assert(info(opcode::rc_rdma_write_only).hdr_len == 12 + 16);
+static_assert(info(opcode::rc_acknowledge).hdr_len == 12 + 4);
+static_assert(info(opcode::ud_send_only_imm).hdr_len == 12 + 8 + 4);
+static_assert(!info(uint8_t{0x1f}).valid);
+
+/// Offset of an extended header inside the packet, after the BTH
+/// (IBA order: RDETH, DETH, RETH, AtomicETH, AETH, ImmDt).
+constexpr size_t ext_offset(const opcode_info &i, hdr_bits h)
+{
+    size_t off = sizeof(bth);
+    if (h == hdr_deth) return off;
+    off += (i.hdrs & hdr_deth) ? sizeof(deth) : 0;
+    if (h == hdr_reth) return off;
+    off += (i.hdrs & hdr_reth) ? sizeof(reth) : 0;
+    if (h == hdr_aeth) return off;
+    off += (i.hdrs & hdr_aeth) ? sizeof(aeth) : 0;
+    return off;   // immdt
+}
+static_assert(ext_offset(info(opcode::rc_rdma_write_only_imm), hdr_immdt) == 28);
+
+} // namespace mlx4x::ib

@@ -1,0 +1,117 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// mlx4 work queue entry formats, as rdma-core's infiniband/mlx4dv.h defines
+// them. Shared by the driver (writer) and the device model (reader).
+//
+//  Send WQE (stride 2^log_sq_stride bytes, 16-byte segments):
+//  +-------------+-------------+------------------------+
+//  | ctrl (16 B) | [raddr 16B] | data seg(s) | inline   |
+//  +-------------+-------------+------------------------+
+//  Receive WQE: data segments; a short list ends with lkey MLX4_INVALID_LKEY.
+#pragma once
+
+#include "hca/base/endian.h"
+
+#include <cstddef>
+#include <cstdint>
+
+namespace mlx4x::prm {
+
+/// Send opcodes (mlx4dv.h MLX4_OPCODE_*), low 5 bits of ctrl.owner_opcode.
+enum class send_opcode : uint8_t {
+    nop            = 0x00,
+    send_inval     = 0x01,
+    rdma_write     = 0x08,
+    rdma_write_imm = 0x09,
+    send           = 0x0a,
+    send_imm       = 0x0b,
+    rdma_read      = 0x10,
+    atomic_cs      = 0x11,
+    atomic_fa      = 0x12,
+};
+
+/// Receive-completion opcodes (MLX4_RECV_OPCODE_*).
+enum class recv_opcode : uint8_t {
+    rdma_write_imm = 0x00,
+    send           = 0x01,
+    send_imm       = 0x02,
+    send_inval     = 0x03,
+};
+
+constexpr uint32_t wqe_owner_bit   = 1u << 31;   ///< in ctrl.owner_opcode
+constexpr uint8_t  ctrl_fence      = 1u << 6;    ///< in ctrl.fence_size
+constexpr uint8_t  ctrl_ds_mask    = 0x3f;       ///< size in 16-byte units
+constexpr uint32_t ctrl_cq_update  = 3u << 2;    ///< srcrb_flags: signalled
+constexpr uint32_t ctrl_solicited  = 1u << 1;
+constexpr uint32_t invalid_lkey    = 0x100;      ///< ends a receive SGE list
+constexpr uint32_t inline_seg_flag = 1u << 31;   ///< inline byte_count flag
+constexpr size_t   inline_align    = 64;         ///< inline chunks never cross
+constexpr size_t   seg_size        = 16;
+
+struct wqe_ctrl_seg {
+    be32    owner_opcode;  ///< [31] owner, [4:0] opcode
+    be16    vlan_tag;
+    uint8_t ins_vlan;
+    uint8_t fence_size;    ///< [6] fence, [5:0] WQE size in 16-byte units
+    be32    srcrb_flags;   ///< [3:2] CQ update, [1] solicited
+    be32    imm;           ///< immediate data (SEND/WRITE with immediate)
+};
+static_assert(sizeof(wqe_ctrl_seg) == 16);
+static_assert(offsetof(wqe_ctrl_seg, fence_size) == 7);
+static_assert(offsetof(wqe_ctrl_seg, imm) == 12);
+
+struct wqe_data_seg {
+    be32 byte_count;
+    be32 lkey;
+    be64 addr;
+};
+static_assert(sizeof(wqe_data_seg) == 16);
+
+struct wqe_inline_seg {
+    be32 byte_count;   ///< inline_seg_flag | length of this chunk
+};
+static_assert(sizeof(wqe_inline_seg) == 4);
+
+struct wqe_raddr_seg {
+    be64 raddr;
+    be32 rkey;
+    be32 reserved;
+};
+static_assert(sizeof(wqe_raddr_seg) == 16);
+
+struct wqe_atomic_seg {
+    be64 swap_add;
+    be64 compare;
+};
+static_assert(sizeof(wqe_atomic_seg) == 16);
+
+/// UD address vector + destination (mlx4_wqe_datagram_seg).
+struct wqe_datagram_seg {
+    be32 port_pd;         ///< av[0]: [31:24] port, [23:0] pd
+    uint8_t reserved1;
+    uint8_t g_slid;       ///< av[1]: [7] GRH present, [6:0] source path bits
+    be16 dlid;
+    uint8_t reserved2;
+    uint8_t gid_index;
+    uint8_t stat_rate;
+    uint8_t hop_limit;
+    be32 sl_tclass_flowlabel;
+    uint8_t dgid[16];
+    be32 dqpn;
+    be32 qkey;
+    be32 reserved3[2];
+};
+static_assert(sizeof(wqe_datagram_seg) == 48);
+static_assert(offsetof(wqe_datagram_seg, dlid) == 6);
+static_assert(offsetof(wqe_datagram_seg, dqpn) == 32);
+
+/// Maximum inline payload in a send WQE of `stride` bytes whose fixed
+/// segments take `fixed` bytes, given that every 64-byte-aligned chunk
+/// needs its own 4-byte inline header.
+constexpr size_t max_inline(size_t stride, size_t fixed)
+{
+    size_t avail = stride - fixed;
+    size_t chunks = (avail + inline_align - 1) / inline_align;
+    return avail - chunks * sizeof(wqe_inline_seg);
+}
+
+} // namespace mlx4x::prm

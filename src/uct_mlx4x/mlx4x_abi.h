@@ -1,0 +1,107 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* The boundary between mlx4x_tl.c (UCX tables, classes, registration) and
+ * the C++ implementation. Every function here is noexcept in C++. */
+#ifndef MLX4X_ABI_H
+#define MLX4X_ABI_H
+
+#ifdef __cplusplus
+extern "C" {   /* UCT's internal headers do not declare C linkage */
+#endif
+
+#include <uct/base/uct_iface.h>
+#include <uct/base/uct_md.h>
+
+#define UCT_MLX4X_NAME "mlx4x"
+
+typedef struct uct_mlx4x_md {
+    uct_md_t super;
+    void    *impl;     /* mlx4x::uct::md */
+} uct_mlx4x_md_t;
+
+typedef struct uct_mlx4x_md_config {
+    uct_md_config_t super;
+} uct_mlx4x_md_config_t;
+
+typedef struct uct_mlx4x_iface_config {
+    uct_iface_config_t super;
+    size_t             seg_size;
+    unsigned           tx_queue_len;
+    unsigned           rx_queue_len;
+    unsigned           max_inline;
+    double             conn_timeout;
+    unsigned           conn_retries;
+    int                counters;
+} uct_mlx4x_iface_config_t;
+
+typedef struct uct_mlx4x_iface {
+    uct_base_iface_t super;
+    void            *impl;   /* mlx4x::uct::iface */
+} uct_mlx4x_iface_t;
+
+typedef struct uct_mlx4x_ep {
+    uct_base_ep_t super;
+    void         *impl;      /* mlx4x::uct::ep */
+} uct_mlx4x_ep_t;
+
+/* md */
+ucs_status_t uct_mlx4x_md_init(uct_mlx4x_md_t *md);
+void         uct_mlx4x_md_close(uct_md_h md);
+ucs_status_t uct_mlx4x_md_query(uct_md_h md, uct_md_attr_t *attr);
+ucs_status_t uct_mlx4x_mem_reg(uct_md_h md, void *address, size_t length,
+                               unsigned flags, uct_mem_h *memh_p);
+ucs_status_t uct_mlx4x_mem_dereg(uct_md_h md,
+                                 const uct_md_mem_dereg_params_t *params);
+ucs_status_t uct_mlx4x_mkey_pack(uct_md_h md, uct_mem_h memh,
+                                 const uct_md_mkey_pack_params_t *params,
+                                 void *rkey_buffer);
+ucs_status_t uct_mlx4x_rkey_unpack(uct_component_t *component,
+                                   const void *rkey_buffer, uct_rkey_t *rkey_p,
+                                   void **handle_p);
+ucs_status_t uct_mlx4x_query_devices(uct_md_h md,
+                                     uct_tl_device_resource_t **devices_p,
+                                     unsigned *num_devices_p);
+
+/* iface */
+ucs_status_t uct_mlx4x_iface_init(uct_mlx4x_iface_t *iface,
+                                  const uct_iface_params_t *params,
+                                  const uct_mlx4x_iface_config_t *config);
+void         uct_mlx4x_iface_cleanup(uct_mlx4x_iface_t *iface);
+ucs_status_t uct_mlx4x_iface_query(uct_iface_h iface, uct_iface_attr_t *attr);
+ucs_status_t uct_mlx4x_iface_get_device_address(uct_iface_h iface,
+                                                uct_device_addr_t *addr);
+ucs_status_t uct_mlx4x_iface_get_address(uct_iface_h iface,
+                                         uct_iface_addr_t *addr);
+int          uct_mlx4x_iface_is_reachable(const uct_iface_h iface,
+                                          const uct_device_addr_t *dev_addr,
+                                          const uct_iface_addr_t *iface_addr);
+unsigned     uct_mlx4x_iface_progress(uct_iface_h iface);
+ucs_status_t uct_mlx4x_iface_flush(uct_iface_h iface, unsigned flags,
+                                   uct_completion_t *comp);
+
+/* ep */
+ucs_status_t uct_mlx4x_ep_init(uct_mlx4x_ep_t *ep, const uct_ep_params_t *params);
+void         uct_mlx4x_ep_cleanup(uct_mlx4x_ep_t *ep);
+ucs_status_t uct_mlx4x_ep_am_short(uct_ep_h ep, uint8_t id, uint64_t header,
+                                   const void *payload, unsigned length);
+ssize_t      uct_mlx4x_ep_am_bcopy(uct_ep_h ep, uint8_t id,
+                                   uct_pack_callback_t pack_cb, void *arg,
+                                   unsigned flags);
+ucs_status_t uct_mlx4x_ep_put_short(uct_ep_h ep, const void *buffer,
+                                    unsigned length, uint64_t remote_addr,
+                                    uct_rkey_t rkey);
+ssize_t      uct_mlx4x_ep_put_bcopy(uct_ep_h ep, uct_pack_callback_t pack_cb,
+                                    void *arg, uint64_t remote_addr,
+                                    uct_rkey_t rkey);
+ucs_status_t uct_mlx4x_ep_flush(uct_ep_h ep, unsigned flags,
+                                uct_completion_t *comp);
+ucs_status_t uct_mlx4x_ep_pending_add(uct_ep_h ep, uct_pending_req_t *req,
+                                      unsigned flags);
+void         uct_mlx4x_ep_pending_purge(uct_ep_h ep,
+                                        uct_pending_purge_callback_t cb,
+                                        void *arg);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,501 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// Interface, endpoint and memory domain of the mlx4x UCT transport.
+#include "uct_mlx4x/mlx4x_iface.h"
+#include "uct_mlx4x/mlx4x_boundary.h"
+#include "hca/base/log.h"
+#include "hca/fabric/shm_fabric.h"
+
+#include <chrono>
+#include <cstring>
+#include <random>
+
+namespace mlx4x::uct {
+
+namespace {
+
+constexpr unsigned poll_batch     = 16;
+constexpr unsigned conn_rx_slots  = 64;
+constexpr uint32_t all_access     = drv::access_local_write |
+                                    drv::access_remote_write |
+                                    drv::access_remote_read;
+
+uint64_t now_ns()
+{
+    return uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                        std::chrono::steady_clock::now().time_since_epoch())
+                        .count());
+}
+
+uint32_t random_psn()
+{
+    static std::minstd_rand gen(std::random_device{}());
+    return gen() & 0xffffff;
+}
+
+status make_slots(drv::context &ctx, uint32_t pd, slot_area &a, size_t n,
+                  size_t slot_size)
+{
+    a.slot_size = slot_size;
+    a.mem.assign(n * slot_size, 0);
+    auto r = drv::mr::reg(ctx, pd, a.mem.data(), a.mem.size(), all_access);
+    if (!r.ok()) {
+        return r.error();
+    }
+    a.mr = r.take();
+    return status::ok;
+}
+
+} // namespace
+
+// ---- memory_domain -------------------------------------------------------------------
+
+result<std::unique_ptr<memory_domain>> memory_domain::open()
+{
+    auto m = std::make_unique<memory_domain>();
+    auto f = fabric::shm_fabric::open(fabric::shm_fabric::default_name());
+    if (!f.ok()) {
+        return f.error();
+    }
+    m->fabric_ = f.take();
+    auto c = drv::context::open(*m->fabric_);
+    if (!c.ok()) {
+        return c.error();
+    }
+    m->ctx_ = c.take();
+    m->pd_  = m->ctx_->alloc_pd();
+    MLX4X_DEBUG("mlx4x_0 port 1 up: lid %d guid 0x%llx", m->ctx_->port().lid,
+                static_cast<unsigned long long>(m->ctx_->port().port_guid));
+    return m;
+}
+
+// ---- endpoint -------------------------------------------------------------------
+
+status endpoint::connect(const device_addr &dev, const iface_addr &ifa)
+{
+    interface &i = iface_;
+    drv::qp_caps caps;
+    caps.max_send_wr  = i.config().tx_queue_len;
+    caps.max_recv_wr  = 1;   // this QP only sends; the peer answers on its own
+    caps.max_send_sge = 2;
+    caps.max_inline   = i.max_inline();
+    auto q = drv::qp::create(i.ctx(), i.domain().pd(), drv::qp_type::rc,
+                             i.send_cq(), i.recv_cq(), caps);
+    if (!q.ok()) {
+        return q.error();
+    }
+    qp_ = q.take();
+    if (status s = qp_->to_init(all_access); s != status::ok) {
+        return s;
+    }
+    if (status s = make_slots(i.ctx(), i.domain().pd(), bounce,
+                              qp_->caps().max_send_wr, i.seg_size());
+        s != status::ok) {
+        return s;
+    }
+    peer_lid      = dev.lid;
+    peer_conn_qpn = ifa.conn_qpn;
+    sq_psn        = random_psn();
+    conn_id       = i.add_ep(this);
+    next_req_ns   = 0;   // send the REQ on the next progress
+    return status::ok;
+}
+
+endpoint::~endpoint()
+{
+    iface_.remove_ep(this);
+}
+
+void endpoint::on_established(const conn_msg &rep)
+{
+    if (state_ != ep_state::connecting) {
+        return;   // duplicate REP
+    }
+    drv::rc_connect_attr a{};
+    a.remote_qpn = rep.rc_qpn.get();
+    a.dlid       = peer_lid;
+    a.rq_psn     = rep.psn.get();
+    a.sq_psn     = sq_psn;
+    a.mtu        = iface_.ctx().port().mtu;
+    if (qp_->to_rtr(a) != status::ok || qp_->to_rts(a) != status::ok) {
+        fail(UCS_ERR_IO_ERROR);
+        return;
+    }
+    state_ = ep_state::connected;
+    MLX4X_DEBUG("endpoint %u: qp 0x%x connected to lid %d qp 0x%x", conn_id,
+                qp_->qpn(), peer_lid, a.remote_qpn);
+}
+
+void endpoint::fail(ucs_status_t why)
+{
+    if (state_ == ep_state::failed) {
+        return;
+    }
+    state_ = ep_state::failed;
+    uct_iface_handle_ep_err(&iface_.uct()->super.super, &uct_ep_->super.super,
+                            why);
+}
+
+// ---- interface ------------------------------------------------------------------
+
+interface::interface(uct_mlx4x_iface_t *uct, memory_domain &m, const uct_mlx4x_iface_config_t &cfg)
+    : uct_(uct), md_(m), cfg_(cfg), seg_size_(cfg.seg_size)
+{
+}
+
+status interface::init()
+{
+    if (seg_size_ < 64 || seg_size_ > (size_t{1} << 20) || !cfg_.tx_queue_len ||
+        !cfg_.rx_queue_len) {
+        MLX4X_ERROR("invalid UCX_MLX4X_SEG_SIZE/TX_QUEUE_LEN/RX_QUEUE_LEN");
+        return status::invalid_param;
+    }
+    // The send CQ covers every WQE in flight on every endpoint: a credit is
+    // taken per signalled WQE so it can never overrun.
+    auto scq = drv::cq::create(ctx(), 8192);
+    auto rcq = drv::cq::create(ctx(), 65536);
+    if (!scq.ok() || !rcq.ok()) {
+        return status::no_memory;
+    }
+    send_cq_    = scq.take();
+    recv_cq_    = rcq.take();
+    tx_credits_ = send_cq_->size();
+
+    drv::qp_caps caps;
+    caps.max_send_wr = 64;
+    caps.max_recv_wr = conn_rx_slots;
+    auto q = drv::qp::create(ctx(), md_.pd(), drv::qp_type::ud, *send_cq_,
+                             *recv_cq_, caps);
+    if (!q.ok()) {
+        return q.error();
+    }
+    conn_qp_ = q.take();
+    if (status s = conn_qp_->to_init(0, conn_qkey); s != status::ok) {
+        return s;
+    }
+    if (status s = conn_qp_->to_ud_rts(); s != status::ok) {
+        return s;
+    }
+    if (status s = make_slots(ctx(), md_.pd(), conn_bufs_, conn_rx_slots,
+                              40 + sizeof(conn_msg));
+        s != status::ok) {
+        return s;
+    }
+    for (uint32_t i = 0; i < conn_rx_slots; ++i) {
+        if (status s = post_conn_recv(i); s != status::ok) {
+            return s;
+        }
+    }
+    // Probe the inline limit the WQE layout gives for RC sends.
+    drv::qp_caps probe;
+    probe.max_inline = cfg_.max_inline;
+    auto pq = drv::qp::create(ctx(), md_.pd(), drv::qp_type::rc, *send_cq_,
+                              *recv_cq_, probe);
+    if (!pq.ok()) {
+        MLX4X_ERROR("UCX_MLX4X_MAX_INLINE %u is too large", cfg_.max_inline);
+        return pq.error();
+    }
+    max_inline_ = (*pq)->max_inline();
+    return status::ok;
+}
+
+interface::~interface()
+{
+    if (cfg_.counters) {
+        const dev::device &d = ctx().device();
+        for (unsigned c = 0; c < unsigned(dev::counter::count_); ++c) {
+            std::fprintf(stderr, "%s %llu\n",
+                         dev::counter_name(dev::counter(c)),
+                         static_cast<unsigned long long>(d.get(dev::counter(c))));
+        }
+    }
+    rx_by_qpn_.clear();
+}
+
+uint32_t interface::add_ep(endpoint *e)
+{
+    eps_.push_back(e);
+    ep_by_qpn_[e->qp().qpn()] = e;
+    return uint32_t(eps_.size() - 1);
+}
+
+void interface::remove_ep(endpoint *e)
+{
+    if (e->conn_id < eps_.size() && eps_[e->conn_id] == e) {
+        eps_[e->conn_id] = nullptr;
+    }
+    std::erase_if(ep_by_qpn_, [e](const auto &kv) { return kv.second == e; });
+}
+
+status interface::post_conn_recv(uint32_t slot)
+{
+    drv::sge s{reinterpret_cast<uint64_t>(conn_bufs_.slot(slot)),
+               uint32_t(conn_bufs_.slot_size), conn_bufs_.mr->lkey()};
+    return conn_qp_->post_recv(slot, {&s, 1});
+}
+
+status interface::post_rx(rx_conn &c, uint32_t slot)
+{
+    drv::sge s{reinterpret_cast<uint64_t>(c.bufs.slot(slot)),
+               uint32_t(c.bufs.slot_size), c.bufs.mr->lkey()};
+    return c.qp->post_recv(slot, {&s, 1});
+}
+
+status interface::send_conn_msg(uint16_t dlid, uint32_t dqpn, const conn_msg &m)
+{
+    if (!tx_credit_take()) {
+        return status::no_resource;
+    }
+    drv::send_wr wr;
+    drv::sge     s{reinterpret_cast<uint64_t>(&m), sizeof(m), 0};
+    wr.wr_id   = 0;
+    wr.flags   = drv::send_signaled | drv::send_inline;
+    wr.sg      = {&s, 1};
+    wr.ud_dlid = dlid;
+    wr.ud_dqpn = dqpn;
+    wr.ud_qkey = conn_qkey;
+    status st = conn_qp_->post_send(wr);
+    if (st != status::ok) {
+        tx_credit_return();
+    }
+    return st;
+}
+
+unsigned interface::progress()
+{
+    unsigned n = ctx().progress(64);
+    poll_send();
+    poll_recv();
+    progress_connections();
+    dispatch_pending();
+    return n;
+}
+
+void interface::poll_send()
+{
+    drv::wc wcs[poll_batch];
+    unsigned n = send_cq_->poll(wcs);
+    for (unsigned k = 0; k < n; ++k) {
+        const drv::wc &w = wcs[k];
+        ++tx_credits_;
+        auto it = ep_by_qpn_.find(w.qpn);
+        if (it == ep_by_qpn_.end()) {
+            continue;   // connection-service datagram, or a destroyed endpoint
+        }
+        endpoint &e = *it->second;
+        ++e.completed;
+        if (w.status != drv::wc_status::success) {
+            if (w.status != drv::wc_status::wr_flush_err) {
+                MLX4X_ERROR("endpoint %u to lid %d: send failed: %s", e.conn_id,
+                            e.peer_lid, drv::to_string(w.status));
+            }
+            e.fail(w.status == drv::wc_status::retry_exc_err
+                       ? UCS_ERR_ENDPOINT_TIMEOUT
+                       : UCS_ERR_IO_ERROR);
+        }
+        while (!e.flushes.empty() &&
+               int32_t(e.completed - e.flushes.front().until) >= 0) {
+            uct_invoke_completion(e.flushes.front().comp,
+                                  e.state() == ep_state::failed ? UCS_ERR_IO_ERROR
+                                                                : UCS_OK);
+            e.flushes.pop_front();
+        }
+    }
+}
+
+void interface::poll_recv()
+{
+    drv::wc wcs[poll_batch];
+    unsigned n = recv_cq_->poll(wcs);
+    for (unsigned k = 0; k < n; ++k) {
+        const drv::wc &w = wcs[k];
+        if (w.qpn == conn_qp_->qpn()) {
+            if (w.status == drv::wc_status::success &&
+                w.byte_len >= 40 + sizeof(conn_msg)) {
+                conn_msg m;
+                std::memcpy(&m, conn_bufs_.slot(w.wr_id) + 40, sizeof(m));
+                on_conn_msg(m, w.slid);
+            }
+            if (w.status != drv::wc_status::wr_flush_err) {
+                (void)post_conn_recv(uint32_t(w.wr_id));
+            }
+            continue;
+        }
+        auto it = rx_by_qpn_.find(w.qpn);
+        if (it == rx_by_qpn_.end()) {
+            continue;
+        }
+        rx_conn &c = *it->second;
+        if (w.status == drv::wc_status::success) {
+            on_am(c, w);
+            (void)post_rx(c, uint32_t(w.wr_id));
+        } else if (w.status != drv::wc_status::wr_flush_err) {
+            MLX4X_ERROR("receive on qp 0x%x failed: %s", w.qpn,
+                        drv::to_string(w.status));
+        }
+    }
+}
+
+void interface::on_am(rx_conn &c, const drv::wc &w)
+{
+    uint8_t *buf = c.bufs.slot(w.wr_id);
+    if (w.byte_len < 1) {
+        return;
+    }
+    uint8_t id = buf[0];
+    if (id >= UCT_AM_ID_MAX) {
+        MLX4X_ERROR("dropping active message with invalid id %u", id);
+        return;
+    }
+    // No UCT_CB_PARAM_FLAG_DESC: the buffer is reposted right away, so the
+    // handler copies what it keeps.
+    uct_iface_invoke_am(&uct_->super, id, buf + 1, w.byte_len - 1, 0);
+}
+
+void interface::on_conn_msg(const conn_msg &m, uint16_t slid)
+{
+    if (m.version != conn_version || m.src_lid.get() != slid) {
+        return;   // not ours, or spoofed: ignore
+    }
+    switch (static_cast<conn_type>(m.type)) {
+    case conn_type::req:
+        on_req(m, slid);
+        break;
+    case conn_type::rep: {
+        uint32_t id = m.conn_id.get();
+        if (id < eps_.size() && eps_[id] && eps_[id]->peer_lid == slid) {
+            eps_[id]->on_established(m);
+        }
+        break;
+    }
+    default:
+        break;
+    }
+}
+
+void interface::on_req(const conn_msg &m, uint16_t slid)
+{
+    conn_key key{slid, m.src_conn_qpn.get(), m.conn_id.get()};
+    MLX4X_DEBUG("connection request from lid %d qp 0x%x endpoint %u", slid,
+                key.conn_qpn, key.conn_id);
+    if (auto it = rx_by_key_.find(key); it != rx_by_key_.end()) {
+        // Duplicate REQ (our REP was slow or lost): answer again.
+        (void)send_conn_msg(slid, key.conn_qpn, rx_by_qpn_[it->second]->rep);
+        return;
+    }
+    auto c = std::make_unique<rx_conn>();
+    drv::qp_caps caps;
+    caps.max_send_wr  = 1;
+    caps.max_recv_wr  = cfg_.rx_queue_len;
+    caps.max_recv_sge = 1;
+    auto q = drv::qp::create(ctx(), md_.pd(), drv::qp_type::rc, *send_cq_,
+                             *recv_cq_, caps);
+    if (!q.ok()) {
+        MLX4X_ERROR("cannot accept connection from lid %d: %s", slid,
+                    to_string(q.error()));
+        return;
+    }
+    c->qp = q.take();
+    drv::rc_connect_attr a{};
+    a.remote_qpn = m.rc_qpn.get();
+    a.dlid       = slid;
+    a.rq_psn     = m.psn.get();
+    a.sq_psn     = random_psn();
+    a.mtu        = ctx().port().mtu;
+    if (c->qp->to_init(all_access) != status::ok ||
+        make_slots(ctx(), md_.pd(), c->bufs, cfg_.rx_queue_len, seg_size_ + 1) !=
+            status::ok) {
+        return;
+    }
+    for (uint32_t s = 0; s < cfg_.rx_queue_len; ++s) {
+        (void)post_rx(*c, s);
+    }
+    if (c->qp->to_rtr(a) != status::ok || c->qp->to_rts(a) != status::ok) {
+        return;
+    }
+    c->rep.type    = uint8_t(conn_type::rep);
+    c->rep.version = conn_version;
+    c->rep.src_lid.set(ctx().port().lid);
+    c->rep.src_conn_qpn.set(conn_qp_->qpn());
+    c->rep.conn_id = m.conn_id;
+    c->rep.rc_qpn.set(c->qp->qpn());
+    c->rep.psn.set(a.sq_psn);
+    uint32_t qpn = c->qp->qpn();
+    (void)send_conn_msg(slid, key.conn_qpn, c->rep);
+    rx_by_key_[key] = qpn;
+    rx_by_qpn_[qpn] = std::move(c);
+}
+
+void interface::progress_connections()
+{
+    uint64_t t = 0;
+    for (endpoint *e : eps_) {
+        if (!e || e->state() != ep_state::connecting) {
+            continue;
+        }
+        if (!t) {
+            t = now_ns();
+        }
+        if (t < e->next_req_ns) {
+            continue;
+        }
+        if (e->req_sent >= cfg_.conn_retries) {
+            MLX4X_ERROR("no answer from lid %d to %u connection requests",
+                        e->peer_lid, e->req_sent);
+            e->fail(UCS_ERR_UNREACHABLE);
+            continue;
+        }
+        conn_msg m{};
+        m.type    = uint8_t(conn_type::req);
+        m.version = conn_version;
+        m.src_lid.set(ctx().port().lid);
+        m.src_conn_qpn.set(conn_qp_->qpn());
+        m.conn_id.set(e->conn_id);
+        m.rc_qpn.set(e->qp().qpn());
+        m.psn.set(e->sq_psn);
+        status st = send_conn_msg(e->peer_lid, e->peer_conn_qpn, m);
+        MLX4X_DEBUG("endpoint %u: connection request %u to lid %d qp 0x%x: %s",
+                    e->conn_id, e->req_sent + 1, e->peer_lid,
+                    e->peer_conn_qpn, to_string(st));
+        if (st == status::ok) {
+            ++e->req_sent;
+            e->next_req_ns = t + uint64_t(cfg_.conn_timeout * 1e9);
+        }
+    }
+}
+
+void interface::dispatch_pending()
+{
+    size_t n = eps_.size();
+    for (size_t k = 0; k < n; ++k) {
+        // Round-robin start point: every endpoint gets its turn first.
+        endpoint *e = eps_[(pending_cursor_ + k) % n];
+        if (!e) {
+            continue;
+        }
+        while (!e->pending.empty() && e->can_send() && tx_credits_) {
+            // UCT contract: OK = done, remove it; INPROGRESS = partly sent,
+            // keep it and go on; anything else = keep it and stop here.
+            ucs_status_t st = e->pending.front()->func(e->pending.front());
+            if (st == UCS_OK) {
+                e->pending.pop_front();
+            } else if (st != UCS_INPROGRESS) {
+                break;
+            }
+        }
+    }
+    if (n) {
+        pending_cursor_ = (pending_cursor_ + 1) % n;
+    }
+}
+
+bool interface::all_flushed() const
+{
+    for (const endpoint *e : eps_) {
+        if (e && e->posted != e->completed) {
+            return false;
+        }
+    }
+    return true;
+}
+
+} // namespace mlx4x::uct

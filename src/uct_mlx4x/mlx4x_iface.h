@@ -1,0 +1,152 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// C++ side of the mlx4x UCT transport: the memory domain (owns the opened
+// HCA), the interface (CQs, the connection-service UD QP, incoming RC QPs,
+// progress) and endpoints (one RC QP each).
+#pragma once
+
+#include "uct_mlx4x/mlx4x_abi.h"
+#include "uct_mlx4x/mlx4x_conn.h"
+#include "hca/drv/verbs.h"
+
+#include <deque>
+#include <map>
+#include <memory>
+#include <vector>
+
+namespace mlx4x::uct {
+
+/// Device address: where the port is on the fabric.
+struct __attribute__((packed)) device_addr {
+    uint16_t lid;
+    uint64_t port_guid;
+};
+/// Interface address: the UD QP of its connection service.
+struct __attribute__((packed)) iface_addr {
+    uint32_t conn_qpn;
+};
+
+class memory_domain {
+public:
+    static result<std::unique_ptr<memory_domain>> open();
+    drv::context &ctx() { return *ctx_; }
+    uint32_t pd() const { return pd_; }
+private:
+    std::unique_ptr<fabric::fabric> fabric_;
+    std::unique_ptr<drv::context>   ctx_;
+    uint32_t                        pd_ = 0;
+};
+
+class interface;
+
+/// A buffer area registered once: fixed-size slots used as bounce buffers.
+struct slot_area {
+    std::vector<uint8_t>     mem;
+    std::unique_ptr<drv::mr> mr;
+    size_t                   slot_size = 0;
+    uint8_t *slot(size_t i) { return mem.data() + i * slot_size; }
+};
+
+enum class ep_state : uint8_t { connecting, connected, failed };
+
+class endpoint {
+public:
+    endpoint(interface &i, uct_mlx4x_ep_t *uct_ep) : iface_(i), uct_ep_(uct_ep) {}
+    status connect(const device_addr &dev, const iface_addr &ifa);
+    ~endpoint();
+
+    interface           &owner() { return iface_; }
+    uct_mlx4x_ep_t  *uct_ep() { return uct_ep_; }
+    drv::qp         &qp() { return *qp_; }
+    ep_state         state() const { return state_; }
+    bool can_send() const
+    {
+        return state_ == ep_state::connected && qp_->sq_free() > 0;
+    }
+
+    uint32_t   conn_id = 0;
+    uint16_t   peer_lid = 0;
+    uint32_t   peer_conn_qpn = 0;
+    uint32_t   sq_psn = 0;
+    uint64_t   next_req_ns = 0;
+    unsigned   req_sent = 0;
+    slot_area  bounce;
+    std::deque<uct_pending_req_t *> pending;
+    struct flush_waiter { uint32_t until; uct_completion_t *comp; };
+    std::deque<flush_waiter> flushes;
+    uint32_t   posted = 0, completed = 0;   ///< WQE counters for flush
+
+    void on_established(const conn_msg &rep);
+    void fail(ucs_status_t why);
+    ep_state state_ = ep_state::connecting;
+
+private:
+    interface                       &iface_;
+    uct_mlx4x_ep_t              *uct_ep_;
+    std::unique_ptr<drv::qp>     qp_;
+};
+
+/// Incoming side of a connection: an RC QP whose receive queue delivers
+/// active messages to this interface.
+struct rx_conn {
+    std::unique_ptr<drv::qp> qp;
+    slot_area                bufs;
+    conn_msg                 rep;      ///< answer, resent on duplicate REQ
+};
+
+class interface {
+public:
+    interface(uct_mlx4x_iface_t *uct, memory_domain &m, const uct_mlx4x_iface_config_t &cfg);
+    ~interface();
+    status init();
+
+    unsigned progress();
+    drv::context &ctx() { return md_.ctx(); }
+    memory_domain &domain() { return md_; }
+    uct_mlx4x_iface_t *uct() { return uct_; }
+    uint32_t conn_qpn() const { return conn_qp_->qpn(); }
+    drv::cq &send_cq() { return *send_cq_; }
+    drv::cq &recv_cq() { return *recv_cq_; }
+    size_t seg_size() const { return seg_size_; }
+    uint32_t max_inline() const { return max_inline_; }
+    const uct_mlx4x_iface_config_t &config() const { return cfg_; }
+
+    uint32_t add_ep(endpoint *e);
+    void     remove_ep(endpoint *e);
+    status   send_conn_msg(uint16_t dlid, uint32_t dqpn, const conn_msg &m);
+    bool     tx_credit_take()
+    {
+        if (tx_credits_ == 0) return false;
+        --tx_credits_;
+        return true;
+    }
+    void     tx_credit_return() { ++tx_credits_; }
+    bool     all_flushed() const;
+
+private:
+    void poll_send();
+    void poll_recv();
+    void on_conn_msg(const conn_msg &m, uint16_t slid);
+    void on_req(const conn_msg &m, uint16_t slid);
+    void on_am(rx_conn &c, const drv::wc &w);
+    void progress_connections();
+    void dispatch_pending();
+    status post_conn_recv(uint32_t slot);
+    status post_rx(rx_conn &c, uint32_t slot);
+
+    uct_mlx4x_iface_t             *uct_;
+    memory_domain                            &md_;
+    uct_mlx4x_iface_config_t       cfg_;
+    size_t                         seg_size_;
+    uint32_t                       max_inline_ = 0;
+    std::unique_ptr<drv::cq>       send_cq_, recv_cq_;
+    std::unique_ptr<drv::qp>       conn_qp_;
+    slot_area                      conn_bufs_;
+    uint32_t                       tx_credits_ = 0;
+    std::vector<endpoint *>              eps_;        ///< by conn_id (index)
+    std::map<uint32_t, endpoint *>       ep_by_qpn_;
+    std::map<uint32_t, std::unique_ptr<rx_conn>> rx_by_qpn_;
+    std::map<conn_key, uint32_t>   rx_by_key_;   ///< -> rx qpn
+    size_t                         pending_cursor_ = 0;
+};
+
+} // namespace mlx4x::uct

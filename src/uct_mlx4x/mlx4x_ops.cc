@@ -1,0 +1,405 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// The extern "C" functions mlx4x_tl.c puts into UCX's ops tables: MD,
+// interface and endpoint operations.
+#include "uct_mlx4x/mlx4x_boundary.h"
+#include "uct_mlx4x/mlx4x_iface.h"
+#include "hca/base/log.h"
+
+#include <climits>
+#include <cstring>
+
+using namespace mlx4x;
+using namespace mlx4x::uct;
+
+namespace {
+
+memory_domain &md_of(uct_md_h h) { return *static_cast<memory_domain *>(reinterpret_cast<uct_mlx4x_md_t *>(h)->impl); }
+interface &iface_of(uct_iface_h h)
+{
+    return *static_cast<interface *>(reinterpret_cast<uct_mlx4x_iface_t *>(h)->impl);
+}
+endpoint &ep_of(uct_ep_h h) { return *static_cast<endpoint *>(reinterpret_cast<uct_mlx4x_ep_t *>(h)->impl); }
+
+void ucs_sink(log_level l, const char *file, int line, const char *msg)
+{
+    ucs_log_level_t lvl = l == log_level::error ? UCS_LOG_LEVEL_ERROR
+                        : l == log_level::warn  ? UCS_LOG_LEVEL_WARN
+                        : l == log_level::diag  ? UCS_LOG_LEVEL_DIAG
+                        : l == log_level::info  ? UCS_LOG_LEVEL_INFO
+                                                : UCS_LOG_LEVEL_DEBUG;
+    if (ucs_log_is_enabled(lvl)) {
+        ucs_log_dispatch(file, line, "mlx4x", lvl, &ucs_global_opts.log_component,
+                         "%s", msg);
+    }
+}
+
+void install_log_sink()
+{
+    set_log_sink(ucs_sink);
+    set_log_level(ucs_log_is_enabled(UCS_LOG_LEVEL_DEBUG) ? log_level::debug
+                  : ucs_log_is_enabled(UCS_LOG_LEVEL_INFO) ? log_level::info
+                                                          : log_level::warn);
+}
+
+/// Shared by every op that posts: connected, a free WQE and a CQ credit.
+ucs_status_t tx_check(endpoint &e)
+{
+    if (e.state() == ep_state::failed) [[unlikely]] {
+        return UCS_ERR_CONNECTION_RESET;
+    }
+    if (!e.can_send() || !e.owner().tx_credit_take()) [[unlikely]] {
+        return UCS_ERR_NO_RESOURCE;
+    }
+    return UCS_OK;
+}
+
+ucs_status_t post(endpoint &e, drv::send_wr &wr)
+{
+    wr.wr_id = e.posted;
+    status s = e.qp().post_send(wr);
+    if (s != status::ok) [[unlikely]] {
+        e.owner().tx_credit_return();
+        return to_ucs(s);
+    }
+    ++e.posted;
+    return UCS_OK;
+}
+
+} // namespace
+
+// ---- memory_domain ---------------------------------------------------------------------
+
+extern "C" ucs_status_t uct_mlx4x_md_init(uct_mlx4x_md_t *m)
+{
+    return c_entry([&] {
+        install_log_sink();
+        auto r = memory_domain::open();
+        if (!r.ok()) {
+            return to_ucs(r.error());
+        }
+        m->impl = r.take().release();
+        return UCS_OK;
+    });
+}
+
+extern "C" void uct_mlx4x_md_close(uct_md_h h)
+{
+    auto *m = reinterpret_cast<uct_mlx4x_md_t *>(h);
+    delete static_cast<memory_domain *>(m->impl);
+    ucs_free(m);
+}
+
+extern "C" ucs_status_t uct_mlx4x_md_query(uct_md_h, uct_md_attr_t *attr)
+{
+    attr->cap.flags            = UCT_MD_FLAG_REG | UCT_MD_FLAG_NEED_RKEY;
+    attr->cap.reg_mem_types    = UCS_BIT(UCS_MEMORY_TYPE_HOST);
+    attr->cap.alloc_mem_types  = 0;
+    attr->cap.detect_mem_types = 0;
+    attr->cap.access_mem_types = UCS_BIT(UCS_MEMORY_TYPE_HOST);
+    attr->cap.max_alloc        = 0;
+    attr->cap.max_reg          = ULONG_MAX;
+    attr->rkey_packed_size     = sizeof(uint64_t);
+    attr->reg_cost             = ucs_linear_func_make(1e-6, 0);
+    std::strncpy(attr->component_name, UCT_MLX4X_NAME, UCT_COMPONENT_NAME_MAX);
+    std::memset(&attr->local_cpus, 0xff, sizeof(attr->local_cpus));
+    return UCS_OK;
+}
+
+extern "C" ucs_status_t uct_mlx4x_mem_reg(uct_md_h h, void *address,
+                                          size_t length, unsigned,
+                                          uct_mem_h *memh_p)
+{
+    return c_entry([&] {
+        memory_domain &m  = md_of(h);
+        auto r = drv::mr::reg(m.ctx(), m.pd(), address, length,
+                              drv::access_local_write | drv::access_remote_write |
+                                  drv::access_remote_read);
+        if (!r.ok()) {
+            ucs_error("mlx4x: failed to register %p length %zu: %s", address,
+                      length, to_string(r.error()));
+            return to_ucs(r.error());
+        }
+        *memh_p = r.take().release();
+        return UCS_OK;
+    });
+}
+
+extern "C" ucs_status_t uct_mlx4x_mem_dereg(uct_md_h,
+                                            const uct_md_mem_dereg_params_t *p)
+{
+    if (!(p->field_mask & UCT_MD_MEM_DEREG_FIELD_MEMH)) {
+        return UCS_ERR_INVALID_PARAM;
+    }
+    delete static_cast<drv::mr *>(p->memh);
+    return UCS_OK;
+}
+
+extern "C" ucs_status_t uct_mlx4x_mkey_pack(uct_md_h, uct_mem_h memh,
+                                            const uct_md_mkey_pack_params_t *,
+                                            void *rkey_buffer)
+{
+    uint64_t rkey = static_cast<drv::mr *>(memh)->rkey();
+    std::memcpy(rkey_buffer, &rkey, sizeof(rkey));
+    return UCS_OK;
+}
+
+extern "C" ucs_status_t uct_mlx4x_rkey_unpack(uct_component_t *,
+                                              const void *rkey_buffer,
+                                              uct_rkey_t *rkey_p, void **handle_p)
+{
+    uint64_t rkey;
+    std::memcpy(&rkey, rkey_buffer, sizeof(rkey));
+    *rkey_p   = rkey;
+    *handle_p = nullptr;
+    return UCS_OK;
+}
+
+extern "C" ucs_status_t uct_mlx4x_query_devices(uct_md_h memory_domain,
+                                                uct_tl_device_resource_t **devs,
+                                                unsigned *num)
+{
+    return uct_single_device_resource(memory_domain, "mlx4x_0:1", UCT_DEVICE_TYPE_NET,
+                                      UCS_SYS_DEVICE_ID_UNKNOWN, devs, num);
+}
+
+// ---- interface --------------------------------------------------------------------
+
+extern "C" ucs_status_t uct_mlx4x_iface_init(uct_mlx4x_iface_t *u,
+                                             const uct_iface_params_t *,
+                                             const uct_mlx4x_iface_config_t *cfg)
+{
+    return c_entry([&] {
+        memory_domain  &m = *static_cast<memory_domain *>(
+            reinterpret_cast<uct_mlx4x_md_t *>(u->super.md)->impl);
+        auto i = std::make_unique<interface>(u, m, *cfg);
+        if (status s = i->init(); s != status::ok) {
+            return to_ucs(s);
+        }
+        u->impl = i.release();
+        return UCS_OK;
+    });
+}
+
+extern "C" void uct_mlx4x_iface_cleanup(uct_mlx4x_iface_t *u)
+{
+    delete static_cast<interface *>(u->impl);
+}
+
+extern "C" ucs_status_t uct_mlx4x_iface_query(uct_iface_h h, uct_iface_attr_t *attr)
+{
+    interface &i = iface_of(h);
+    uct_base_iface_query(&i.uct()->super, attr);
+    attr->cap.flags = UCT_IFACE_FLAG_AM_SHORT | UCT_IFACE_FLAG_AM_BCOPY |
+                      UCT_IFACE_FLAG_PUT_SHORT | UCT_IFACE_FLAG_PUT_BCOPY |
+                      UCT_IFACE_FLAG_PENDING | UCT_IFACE_FLAG_CB_SYNC |
+                      UCT_IFACE_FLAG_CONNECT_TO_IFACE;
+    attr->cap.event_flags     = 0;
+    attr->cap.am.max_short    = i.max_inline() - 1 - sizeof(uint64_t);
+    attr->cap.am.max_bcopy    = i.seg_size() - 1;
+    attr->cap.am.max_hdr      = 0;
+    attr->cap.am.max_iov      = 1;
+    attr->cap.put.max_short   = i.max_inline();
+    attr->cap.put.max_bcopy   = i.seg_size();
+    attr->cap.put.max_iov     = 1;
+    attr->cap.put.opt_zcopy_align = 1;
+    attr->cap.put.align_mtu   = 1;
+    attr->device_addr_len     = sizeof(device_addr);
+    attr->iface_addr_len      = sizeof(iface_addr);
+    attr->ep_addr_len         = 0;
+    attr->max_conn_priv       = 0;
+    attr->latency             = ucs_linear_func_make(1e-6, 0);
+    attr->bandwidth.dedicated = 0;
+    attr->bandwidth.shared    = 6000.0 * (1024.0 * 1024.0);
+    attr->overhead            = 50e-9;
+    attr->priority            = 0;
+    return UCS_OK;
+}
+
+extern "C" ucs_status_t uct_mlx4x_iface_get_device_address(uct_iface_h h,
+                                                           uct_device_addr_t *a)
+{
+    interface &i = iface_of(h);
+    device_addr d{i.ctx().port().lid, i.ctx().port().port_guid};
+    std::memcpy(a, &d, sizeof(d));
+    return UCS_OK;
+}
+
+extern "C" ucs_status_t uct_mlx4x_iface_get_address(uct_iface_h h,
+                                                    uct_iface_addr_t *a)
+{
+    iface_addr ia{iface_of(h).conn_qpn()};
+    std::memcpy(a, &ia, sizeof(ia));
+    return UCS_OK;
+}
+
+extern "C" int uct_mlx4x_iface_is_reachable(const uct_iface_h,
+                                            const uct_device_addr_t *dev_addr,
+                                            const uct_iface_addr_t *)
+{
+    device_addr d;
+    std::memcpy(&d, dev_addr, sizeof(d));
+    return d.lid != 0;
+}
+
+extern "C" unsigned uct_mlx4x_iface_progress(uct_iface_h h)
+{
+    return iface_of(h).progress();
+}
+
+extern "C" ucs_status_t uct_mlx4x_iface_flush(uct_iface_h h, unsigned,
+                                              uct_completion_t *comp)
+{
+    if (comp != nullptr) {
+        return UCS_ERR_UNSUPPORTED;
+    }
+    return iface_of(h).all_flushed() ? UCS_OK : UCS_INPROGRESS;
+}
+
+// ---- endpoint -------------------------------------------------------------------------
+
+extern "C" ucs_status_t uct_mlx4x_ep_init(uct_mlx4x_ep_t *u,
+                                          const uct_ep_params_t *params)
+{
+    return c_entry([&] {
+        if (!(params->field_mask & UCT_EP_PARAM_FIELD_DEV_ADDR) ||
+            !(params->field_mask & UCT_EP_PARAM_FIELD_IFACE_ADDR)) {
+            ucs_error("mlx4x: endpoints connect to an interface address only");
+            return UCS_ERR_INVALID_PARAM;
+        }
+        interface &i = iface_of(params->iface);
+        device_addr d;
+        iface_addr  a;
+        std::memcpy(&d, params->dev_addr, sizeof(d));
+        std::memcpy(&a, params->iface_addr, sizeof(a));
+        auto e = std::make_unique<endpoint>(i, u);
+        if (status s = e->connect(d, a); s != status::ok) {
+            return to_ucs(s);
+        }
+        u->impl = e.release();
+        return UCS_OK;
+    });
+}
+
+extern "C" void uct_mlx4x_ep_cleanup(uct_mlx4x_ep_t *u)
+{
+    delete static_cast<endpoint *>(u->impl);
+}
+
+extern "C" ucs_status_t uct_mlx4x_ep_am_short(uct_ep_h h, uint8_t id,
+                                              uint64_t header, const void *payload,
+                                              unsigned length)
+{
+    endpoint &e = ep_of(h);
+    if (ucs_status_t st = tx_check(e); st != UCS_OK) {
+        return st;
+    }
+    drv::sge sg[3] = {{reinterpret_cast<uint64_t>(&id), 1, 0},
+                      {reinterpret_cast<uint64_t>(&header), sizeof(header), 0},
+                      {reinterpret_cast<uint64_t>(payload), length, 0}};
+    drv::send_wr wr;
+    wr.flags = drv::send_signaled | drv::send_inline;
+    wr.sg    = {sg, 3};
+    return post(e, wr);
+}
+
+extern "C" ssize_t uct_mlx4x_ep_am_bcopy(uct_ep_h h, uint8_t id,
+                                         uct_pack_callback_t pack_cb, void *arg,
+                                         unsigned)
+{
+    endpoint &e = ep_of(h);
+    if (ucs_status_t st = tx_check(e); st != UCS_OK) {
+        return st;
+    }
+    uint8_t *buf = e.bounce.slot(e.posted % e.qp().caps().max_send_wr);
+    buf[0]       = id;
+    size_t len   = pack_cb(buf + 1, arg);
+    drv::sge sg{reinterpret_cast<uint64_t>(buf), uint32_t(len + 1),
+                e.bounce.mr->lkey()};
+    drv::send_wr wr;
+    wr.sg = {&sg, 1};
+    ucs_status_t st = post(e, wr);
+    return st == UCS_OK ? ssize_t(len) : ssize_t(st);
+}
+
+extern "C" ucs_status_t uct_mlx4x_ep_put_short(uct_ep_h h, const void *buffer,
+                                               unsigned length,
+                                               uint64_t remote_addr,
+                                               uct_rkey_t rkey)
+{
+    endpoint &e = ep_of(h);
+    if (ucs_status_t st = tx_check(e); st != UCS_OK) {
+        return st;
+    }
+    drv::sge sg{reinterpret_cast<uint64_t>(buffer), length, 0};
+    drv::send_wr wr;
+    wr.opcode      = drv::wr_opcode::rdma_write;
+    wr.flags       = drv::send_signaled | drv::send_inline;
+    wr.sg          = {&sg, 1};
+    wr.remote_addr = remote_addr;
+    wr.rkey        = uint32_t(rkey);
+    return post(e, wr);
+}
+
+extern "C" ssize_t uct_mlx4x_ep_put_bcopy(uct_ep_h h, uct_pack_callback_t pack_cb,
+                                          void *arg, uint64_t remote_addr,
+                                          uct_rkey_t rkey)
+{
+    endpoint &e = ep_of(h);
+    if (ucs_status_t st = tx_check(e); st != UCS_OK) {
+        return st;
+    }
+    uint8_t *buf = e.bounce.slot(e.posted % e.qp().caps().max_send_wr);
+    size_t   len = pack_cb(buf, arg);
+    drv::sge sg{reinterpret_cast<uint64_t>(buf), uint32_t(len), e.bounce.mr->lkey()};
+    drv::send_wr wr;
+    wr.opcode      = drv::wr_opcode::rdma_write;
+    wr.sg          = {&sg, 1};
+    wr.remote_addr = remote_addr;
+    wr.rkey        = uint32_t(rkey);
+    ucs_status_t st = post(e, wr);
+    return st == UCS_OK ? ssize_t(len) : ssize_t(st);
+}
+
+extern "C" ucs_status_t uct_mlx4x_ep_flush(uct_ep_h h, unsigned flags,
+                                           uct_completion_t *comp)
+{
+    endpoint &e = ep_of(h);
+    if (e.state() == ep_state::failed) {
+        return UCS_ERR_CONNECTION_RESET;
+    }
+    if (flags & UCT_FLUSH_FLAG_CANCEL) {
+        return UCS_ERR_UNSUPPORTED;
+    }
+    if (e.posted == e.completed) {
+        return UCS_OK;
+    }
+    if (comp) {
+        e.flushes.push_back({e.posted, comp});
+    }
+    return UCS_INPROGRESS;
+}
+
+extern "C" ucs_status_t uct_mlx4x_ep_pending_add(uct_ep_h h, uct_pending_req_t *r,
+                                                 unsigned)
+{
+    endpoint &e = ep_of(h);
+    if (e.can_send() && e.pending.empty()) {
+        return UCS_ERR_BUSY;   // resources are there: send now
+    }
+    e.pending.push_back(r);
+    return UCS_OK;
+}
+
+extern "C" void uct_mlx4x_ep_pending_purge(uct_ep_h h,
+                                           uct_pending_purge_callback_t cb,
+                                           void *arg)
+{
+    endpoint &e = ep_of(h);
+    while (!e.pending.empty()) {
+        uct_pending_req_t *r = e.pending.front();
+        e.pending.pop_front();
+        if (cb) {
+            cb(r, arg);
+        }
+    }
+}

@@ -1,0 +1,248 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* The only C file: UCX configuration tables, ops tables, the UCS classes of
+ * the iface and ep, the component, and registration with a load-time guard
+ * against running inside a UCX other than the one we were built for. The
+ * functions referenced here are implemented in C++ (mlx4x_abi.h). */
+#ifdef HAVE_CONFIG_H
+#  include "config.h"
+#endif
+
+#include "mlx4x_abi.h"
+
+#include <uct/api/version.h>
+#include <ucs/type/class.h>
+#include <ucs/sys/stubs.h>
+#include <dlfcn.h>
+#include <stdio.h>
+
+static ucs_config_field_t uct_mlx4x_md_config_table[] = {
+    {"", "", NULL, ucs_offsetof(uct_mlx4x_md_config_t, super),
+     UCS_CONFIG_TYPE_TABLE(uct_md_config_table)},
+    {NULL}
+};
+
+static ucs_config_field_t uct_mlx4x_iface_config_table[] = {
+    {"", "", NULL, ucs_offsetof(uct_mlx4x_iface_config_t, super),
+     UCS_CONFIG_TYPE_TABLE(uct_iface_config_table)},
+
+    {"SEG_SIZE", "8k",
+     "Largest active message or RDMA payload sent from a bounce buffer\n"
+     "(am_bcopy / put_bcopy), in bytes.",
+     ucs_offsetof(uct_mlx4x_iface_config_t, seg_size), UCS_CONFIG_TYPE_MEMUNITS},
+
+    {"TX_QUEUE_LEN", "128",
+     "Send queue length of each connection (work requests in flight).",
+     ucs_offsetof(uct_mlx4x_iface_config_t, tx_queue_len), UCS_CONFIG_TYPE_UINT},
+
+    {"RX_QUEUE_LEN", "128",
+     "Receive buffers posted on each incoming connection.",
+     ucs_offsetof(uct_mlx4x_iface_config_t, rx_queue_len), UCS_CONFIG_TYPE_UINT},
+
+    {"MAX_INLINE", "220",
+     "Bytes of data a send work request may carry inline (sizes the WQE).",
+     ucs_offsetof(uct_mlx4x_iface_config_t, max_inline), UCS_CONFIG_TYPE_UINT},
+
+    {"CONN_TIMEOUT", "1s",
+     "Time to wait for an answer to a connection request before resending it.",
+     ucs_offsetof(uct_mlx4x_iface_config_t, conn_timeout), UCS_CONFIG_TYPE_TIME},
+
+    {"CONN_RETRIES", "30",
+     "Connection requests sent before the peer is declared unreachable.",
+     ucs_offsetof(uct_mlx4x_iface_config_t, conn_retries), UCS_CONFIG_TYPE_UINT},
+
+    {"COUNTERS", "n",
+     "Print the device's counters (name value per line) to stderr when an\n"
+     "interface closes.",
+     ucs_offsetof(uct_mlx4x_iface_config_t, counters), UCS_CONFIG_TYPE_BOOL},
+
+    {NULL}
+};
+
+/* ---- ep class ------------------------------------------------------- */
+
+static UCS_CLASS_INIT_FUNC(uct_mlx4x_ep_t, const uct_ep_params_t *params)
+{
+    uct_mlx4x_iface_t *iface = ucs_derived_of(params->iface, uct_mlx4x_iface_t);
+
+    UCS_CLASS_CALL_SUPER_INIT(uct_base_ep_t, &iface->super);
+    return uct_mlx4x_ep_init(self, params);
+}
+
+static UCS_CLASS_CLEANUP_FUNC(uct_mlx4x_ep_t)
+{
+    uct_mlx4x_ep_cleanup(self);
+}
+
+UCS_CLASS_DEFINE(uct_mlx4x_ep_t, uct_base_ep_t);
+static UCS_CLASS_DEFINE_NEW_FUNC(uct_mlx4x_ep_t, uct_ep_t, const uct_ep_params_t*);
+static UCS_CLASS_DEFINE_DELETE_FUNC(uct_mlx4x_ep_t, uct_ep_t);
+
+/* ---- iface class ---------------------------------------------------- */
+
+static void uct_mlx4x_iface_close(uct_iface_h tl_iface);
+
+static uct_iface_ops_t uct_mlx4x_iface_ops = {
+    .ep_am_short              = uct_mlx4x_ep_am_short,
+    .ep_am_bcopy              = uct_mlx4x_ep_am_bcopy,
+    .ep_put_short             = uct_mlx4x_ep_put_short,
+    .ep_put_bcopy             = uct_mlx4x_ep_put_bcopy,
+    .ep_pending_add           = uct_mlx4x_ep_pending_add,
+    .ep_pending_purge         = uct_mlx4x_ep_pending_purge,
+    .ep_flush                 = uct_mlx4x_ep_flush,
+    .ep_fence                 = uct_base_ep_fence,
+    .ep_check                 = (uct_ep_check_func_t)ucs_empty_function_return_unsupported,
+    .ep_create                = UCS_CLASS_NEW_FUNC_NAME(uct_mlx4x_ep_t),
+    .ep_destroy               = UCS_CLASS_DELETE_FUNC_NAME(uct_mlx4x_ep_t),
+    .iface_flush              = uct_mlx4x_iface_flush,
+    .iface_fence              = uct_base_iface_fence,
+    .iface_progress_enable    = uct_base_iface_progress_enable,
+    .iface_progress_disable   = uct_base_iface_progress_disable,
+    .iface_progress           = uct_mlx4x_iface_progress,
+    .iface_close              = uct_mlx4x_iface_close,
+    .iface_query              = uct_mlx4x_iface_query,
+    .iface_get_device_address = uct_mlx4x_iface_get_device_address,
+    .iface_get_address        = uct_mlx4x_iface_get_address,
+    .iface_is_reachable       = uct_mlx4x_iface_is_reachable,
+};
+
+static UCS_CLASS_INIT_FUNC(uct_mlx4x_iface_t, uct_md_h md, uct_worker_h worker,
+                           const uct_iface_params_t *params,
+                           const uct_iface_config_t *tl_config)
+{
+    const uct_mlx4x_iface_config_t *config =
+            ucs_derived_of(tl_config, uct_mlx4x_iface_config_t);
+
+    UCS_CLASS_CALL_SUPER_INIT(uct_base_iface_t, &uct_mlx4x_iface_ops,
+                              &uct_base_iface_internal_ops, md, worker, params,
+                              tl_config UCS_STATS_ARG(NULL)
+                              UCS_STATS_ARG(UCT_MLX4X_NAME));
+    return uct_mlx4x_iface_init(self, params, config);
+}
+
+static UCS_CLASS_CLEANUP_FUNC(uct_mlx4x_iface_t)
+{
+    uct_base_iface_progress_disable(&self->super.super,
+                                    UCT_PROGRESS_SEND | UCT_PROGRESS_RECV);
+    uct_mlx4x_iface_cleanup(self);
+}
+
+UCS_CLASS_DEFINE(uct_mlx4x_iface_t, uct_base_iface_t);
+static UCS_CLASS_DEFINE_NEW_FUNC(uct_mlx4x_iface_t, uct_iface_t, uct_md_h,
+                                 uct_worker_h, const uct_iface_params_t*,
+                                 const uct_iface_config_t*);
+static UCS_CLASS_DEFINE_DELETE_FUNC(uct_mlx4x_iface_t, uct_iface_t);
+
+static void uct_mlx4x_iface_close(uct_iface_h tl_iface)
+{
+    UCS_CLASS_DELETE_FUNC_NAME(uct_mlx4x_iface_t)(tl_iface);
+}
+
+/* ---- md and component ------------------------------------------------ */
+
+static uct_component_t uct_mlx4x_component;
+
+static uct_md_ops_t uct_mlx4x_md_ops = {
+    .close              = uct_mlx4x_md_close,
+    .query              = uct_mlx4x_md_query,
+    .mem_reg            = uct_mlx4x_mem_reg,
+    .mem_dereg          = uct_mlx4x_mem_dereg,
+    .mkey_pack          = uct_mlx4x_mkey_pack,
+    .is_sockaddr_accessible = (uct_md_is_sockaddr_accessible_func_t)ucs_empty_function_return_zero_int,
+    .detect_memory_type = (uct_md_detect_memory_type_func_t)ucs_empty_function_return_unsupported,
+};
+
+static ucs_status_t uct_mlx4x_md_open(uct_component_t *component,
+                                      const char *md_name,
+                                      const uct_md_config_t *config,
+                                      uct_md_h *md_p)
+{
+    uct_mlx4x_md_t *md = ucs_calloc(1, sizeof(*md), "mlx4x md");
+    ucs_status_t status;
+
+    if (md == NULL) {
+        return UCS_ERR_NO_MEMORY;
+    }
+    md->super.ops       = &uct_mlx4x_md_ops;
+    md->super.component = &uct_mlx4x_component;
+    status = uct_mlx4x_md_init(md);
+    if (status != UCS_OK) {
+        ucs_free(md);
+        return status;
+    }
+    *md_p = &md->super;
+    return UCS_OK;
+}
+
+static uct_component_t uct_mlx4x_component = {
+    .query_md_resources = uct_md_query_single_md_resource,
+    .md_open            = uct_mlx4x_md_open,
+    .cm_open            = (uct_component_cm_open_func_t)ucs_empty_function_return_unsupported,
+    .rkey_unpack        = uct_mlx4x_rkey_unpack,
+    .rkey_ptr           = (uct_component_rkey_ptr_func_t)ucs_empty_function_return_unsupported,
+    .rkey_release       = (uct_component_rkey_release_func_t)ucs_empty_function_return_success,
+    .name               = UCT_MLX4X_NAME,
+    .md_config          = {
+        .name           = "mlx4x memory domain",
+        .prefix         = "MLX4X_",
+        .table          = uct_mlx4x_md_config_table,
+        .size           = sizeof(uct_mlx4x_md_config_t),
+    },
+    .cm_config          = UCS_CONFIG_EMPTY_GLOBAL_LIST_ENTRY,
+    .tl_list            = UCT_COMPONENT_TL_LIST_INITIALIZER(&uct_mlx4x_component),
+    .flags              = 0,
+    .md_vfs_init        = (uct_component_md_vfs_init_func_t)ucs_empty_function
+};
+
+UCT_TL_DEFINE_ENTRY(&uct_mlx4x_component, mlx4x, uct_mlx4x_query_devices,
+                    uct_mlx4x_iface_t, "MLX4X_", uct_mlx4x_iface_config_table,
+                    uct_mlx4x_iface_config_t);
+
+/* ---- registration with a version and layout guard --------------------- */
+
+extern ucs_class_t uct_base_iface_t_class;
+static int uct_mlx4x_registered;
+
+/* UCT 1.13 exports no version call; UCP's (same release) is used when the
+ * process has it, and the base class size check catches layout changes. */
+static void uct_mlx4x_running_version(unsigned *major, unsigned *minor,
+                                      unsigned *release)
+{
+    void (*get_version)(unsigned*, unsigned*, unsigned*);
+
+    *major   = UCT_VERNO_MAJOR;
+    *minor   = UCT_VERNO_MINOR;
+    *release = UCT_VERNO_PATCH;
+    *(void**)&get_version = dlsym(RTLD_DEFAULT, "ucp_get_version");
+    if (get_version != NULL) {
+        get_version(major, minor, release);
+    }
+}
+
+static void UCS_F_CTOR uct_mlx4x_init(void)
+{
+    unsigned major, minor, release;
+
+    uct_mlx4x_running_version(&major, &minor, &release);
+    if ((major != UCT_VERNO_MAJOR) || (minor != UCT_VERNO_MINOR) ||
+        (release != UCT_VERNO_PATCH) ||
+        (uct_base_iface_t_class.size != sizeof(uct_base_iface_t))) {
+        fprintf(stderr, "mlx4x: not registering: built for UCX %d.%d.%d "
+                "(uct_base_iface_t %zu bytes) but running in UCX %u.%u.%u "
+                "(%u bytes); rebuild mlx4x against this UCX\n",
+                UCT_VERNO_MAJOR, UCT_VERNO_MINOR, UCT_VERNO_PATCH,
+                sizeof(uct_base_iface_t), major, minor, release,
+                (unsigned)uct_base_iface_t_class.size);
+        return;
+    }
+    uct_component_register(&uct_mlx4x_component);
+    uct_tl_register(&uct_mlx4x_component, &UCT_TL_NAME(mlx4x));
+    uct_mlx4x_registered = 1;
+}
+
+static void UCS_F_DTOR uct_mlx4x_cleanup(void)
+{
+    if (uct_mlx4x_registered) {
+        uct_tl_unregister(&UCT_TL_NAME(mlx4x));
+        uct_component_unregister(&uct_mlx4x_component);
+    }
+}
