@@ -1,0 +1,470 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// The HCA driven through drv:: over a lossless loopback fabric: port
+// bring-up, RC SEND / RDMA WRITE data paths, multi-packet messages across
+// the PSN wrap, completion semantics (C16, C21, C40, C63, C64) and RNR.
+#include "hca_fixture.h"
+
+#include <gtest/gtest.h>
+
+#include <vector>
+
+namespace mlx4x::test {
+namespace {
+
+constexpr size_t KiB = 1024, MiB = 1024 * 1024;
+
+// ---- port and commands -------------------------------------------------
+
+class port : public rc_pair {};
+
+TEST_F(port, query_port_reports_an_active_port_with_a_lid)
+{
+    start();
+    auto pa = a.ctx->query_port();
+    ASSERT_TRUE(pa.ok());
+    EXPECT_NE(pa->lid, 0);
+    EXPECT_EQ(pa->state, 4);   // IBA PortState ACTIVE
+    EXPECT_EQ(pa->mtu, 4096u);
+    EXPECT_NE(pa->port_guid, 0u);
+    EXPECT_EQ(pa->lid, a.ctx->port().lid);
+    EXPECT_NE(a.ctx->port().lid, b.ctx->port().lid);
+    EXPECT_NE(a.ctx->port().port_guid, b.ctx->port().port_guid);
+}
+
+TEST_F(port, C21_port_numbers_start_at_1)
+{
+    start();
+    // Port 2 does not exist, and 0 is not "the first port".
+    EXPECT_EQ(a.ctx->command(prm::cmd_opcode::init_port, 2), status::invalid_param);
+    EXPECT_EQ(a.ctx->command(prm::cmd_opcode::init_port, 0), status::invalid_param);
+    EXPECT_EQ(a.ctx->command(prm::cmd_opcode::query_port, 2), status::invalid_param);
+    EXPECT_EQ(a.ctx->command(prm::cmd_opcode::query_port, 0), status::invalid_param);
+    EXPECT_EQ(a.ctx->command(prm::cmd_opcode::close_port, 2), status::invalid_param);
+    // Port 1 is unaffected by the refused commands...
+    auto pa = a.ctx->query_port();
+    ASSERT_TRUE(pa.ok());
+    EXPECT_EQ(pa->state, 4);
+    EXPECT_EQ(pa->lid, a.ctx->port().lid);
+    // ...and INIT_PORT 1 on an active port is idempotent (same LID).
+    EXPECT_EQ(a.ctx->command(prm::cmd_opcode::init_port, 1), status::ok);
+    EXPECT_EQ(a.ctx->query_port()->lid, a.ctx->port().lid);
+}
+
+TEST_F(port, unknown_firmware_command_is_unsupported)
+{
+    start();
+    // An opcode the firmware does not know (BAD_OP) and a QP command for a
+    // QP number beyond the device's table (BAD_INDEX) both fail cleanly.
+    EXPECT_EQ(a.ctx->command(static_cast<prm::cmd_opcode>(0xfff), 0),
+              status::unsupported);
+    EXPECT_EQ(a.ctx->command(prm::cmd_opcode::to_err_qp, 0xffffff),
+              status::invalid_param);
+    EXPECT_EQ(a.qp->state(), prm::qp_state::rts);
+}
+
+TEST_F(port, C16_qp_lookup_by_number)
+{
+    start();
+    EXPECT_EQ(a.ctx->qp_by_num(a.qp->qpn()), a.qp.get());
+    EXPECT_EQ(a.ctx->qp_by_num(a.qp->qpn() + 1), nullptr);
+    EXPECT_EQ(a.ctx->qp_by_num(0xffffff), nullptr);   // out of range: no crash
+    uint32_t n = a.qp->qpn();
+    a.qp.reset();
+    EXPECT_EQ(a.ctx->qp_by_num(n), nullptr);
+}
+
+// ---- SEND ---------------------------------------------------------------
+
+class rc_send : public rc_pair {};
+
+TEST_F(rc_send, small_inline)
+{
+    drv::qp_caps caps;
+    caps.max_inline = 64;
+    start(caps);
+    std::vector<uint8_t> rbuf(64, 0);
+    auto &rmr = b.reg(rbuf.data(), rbuf.size());
+    ASSERT_EQ(b.post_recv(7, rbuf.data(), 64, rmr.lkey()), status::ok);
+    const char msg[] = "hello mlx4x";
+    ASSERT_EQ(a.post_send(3, msg, sizeof(msg), 0,
+                          drv::send_signaled | drv::send_inline),
+              status::ok);
+    ASSERT_TRUE(progress_until(
+        [&] { return a.send_wcs.size() == 1 && b.recv_wcs.size() == 1; }));
+    EXPECT_EQ(a.send_wcs[0].status, drv::wc_status::success);
+    EXPECT_EQ(a.send_wcs[0].wr_id, 3u);
+    EXPECT_EQ(a.send_wcs[0].qpn, a.qp->qpn());
+    const drv::wc &r = b.recv_wcs[0];
+    EXPECT_EQ(r.status, drv::wc_status::success);
+    EXPECT_EQ(r.opcode, drv::wc_opcode::recv);
+    EXPECT_EQ(r.wr_id, 7u);
+    EXPECT_EQ(r.byte_len, sizeof(msg));
+    EXPECT_EQ(r.qpn, b.qp->qpn());
+    EXPECT_EQ(r.src_qp, a.qp->qpn());
+    EXPECT_EQ(r.slid, a.ctx->port().lid);
+    EXPECT_STREQ(reinterpret_cast<const char *>(rbuf.data()), msg);
+}
+
+TEST_F(rc_send, gather_two_entries_scatter_two_entries)
+{
+    drv::qp_caps caps;
+    caps.max_recv_sge = 2;
+    start(caps);
+    // 3000 + 5000 bytes from two MRs: the first 4096-byte packet is staged
+    // across both gather entries.
+    std::vector<uint8_t> s1(3000), s2(5000), r1(6000, 0), r2(4000, 0);
+    fill_pattern(s1.data(), s1.size(), 11);
+    fill_pattern(s2.data(), s2.size(), 12);
+    auto &m1 = a.reg(s1.data(), s1.size(), 0);
+    auto &m2 = a.reg(s2.data(), s2.size(), 0);
+    auto &n1 = b.reg(r1.data(), r1.size());
+    auto &n2 = b.reg(r2.data(), r2.size());
+    drv::sge rsg[] = {{reinterpret_cast<uintptr_t>(r1.data()), 6000, n1.lkey()},
+                      {reinterpret_cast<uintptr_t>(r2.data()), 4000, n2.lkey()}};
+    ASSERT_EQ(b.qp->post_recv(1, rsg), status::ok);
+    drv::sge ssg[] = {{reinterpret_cast<uintptr_t>(s1.data()), 3000, m1.lkey()},
+                      {reinterpret_cast<uintptr_t>(s2.data()), 5000, m2.lkey()}};
+    drv::send_wr wr;
+    wr.wr_id = 2;
+    wr.sg    = ssg;
+    ASSERT_EQ(a.qp->post_send(wr), status::ok);
+    ASSERT_TRUE(progress_until(
+        [&] { return a.send_wcs.size() == 1 && b.recv_wcs.size() == 1; }));
+    EXPECT_EQ(a.send_wcs[0].status, drv::wc_status::success);
+    ASSERT_EQ(b.recv_wcs[0].status, drv::wc_status::success);
+    EXPECT_EQ(b.recv_wcs[0].byte_len, 8000u);
+    std::vector<uint8_t> sent(s1), got(r1);
+    sent.insert(sent.end(), s2.begin(), s2.end());
+    got.insert(got.end(), r2.begin(), r2.begin() + 2000);
+    EXPECT_EQ(got, sent);
+    EXPECT_EQ(r2[2000], 0);   // nothing beyond the message
+}
+
+TEST_F(rc_send, one_mib_multi_packet_across_psn_wrap)
+{
+    start();
+    ASSERT_EQ(a.ctx->port().mtu, 4096u);
+    std::vector<uint8_t> src(MiB), dst(MiB + 4096, 0);
+    fill_pattern(src.data(), src.size(), 0x1234);
+    auto &sm = a.reg(src.data(), src.size(), 0);
+    auto &dm = b.reg(dst.data(), dst.size());
+    ASSERT_EQ(b.post_recv(1, dst.data(), uint32_t(dst.size()), dm.lkey()),
+              status::ok);
+    uint64_t tx0 = a.counter(dev::counter::tx_packets);
+    ASSERT_EQ(a.post_send(2, src.data(), uint32_t(MiB), sm.lkey()), status::ok);
+    ASSERT_TRUE(progress_until(
+        [&] { return a.send_wcs.size() == 1 && b.recv_wcs.size() == 1; }));
+    EXPECT_EQ(a.send_wcs[0].status, drv::wc_status::success);
+    EXPECT_EQ(a.send_wcs[0].wr_id, 2u);
+    EXPECT_EQ(b.recv_wcs[0].status, drv::wc_status::success);
+    EXPECT_EQ(b.recv_wcs[0].byte_len, MiB);
+    EXPECT_EQ(check_pattern(dst.data(), MiB, 0x1234), -1);
+    EXPECT_EQ(dst[MiB], 0);
+    // 256 packets at MTU 4096 (the start PSN is 0xffffxx: the PSNs wrap),
+    // none retransmitted on a lossless fabric.
+    EXPECT_EQ(a.counter(dev::counter::tx_packets) - tx0, MiB / 4096);
+    EXPECT_EQ(a.counter(dev::counter::retransmits), 0u);
+    EXPECT_EQ(b.counter(dev::counter::duplicates), 0u);
+    EXPECT_EQ(b.counter(dev::counter::bad_packets), 0u);
+    // Only one message: no further completions.
+    progress_rounds(20);
+    EXPECT_EQ(a.send_wcs.size(), 1u);
+    EXPECT_EQ(b.recv_wcs.size(), 1u);
+}
+
+TEST_F(rc_send, with_immediate_reports_it_in_host_order)
+{
+    start();
+    std::vector<uint8_t> src(100), dst(100);
+    fill_pattern(src.data(), 100, 5);
+    auto &sm = a.reg(src.data(), 100, 0);
+    auto &dm = b.reg(dst.data(), 100);
+    ASSERT_EQ(b.post_recv(1, dst.data(), 100, dm.lkey()), status::ok);
+    drv::sge sg{reinterpret_cast<uintptr_t>(src.data()), 100, sm.lkey()};
+    drv::send_wr wr;
+    wr.wr_id  = 4;
+    wr.opcode = drv::wr_opcode::send_imm;
+    wr.imm    = 0xa1b2c3d4;
+    wr.sg     = {&sg, 1};
+    ASSERT_EQ(a.qp->post_send(wr), status::ok);
+    ASSERT_TRUE(progress_until([&] { return b.recv_wcs.size() == 1; }));
+    EXPECT_EQ(b.recv_wcs[0].opcode, drv::wc_opcode::recv_imm);
+    EXPECT_EQ(b.recv_wcs[0].imm, 0xa1b2c3d4u);
+    EXPECT_EQ(check_pattern(dst.data(), 100, 5), -1);
+}
+
+TEST_F(rc_send, zero_length_send_completes)
+{
+    start();
+    std::vector<uint8_t> dst(16, 0x5a);
+    auto &dm = b.reg(dst.data(), dst.size());
+    ASSERT_EQ(b.post_recv(1, dst.data(), 16, dm.lkey()), status::ok);
+    drv::send_wr wr;
+    wr.wr_id = 8;
+    ASSERT_EQ(a.qp->post_send(wr), status::ok);
+    ASSERT_TRUE(progress_until(
+        [&] { return a.send_wcs.size() == 1 && b.recv_wcs.size() == 1; }));
+    EXPECT_EQ(a.send_wcs[0].status, drv::wc_status::success);
+    EXPECT_EQ(b.recv_wcs[0].byte_len, 0u);
+    EXPECT_EQ(dst[0], 0x5a);
+}
+
+// ---- RDMA WRITE ---------------------------------------------------------
+
+class rc_write : public rc_pair {};
+
+TEST_F(rc_write, sixty_four_kib_lands_exactly_in_place)
+{
+    start();
+    std::vector<uint8_t> src(64 * KiB), dst(64 * KiB + 2 * 4096, 0xee);
+    fill_pattern(src.data(), src.size(), 99);
+    auto &sm = a.reg(src.data(), src.size(), 0);
+    auto &dm = b.reg(dst.data(), dst.size());
+    uint8_t *target = dst.data() + 4096;
+    ASSERT_EQ(a.post_write(5, src.data(), uint32_t(src.size()), sm.lkey(),
+                           reinterpret_cast<uintptr_t>(target), dm.rkey()),
+              status::ok);
+    ASSERT_TRUE(progress_until([&] { return a.send_wcs.size() == 1; }));
+    EXPECT_EQ(a.send_wcs[0].status, drv::wc_status::success);
+    EXPECT_EQ(a.send_wcs[0].opcode, drv::wc_opcode::rdma_write);
+    EXPECT_EQ(a.send_wcs[0].wr_id, 5u);
+    EXPECT_EQ(check_pattern(target, 64 * KiB, 99), -1);
+    for (size_t i = 0; i < 4096; ++i) {   // guard bytes on both sides
+        ASSERT_EQ(dst[i], 0xee) << i;
+        ASSERT_EQ(dst[4096 + 64 * KiB + i], 0xee) << i;
+    }
+    // A WRITE consumes no receive WQE and produces no receive completion.
+    progress_rounds(10);
+    EXPECT_TRUE(b.recv_wcs.empty());
+}
+
+TEST_F(rc_write, small_mtu_many_packets)
+{
+    drv::rc_connect_attr attr;
+    attr.mtu = 256;
+    start({}, attr);
+    std::vector<uint8_t> src(64 * KiB), dst(64 * KiB, 0);
+    fill_pattern(src.data(), src.size(), 3);
+    auto &sm = a.reg(src.data(), src.size(), 0);
+    auto &dm = b.reg(dst.data(), dst.size());
+    uint64_t tx0 = a.counter(dev::counter::tx_packets);
+    ASSERT_EQ(a.post_write(1, src.data(), uint32_t(src.size()), sm.lkey(),
+                           reinterpret_cast<uintptr_t>(dst.data()), dm.rkey()),
+              status::ok);
+    ASSERT_TRUE(progress_until([&] { return a.send_wcs.size() == 1; }));
+    EXPECT_EQ(a.send_wcs[0].status, drv::wc_status::success);
+    EXPECT_EQ(a.counter(dev::counter::tx_packets) - tx0, 64 * KiB / 256);
+    EXPECT_EQ(dst, src);
+}
+
+TEST_F(rc_write, write_then_send_orders_data_before_the_receive_completion)
+{
+    start();
+    std::vector<uint8_t> wsrc(32 * KiB), wdst(32 * KiB, 0), ssrc(64), sdst(64);
+    fill_pattern(wsrc.data(), wsrc.size(), 21);
+    auto &wm = a.reg(wsrc.data(), wsrc.size(), 0);
+    auto &sm = a.reg(ssrc.data(), ssrc.size(), 0);
+    auto &wd = b.reg(wdst.data(), wdst.size());
+    auto &sd = b.reg(sdst.data(), sdst.size());
+    ASSERT_EQ(b.post_recv(1, sdst.data(), 64, sd.lkey()), status::ok);
+    ASSERT_EQ(a.post_write(1, wsrc.data(), uint32_t(wsrc.size()), wm.lkey(),
+                           reinterpret_cast<uintptr_t>(wdst.data()), wd.rkey(), 0),
+              status::ok);
+    ASSERT_EQ(a.post_send(2, ssrc.data(), 64, sm.lkey()), status::ok);
+    // Stop as soon as the receive completes: the WRITE must be visible.
+    ASSERT_TRUE(progress_until([&] { return b.recv_wcs.size() == 1; }));
+    EXPECT_EQ(check_pattern(wdst.data(), wdst.size(), 21), -1);
+}
+
+// ---- completion semantics ------------------------------------------------
+
+class completion : public rc_pair {};
+
+TEST_F(completion, C64_unsignalled_wqes_are_retired_by_the_next_signalled_cqe)
+{
+    start();
+    std::vector<uint8_t> src(4 * 1000), dst(4 * 1000, 0);
+    for (int i = 0; i < 4; ++i) {
+        fill_pattern(src.data() + i * 1000, 1000, 40 + i);
+    }
+    auto &sm = a.reg(src.data(), src.size(), 0);
+    auto &dm = b.reg(dst.data(), dst.size());
+    for (int i = 0; i < 4; ++i) {
+        ASSERT_EQ(b.post_recv(100 + i, dst.data() + i * 1000, 1000, dm.lkey()),
+                  status::ok);
+    }
+    for (int i = 0; i < 3; ++i) {   // unsignalled
+        ASSERT_EQ(a.post_send(i + 1, src.data() + i * 1000, 1000, sm.lkey(), 0),
+                  status::ok);
+    }
+    EXPECT_EQ(a.qp->sq_outstanding(), 3u);
+    ASSERT_EQ(a.post_send(4, src.data() + 3000, 1000, sm.lkey()), status::ok);
+    ASSERT_TRUE(progress_until(
+        [&] { return a.send_wcs.size() == 1 && b.recv_wcs.size() == 4; }));
+    progress_rounds(10);
+    // One CQE for the signalled WQE; it retires all four slots.
+    ASSERT_EQ(a.send_wcs.size(), 1u);
+    EXPECT_EQ(a.send_wcs[0].wr_id, 4u);
+    EXPECT_EQ(a.send_wcs[0].status, drv::wc_status::success);
+    EXPECT_EQ(a.qp->sq_outstanding(), 0u);
+    ASSERT_EQ(b.recv_wcs.size(), 4u);
+    for (int i = 0; i < 4; ++i) {
+        EXPECT_EQ(b.recv_wcs[i].wr_id, uint64_t(100 + i));
+        EXPECT_EQ(check_pattern(dst.data() + i * 1000, 1000, 40 + i), -1) << i;
+    }
+}
+
+TEST_F(completion, C63_wr_ids_come_back_in_order_across_many_ring_wraps)
+{
+    drv::qp_caps caps;
+    caps.max_send_wr = 8;
+    caps.max_recv_wr = 8;
+    start(caps);
+    std::vector<uint8_t> src(64), dst(8 * 64);
+    auto &sm = a.reg(src.data(), src.size(), 0);
+    auto &dm = b.reg(dst.data(), dst.size());
+    uint64_t next_send = 0, next_recv = 0;
+    const uint64_t total = 200;   // 25 laps of an 8-entry ring
+    ASSERT_TRUE(progress_until([&] {
+        while (next_recv < total && next_recv - b.recv_wcs.size() < 8) {
+            if (b.post_recv(0x5000 + next_recv, dst.data() + (next_recv % 8) * 64,
+                            64, dm.lkey()) != status::ok) {
+                break;
+            }
+            ++next_recv;
+        }
+        // Every third WQE unsignalled: a CQE retires several slots.
+        while (next_send < total && a.qp->sq_free() > 0) {
+            uint32_t fl = (next_send % 3 == 1 && next_send + 1 < total)
+                              ? 0u : uint32_t(drv::send_signaled);
+            if (a.post_send(0xabc00000000ull + next_send, src.data(), 64,
+                            sm.lkey(), fl) != status::ok) {
+                break;
+            }
+            ++next_send;
+        }
+        return b.recv_wcs.size() == total && a.qp->sq_outstanding() == 0 &&
+               next_send == total;
+    }));
+    uint64_t expect = 0;
+    for (const drv::wc &w : a.send_wcs) {
+        ASSERT_EQ(w.status, drv::wc_status::success);
+        if (expect % 3 == 1 && expect + 1 < total) {
+            ++expect;   // unsignalled one before it
+        }
+        ASSERT_EQ(w.wr_id, 0xabc00000000ull + expect);
+        ++expect;
+    }
+    EXPECT_EQ(expect, total);
+    for (uint64_t i = 0; i < total; ++i) {
+        ASSERT_EQ(b.recv_wcs[i].wr_id, 0x5000 + i);
+    }
+}
+
+TEST_F(completion, C40_cqes_survive_destroy_of_their_qp_and_other_qps_are_unaffected)
+{
+    start();
+    // A second connection whose QPs share a's and b's CQs.
+    auto qa2 = drv::qp::create(*a.ctx, a.pd, drv::qp_type::rc, *a.scq, *a.rcq, {});
+    auto qb2 = drv::qp::create(*b.ctx, b.pd, drv::qp_type::rc, *b.scq, *b.rcq, {});
+    ASSERT_TRUE(qa2.ok() && qb2.ok());
+    auto bring_up = [](drv::qp &q, const drv::context &peer, uint32_t rqpn) {
+        drv::rc_connect_attr at;
+        at.remote_qpn = rqpn;
+        at.dlid       = peer.port().lid;
+        at.rq_psn     = 100;
+        at.sq_psn     = 100;
+        ASSERT_EQ(q.to_init(drv::access_remote_write), status::ok);
+        ASSERT_EQ(q.to_rtr(at), status::ok);
+        ASSERT_EQ(q.to_rts(at), status::ok);
+    };
+    bring_up(**qa2, *b.ctx, (*qb2)->qpn());
+    bring_up(**qb2, *a.ctx, (*qa2)->qpn());
+
+    std::vector<uint8_t> src(64), dst(8 * 64);
+    auto &sm = a.reg(src.data(), src.size(), 0);
+    auto &dm = b.reg(dst.data(), dst.size());
+    drv::sge ssg{reinterpret_cast<uintptr_t>(src.data()), 64, sm.lkey()};
+    for (int i = 0; i < 3; ++i) {
+        drv::sge rsg{reinterpret_cast<uintptr_t>(dst.data() + i * 64), 64, dm.lkey()};
+        ASSERT_EQ(b.qp->post_recv(10 + i, {&rsg, 1}), status::ok);
+        drv::sge rsg2{reinterpret_cast<uintptr_t>(dst.data() + (4 + i) * 64), 64,
+                      dm.lkey()};
+        ASSERT_EQ((*qb2)->post_recv(20 + i, {&rsg2, 1}), status::ok);
+        drv::send_wr wr;
+        wr.sg    = {&ssg, 1};
+        wr.wr_id = 1 + i;
+        ASSERT_EQ(a.qp->post_send(wr), status::ok);
+        wr.wr_id = 101 + i;
+        ASSERT_EQ((*qa2)->post_send(wr), status::ok);
+    }
+    // Progress without polling a's send CQ until everything was received
+    // and acknowledged (a few more rounds for the ACKs to be processed).
+    for (int i = 0; i < 200 && b.recv_wcs.size() < 6; ++i) {
+        a.ctx->progress();
+        b.ctx->progress();
+        b.poll();
+        manual_clock::advance(1000000);
+    }
+    ASSERT_EQ(b.recv_wcs.size(), 6u);
+    for (int i = 0; i < 5; ++i) {
+        a.ctx->progress();
+        b.ctx->progress();
+        manual_clock::advance(1000000);
+    }
+    uint32_t dead_qpn = a.qp->qpn();
+    a.qp.reset();   // destroy (to RESET) with its 3 CQEs still in the CQ
+
+    drv::wc w[16];
+    unsigned n = a.scq->poll(w);
+    ASSERT_EQ(n, 6u);
+    unsigned mine = 0, other = 0;
+    for (unsigned i = 0; i < n; ++i) {
+        EXPECT_EQ(w[i].status, drv::wc_status::success);
+        EXPECT_EQ(w[i].opcode, drv::wc_opcode::send);
+        if (w[i].qpn == dead_qpn) {
+            ++mine;
+        } else {
+            ASSERT_EQ(w[i].qpn, (*qa2)->qpn());
+            EXPECT_EQ(w[i].wr_id, 101u + other);   // exact wr_id, in order
+            ++other;
+        }
+    }
+    EXPECT_EQ(mine, 3u);
+    EXPECT_EQ(other, 3u);
+    EXPECT_EQ((*qa2)->sq_outstanding(), 0u);
+}
+
+// ---- RNR ----------------------------------------------------------------
+
+class rnr : public rc_pair {};
+
+TEST_F(rnr, send_without_receive_wqe_is_rnr_nakd_then_succeeds)
+{
+    start();   // rnr_retry 7: retry forever
+    std::vector<uint8_t> src(10000), dst(10000, 0);
+    fill_pattern(src.data(), src.size(), 8);
+    auto &sm = a.reg(src.data(), src.size(), 0);
+    auto &dm = b.reg(dst.data(), dst.size());
+    ASSERT_EQ(a.post_send(1, src.data(), uint32_t(src.size()), sm.lkey()),
+              status::ok);
+    ASSERT_TRUE(progress_until(
+        [&] { return b.counter(dev::counter::rnr_naks_sent) >= 3; }, 200));
+    EXPECT_TRUE(a.send_wcs.empty());
+    EXPECT_TRUE(b.recv_wcs.empty());
+    uint64_t rnr = b.counter(dev::counter::rnr_naks_sent);
+
+    ASSERT_EQ(b.post_recv(2, dst.data(), uint32_t(dst.size()), dm.lkey()),
+              status::ok);
+    ASSERT_TRUE(progress_until(
+        [&] { return a.send_wcs.size() == 1 && b.recv_wcs.size() == 1; }));
+    EXPECT_EQ(a.send_wcs[0].status, drv::wc_status::success);
+    EXPECT_EQ(b.recv_wcs[0].status, drv::wc_status::success);
+    EXPECT_EQ(b.recv_wcs[0].byte_len, 10000u);
+    EXPECT_EQ(dst, src);
+    // At most one more RNR NAK raced with the post.
+    EXPECT_LE(b.counter(dev::counter::rnr_naks_sent), rnr + 1);
+}
+
+} // namespace
+} // namespace mlx4x::test

@@ -1,0 +1,518 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// The shared-memory fabric across processes: an RC connection between a
+// parent and a forked child moving a 1 MiB SEND and a 64 KiB WRITE; a
+// corrupt segment refused with status::shmem_segment; ports of dead
+// processes reclaimed; a dead peer process ending in retry_exc_err.
+#include "hca_fixture.h"
+#include "hca/fabric/shm_fabric.h"
+#include "hca/fabric/shm_region.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstring>
+#include <cerrno>
+#include <csignal>
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <thread>
+#include <unistd.h>
+#include <vector>
+
+namespace mlx4x::test {
+namespace {
+
+using fabric::shm_fabric;
+using clk = std::chrono::steady_clock;
+
+constexpr size_t KiB = 1024, MiB = 1024 * 1024;
+
+/// A fresh segment name per test; the segment is unlinked at the end.
+class shm_test : public ::testing::Test {
+protected:
+    void SetUp() override
+    {
+        static int seq = 0;
+        name = "mlx4x-test-" + std::to_string(getpid()) + "-" +
+               std::to_string(seq++);
+        shm_unlink(("/" + name).c_str());
+    }
+    void TearDown() override
+    {
+        if (child > 0) {   // never leave a child behind
+            kill(child, SIGKILL);
+            waitpid(child, nullptr, 0);
+        }
+        shm_unlink(("/" + name).c_str());
+    }
+
+    /// Waits up to `seconds` for the child; returns its exit code, or -1
+    /// (killed) if it did not exit in time or died of a signal.
+    int wait_child(double seconds)
+    {
+        auto deadline = clk::now() + std::chrono::duration<double>(seconds);
+        int  st = 0;
+        while (waitpid(child, &st, WNOHANG) == 0) {
+            if (clk::now() > deadline) {
+                kill(child, SIGKILL);
+                waitpid(child, &st, 0);
+                child = -1;
+                return -1;
+            }
+            std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        }
+        child = -1;
+        return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    }
+
+    std::string name;
+    pid_t       child = -1;
+};
+
+// ---- pipes ----------------------------------------------------------------
+
+struct pipe_pair {
+    int to_child[2]  = {-1, -1};
+    int to_parent[2] = {-1, -1};
+    bool open() { return pipe(to_child) == 0 && pipe(to_parent) == 0; }
+    void as_child() { close(to_child[1]); close(to_parent[0]); }
+    void as_parent() { close(to_child[0]); close(to_parent[1]); }
+    int  rd(bool child) const { return child ? to_child[0] : to_parent[0]; }
+    int  wr(bool child) const { return child ? to_parent[1] : to_child[1]; }
+};
+
+bool write_all(int fd, const void *p, size_t n)
+{
+    const auto *c = static_cast<const char *>(p);
+    while (n) {
+        ssize_t k = write(fd, c, n);
+        if (k <= 0) {
+            return false;
+        }
+        c += k;
+        n -= size_t(k);
+    }
+    return true;
+}
+
+/// Reads exactly n bytes within `ms`; `idle` runs between polls (progress).
+template <typename Idle>
+bool read_all(int fd, void *p, size_t n, int ms, Idle &&idle)
+{
+    auto *c = static_cast<char *>(p);
+    auto deadline = clk::now() + std::chrono::milliseconds(ms);
+    while (n) {
+        pollfd pf{fd, POLLIN, 0};
+        int r = ::poll(&pf, 1, 0);
+        if (r > 0) {
+            ssize_t k = read(fd, c, n);
+            if (k <= 0) {
+                return false;
+            }
+            c += k;
+            n -= size_t(k);
+            continue;
+        }
+        if (clk::now() > deadline) {
+            return false;
+        }
+        if (!idle()) {
+            std::this_thread::sleep_for(std::chrono::microseconds(100));
+        }
+    }
+    return true;
+}
+bool read_all(int fd, void *p, size_t n, int ms)
+{
+    return read_all(fd, p, n, ms, [] { return false; });
+}
+
+// ---- one side of a cross-process connection (no gtest inside) -----------
+
+struct conn_info {
+    uint16_t lid;
+    uint32_t qpn;
+    uint64_t addr;
+    uint32_t rkey;
+};
+
+struct side {
+    std::unique_ptr<shm_fabric>            fab;
+    std::unique_ptr<drv::context>          ctx;
+    uint32_t                               pd = 0;
+    std::unique_ptr<drv::cq>               cq;
+    std::vector<std::unique_ptr<drv::mr>>  mrs;
+    std::unique_ptr<drv::qp>               qp;
+
+    ~side()
+    {
+        qp.reset();
+        mrs.clear();
+        cq.reset();
+        ctx.reset();
+        fab.reset();
+    }
+
+    status open(const std::string &name, dev::clock_fn clock = nullptr)
+    {
+        auto f = shm_fabric::open(name);
+        if (!f.ok()) return f.error();
+        fab = f.take();
+        auto c = drv::context::open(*fab, clock);
+        if (!c.ok()) return c.error();
+        ctx = c.take();
+        pd  = ctx->alloc_pd();
+        auto q = drv::cq::create(*ctx, 256);
+        if (!q.ok()) return q.error();
+        cq = q.take();
+        auto p = drv::qp::create(*ctx, pd, drv::qp_type::rc, *cq, *cq, {});
+        if (!p.ok()) return p.error();
+        qp = p.take();
+        return status::ok;
+    }
+    drv::mr *reg(void *addr, size_t len)
+    {
+        auto m = drv::mr::reg(*ctx, pd, addr, len,
+                              drv::access_local_write | drv::access_remote_write);
+        if (!m.ok()) return nullptr;
+        mrs.push_back(m.take());
+        return mrs.back().get();
+    }
+    status connect(const conn_info &peer, uint8_t ack_timeout = 18,
+                   uint8_t retry_cnt = 7)
+    {
+        drv::rc_connect_attr at;
+        at.remote_qpn  = peer.qpn;
+        at.dlid        = peer.lid;
+        at.rq_psn      = 0xfffff0 + peer.lid % 8;   // crosses the PSN wrap
+        at.sq_psn      = 0xfffff0 + ctx->port().lid % 8;
+        at.ack_timeout = ack_timeout;
+        at.retry_cnt   = retry_cnt;
+        if (status s = qp->to_init(drv::access_remote_write); s != status::ok) return s;
+        if (status s = qp->to_rtr(at); s != status::ok) return s;
+        return qp->to_rts(at);
+    }
+    /// Progresses and polls; appends completions to `out`.
+    bool step(std::vector<drv::wc> &out)
+    {
+        unsigned n = ctx->progress();
+        drv::wc w[16];
+        unsigned k = cq->poll(w);
+        out.insert(out.end(), w, w + k);
+        return n + k > 0;
+    }
+};
+
+/// The child's half of shm_fabric_two_processes: receives, verifies, and
+/// reports through the pipe. Its exit code is the verdict.
+int child_receiver(const std::string &name, const pipe_pair &pp)
+{
+    side s;
+    if (s.open(name) != status::ok) return 10;
+    std::vector<uint8_t> rbuf(MiB + 4096, 0), wbuf(64 * KiB, 0);
+    drv::mr *rm = s.reg(rbuf.data(), rbuf.size());
+    drv::mr *wm = s.reg(wbuf.data(), wbuf.size());
+    if (!rm || !wm) return 11;
+    conn_info me{s.ctx->port().lid, s.qp->qpn(),
+                 reinterpret_cast<uintptr_t>(wbuf.data()), wm->rkey()};
+    if (!write_all(pp.wr(true), &me, sizeof(me))) return 12;
+    conn_info peer{};
+    if (!read_all(pp.rd(true), &peer, sizeof(peer), 10000)) return 13;
+    if (s.connect(peer) != status::ok) return 14;
+    drv::sge sg{reinterpret_cast<uintptr_t>(rbuf.data()), uint32_t(rbuf.size()),
+                rm->lkey()};
+    if (s.qp->post_recv(77, {&sg, 1}) != status::ok) return 15;
+    char ready = 'r';
+    if (!write_all(pp.wr(true), &ready, 1)) return 16;
+
+    std::vector<drv::wc> wcs;
+    auto deadline = clk::now() + std::chrono::seconds(20);
+    while (wcs.empty()) {
+        if (!s.step(wcs)) {
+            if (clk::now() > deadline) return 17;
+            std::this_thread::yield();
+        }
+    }
+    int rc = 0;
+    if (wcs.size() != 1 || wcs[0].status != drv::wc_status::success ||
+        wcs[0].wr_id != 77 || wcs[0].opcode != drv::wc_opcode::recv ||
+        wcs[0].byte_len != MiB) {
+        rc = 20;
+    } else if (check_pattern(rbuf.data(), MiB, 0x5eed) != -1 || rbuf[MiB] != 0) {
+        rc = 21;   // SEND data
+    } else if (check_pattern(wbuf.data(), wbuf.size(), 0x3117e) != -1) {
+        rc = 22;   // WRITE data, visible before the later SEND completed
+    }
+    char verdict = char(rc);
+    write_all(pp.wr(true), &verdict, 1);
+    // Keep progressing (ACKs) until the parent says goodbye.
+    char bye;
+    read_all(pp.rd(true), &bye, 1, 10000, [&] { return s.step(wcs); });
+    return rc;
+}
+
+TEST_F(shm_test, two_processes_send_1mib_and_write_64kib)
+{
+    // The parent creates the segment first; the child attaches to it.
+    auto pre = shm_fabric::open(name);
+    ASSERT_TRUE(pre.ok());
+    pipe_pair pp;
+    ASSERT_TRUE(pp.open());
+    child = fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+        pp.as_child();
+        _exit(child_receiver(name, pp));
+    }
+    pp.as_parent();
+
+    side s;
+    ASSERT_EQ(s.open(name), status::ok);
+    std::vector<uint8_t> sbuf(MiB), wsrc(64 * KiB);
+    fill_pattern(sbuf.data(), sbuf.size(), 0x5eed);
+    fill_pattern(wsrc.data(), wsrc.size(), 0x3117e);
+    drv::mr *sm = s.reg(sbuf.data(), sbuf.size());
+    drv::mr *wm = s.reg(wsrc.data(), wsrc.size());
+    ASSERT_TRUE(sm && wm);
+
+    conn_info peer{};
+    ASSERT_TRUE(read_all(pp.rd(false), &peer, sizeof(peer), 10000))
+        << "child did not report its QP";
+    EXPECT_NE(peer.lid, s.ctx->port().lid);
+    ASSERT_EQ(s.connect(peer), status::ok);
+    conn_info me{s.ctx->port().lid, s.qp->qpn(), 0, 0};
+    ASSERT_TRUE(write_all(pp.wr(false), &me, sizeof(me)));
+    char ready = 0;
+    ASSERT_TRUE(read_all(pp.rd(false), &ready, 1, 10000));
+    ASSERT_EQ(ready, 'r');
+
+    drv::sge wsg{reinterpret_cast<uintptr_t>(wsrc.data()), uint32_t(wsrc.size()),
+                 wm->lkey()};
+    drv::send_wr w;
+    w.wr_id       = 1;
+    w.opcode      = drv::wr_opcode::rdma_write;
+    w.sg          = {&wsg, 1};
+    w.remote_addr = peer.addr;
+    w.rkey        = peer.rkey;
+    ASSERT_EQ(s.qp->post_send(w), status::ok);
+    drv::sge ssg{reinterpret_cast<uintptr_t>(sbuf.data()), uint32_t(sbuf.size()),
+                 sm->lkey()};
+    drv::send_wr snd;
+    snd.wr_id = 2;
+    snd.sg    = {&ssg, 1};
+    ASSERT_EQ(s.qp->post_send(snd), status::ok);
+
+    std::vector<drv::wc> wcs;
+    char verdict = -1;
+    bool got_verdict = read_all(pp.rd(false), &verdict, 1, 20000, [&] {
+        return s.step(wcs);
+    });
+    // Our completions may need a few more rounds (the last ACK).
+    auto deadline = clk::now() + std::chrono::seconds(5);
+    while (wcs.size() < 2 && clk::now() < deadline) {
+        s.step(wcs);
+    }
+    char bye = 'b';
+    write_all(pp.wr(false), &bye, 1);
+    int rc = wait_child(10);
+
+    ASSERT_TRUE(got_verdict) << "no verdict from the child";
+    EXPECT_EQ(int(verdict), 0);
+    EXPECT_EQ(rc, 0) << "child exit code (see child_receiver)";
+    ASSERT_EQ(wcs.size(), 2u);
+    EXPECT_EQ(wcs[0].wr_id, 1u);
+    EXPECT_EQ(wcs[0].status, drv::wc_status::success);
+    EXPECT_EQ(wcs[0].opcode, drv::wc_opcode::rdma_write);
+    EXPECT_EQ(wcs[1].wr_id, 2u);
+    EXPECT_EQ(wcs[1].status, drv::wc_status::success);
+    // Lossless fabric: nothing retransmitted.
+    EXPECT_EQ(s.ctx->device().get(dev::counter::retransmits), 0u);
+}
+
+TEST_F(shm_test, dead_peer_process_ends_in_retry_exc_err)
+{
+    auto pre = shm_fabric::open(name);
+    ASSERT_TRUE(pre.ok());
+    pipe_pair pp;
+    ASSERT_TRUE(pp.open());
+    child = fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+        // Attach, connect, then die without cleaning up (a crash).
+        pp.as_child();
+        side s;
+        if (s.open(name) != status::ok) _exit(10);
+        conn_info me{s.ctx->port().lid, s.qp->qpn(), 0, 0};
+        conn_info peer{};
+        if (!write_all(pp.wr(true), &me, sizeof(me)) ||
+            !read_all(pp.rd(true), &peer, sizeof(peer), 10000) ||
+            s.connect(peer) != status::ok) {
+            _exit(11);
+        }
+        _exit(0);
+    }
+    pp.as_parent();
+    side s;
+    ASSERT_EQ(s.open(name), status::ok);
+    std::vector<uint8_t> buf(4096);
+    drv::mr *m = s.reg(buf.data(), buf.size());
+    ASSERT_TRUE(m);
+    conn_info peer{};
+    ASSERT_TRUE(read_all(pp.rd(false), &peer, sizeof(peer), 10000));
+    ASSERT_EQ(s.connect(peer, /*ack_timeout*/ 10, /*retry_cnt*/ 2), status::ok);
+    conn_info me{s.ctx->port().lid, s.qp->qpn(), 0, 0};
+    ASSERT_TRUE(write_all(pp.wr(false), &me, sizeof(me)));
+    ASSERT_EQ(wait_child(10), 0);
+
+    drv::sge sg{reinterpret_cast<uintptr_t>(buf.data()), 4096, m->lkey()};
+    drv::send_wr wr;
+    wr.wr_id = 9;
+    wr.sg    = {&sg, 1};
+    ASSERT_EQ(s.qp->post_send(wr), status::ok);
+    std::vector<drv::wc> wcs;
+    auto deadline = clk::now() + std::chrono::seconds(5);
+    while (wcs.empty() && clk::now() < deadline) {
+        s.step(wcs);
+    }
+    ASSERT_EQ(wcs.size(), 1u);
+    EXPECT_EQ(wcs[0].wr_id, 9u);
+    EXPECT_EQ(wcs[0].status, drv::wc_status::retry_exc_err);
+}
+
+// ---- segment validation ---------------------------------------------------
+
+/// Creates /dev/shm/<name> of `size` bytes whose first `head` bytes come
+/// from `fill`.
+void make_segment(const std::string &name, size_t size,
+                  const std::vector<uint8_t> &head)
+{
+    int fd = shm_open(("/" + name).c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+    ASSERT_GE(fd, 0) << strerror(errno);
+    ASSERT_EQ(ftruncate(fd, off_t(size)), 0);
+    ASSERT_EQ(pwrite(fd, head.data(), head.size(), 0), ssize_t(head.size()));
+    close(fd);
+}
+
+void expect_refused_with_one_error_line(const std::string &name)
+{
+    log_capture logs;
+    auto f = shm_fabric::open(name);
+    ASSERT_FALSE(f.ok());
+    EXPECT_EQ(f.error(), status::shmem_segment);
+    ASSERT_EQ(log_capture::lines().size(), 1u);
+    EXPECT_EQ(log_capture::lines()[0].first, log_level::error);
+    EXPECT_NE(log_capture::lines()[0].second.find("/dev/shm/" + name),
+              std::string::npos)
+        << log_capture::lines()[0].second;
+}
+
+TEST_F(shm_test, corrupt_segment_is_refused_not_a_crash)
+{
+    std::vector<uint8_t> garbage(64 * KiB);
+    fill_pattern(garbage.data(), garbage.size(), 0xbad);
+    garbage[0] |= 1;   // a non-zero "magic"
+    ASSERT_NO_FATAL_FAILURE(make_segment(name, fabric::shm::total_size, garbage));
+    expect_refused_with_one_error_line(name);
+    // Refusing it did not touch it.
+    struct stat st {};
+    ASSERT_EQ(stat(("/dev/shm/" + name).c_str(), &st), 0);
+    EXPECT_EQ(size_t(st.st_size), fabric::shm::total_size);
+}
+
+TEST_F(shm_test, segment_of_another_version_is_refused)
+{
+    fabric::shm::region_header h{};
+    h.magic       = fabric::shm::region_magic;
+    h.version     = fabric::shm::region_version + 1;
+    h.header_size = sizeof(h);
+    h.total_size  = fabric::shm::total_size;
+    std::vector<uint8_t> head(sizeof(h));
+    std::memcpy(head.data(), &h, sizeof(h));
+    ASSERT_NO_FATAL_FAILURE(make_segment(name, fabric::shm::total_size, head));
+    expect_refused_with_one_error_line(name);
+}
+
+TEST_F(shm_test, segment_of_the_wrong_size_is_refused)
+{
+    std::vector<uint8_t> garbage(4096, 0x5a);
+    ASSERT_NO_FATAL_FAILURE(make_segment(name, 4096, garbage));
+    expect_refused_with_one_error_line(name);
+}
+
+TEST_F(shm_test, reopening_a_valid_segment_shares_the_port_table)
+{
+    auto f1 = shm_fabric::open(name);
+    auto f2 = shm_fabric::open(name);   // a second mapping, as another process
+    ASSERT_TRUE(f1.ok() && f2.ok());
+    auto p1 = (*f1)->attach();
+    auto p2 = (*f2)->attach();
+    ASSERT_TRUE(p1.ok() && p2.ok());
+    EXPECT_NE((*p1)->lid(), (*p2)->lid());
+    EXPECT_TRUE((*p1)->peer_alive((*p2)->lid()));
+    EXPECT_TRUE((*p1)->lossless());
+    uint16_t l2 = (*p2)->lid();
+    p2->reset();
+    EXPECT_FALSE((*p1)->peer_alive(l2));
+    EXPECT_FALSE((*p1)->peer_alive(0));
+    EXPECT_FALSE((*p1)->peer_alive(fabric::shm::max_ports + 1));
+}
+
+// ---- stale ports ------------------------------------------------------------
+
+TEST_F(shm_test, port_of_a_dead_process_is_reclaimed)
+{
+    auto f = shm_fabric::open(name);
+    ASSERT_TRUE(f.ok());
+    auto first = (*f)->attach();
+    ASSERT_TRUE(first.ok());
+
+    int p[2];
+    ASSERT_EQ(pipe(p), 0);
+    child = fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+        close(p[0]);
+        auto cf = shm_fabric::open(name);
+        if (!cf.ok()) _exit(10);
+        auto port = (*cf)->attach();
+        if (!port.ok()) _exit(11);
+        uint16_t lid = (*port)->lid();
+        write_all(p[1], &lid, sizeof(lid));
+        _exit(0);   // no detach: the port entry stays "active"
+    }
+    close(p[1]);
+    uint16_t dead_lid = 0;
+    ASSERT_TRUE(read_all(p[0], &dead_lid, sizeof(dead_lid), 10000));
+    close(p[0]);
+    ASSERT_EQ(wait_child(10), 0);
+    EXPECT_NE(dead_lid, (*first)->lid());
+    EXPECT_FALSE((*first)->peer_alive(dead_lid));
+
+    // All max_ports can be attached again: the dead process's one is
+    // reclaimed (and its LID handed out anew).
+    std::vector<std::unique_ptr<fabric::port>> ports;
+    bool reused = false;
+    for (uint32_t i = 1; i < fabric::shm::max_ports; ++i) {
+        auto port = (*f)->attach();
+        ASSERT_TRUE(port.ok()) << "attach " << i << ": " << to_string(port.error());
+        reused |= (*port)->lid() == dead_lid;
+        ports.push_back(port.take());
+    }
+    EXPECT_TRUE(reused);
+    EXPECT_TRUE((*first)->peer_alive(dead_lid));
+    {
+        log_capture logs;
+        auto extra = (*f)->attach();
+        EXPECT_EQ(extra.error(), status::exceeds_limit);
+        EXPECT_EQ(log_capture::lines().size(), 1u);
+    }
+    // Detaching frees a port for the next attach.
+    ports.pop_back();
+    EXPECT_TRUE((*f)->attach().ok());
+}
+
+} // namespace
+} // namespace mlx4x::test

@@ -1,0 +1,45 @@
+# Shared by the integration tests: run commands through the build tree's
+# launcher with bounded time, and count checks. Sourced, not run.
+set -u
+: "${top_srcdir:=$(cd "$(dirname "$0")/../.." && pwd)}"
+: "${top_builddir:=$top_srcdir}"
+export MLX4X_LIB="$top_builddir/.libs/libuct_mlx4x.so"
+RUN="$top_srcdir/contrib/mlx4x-run"
+# Each test uses its own fabric segment, removed at exit.
+export UCX_MLX4X_FABRIC="mlx4x-test-$$"
+trap 'rm -f "/dev/shm/$UCX_MLX4X_FABRIC"' EXIT
+passed=0
+failed=0
+
+ok()   { passed=$((passed + 1)); echo "ok: $*"; }
+fail() { failed=$((failed + 1)); echo "FAIL: $*"; }
+
+# A TCP port for ucx_perftest's out-of-band exchange, different per call.
+next_port() { echo $(( 20000 + ($$ * 7 + ${_port_seq:=0}) % 20000 )); _port_seq=$((_port_seq + 1)); }
+
+# perftest_pair NAME TIMEOUT ARGS...: server and client on localhost; passes
+# when the client prints its "Final:" line and both exit 0.
+perftest_pair() {
+    name=$1; t=$2; shift 2
+    port=$(next_port)
+    out=$(mktemp)
+    timeout "$t" "$RUN" ucx_perftest -p "$port" "$@" >"$out.srv" 2>&1 &
+    srv=$!
+    sleep 0.5
+    timeout "$t" "$RUN" ucx_perftest localhost -p "$port" "$@" >"$out" 2>&1
+    crc=$?
+    wait $srv
+    src=$?
+    if [ $crc -eq 0 ] && [ $src -eq 0 ] && grep -q '^Final:' "$out"; then
+        ok "$name: $(grep '^Final:' "$out" | tr -s ' ')"
+    else
+        fail "$name (client exit $crc, server exit $src)"
+        tail -5 "$out" "$out.srv"
+    fi
+    rm -f "$out" "$out.srv"
+}
+
+finish() {
+    echo "$passed passed, $failed failed"
+    [ "$failed" -eq 0 ]
+}

@@ -1,0 +1,44 @@
+#!/bin/sh
+# Open MPI over pml ucx and mlx4x: the ping-pong verifies every byte, and the
+# device counters prove the bytes crossed mlx4x (UCX_TLS=mlx4x,self leaves
+# UCP no other inter-process transport; the counters make that visible).
+. "$(dirname "$0")/lib.sh"
+
+pp="$top_builddir/contrib/mlx4x-pingpong"
+log=$(mktemp)
+timeout 300 mpirun --allow-run-as-root --oversubscribe -np 2 \
+    -x UCX_MLX4X_COUNTERS=y -x UCX_MLX4X_FABRIC -x MLX4X_LIB \
+    "$RUN" "$pp" 1048576 >"$log" 2>&1
+rc=$?
+if [ $rc -eq 0 ] && grep -q "^# OK: 0 data errors" "$log"; then
+    ok "2-rank ping-pong 1 B .. 1 MiB verified"
+else
+    fail "2-rank ping-pong (exit $rc)"
+    tail -20 "$log"
+fi
+# Each rank prints its device counters at close. At 1 MiB alone, each rank
+# sends 45 ping-pong messages and rank 0 streams 4 x 64 more: the wire must
+# have carried at least that much.
+mib=1048576
+rank_min=$((45 * mib))
+total_min=$((4 * 64 * mib + 2 * rank_min))
+n=$(grep -c '^tx_bytes ' "$log")
+low=$(awk -v min=$rank_min '/^tx_bytes /{ if ($2 < min) bad++ } END { print bad + 0 }' "$log")
+total=$(awk '/^tx_bytes /{ t += $2 } END { print t + 0 }' "$log")
+if [ "$n" -eq 2 ] && [ "$low" -eq 0 ] && [ "$total" -ge "$total_min" ]; then
+    ok "both ranks sent their data through mlx4x ($(grep '^tx_bytes ' "$log" | tr '\n' ' '))"
+else
+    fail "mlx4x counters do not show the job's traffic ($n tx_bytes lines, $total bytes)"
+    grep -E '^(tx|rx)_' "$log"
+fi
+# Without the plugin, UCX_TLS=mlx4x,self cannot reach the peer: the job must
+# fail rather than silently use another path.
+timeout 120 env MLX4X_LIB=/nonexistent/libuct_mlx4x.so mpirun --allow-run-as-root \
+    --oversubscribe -np 2 -x UCX_TLS=mlx4x,self -x OMPI_MCA_pml=ucx "$pp" 1024 >"$log" 2>&1
+if [ $? -ne 0 ]; then
+    ok "without mlx4x the forced configuration fails loudly"
+else
+    fail "job succeeded without mlx4x: traffic went elsewhere"
+fi
+rm -f "$log"
+finish

@@ -1,0 +1,21 @@
+#!/bin/sh
+# ucx_perftest server/client pairs over mlx4x: the UCT tests of the
+# foundation (-x mlx4x -d mlx4x_0:1) and UCP tag tests with UCX_TLS=mlx4x,self.
+. "$(dirname "$0")/lib.sh"
+
+uct="-x mlx4x -d mlx4x_0:1"
+perftest_pair "am_lat short"        60 -t am_lat  -D short -n 20000 $uct
+perftest_pair "am_lat bcopy 4000"   60 -t am_lat  -D bcopy -s 4000 -n 5000 $uct
+perftest_pair "am_bw short"         60 -t am_bw   -D short -n 50000 $uct
+perftest_pair "am_bw bcopy 8000"    60 -t am_bw   -D bcopy -s 8000 -n 20000 $uct
+perftest_pair "put_lat short"       60 -t put_lat -D short -n 20000 $uct
+perftest_pair "put_lat bcopy 8192"  60 -t put_lat -D bcopy -s 8192 -n 5000 $uct
+perftest_pair "put_bw short 64"     60 -t put_bw  -D short -s 64 -n 50000 $uct
+perftest_pair "put_bw bcopy 8192"   60 -t put_bw  -D bcopy -s 8192 -n 20000 $uct
+
+export UCX_TLS=mlx4x,self
+perftest_pair "tag_lat 8"           60 -t tag_lat -s 8 -n 20000
+perftest_pair "tag_lat 1 MiB"       60 -t tag_lat -s 1048576 -n 200
+perftest_pair "tag_bw 9000"         60 -t tag_bw  -s 9000 -n 5000
+perftest_pair "tag_bw 4 MiB"        90 -t tag_bw  -s 4194304 -n 100
+finish

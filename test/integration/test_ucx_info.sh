@@ -1,0 +1,20 @@
+#!/bin/sh
+# ucx_info -d through the launcher lists the mlx4x transport on mlx4x_0:1
+# with only the capabilities that work.
+. "$(dirname "$0")/lib.sh"
+
+out=$(timeout 60 "$RUN" ucx_info -d 2>&1)
+echo "$out" | grep -q "Component: mlx4x" && ok "component mlx4x" || fail "component mlx4x missing"
+echo "$out" | grep -A3 "Transport: mlx4x" | grep -q "Device: mlx4x_0:1" \
+    && ok "transport mlx4x on device mlx4x_0:1" || fail "transport/device missing"
+caps=$(echo "$out" | sed -n '/Transport: mlx4x/,/error handling/p')
+for c in am_short am_bcopy put_short put_bcopy "connection: to iface"; do
+    echo "$caps" | grep -q "$c" && ok "advertises $c" || fail "does not advertise $c"
+done
+# Not implemented yet, so not advertised.
+for c in am_zcopy put_zcopy get_bcopy get_zcopy atomic tag_eager; do
+    echo "$caps" | grep -q "$c" && fail "advertises unimplemented $c" || ok "does not claim $c"
+done
+out=$(timeout 60 "$RUN" ucx_info -c 2>&1)
+echo "$out" | grep -q "UCX_MLX4X_SEG_SIZE" && ok "config UCX_MLX4X_* documented" || fail "no UCX_MLX4X_ config"
+finish
