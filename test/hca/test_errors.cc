@@ -336,6 +336,21 @@ TEST_F(recv_protection, C53_receive_buffer_without_local_write_fails_the_receive
     EXPECT_EQ(b.recv_wcs[1].status, drv::wc_status::wr_flush_err);
 }
 
+TEST_F(recv_protection, C53_remote_write_or_atomic_without_local_write_is_refused)
+{
+    start();
+    std::vector<uint8_t> buf(64);
+    for (uint32_t access : {uint32_t(drv::access_remote_write),
+                            uint32_t(drv::access_remote_atomic)}) {
+        auto r = drv::mr::reg(*a.ctx, a.pd, buf.data(), buf.size(), access);
+        EXPECT_EQ(r.error(), status::invalid_param) << "access 0x" << std::hex
+                                                    << access;
+    }
+    auto ok = drv::mr::reg(*a.ctx, a.pd, buf.data(), buf.size(),
+                           drv::access_local_write | drv::access_remote_write);
+    EXPECT_TRUE(ok.ok());
+}
+
 class local_error : public rc_pair {};
 
 TEST_F(local_error, C53_bad_lkey_in_the_middle_of_a_message_completes_each_wqe_once_in_order)

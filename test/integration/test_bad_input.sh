@@ -25,7 +25,24 @@ else
 fi
 rm -f "$seg"
 
-# 3. configure's UCX source checks, run from a copy of the configure script
+# 3. Running inside a UCX of another version: the plugin stays out of UCX
+# with one clear line. A preloaded ucp_get_version() stands in for it.
+tmp=$(mktemp -d)
+printf 'void ucp_get_version(unsigned *a, unsigned *b, unsigned *c)\n{ *a = 1; *b = 12; *c = 0; }\n' > "$tmp/fake.c"
+if cc -shared -fPIC -o "$tmp/fakeucp.so" "$tmp/fake.c"; then
+    out=$(LD_PRELOAD="$tmp/fakeucp.so" timeout 60 "$RUN" ucx_info -d 2>&1); rc=$?
+    n=$(echo "$out" | grep -c "mlx4x: not registering: built for UCX")
+    if [ $rc -eq 0 ] && [ "$n" -eq 1 ] && ! echo "$out" | grep -q "Transport: mlx4x"; then
+        ok "UCX version mismatch: one error line, not registered, no crash"
+    else
+        fail "UCX version mismatch (exit $rc, $n error lines)"; echo "$out" | grep -i mlx4x | head -3
+    fi
+else
+    fail "cannot build the fake ucp_get_version"
+fi
+rm -rf "$tmp"
+
+# 4. configure's UCX source checks, run from a copy of the configure script
 # (the real source tree may already be configured in place).
 tmp=$(mktemp -d)
 mkdir -p "$tmp/src/contrib" "$tmp/src/src/hca/dev" "$tmp/build"
@@ -40,7 +57,7 @@ if [ $rc -ne 0 ] && grep -q "contrib/install-deps.sh" "$tmp/build/out"; then
 else
     fail "configure without UCX source (exit $rc)"; tail -3 "$tmp/build/out"
 fi
-# 4. A UCX source tree of another version is refused.
+# 5. A UCX source tree of another version is refused.
 mkdir -p "$tmp/ucx-old/src/uct/base"; : > "$tmp/ucx-old/src/uct/base/uct_iface.h"
 printf 'define([ucx_ver_major], 1)\ndefine([ucx_ver_minor], 12)\ndefine([ucx_ver_patch], 0)\n' > "$tmp/ucx-old/configure.ac"
 run_configure --with-ucx-src="$tmp/ucx-old"; rc=$?

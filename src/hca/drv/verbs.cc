@@ -188,6 +188,11 @@ void context::unmap_buffer(uint64_t mtt_offset)
 result<std::unique_ptr<mr>> mr::reg(context &ctx, uint32_t pd, void *addr,
                                     size_t len, uint32_t access)
 {
+    // C53 step 1 / IBA 10.6.3.1: remote write or atomic needs local write.
+    if ((access & (access_remote_write | access_remote_atomic)) &&
+        !(access & access_local_write)) {
+        return status::invalid_param;
+    }
     uint32_t idx = ctx.alloc_mpt();
     // A fresh tag per registration, so a stale key of a reused index fails.
     static uint8_t tag = 0;
