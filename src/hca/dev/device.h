@@ -120,6 +120,7 @@ private:
     void send_nak(qp &q, uint8_t syndrome);
     void responder_error(qp &q, ib::nak_code code);
     bool send_ack(qp &q);
+    void schedule_ack(qp &q);
     void flush_acks();
 
     // completer (comp.cc)
@@ -129,8 +130,10 @@ private:
                       bool error);
     void run_timers();
 
-    // CQE writer
+    // CQE writers
     void write_cqe(uint32_t cqn, const prm::cqe &c);
+    void write_err_cqe(const qp &q, uint16_t wqe_index,
+                       prm::cqe_syndrome syndrome, bool is_send);
 
     uint64_t now() const { return clock_(); }
     void     count(counter c, uint64_t n = 1)

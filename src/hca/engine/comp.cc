@@ -122,19 +122,14 @@ void device::complete_wqe(qp &q, uint32_t index, prm::cqe_syndrome syndrome,
     if (!error && !(ctrl.srcrb_flags.get() & prm::ctrl_cq_update)) {
         return;   // unsignalled: retired by the next signalled CQE (C64)
     }
-    prm::cqe c{};
     if (error) {
-        prm::err_cqe e{};
-        e.vlan_my_qpn.set(q.qpn);
-        e.wqe_index.set(uint16_t(index));
-        e.syndrome        = uint8_t(syndrome);
-        e.owner_sr_opcode = prm::cqe_is_send_mask | prm::cqe_opcode_error;
-        std::memcpy(&c, &e, sizeof(c));
-    } else {
-        c.vlan_my_qpn.set(q.qpn);
-        c.wqe_index.set(uint16_t(index));
-        c.owner_sr_opcode = uint8_t(prm::cqe_is_send_mask | opcode);
+        write_err_cqe(q, uint16_t(index), syndrome, true);
+        return;
     }
+    prm::cqe c{};
+    c.vlan_my_qpn.set(q.qpn);
+    c.wqe_index.set(uint16_t(index));
+    c.owner_sr_opcode = uint8_t(prm::cqe_is_send_mask | opcode);
     write_cqe(q.send_cqn, c);
 }
 
@@ -170,6 +165,21 @@ void device::run_timers()
         rewind(*q, q->acked_psn);
         q->timer_deadline = t + ack_timeout_ns(*q);
     }
+}
+
+void device::write_err_cqe(const qp &q, uint16_t wqe_index,
+                           prm::cqe_syndrome syndrome, bool is_send)
+{
+    prm::err_cqe e{};
+    e.vlan_my_qpn.set(q.qpn);
+    e.wqe_index.set(wqe_index);
+    e.syndrome        = uint8_t(syndrome);
+    e.owner_sr_opcode = uint8_t((is_send ? prm::cqe_is_send_mask : 0) |
+                                prm::cqe_opcode_error);
+    prm::cqe c;
+    static_assert(sizeof(c) == sizeof(e));
+    std::memcpy(&c, &e, sizeof(c));
+    write_cqe(is_send ? q.send_cqn : q.recv_cqn, c);
 }
 
 void device::write_cqe(uint32_t cqn, const prm::cqe &c)
@@ -222,14 +232,7 @@ void device::flush_queues(qp &q)
     q.timer_deadline = 0;
     if (q.rq_db) {
         while (rq_available(q)) {
-            prm::err_cqe e{};
-            e.vlan_my_qpn.set(q.qpn);
-            e.wqe_index.set(q.rq_tail++);
-            e.syndrome        = uint8_t(prm::cqe_syndrome::wr_flush_err);
-            e.owner_sr_opcode = prm::cqe_opcode_error;
-            prm::cqe c;
-            std::memcpy(&c, &e, sizeof(c));
-            write_cqe(q.recv_cqn, c);
+            write_err_cqe(q, q.rq_tail++, prm::cqe_syndrome::wr_flush_err, false);
         }
     }
 }

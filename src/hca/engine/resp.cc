@@ -93,10 +93,7 @@ void device::respond(qp &q, const pkt &p)
     if (d < 0) {
         // Duplicate (IBA 9.7.5.1.1): already executed; acknowledge again.
         count(counter::duplicates);
-        if (!q.ack_pending) {
-            q.ack_pending = true;
-            ack_list_.push_back(q.qpn);
-        }
+        schedule_ack(q);
         return;
     }
     if (d > 0) {
@@ -136,14 +133,7 @@ void device::respond_send(qp &q, const pkt &p)
     }
     if (!scatter(q, q.recv_wqe, q.recv_offset, p.payload)) {
         // Message longer than the receive buffers, or a bad L_Key in them.
-        prm::err_cqe e{};
-        e.vlan_my_qpn.set(q.qpn);
-        e.wqe_index.set(q.recv_wqe);
-        e.syndrome        = uint8_t(prm::cqe_syndrome::local_length_err);
-        e.owner_sr_opcode = prm::cqe_opcode_error;
-        prm::cqe c;
-        std::memcpy(&c, &e, sizeof(c));
-        write_cqe(q.recv_cqn, c);
+        write_err_cqe(q, q.recv_wqe, prm::cqe_syndrome::local_length_err, false);
         responder_error(q, ib::nak_code::invalid_request);
         return;
     }
@@ -166,10 +156,7 @@ void device::respond_send(qp &q, const pkt &p)
                                         : prm::recv_opcode::send);
         write_cqe(q.recv_cqn, c);
     }
-    if (!q.ack_pending) {
-        q.ack_pending = true;
-        ack_list_.push_back(q.qpn);
-    }
+    schedule_ack(q);
 }
 
 void device::respond_write(qp &q, const pkt &p)
@@ -207,10 +194,7 @@ void device::respond_write(qp &q, const pkt &p)
         q.in_write = false;
         q.msn      = ib::psn_add(q.msn, 1);
     }
-    if (!q.ack_pending) {
-        q.ack_pending = true;
-        ack_list_.push_back(q.qpn);
-    }
+    schedule_ack(q);
 }
 
 void device::respond_ud(qp &q, const pkt &p)
@@ -228,14 +212,7 @@ void device::respond_ud(qp &q, const pkt &p)
     uint16_t wqe = q.rq_tail++;
     static const uint8_t no_grh[grh_size] = {};
     if (!scatter(q, wqe, 0, no_grh) || !scatter(q, wqe, grh_size, p.payload)) {
-        prm::err_cqe e{};
-        e.vlan_my_qpn.set(q.qpn);
-        e.wqe_index.set(wqe);
-        e.syndrome        = uint8_t(prm::cqe_syndrome::local_length_err);
-        e.owner_sr_opcode = prm::cqe_opcode_error;
-        prm::cqe c;
-        std::memcpy(&c, &e, sizeof(c));
-        write_cqe(q.recv_cqn, c);
+        write_err_cqe(q, wqe, prm::cqe_syndrome::local_length_err, false);
         return;
     }
     prm::cqe c{};
@@ -291,6 +268,14 @@ bool device::send_ack(qp &q)
     }
     count(counter::acks_sent);
     return true;
+}
+
+void device::schedule_ack(qp &q)
+{
+    if (!q.ack_pending) {
+        q.ack_pending = true;
+        ack_list_.push_back(q.qpn);
+    }
 }
 
 /// One ACK per QP per receive batch (ACK coalescing, IBA 9.7.5.1.1 allows
