@@ -4,6 +4,8 @@
 cd "$(dirname "$0")/.."
 [ -f Makefile ] || { echo "run contrib/setup.sh first" >&2; exit 2; }
 make -j2 >/dev/null || exit 1
+# Count only this run: logs of earlier or partial runs are removed first.
+rm -f test/*.log test/*.trs test/integration/*.log test/integration/*.trs
 make check -j1
 rc=$?
 passed=0; failed=0

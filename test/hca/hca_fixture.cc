@@ -173,33 +173,36 @@ uint32_t start_psn(const endpoint &e)
 }
 } // namespace
 
-void connect_one(endpoint &a, const endpoint &b, drv::rc_connect_attr attr)
+void connect_one(endpoint &a, const endpoint &b, drv::rc_connect_attr attr,
+                 uint32_t access)
 {
     attr.remote_qpn = b.qp->qpn();
     attr.dlid       = b.ctx->port().lid;
     attr.rq_psn     = start_psn(b);
     attr.sq_psn     = start_psn(a);
-    ASSERT_EQ(a.qp->to_init(drv::access_remote_write), status::ok);
+    ASSERT_EQ(a.qp->to_init(access), status::ok);
     ASSERT_EQ(a.qp->to_rtr(attr), status::ok);
     ASSERT_EQ(a.qp->to_rts(attr), status::ok);
     ASSERT_EQ(a.qp->state(), prm::qp_state::rts);
 }
 
-void connect_pair(endpoint &a, endpoint &b, drv::rc_connect_attr attr)
+void connect_pair(endpoint &a, endpoint &b, drv::rc_connect_attr attr,
+                  uint32_t access)
 {
-    connect_one(a, b, attr);
-    connect_one(b, a, attr);
+    connect_one(a, b, attr, access);
+    connect_one(b, a, attr, access);
 }
 
 // ---- fixture -------------------------------------------------------------
 
 void rc_pair::SetUp() { manual_clock::now_ns = 1; }
 
-void rc_pair::start(const drv::qp_caps &caps, drv::rc_connect_attr attr)
+void rc_pair::start(const drv::qp_caps &caps, drv::rc_connect_attr attr,
+                    uint32_t access)
 {
     ASSERT_NO_FATAL_FAILURE(a.open(fab, caps));
     ASSERT_NO_FATAL_FAILURE(b.open(fab, caps));
-    ASSERT_NO_FATAL_FAILURE(connect_pair(a, b, attr));
+    ASSERT_NO_FATAL_FAILURE(connect_pair(a, b, attr, access));
 }
 
 } // namespace mlx4x::test

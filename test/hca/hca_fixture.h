@@ -74,11 +74,18 @@ struct endpoint {
                           uint32_t lkey);
 };
 
+/// Remote access rights the fixture's QPs grant by default.
+constexpr uint32_t all_remote_access = drv::access_remote_write |
+                                       drv::access_remote_read |
+                                       drv::access_remote_atomic;
+
 /// Moves `a` RESET -> INIT -> RTR -> RTS towards `b` (and only `a`).
 void connect_one(endpoint &a, const endpoint &b,
-                 drv::rc_connect_attr attr = {});
+                 drv::rc_connect_attr attr = {},
+                 uint32_t access = all_remote_access);
 /// Connects both ways with the same attributes (PSNs chosen per side).
-void connect_pair(endpoint &a, endpoint &b, drv::rc_connect_attr attr = {});
+void connect_pair(endpoint &a, endpoint &b, drv::rc_connect_attr attr = {},
+                  uint32_t access = all_remote_access);
 
 /// Two endpoints on one loopback fabric.
 class rc_pair : public ::testing::Test {
@@ -86,7 +93,8 @@ protected:
     void SetUp() override;
 
     /// Opens both endpoints and connects them with `attr`.
-    void start(const drv::qp_caps &caps = {}, drv::rc_connect_attr attr = {});
+    void start(const drv::qp_caps &caps = {}, drv::rc_connect_attr attr = {},
+               uint32_t access = all_remote_access);
 
     /// Progresses both devices (advancing the manual clock by 1 ms per
     /// round) until `pred` holds or `max_rounds` passed; polls both CQs

@@ -419,6 +419,10 @@ cmd_status device::cmd_qp_transition(cmd_opcode op, uint32_t qpn,
             q.epsn       = prm::psn_field::get(ctx->rnr_nextrecvpsn);
             q.min_rnr_timer = static_cast<uint8_t>(
                 prm::qpc_min_rnr::get(ctx->rnr_nextrecvpsn));
+            q.max_dest_rd_atomic =
+                uint8_t(1u << prm::qpc_rra_max::get(ctx->params2));
+            q.resources.assign(q.max_dest_rd_atomic, resp_resource{});
+            q.resp_queue.assign(q.max_dest_rd_atomic, 0);
         }
         break;
     case S::rts:
@@ -431,6 +435,7 @@ cmd_status device::cmd_qp_transition(cmd_opcode op, uint32_t qpn,
             q.retry_cnt = static_cast<uint8_t>(prm::qpc_retry_cnt::get(ctx->params1));
             q.rnr_retry = static_cast<uint8_t>(prm::qpc_rnr_retry::get(ctx->params1));
             q.ack_timeout = ctx->pri_path.ackto >> 3;
+            q.max_rd_atomic = uint8_t(1u << prm::qpc_sra_max::get(ctx->params1));
             q.retries_left = q.retry_cnt;
             q.rnr_left     = q.rnr_retry;
         }

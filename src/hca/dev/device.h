@@ -102,6 +102,7 @@ private:
     };
     void     run_requesters();
     bool     send_one_packet(qp &q);
+    bool     send_rd_atomic_request(qp &q, const engine::send_wqe &w, bool fresh);
     bool     gather_payload(qp &q, const engine::send_wqe &w, uint32_t offset,
                             uint32_t len, std::span<const uint8_t> &out);
     status   emit(const tx_packet &p);
@@ -114,6 +115,17 @@ private:
     void respond_ud(qp &q, const engine::pkt &p);
     void respond_send(qp &q, const engine::pkt &p);
     void respond_write(qp &q, const engine::pkt &p);
+    void respond_read(qp &q, const engine::pkt &p, bool duplicate);
+    void respond_atomic(qp &q, const engine::pkt &p);
+    void replay_atomic(qp &q, uint32_t psn);
+    const mpt *check_rkey(const qp &q, uint32_t rkey, uint64_t va, uint64_t len,
+                          uint32_t perm) const;
+    bool take_resource(qp &q, const resp_resource &r);
+    void queue_response(qp &q, uint32_t idx);
+    resp_resource *find_resource(qp &q, uint32_t psn);
+    void run_responders();
+    bool send_response_packet(qp &q);
+    status send_atomic_ack(qp &q, const resp_resource &r);
     bool rq_available(const qp &q) const;
     bool scatter(qp &q, uint32_t wqe_index, uint32_t offset,
                  std::span<const uint8_t> data);
@@ -125,6 +137,10 @@ private:
 
     // completer (comp.cc)
     void complete(qp &q, const engine::pkt &p);
+    void complete_response(qp &q, const engine::pkt &p);
+    bool scatter_to_wqe(qp &q, const engine::send_wqe &w, uint32_t offset,
+                        std::span<const uint8_t> data);
+    bool advance_acked(qp &q, uint32_t to);
     void retire_acked(qp &q);
     void complete_wqe(qp &q, uint32_t index, prm::cqe_syndrome syndrome,
                       bool error);

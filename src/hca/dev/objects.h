@@ -43,6 +43,21 @@ struct cq {
 struct wqe_track {
     uint32_t first_psn = 0;
     uint32_t npackets  = 0;
+    bool     rd_atomic = false;   ///< READ or atomic: completes on response
+};
+
+/// A responder resource (IBA 9.7.5.1.4/5): a READ whose responses are
+/// (being) sent, or an atomic whose result is kept to answer duplicates.
+struct resp_resource {
+    enum class type : uint8_t { read, atomic } kind = type::read;
+    bool     queued = false;   ///< waiting in the response queue
+    uint32_t psn  = 0;         ///< PSN of the first response packet
+    uint32_t npackets = 0;     ///< READ: response packets of the request
+    uint32_t rkey = 0;
+    uint64_t va   = 0;
+    uint32_t len  = 0;         ///< READ length
+    uint32_t sent = 0;         ///< READ bytes sent so far
+    uint64_t orig = 0;         ///< atomic: original remote value
 };
 
 struct qp {
@@ -58,6 +73,8 @@ struct qp {
     uint32_t     qkey  = 0;
     uint8_t      retry_cnt = 7, rnr_retry = 7;
     uint8_t      ack_timeout = 14;     ///< 4.096 us * 2^n
+    uint8_t      max_rd_atomic = 1;      ///< initiator depth (sra_max)
+    uint8_t      max_dest_rd_atomic = 1; ///< responder resources (rra_max)
     uint8_t      min_rnr_timer = 1;
     bool         remote_write = false, remote_read = false, remote_atomic = false;
 
@@ -73,6 +90,8 @@ struct qp {
     uint32_t     next_psn = 0;
     bool         sending = false;    ///< cur_wqe is between first and last
     std::vector<wqe_track> track;    ///< per SQ slot
+
+    uint32_t     rd_atomic_inflight = 0;   ///< READ/atomic WQEs started, not done
 
     // Completer.
     uint32_t     sq_tail = 0;        ///< oldest WQE not completed
@@ -91,10 +110,19 @@ struct qp {
     uint32_t     recv_offset = 0;
     uint64_t     write_va = 0;       ///< next address of an RDMA WRITE
     uint32_t     write_left = 0;
+    uint32_t     write_total = 0;    ///< DMA length of the current WRITE
+    /// Responder resources: a ring of max_dest_rd_atomic entries, the
+    /// newest requests' (older entries are reused), and a FIFO of those with
+    /// responses to send, in the order the requests arrived.
+    std::vector<resp_resource> resources;
+    uint32_t     res_next = 0;       ///< next entry a new request takes
+    std::vector<uint32_t> resp_queue;  ///< entry indices, ring of the same size
+    uint32_t     resp_head = 0, resp_count = 0;
     bool         nak_sent = false;   ///< one NAK per sequence error
     bool         ack_pending = false;
     uint8_t      ack_syndrome = 0;
 
+    bool responses_pending() const { return resp_count != 0; }
     uint32_t sq_size() const { return 1u << sq_log_size; }
     uint32_t rq_size() const { return 1u << rq_log_size; }
     uint8_t *sq_wqe(uint32_t i) const

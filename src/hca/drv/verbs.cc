@@ -399,6 +399,7 @@ status qp::to_rtr(const rc_connect_attr &a)
     c.pri_path.rlid.set(a.dlid);
     prm::psn_field::set(c.rnr_nextrecvpsn, a.rq_psn);
     prm::qpc_min_rnr::set(c.rnr_nextrecvpsn, a.min_rnr_timer);
+    prm::qpc_rra_max::set(c.params2, log2_ceil(a.max_dest_rd_atomic));
     return modify(prm::cmd_opcode::init2rtr_qp, prm::qp_state::rtr, mb);
 }
 
@@ -411,6 +412,7 @@ status qp::to_rts(const rc_connect_attr &a)
     c.next_send_psn.set(a.sq_psn);
     prm::qpc_retry_cnt::set(c.params1, a.retry_cnt);
     prm::qpc_rnr_retry::set(c.params1, a.rnr_retry);
+    prm::qpc_sra_max::set(c.params1, log2_ceil(a.max_rd_atomic));
     c.pri_path.ackto = uint8_t(a.ack_timeout << 3);
     return modify(prm::cmd_opcode::rtr2rts_qp, prm::qp_state::rts, mb);
 }

@@ -130,7 +130,10 @@ enum class wc_status : uint8_t {
 };
 const char *to_string(wc_status s);
 
-enum class wc_opcode : uint8_t { send, rdma_write, recv, recv_imm };
+enum class wc_opcode : uint8_t {
+    send, rdma_write, rdma_read, atomic_cs, atomic_fa, recv, recv_imm,
+    recv_rdma_imm,
+};
 
 struct wc {
     uint64_t  wr_id;
@@ -179,7 +182,12 @@ struct sge {
     uint32_t lkey;
 };
 
-enum class wr_opcode : uint8_t { send, send_imm, rdma_write, rdma_write_imm };
+enum class wr_opcode : uint8_t {
+    send, send_imm, rdma_write, rdma_write_imm,
+    rdma_read,   ///< sg: where the data lands
+    atomic_cs,   ///< compare_add = compare, swap = swap; sg: 8-byte result
+    atomic_fa,   ///< compare_add = addend; sg: 8-byte result
+};
 
 enum send_flags : uint32_t {
     send_signaled  = 1u << 0,
@@ -196,6 +204,8 @@ struct send_wr {
     uint32_t               imm = 0;          ///< host order
     uint64_t               remote_addr = 0;
     uint32_t               rkey = 0;
+    uint64_t               compare_add = 0;  ///< atomics
+    uint64_t               swap = 0;
     uint16_t               ud_dlid = 0;      ///< UD destination
     uint32_t               ud_dqpn = 0;
     uint32_t               ud_qkey = 0;
@@ -208,6 +218,8 @@ struct rc_connect_attr {
     uint32_t sq_psn;     ///< first PSN we send
     uint32_t mtu = 4096;
     uint8_t  retry_cnt = 7, rnr_retry = 7, ack_timeout = 18, min_rnr_timer = 1;
+    uint8_t  max_rd_atomic      = 16;   ///< READ/atomics we keep in flight
+    uint8_t  max_dest_rd_atomic = 16;   ///< ... the peer may keep at us
 };
 
 class qp {

@@ -16,6 +16,9 @@ inline prm::send_opcode to_prm(wr_opcode op)
     case wr_opcode::send_imm:       return prm::send_opcode::send_imm;
     case wr_opcode::rdma_write:     return prm::send_opcode::rdma_write;
     case wr_opcode::rdma_write_imm: return prm::send_opcode::rdma_write_imm;
+    case wr_opcode::rdma_read:      return prm::send_opcode::rdma_read;
+    case wr_opcode::atomic_cs:      return prm::send_opcode::atomic_cs;
+    case wr_opcode::atomic_fa:      return prm::send_opcode::atomic_fa;
     }
     return prm::send_opcode::nop;
 }
@@ -54,6 +57,27 @@ inline size_t write_inline(uint8_t *seg, std::span<const sge> sg)
     return size_t(p - seg);
 }
 
+inline wc_opcode send_wc_opcode(uint8_t op)
+{
+    switch (static_cast<prm::send_opcode>(op)) {
+    case prm::send_opcode::rdma_write:
+    case prm::send_opcode::rdma_write_imm: return wc_opcode::rdma_write;
+    case prm::send_opcode::rdma_read:      return wc_opcode::rdma_read;
+    case prm::send_opcode::atomic_cs:      return wc_opcode::atomic_cs;
+    case prm::send_opcode::atomic_fa:      return wc_opcode::atomic_fa;
+    default:                               return wc_opcode::send;
+    }
+}
+
+inline wc_opcode recv_wc_opcode(uint8_t op)
+{
+    switch (static_cast<prm::recv_opcode>(op)) {
+    case prm::recv_opcode::send_imm:       return wc_opcode::recv_imm;
+    case prm::recv_opcode::rdma_write_imm: return wc_opcode::recv_rdma_imm;
+    default:                               return wc_opcode::recv;
+    }
+}
+
 } // namespace detail
 
 inline status qp::post_send(const send_wr &wr)
@@ -82,13 +106,29 @@ inline status qp::post_send(const send_wr &wr)
         d.qkey.set(wr.ud_qkey);
         std::memcpy(wqe + off, &d, sizeof(d));
         off += sizeof(d);
-    } else if (wr.opcode == wr_opcode::rdma_write ||
-               wr.opcode == wr_opcode::rdma_write_imm) {
+    } else if (wr.opcode != wr_opcode::send && wr.opcode != wr_opcode::send_imm) {
         prm::wqe_raddr_seg r{};
         r.raddr.set(wr.remote_addr);
         r.rkey.set(wr.rkey);
         std::memcpy(wqe + off, &r, sizeof(r));
         off += sizeof(r);
+        if (wr.opcode == wr_opcode::atomic_cs || wr.opcode == wr_opcode::atomic_fa) {
+            // C60: atomics on RC only, one 8-byte result buffer.
+            if (inl || wr.sg.size() != 1 || wr.sg[0].length != sizeof(uint64_t)) {
+                return status::invalid_param;
+            }
+            prm::wqe_atomic_seg a{};
+            if (wr.opcode == wr_opcode::atomic_cs) {
+                a.swap_add.set(wr.swap);
+                a.compare.set(wr.compare_add);
+            } else {
+                a.swap_add.set(wr.compare_add);
+            }
+            std::memcpy(wqe + off, &a, sizeof(a));
+            off += sizeof(a);
+        } else if (wr.opcode == wr_opcode::rdma_read && inl) {
+            return status::invalid_param;   // READ data needs a buffer
+        }
     }
     if (inl) {
         size_t total = 0;
@@ -207,16 +247,7 @@ inline unsigned cq::poll(std::span<wc> wcs)
             w.opcode = send ? wc_opcode::send : wc_opcode::recv;
         } else {
             w.status = wc_status::success;
-            if (send) {
-                w.opcode = op == uint8_t(prm::send_opcode::rdma_write) ||
-                                   op == uint8_t(prm::send_opcode::rdma_write_imm)
-                               ? wc_opcode::rdma_write
-                               : wc_opcode::send;
-            } else {
-                w.opcode = op == uint8_t(prm::recv_opcode::send_imm)
-                               ? wc_opcode::recv_imm
-                               : wc_opcode::recv;
-            }
+            w.opcode = send ? detail::send_wc_opcode(op) : detail::recv_wc_opcode(op);
         }
         uint16_t wqe_index = c.wqe_index.get();
         w.wr_id = !q ? 0 : send ? q->sq_complete(wqe_index)

@@ -32,6 +32,7 @@ unsigned device::progress(unsigned budget)
         return 0;
     }
     unsigned n = port_->poll(*this, budget);
+    run_responders();
     if (!ack_list_.empty()) {
         flush_acks();
     }
@@ -40,8 +41,110 @@ unsigned device::progress(unsigned budget)
     return n;
 }
 
+/// The outstanding READ/atomic WQE whose PSN range holds `psn`, if any.
+static uint32_t *find_rd_atomic(qp &q, uint32_t psn, uint32_t &index)
+{
+    for (uint32_t i = q.sq_tail; i != q.sq_head; ++i) {
+        wqe_track &t = q.track[i & (q.sq_size() - 1)];
+        int32_t d = ib::psn_diff(psn, t.first_psn);
+        if (d >= 0 && uint32_t(d) < t.npackets) {
+            index = i;
+            return t.rd_atomic ? &t.first_psn : nullptr;
+        }
+    }
+    return nullptr;
+}
+
+/// READ response or atomic ACK (IBA 9.7.5.2.3/4): only the next expected
+/// PSN is accepted; a gap means responses were lost and the request is sent
+/// again from the first missing PSN (go back N).
+void device::complete_response(qp &q, const engine::pkt &p)
+{
+    if (p.psn != q.acked_psn) {
+        if (ib::psn_diff(p.psn, q.acked_psn) > 0 && q.next_psn != q.acked_psn) {
+            rewind(q, q.acked_psn);
+        }
+        return;   // duplicate or out of order: dropped
+    }
+    uint32_t index;
+    uint32_t *first_psn = find_rd_atomic(q, p.psn, index);
+    if (!first_psn) {
+        count(counter::bad_packets);   // a response to no READ/atomic
+        return;
+    }
+    engine::send_wqe w;
+    if (!engine::decode_send_wqe(q, index, w)) {
+        return;
+    }
+    bool placed;
+    if (engine::is_read(w.opcode)) {
+        if (!p.has(ib::kind_read)) {
+            return;
+        }
+        uint32_t offset = uint32_t(ib::psn_diff(p.psn, *first_psn)) * q.mtu;
+        placed = scatter_to_wqe(q, w, offset, p.payload);
+    } else {
+        if (!p.has(ib::kind_atomic)) {
+            return;
+        }
+        // The original value lands in local memory in host order.
+        uint64_t orig = p.ext<ib::atomic_ack_eth>(ib::hdr_atomic_ack).orig.get();
+        placed = scatter_to_wqe(q, w, 0, {reinterpret_cast<const uint8_t *>(&orig),
+                                          sizeof(orig)});
+    }
+    if (!placed) {
+        while (q.sq_tail != index) {
+            complete_wqe(q, q.sq_tail++, prm::cqe_syndrome::wr_flush_err, true);
+        }
+        complete_wqe(q, q.sq_tail++, prm::cqe_syndrome::local_prot_err, true);
+        set_qp_error(q);
+        return;
+    }
+    // A response also acknowledges every request before it (9.7.5.2.3).
+    q.acked_psn    = ib::psn_add(p.psn, 1);
+    q.retries_left = q.retry_cnt;
+    retire_acked(q);
+    q.timer_deadline = q.acked_psn == q.next_psn ? 0 : now() + ack_timeout_ns(q);
+}
+
+/// Writes READ data or an atomic result into the WQE's local buffers,
+/// checking each entry's L_Key, PD, local write right and bounds.
+bool device::scatter_to_wqe(qp &q, const engine::send_wqe &w, uint32_t offset,
+                            std::span<const uint8_t> data)
+{
+    uint32_t pos  = 0;
+    size_t   done = 0;
+    for (size_t o = 0; o + sizeof(prm::wqe_data_seg) <= w.segs_len &&
+                       done < data.size();
+         o += sizeof(prm::wqe_data_seg)) {
+        prm::wqe_data_seg d;
+        std::memcpy(&d, w.segs + o, sizeof(d));
+        uint32_t n    = d.byte_count.get() & 0x7fffffff;
+        uint64_t addr = d.addr.get();
+        if (pos + n > offset + done) {
+            const mpt *m = find_mpt(d.lkey.get());
+            if (!m || m->pd != q.pd || !(m->flags & prm::mpt_perm_local_write) ||
+                !m->covers(addr, n)) {
+                return false;
+            }
+            uint32_t from = uint32_t(offset + done - pos);
+            size_t   cnt  = std::min<size_t>(n - from, data.size() - done);
+            std::memcpy(reinterpret_cast<uint8_t *>(static_cast<uintptr_t>(addr)) + from,
+                        data.data() + done, cnt);
+            done += cnt;
+        }
+        pos += n;
+    }
+    return done == data.size();
+}
+
 void device::complete(qp &q, const engine::pkt &p)
 {
+    if (p.has(ib::kind_read) || p.has(ib::kind_atomic)) {
+        // Responses with a NAK syndrome do not exist; AETH-less middles too.
+        complete_response(q, p);
+        return;
+    }
     ib::aeth a   = p.ext<ib::aeth>(ib::hdr_aeth);
     uint8_t  syn = uint8_t(ib::aeth_syndrome::get(a.syn_msn));
     auto     cls = static_cast<ib::ack_class>(syn >> 5);
@@ -53,16 +156,17 @@ void device::complete(qp &q, const engine::pkt &p)
         return;
     }
 
+    // ACK: everything up to psn is done. RNR / NAK: everything before psn.
+    uint32_t done_to = cls == ib::ack_class::ack ? ib::psn_add(psn, 1) : psn;
+    if (!advance_acked(q, done_to)) {
+        return;   // a READ/atomic lost its responses: being asked again
+    }
     switch (cls) {
     case ib::ack_class::ack:
-        q.acked_psn = ib::psn_add(psn, 1);   // ACK covers PSNs up to psn
         q.retries_left = q.retry_cnt;
         q.rnr_left     = q.rnr_retry;
-        retire_acked(q);
         break;
     case ib::ack_class::rnr_nak:
-        q.acked_psn = psn;                    // everything before it is done
-        retire_acked(q);
         if (q.rnr_retry != 7) {               // 7 = retry forever (9.7.5.2.8)
             if (q.rnr_left == 0) {
                 // sq_tail++: it completes here, not again in the flush.
@@ -77,8 +181,6 @@ void device::complete(qp &q, const engine::pkt &p)
         rewind(q, psn);
         break;
     case ib::ack_class::nak: {
-        q.acked_psn = psn;
-        retire_acked(q);
         auto code = static_cast<ib::nak_code>(syn & 0x1f);
         if (code == ib::nak_code::psn_seq_err) {
             rewind(q, psn);                   // go back N
@@ -100,6 +202,32 @@ void device::complete(qp &q, const engine::pkt &p)
     q.timer_deadline = q.acked_psn == q.next_psn ? 0 : now() + ack_timeout_ns(q);
 }
 
+/// Moves acked_psn to `to` and retires what that completes. READs and
+/// atomics complete only through their responses: an ACK or NAK whose PSN
+/// reaches past one still incomplete means its responses were lost (the
+/// responder answers requests in order), so acked_psn stops at the first
+/// missing response and the requester asks again from there (implied NAK,
+/// IBA 9.7.5.2.6). Returns false in that case.
+bool device::advance_acked(qp &q, uint32_t to)
+{
+    for (uint32_t i = q.sq_tail; i != q.sq_head; ++i) {
+        const wqe_track &t = q.track[i & (q.sq_size() - 1)];
+        if (t.rd_atomic && ib::psn_diff(to, t.first_psn) > 0) {
+            if (ib::psn_diff(t.first_psn, q.acked_psn) > 0) {
+                q.acked_psn = t.first_psn;   // earlier WQEs are done
+                retire_acked(q);
+            }
+            if (q.next_psn != q.acked_psn) {
+                rewind(q, q.acked_psn);
+            }
+            return false;
+        }
+    }
+    q.acked_psn = to;
+    retire_acked(q);
+    return true;
+}
+
 void device::retire_acked(qp &q)
 {
     while (q.sq_tail != q.sq_head) {
@@ -108,8 +236,22 @@ void device::retire_acked(qp &q)
         if (ib::psn_diff(q.acked_psn, last_psn) <= 0) {
             break;
         }
+        if (t.rd_atomic) {
+            --q.rd_atomic_inflight;
+        }
         complete_wqe(q, q.sq_tail, {}, false);
         ++q.sq_tail;
+    }
+    // After a rewind, responses can acknowledge WQEs the requester was about
+    // to send again: resume at the first one still outstanding instead (a
+    // completed WQE's slot belongs to the driver again).
+    if (int32_t(q.cur_wqe - q.sq_tail) < 0) {
+        q.cur_wqe    = q.sq_tail;
+        q.cur_offset = 0;
+        q.sending    = false;
+        q.next_psn   = q.sq_tail != q.sq_head
+                           ? q.track[q.sq_tail & (q.sq_size() - 1)].first_psn
+                           : q.acked_psn;
     }
 }
 
@@ -229,6 +371,7 @@ void device::flush_queues(qp &q)
     }
     q.sq_head = q.cur_wqe = q.sq_tail;
     q.sending = false;
+    q.rd_atomic_inflight = 0;
     q.timer_deadline = 0;
     if (q.rq_db) {
         while (rq_available(q)) {

@@ -136,6 +136,19 @@ bool device::send_one_packet(qp &q)
     if (!engine::decode_send_wqe(q, q.cur_wqe, w)) {
         return fail(prm::cqe_syndrome::local_qp_op_err);
     }
+    if (!ud && !q.sending) {
+        bool fresh = int32_t(q.cur_wqe - q.sq_head) >= 0;   // not a resend
+        bool rd_atomic = engine::is_read(w.opcode) || engine::is_atomic(w.opcode);
+        // Fence: wait until every earlier READ/atomic has completed. The
+        // initiator depth bounds READ/atomic WQEs in flight (IBA 9.5.6).
+        if (fresh && ((w.fence && q.rd_atomic_inflight) ||
+                      (rd_atomic && q.rd_atomic_inflight >= q.max_rd_atomic))) {
+            return false;
+        }
+        if (rd_atomic) {
+            return send_rd_atomic_request(q, w, fresh);
+        }
+    }
     uint32_t mtu    = ud ? limits::mtu : q.mtu;
     uint32_t offset = q.cur_offset;
     uint32_t chunk  = std::min(mtu, w.total_len - offset);
@@ -235,6 +248,65 @@ bool device::send_one_packet(qp &q)
     return true;
 }
 
+/// One request packet for a READ (RETH; it uses one PSN per response
+/// packet) or an atomic (AtomicETH, one PSN). After a rewind into the middle
+/// of a READ the request asks only for the missing part (IBA 9.7.4.1.4).
+bool device::send_rd_atomic_request(qp &q, const send_wqe &w, bool fresh)
+{
+    uint32_t psn = q.next_psn;
+    uint32_t npackets;
+    std::array<uint8_t, sizeof(ib::atomic_eth)> ext;
+    size_t   ext_len;
+    uint8_t  op;
+    if (engine::is_read(w.opcode)) {
+        uint32_t done = q.cur_offset;
+        uint32_t len  = w.total_len - done;
+        ib::reth r;
+        r.va.set(w.raddr + done);
+        r.rkey.set(w.rkey);
+        r.dma_len.set(len);
+        std::memcpy(ext.data(), &r, sizeof(r));
+        ext_len  = sizeof(r);
+        op       = uint8_t(opcode::rc_rdma_read_request);
+        npackets = packets_of(len, q.mtu);
+    } else {
+        ib::atomic_eth a;
+        a.va.set(w.raddr);
+        a.rkey.set(w.rkey);
+        a.swap_add.set(w.swap_add);
+        a.compare.set(w.compare);
+        std::memcpy(ext.data(), &a, sizeof(a));
+        ext_len  = sizeof(a);
+        op       = uint8_t(w.opcode == prm::send_opcode::atomic_cs
+                               ? opcode::rc_compare_swap
+                               : opcode::rc_fetch_add);
+        npackets = 1;
+    }
+    status s = emit({.opcode  = op,
+                     .dlid    = q.dlid,
+                     .dqpn    = q.remote_qpn,
+                     .psn     = psn,
+                     .ackreq  = true,
+                     .ext     = {ext.data(), ext_len},
+                     .payload = {}});
+    if (s == status::no_resource) {
+        return false;
+    }
+    if (fresh) {
+        q.track[q.cur_wqe & (q.sq_size() - 1)] = {psn, npackets, true};
+        q.sq_head = q.cur_wqe + 1;
+        ++q.rd_atomic_inflight;
+    }
+    q.next_psn   = ib::psn_add(psn, npackets);
+    q.cur_offset = 0;
+    q.sending    = false;
+    ++q.cur_wqe;
+    if (!q.timer_deadline) {
+        q.timer_deadline = now() + ack_timeout_ns(q);
+    }
+    return true;
+}
+
 bool device::gather_payload(qp &q, const send_wqe &w, uint32_t offset,
                             uint32_t len, std::span<const uint8_t> &out)
 {
@@ -298,7 +370,8 @@ void device::rewind(qp &q, uint32_t psn)
             }
             q.cur_wqe    = i;
             q.cur_offset = uint32_t(d) * q.mtu;
-            q.sending    = d > 0;
+            // A READ is re-requested from that PSN by a fresh request packet.
+            q.sending    = d > 0 && !t.rd_atomic;
             q.next_psn   = psn;
             return;
         }

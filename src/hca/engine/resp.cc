@@ -37,7 +37,7 @@ void device::on_frame(std::span<const uint8_t> frame)
     }
     if (is_ud) {
         respond_ud(*q, *p);
-    } else if (p->info->kind & ib::kind_ack) {
+    } else if (p->info->kind & ib::kind_response) {
         if (q->state == prm::qp_state::rts) {
             complete(*q, *p);
         }
@@ -91,9 +91,16 @@ void device::respond(qp &q, const pkt &p)
 {
     int32_t d = ib::psn_diff(p.psn, q.epsn);
     if (d < 0) {
-        // Duplicate (IBA 9.7.5.1.1): already executed; acknowledge again.
+        // Duplicate (IBA 9.7.5.1.1): a READ is executed again, an atomic
+        // answered from its saved result, anything else acknowledged again.
         count(counter::duplicates);
-        schedule_ack(q);
+        if (p.has(ib::kind_read)) {
+            respond_read(q, p, true);
+        } else if (p.has(ib::kind_atomic)) {
+            replay_atomic(q, p.psn);
+        } else {
+            schedule_ack(q);
+        }
         return;
     }
     if (d > 0) {
@@ -106,11 +113,247 @@ void device::respond(qp &q, const pkt &p)
         return;
     }
     q.nak_sent = false;
-    if (p.info->kind & ib::kind_send) {
+    if (p.has(ib::kind_send)) {
         respond_send(q, p);
-    } else {
+    } else if (p.has(ib::kind_write)) {
         respond_write(q, p);
+    } else if (p.has(ib::kind_read)) {
+        respond_read(q, p, false);
+    } else {
+        respond_atomic(q, p);
     }
+}
+
+/// R_Key check for an incoming RDMA or atomic (IBA 9.7.5.1.3, C9-88): key
+/// valid, same PD, access right on both QP and region, range inside it.
+const mpt *device::check_rkey(const qp &q, uint32_t rkey, uint64_t va,
+                              uint64_t len, uint32_t perm) const
+{
+    const mpt *m = find_mpt(rkey);
+    bool qp_allows = perm == prm::mpt_perm_remote_write  ? q.remote_write
+                     : perm == prm::mpt_perm_remote_read ? q.remote_read
+                                                         : q.remote_atomic;
+    if (!qp_allows || !m || m->pd != q.pd || !(m->flags & perm) ||
+        !m->covers(va, len)) {
+        return nullptr;
+    }
+    return m;
+}
+
+/// Takes the oldest resource entry for a new READ/atomic request and
+/// queues it for transmission. Fails when the requester exceeds the
+/// negotiated depth (every entry still has responses to send).
+bool device::take_resource(qp &q, const resp_resource &r)
+{
+    uint32_t idx = q.res_next % q.resources.size();
+    if (q.resp_count == q.resources.size() || q.resources[idx].queued) {
+        return false;
+    }
+    q.resources[idx] = r;
+    ++q.res_next;
+    queue_response(q, idx);
+    return true;
+}
+
+void device::queue_response(qp &q, uint32_t idx)
+{
+    resp_resource &r = q.resources[idx];
+    if (r.queued) {
+        return;   // already on its way
+    }
+    r.queued = true;
+    q.resp_queue[(q.resp_head + q.resp_count++) % q.resp_queue.size()] = idx;
+}
+
+/// The resource whose request (or READ response range) holds `psn`.
+resp_resource *device::find_resource(qp &q, uint32_t psn)
+{
+    for (resp_resource &r : q.resources) {
+        int32_t d = ib::psn_diff(psn, r.psn);
+        if (r.npackets && d >= 0 && uint32_t(d) < r.npackets) {
+            return &r;
+        }
+    }
+    return nullptr;
+}
+
+void device::respond_read(qp &q, const pkt &p, bool duplicate)
+{
+    ib::reth r = p.ext<ib::reth>(ib::hdr_reth);
+    uint32_t len = r.dma_len.get();
+    if (!check_rkey(q, r.rkey.get(), r.va.get(), len, prm::mpt_perm_remote_read)) {
+        if (!duplicate) {
+            responder_error(q, ib::nak_code::remote_access);
+        }
+        return;
+    }
+    uint32_t npackets = len ? (len + q.mtu - 1) / q.mtu : 1;
+    if (duplicate) {
+        // Re-execute from the PSN the requester asks for (9.7.5.1.1): its
+        // RETH already names the missing part.
+        resp_resource *res = find_resource(q, p.psn);
+        if (!res || res->kind != resp_resource::type::read) {
+            return;   // too old to answer: the requester's retries decide
+        }
+        res->psn  = p.psn;
+        res->va   = r.va.get();
+        res->len  = len;
+        res->sent = 0;
+        res->npackets = npackets;
+        queue_response(q, uint32_t(res - q.resources.data()));
+        return;
+    }
+    resp_resource res;
+    res.kind     = resp_resource::type::read;
+    res.psn      = p.psn;
+    res.npackets = npackets;
+    res.rkey     = r.rkey.get();
+    res.va       = r.va.get();
+    res.len      = len;
+    if (!take_resource(q, res)) {
+        responder_error(q, ib::nak_code::invalid_request);   // depth exceeded
+        return;
+    }
+    q.epsn = ib::psn_add(q.epsn, npackets);
+    q.msn  = ib::psn_add(q.msn, 1);
+}
+
+void device::respond_atomic(qp &q, const pkt &p)
+{
+    ib::atomic_eth a = p.ext<ib::atomic_eth>(ib::hdr_atomic_eth);
+    uint64_t va = a.va.get();
+    if (!check_rkey(q, a.rkey.get(), va, sizeof(uint64_t), prm::mpt_perm_atomic)) {
+        responder_error(q, ib::nak_code::remote_access);
+        return;
+    }
+    if (va % sizeof(uint64_t)) {
+        responder_error(q, ib::nak_code::invalid_request);   // misaligned
+        return;
+    }
+    resp_resource res;
+    res.kind     = resp_resource::type::atomic;
+    res.psn      = p.psn;
+    res.npackets = 1;
+    if (q.resp_count == q.resources.size() ||
+        q.resources[q.res_next % q.resources.size()].queued) {
+        responder_error(q, ib::nak_code::invalid_request);   // depth exceeded
+        return;
+    }
+    // The target may be shared with other agents of the process: use the
+    // host's atomics on it.
+    auto *target = reinterpret_cast<uint64_t *>(static_cast<uintptr_t>(va));
+    if (p.opcode == uint8_t(ib::opcode::rc_compare_swap)) {
+        res.orig = a.compare.get();
+        __atomic_compare_exchange_n(target, &res.orig, a.swap_add.get(), false,
+                                    __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+    } else {
+        res.orig = __atomic_fetch_add(target, a.swap_add.get(), __ATOMIC_SEQ_CST);
+    }
+    (void)take_resource(q, res);
+    q.epsn = ib::psn_add(q.epsn, 1);
+    q.msn  = ib::psn_add(q.msn, 1);
+}
+
+/// A duplicate atomic is never executed twice (IBA 9.7.5.1.1): its saved
+/// result is sent again if the responder still holds it (the requester
+/// keeps at most as many atomics in flight as there are resources).
+void device::replay_atomic(qp &q, uint32_t psn)
+{
+    resp_resource *r = find_resource(q, psn);
+    if (r && r->kind == resp_resource::type::atomic) {
+        queue_response(q, uint32_t(r - q.resources.data()));
+    }
+}
+
+status device::send_atomic_ack(qp &q, const resp_resource &r)
+{
+    std::array<uint8_t, sizeof(ib::aeth) + sizeof(ib::atomic_ack_eth)> ext;
+    ib::aeth a{};
+    ib::aeth_syndrome::set(a.syn_msn, ib::make_syndrome(ib::ack_class::ack,
+                                                       ib::ack_credits_invalid));
+    ib::aeth_msn::set(a.syn_msn, q.msn);
+    ib::atomic_ack_eth ack;
+    ack.orig.set(r.orig);
+    std::memcpy(ext.data(), &a, sizeof(a));
+    std::memcpy(ext.data() + sizeof(a), &ack, sizeof(ack));
+    return emit({.opcode  = uint8_t(ib::opcode::rc_atomic_acknowledge),
+                 .dlid    = q.dlid,
+                 .dqpn    = q.remote_qpn,
+                 .psn     = r.psn,
+                 .ackreq  = false,
+                 .ext     = ext,
+                 .payload = {}});
+}
+
+/// Sends pending READ responses and atomic ACKs, in PSN order, until the
+/// fabric pushes back.
+void device::run_responders()
+{
+    for (uint32_t qpn : active_qpns_) {
+        qp *q = find_qp(qpn);
+        if (!q || !q->responses_pending()) {
+            continue;
+        }
+        while (q->responses_pending() && send_response_packet(*q)) {
+        }
+    }
+}
+
+bool device::send_response_packet(qp &q)
+{
+    uint32_t idx = q.resp_queue[q.resp_head];
+    resp_resource &r = q.resources[idx];
+    auto done = [&] {
+        r.queued    = false;
+        q.resp_head = (q.resp_head + 1) % q.resp_queue.size();
+        --q.resp_count;
+    };
+    if (r.kind == resp_resource::type::atomic) {
+        if (send_atomic_ack(q, r) == status::no_resource) {
+            return false;
+        }
+        done();
+        return true;
+    }
+    ib::aeth a{};
+    ib::aeth_syndrome::set(a.syn_msn, ib::make_syndrome(ib::ack_class::ack,
+                                                       ib::ack_credits_invalid));
+    ib::aeth_msn::set(a.syn_msn, q.msn);
+    // READ response packet: FIRST/MIDDLE/LAST carry MTU bytes, AETH on the
+    // first and last (IBA 9.4.4). The region is looked up again per packet:
+    // it may have been deregistered since the request.
+    uint32_t index = r.sent / q.mtu;
+    uint32_t chunk = std::min(q.mtu, r.len - r.sent);
+    bool first = r.sent == 0, last = r.sent + chunk == r.len;
+    const mpt *m = find_mpt(r.rkey);
+    if (!m || !m->covers(r.va + r.sent, chunk)) {
+        done();
+        responder_error(q, ib::nak_code::remote_access);
+        return false;
+    }
+    ib::opcode op = first && last ? ib::opcode::rc_rdma_read_response_only
+                    : first       ? ib::opcode::rc_rdma_read_response_first
+                    : last        ? ib::opcode::rc_rdma_read_response_last
+                                  : ib::opcode::rc_rdma_read_response_middle;
+    bool with_aeth = ib::info(op).hdrs & ib::hdr_aeth;
+    status s = emit({.opcode  = uint8_t(op),
+                     .dlid    = q.dlid,
+                     .dqpn    = q.remote_qpn,
+                     .psn     = ib::psn_add(r.psn, index),
+                     .ackreq  = false,
+                     .ext     = {reinterpret_cast<const uint8_t *>(&a),
+                                 with_aeth ? sizeof(a) : 0},
+                     .payload = {reinterpret_cast<const uint8_t *>(
+                                     static_cast<uintptr_t>(r.va + r.sent)),
+                                 chunk}});
+    if (s == status::no_resource) {
+        return false;
+    }
+    r.sent += chunk;
+    if (last) {
+        done();
+    }
+    return true;
 }
 
 void device::respond_send(qp &q, const pkt &p)
@@ -168,21 +411,26 @@ void device::respond_write(qp &q, const pkt &p)
     }
     if (first) {
         ib::reth r = p.ext<ib::reth>(ib::hdr_reth);
-        const mpt *m = find_mpt(r.rkey.get());
-        // IBA 9.7.5.1.3 / C9-88: R_Key valid, same PD, remote write enabled
-        // on both QP and region, and the whole range inside the region.
-        if (!q.remote_write || !m || m->pd != q.pd ||
-            !(m->flags & prm::mpt_perm_remote_write) ||
-            !m->covers(r.va.get(), r.dma_len.get())) {
+        if (!check_rkey(q, r.rkey.get(), r.va.get(), r.dma_len.get(),
+                        prm::mpt_perm_remote_write)) {
             responder_error(q, ib::nak_code::remote_access);
             return;
         }
-        q.write_va   = r.va.get();
-        q.write_left = r.dma_len.get();
-        q.in_write   = true;
+        q.write_va    = r.va.get();
+        q.write_left  = r.dma_len.get();
+        q.write_total = r.dma_len.get();
+        q.in_write    = true;
     }
     if (p.payload.size() > q.write_left || (last && p.payload.size() != q.write_left)) {
         responder_error(q, ib::nak_code::invalid_request);   // length mismatch
+        return;
+    }
+    bool imm = p.has(ib::kind_imm);
+    if (imm && !rq_available(q)) {
+        // WRITE with immediate consumes a receive WQE at its last packet:
+        // RNR NAK that packet; the data before it stays written.
+        count(counter::rnr_naks_sent);
+        send_nak(q, ib::make_syndrome(ib::ack_class::rnr_nak, q.min_rnr_timer));
         return;
     }
     std::memcpy(reinterpret_cast<void *>(static_cast<uintptr_t>(q.write_va)),
@@ -193,6 +441,17 @@ void device::respond_write(qp &q, const pkt &p)
     if (last) {
         q.in_write = false;
         q.msn      = ib::psn_add(q.msn, 1);
+        if (imm) {
+            prm::cqe c{};
+            c.vlan_my_qpn.set(q.qpn);
+            c.byte_cnt.set(q.write_total);
+            c.wqe_index.set(q.rq_tail++);
+            c.g_mlpath_rqpn.set(q.remote_qpn);
+            c.rlid.set(p.slid);
+            c.immed_rss_invalid.raw = p.ext<ib::immdt>(ib::hdr_immdt).imm.raw;
+            c.owner_sr_opcode = uint8_t(prm::recv_opcode::rdma_write_imm);
+            write_cqe(q.recv_cqn, c);
+        }
     }
     schedule_ack(q);
 }
@@ -286,6 +545,11 @@ void device::flush_acks()
         qp *q = find_qp(qpn);
         if (!q || !q->ack_pending) {
             return true;
+        }
+        if (q->responses_pending()) {
+            // An ACK covering a READ whose responses are not out yet would
+            // tell the requester they were lost (9.7.5.1.1): wait for them.
+            return false;
         }
         if (!send_ack(*q)) {
             return false;   // ring full: keep it for the next round

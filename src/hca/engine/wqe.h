@@ -14,9 +14,11 @@ struct send_wqe {
     prm::send_opcode opcode;
     bool     signaled;
     bool     solicited;
+    bool     fence;          ///< wait for earlier READs/atomics (C60)
     uint32_t imm;            ///< raw big-endian, as on the wire
     uint64_t raddr = 0;
     uint32_t rkey  = 0;
+    uint64_t swap_add = 0, compare = 0;   ///< atomics
     uint16_t ud_dlid = 0;
     uint32_t ud_dqpn = 0, ud_qkey = 0;
     const uint8_t *segs;     ///< data or inline segments
@@ -24,6 +26,22 @@ struct send_wqe {
     bool     is_inline = false;
     uint32_t total_len = 0;
 };
+
+constexpr bool is_atomic(prm::send_opcode op)
+{
+    return op == prm::send_opcode::atomic_cs || op == prm::send_opcode::atomic_fa;
+}
+constexpr bool is_read(prm::send_opcode op)
+{
+    return op == prm::send_opcode::rdma_read;
+}
+/// Operations whose WQE carries a remote address segment.
+constexpr bool has_raddr(prm::send_opcode op)
+{
+    return op == prm::send_opcode::rdma_write ||
+           op == prm::send_opcode::rdma_write_imm || is_read(op) ||
+           is_atomic(op);
+}
 
 /// Whether the device owns the SQ WQE at counter `index`: the driver
 /// writes owner = (index / size) & 1 after the rest of the WQE (mlx4 qp.c).
@@ -78,6 +96,7 @@ inline bool decode_send_wqe(const dev::qp &q, uint32_t index, send_wqe &w)
     w.opcode    = static_cast<prm::send_opcode>(ctrl.owner_opcode.get() & 0x1f);
     w.signaled  = (ctrl.srcrb_flags.get() & prm::ctrl_cq_update) != 0;
     w.solicited = (ctrl.srcrb_flags.get() & prm::ctrl_solicited) != 0;
+    w.fence     = (ctrl.fence_size & prm::ctrl_fence) != 0;
     w.imm       = ctrl.imm.raw;
     size_t off  = sizeof(ctrl);
     if (q.st == prm::qp_st::ud) {
@@ -88,17 +107,24 @@ inline bool decode_send_wqe(const dev::qp &q, uint32_t index, send_wqe &w)
         w.ud_dqpn = d.dqpn.get() & 0xffffff;
         w.ud_qkey = d.qkey.get();
         off += sizeof(d);
-    } else if (w.opcode == prm::send_opcode::rdma_write ||
-               w.opcode == prm::send_opcode::rdma_write_imm) {
+    } else if (has_raddr(w.opcode)) {
         if (off + sizeof(prm::wqe_raddr_seg) > size) return false;
         prm::wqe_raddr_seg r;
         std::memcpy(&r, p + off, sizeof(r));
         w.raddr = r.raddr.get();
         w.rkey  = r.rkey.get();
         off += sizeof(r);
+        if (is_atomic(w.opcode)) {
+            if (off + sizeof(prm::wqe_atomic_seg) > size) return false;
+            prm::wqe_atomic_seg a;
+            std::memcpy(&a, p + off, sizeof(a));
+            w.swap_add = a.swap_add.get();
+            w.compare  = a.compare.get();
+            off += sizeof(a);
+        }
     } else if (w.opcode != prm::send_opcode::send &&
                w.opcode != prm::send_opcode::send_imm) {
-        return false;   // READ and atomics are not implemented yet
+        return false;   // unknown or unsupported opcode
     }
     w.segs     = p + off;
     w.segs_len = size - off;

@@ -25,6 +25,7 @@ public:
 
     unsigned poll(frame_sink &sink, unsigned budget) override
     {
+        fabric_.release_delayed();
         unsigned n = 0;
         while (n < budget) {
             auto it = fabric_.queues_.find(lid_);
@@ -47,7 +48,8 @@ public:
     bool lossless() const override
     {
         const fault_plan &p = fabric_.plan_;
-        return !p.drop_every && !p.duplicate_every && !p.reorder_every;
+        return !p.drop_one_in && !p.duplicate_one_in && !p.reorder_one_in &&
+               !p.delay_one_in;
     }
 
 private:
@@ -62,6 +64,31 @@ result<std::unique_ptr<port>> loopback_fabric::attach()
     return std::unique_ptr<port>(new lb_port(*this, lid));
 }
 
+bool loopback_fabric::hit(unsigned one_in)
+{
+    if (!one_in) {
+        return false;
+    }
+    // xorshift64: cheap, seeded, reproducible.
+    rng_ ^= rng_ << 13;
+    rng_ ^= rng_ >> 7;
+    rng_ ^= rng_ << 17;
+    return rng_ % one_in == 0;
+}
+
+void loopback_fabric::release_delayed()
+{
+    std::erase_if(held_, [this](held_frame &h) {
+        if (--h.polls_left) {
+            return false;
+        }
+        if (auto it = queues_.find(h.dlid); it != queues_.end()) {
+            it->second.push_back(std::move(h.frame));
+        }
+        return true;
+    });
+}
+
 status loopback_fabric::deliver(uint16_t dlid, std::vector<uint8_t> &&frame)
 {
     auto it = queues_.find(dlid);
@@ -72,16 +99,20 @@ status loopback_fabric::deliver(uint16_t dlid, std::vector<uint8_t> &&frame)
     if (q.size() >= plan_.queue_capacity) {
         return status::no_resource;
     }
-    uint64_t n = ++sent_;
-    if (plan_.drop_every && n % plan_.drop_every == 0) {
+    ++sent_;
+    if (hit(plan_.drop_one_in)) {
         ++dropped_;
         return status::ok;        // lost on the wire: the sender cannot tell
     }
-    if (plan_.duplicate_every && n % plan_.duplicate_every == 0) {
+    if (hit(plan_.duplicate_one_in)) {
         q.push_back(frame);
     }
+    if (hit(plan_.delay_one_in)) {
+        held_.push_back({dlid, std::max(1u, plan_.delay_polls), std::move(frame)});
+        return status::ok;
+    }
     q.push_back(std::move(frame));
-    if (plan_.reorder_every && n % plan_.reorder_every == 0 && q.size() >= 2) {
+    if (hit(plan_.reorder_one_in) && q.size() >= 2) {
         std::swap(q[q.size() - 1], q[q.size() - 2]);
     }
     return status::ok;

@@ -12,19 +12,30 @@
 
 namespace mlx4x::fabric {
 
+/// Faults the loopback fabric injects. Each fault hits a frame with
+/// probability 1/n drawn from a seeded generator: deterministic for a seed,
+/// but not periodic, so it cannot lock onto a retransmission cycle the way
+/// "every n-th frame" does.
 struct fault_plan {
-    unsigned drop_every      = 0;  ///< drop every n-th frame sent (0: never)
-    unsigned duplicate_every = 0;  ///< deliver every n-th frame twice
-    unsigned reorder_every   = 0;  ///< swap every n-th frame with the next
-    size_t   queue_capacity  = 1024;
+    unsigned drop_one_in      = 0;  ///< lose the frame (0: never)
+    unsigned duplicate_one_in = 0;  ///< deliver it twice
+    unsigned reorder_one_in   = 0;  ///< swap it with the frame queued before
+    unsigned delay_one_in     = 0;  ///< hold it back ...
+    unsigned delay_polls      = 8;  ///< ... for this many poll calls
+    size_t   queue_capacity   = 1024;
+    uint64_t seed             = 0x6d6c783478;
 };
 
 class loopback_fabric final : public fabric {
 public:
-    explicit loopback_fabric(fault_plan plan = {}) : plan_(plan) {}
+    explicit loopback_fabric(fault_plan plan = {}) { set_faults(plan); }
     result<std::unique_ptr<port>> attach() override;
 
-    void set_faults(fault_plan plan) { plan_ = plan; }
+    void set_faults(fault_plan plan)
+    {
+        plan_ = plan;
+        rng_  = plan.seed | 1;
+    }
     uint64_t frames_sent() const { return sent_; }
     uint64_t frames_dropped() const { return dropped_; }
 
@@ -32,8 +43,18 @@ private:
     class lb_port;
     friend class lb_port;
     status deliver(uint16_t dlid, std::vector<uint8_t> &&frame);
+    bool   hit(unsigned one_in);
+    void   release_delayed();
+
+    struct held_frame {
+        uint16_t             dlid;
+        unsigned             polls_left;
+        std::vector<uint8_t> frame;
+    };
 
     fault_plan                               plan_;
+    uint64_t                                 rng_ = 1;
+    std::vector<held_frame>                  held_;
     std::map<uint16_t, std::deque<std::vector<uint8_t>>> queues_;
     uint16_t                                 next_lid_ = 1;
     uint64_t                                 sent_     = 0;

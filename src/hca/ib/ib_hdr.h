@@ -67,6 +67,21 @@ constexpr uint8_t make_syndrome(ack_class c, uint8_t value)
 }
 constexpr uint8_t ack_credits_invalid = 0x1f;   ///< "no credit count" (ACK)
 
+/// Atomic Extended Transport Header (IBA 9.3.3.2), 28 bytes.
+struct atomic_eth {
+    be64_split va;
+    be32       rkey;
+    be64_split swap_add;   ///< swap value (CmpSwap) or addend (FetchAdd)
+    be64_split compare;
+};
+static_assert(sizeof(atomic_eth) == 28);
+
+/// Atomic ACK Extended Transport Header (IBA 9.3.6): the original value.
+struct atomic_ack_eth {
+    be64_split orig;
+};
+static_assert(sizeof(atomic_ack_eth) == 8);
+
 /// Datagram Extended Transport Header (IBA 9.3.2), 8 bytes.
 struct deth {
     be32 qkey;

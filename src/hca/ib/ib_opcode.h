@@ -24,17 +24,27 @@ enum class opcode : uint8_t {
     rc_rdma_write_last_imm       = 0x09,
     rc_rdma_write_only           = 0x0a,
     rc_rdma_write_only_imm       = 0x0b,
+    rc_rdma_read_request         = 0x0c,
+    rc_rdma_read_response_first  = 0x0d,
+    rc_rdma_read_response_middle = 0x0e,
+    rc_rdma_read_response_last   = 0x0f,
+    rc_rdma_read_response_only   = 0x10,
     rc_acknowledge               = 0x11,
+    rc_atomic_acknowledge        = 0x12,
+    rc_compare_swap              = 0x13,
+    rc_fetch_add                 = 0x14,
     ud_send_only                 = 0x64,
     ud_send_only_imm             = 0x65,
 };
 
 /// Extended headers present after the BTH, in wire order.
 enum hdr_bits : uint8_t {
-    hdr_deth  = 1 << 0,
-    hdr_reth  = 1 << 1,
-    hdr_aeth  = 1 << 2,
-    hdr_immdt = 1 << 3,
+    hdr_deth         = 1 << 0,
+    hdr_reth         = 1 << 1,
+    hdr_atomic_eth   = 1 << 2,
+    hdr_aeth         = 1 << 3,
+    hdr_atomic_ack   = 1 << 4,
+    hdr_immdt        = 1 << 5,
 };
 
 /// What a packet means; kept apart from the header set on purpose (rxe once
@@ -49,6 +59,9 @@ enum kind_bits : uint16_t {
     kind_imm     = 1 << 6,
     kind_request = 1 << 7,
     kind_ud      = 1 << 8,
+    kind_read    = 1 << 9,    ///< RDMA READ request or response
+    kind_atomic  = 1 << 10,   ///< atomic request or atomic ACK
+    kind_response= 1 << 11,   ///< goes to the completer (ACK / READ resp.)
 };
 
 struct opcode_info {
@@ -68,12 +81,25 @@ struct row {
     const char *name;
 };
 
+/// Extended headers in IBA wire order (9.2: RDETH, DETH, RETH, AtomicETH,
+/// AETH, AtomicAckETH, ImmDt) with their sizes.
+struct ext_hdr {
+    hdr_bits bit;
+    uint8_t  size;
+};
+constexpr ext_hdr ext_order[] = {
+    {hdr_deth, sizeof(deth)},           {hdr_reth, sizeof(reth)},
+    {hdr_atomic_eth, sizeof(atomic_eth)}, {hdr_aeth, sizeof(aeth)},
+    {hdr_atomic_ack, sizeof(atomic_ack_eth)}, {hdr_immdt, sizeof(immdt)},
+};
+
 constexpr uint8_t ext_len(uint8_t hdrs)
 {
-    return static_cast<uint8_t>(((hdrs & hdr_deth) ? sizeof(deth) : 0) +
-                                ((hdrs & hdr_reth) ? sizeof(reth) : 0) +
-                                ((hdrs & hdr_aeth) ? sizeof(aeth) : 0) +
-                                ((hdrs & hdr_immdt) ? sizeof(immdt) : 0));
+    uint8_t n = 0;
+    for (const ext_hdr &e : ext_order) {
+        n = static_cast<uint8_t>(n + ((hdrs & e.bit) ? e.size : 0));
+    }
+    return n;
 }
 
 constexpr uint16_t R = kind_request;
@@ -100,7 +126,25 @@ constexpr row rows[] = {
     {opcode::rc_rdma_write_only_imm, hdr_reth | hdr_immdt,
      R | kind_write | kind_first | kind_last | kind_imm,
      "RC_RDMA_WRITE_ONLY_IMM"},
-    {opcode::rc_acknowledge, hdr_aeth, kind_ack, "RC_ACKNOWLEDGE"},
+    {opcode::rc_rdma_read_request, hdr_reth,
+     R | kind_read | kind_first | kind_last, "RC_RDMA_READ_REQUEST"},
+    {opcode::rc_rdma_read_response_first, hdr_aeth,
+     kind_response | kind_read | kind_first, "RC_RDMA_READ_RESPONSE_FIRST"},
+    {opcode::rc_rdma_read_response_middle, 0,
+     kind_response | kind_read | kind_middle, "RC_RDMA_READ_RESPONSE_MIDDLE"},
+    {opcode::rc_rdma_read_response_last, hdr_aeth,
+     kind_response | kind_read | kind_last, "RC_RDMA_READ_RESPONSE_LAST"},
+    {opcode::rc_rdma_read_response_only, hdr_aeth,
+     kind_response | kind_read | kind_first | kind_last,
+     "RC_RDMA_READ_RESPONSE_ONLY"},
+    {opcode::rc_acknowledge, hdr_aeth, kind_response | kind_ack,
+     "RC_ACKNOWLEDGE"},
+    {opcode::rc_atomic_acknowledge, hdr_aeth | hdr_atomic_ack,
+     kind_response | kind_atomic | kind_ack, "RC_ATOMIC_ACKNOWLEDGE"},
+    {opcode::rc_compare_swap, hdr_atomic_eth,
+     R | kind_atomic | kind_first | kind_last, "RC_COMPARE_SWAP"},
+    {opcode::rc_fetch_add, hdr_atomic_eth,
+     R | kind_atomic | kind_first | kind_last, "RC_FETCH_ADD"},
     {opcode::ud_send_only, hdr_deth,
      R | kind_send | kind_first | kind_last | kind_ud, "UD_SEND_ONLY"},
     {opcode::ud_send_only_imm, hdr_deth | hdr_immdt,
@@ -137,19 +181,22 @@ static_assert(info(opcode::rc_acknowledge).hdr_len == 12 + 4);
 static_assert(info(opcode::ud_send_only_imm).hdr_len == 12 + 8 + 4);
 static_assert(!info(uint8_t{0x1f}).valid);
 
-/// Offset of an extended header inside the packet, after the BTH
-/// (IBA order: RDETH, DETH, RETH, AtomicETH, AETH, ImmDt).
+/// Offset of an extended header inside the packet, counted from the BTH.
 constexpr size_t ext_offset(const opcode_info &i, hdr_bits h)
 {
     size_t off = sizeof(bth);
-    if (h == hdr_deth) return off;
-    off += (i.hdrs & hdr_deth) ? sizeof(deth) : 0;
-    if (h == hdr_reth) return off;
-    off += (i.hdrs & hdr_reth) ? sizeof(reth) : 0;
-    if (h == hdr_aeth) return off;
-    off += (i.hdrs & hdr_aeth) ? sizeof(aeth) : 0;
-    return off;   // immdt
+    for (const detail::ext_hdr &e : detail::ext_order) {
+        if (e.bit == h) {
+            break;
+        }
+        off += (i.hdrs & e.bit) ? e.size : 0;
+    }
+    return off;
 }
 static_assert(ext_offset(info(opcode::rc_rdma_write_only_imm), hdr_immdt) == 28);
+static_assert(info(opcode::rc_compare_swap).hdr_len == 12 + 28);
+static_assert(ext_offset(info(opcode::rc_atomic_acknowledge), hdr_atomic_ack) ==
+              12 + 4);
+static_assert(info(opcode::rc_rdma_read_response_middle).hdr_len == 12);
 
 } // namespace mlx4x::ib
