@@ -92,6 +92,31 @@ ucs_status_t uct_mlx4x_ep_put_short(uct_ep_h ep, const void *buffer,
 ssize_t      uct_mlx4x_ep_put_bcopy(uct_ep_h ep, uct_pack_callback_t pack_cb,
                                     void *arg, uint64_t remote_addr,
                                     uct_rkey_t rkey);
+ucs_status_t uct_mlx4x_ep_put_zcopy(uct_ep_h ep, const uct_iov_t *iov,
+                                    size_t iovcnt, uint64_t remote_addr,
+                                    uct_rkey_t rkey, uct_completion_t *comp);
+ucs_status_t uct_mlx4x_ep_get_zcopy(uct_ep_h ep, const uct_iov_t *iov,
+                                    size_t iovcnt, uint64_t remote_addr,
+                                    uct_rkey_t rkey, uct_completion_t *comp);
+ucs_status_t uct_mlx4x_ep_get_bcopy(uct_ep_h ep, uct_unpack_callback_t unpack_cb,
+                                    void *arg, size_t length,
+                                    uint64_t remote_addr, uct_rkey_t rkey,
+                                    uct_completion_t *comp);
+ucs_status_t uct_mlx4x_ep_am_zcopy(uct_ep_h ep, uint8_t id, const void *header,
+                                   unsigned header_length, const uct_iov_t *iov,
+                                   size_t iovcnt, unsigned flags,
+                                   uct_completion_t *comp);
+ucs_status_t uct_mlx4x_ep_atomic64_post(uct_ep_h ep, unsigned opcode,
+                                        uint64_t value, uint64_t remote_addr,
+                                        uct_rkey_t rkey);
+ucs_status_t uct_mlx4x_ep_atomic64_fetch(uct_ep_h ep, unsigned opcode,
+                                         uint64_t value, uint64_t *result,
+                                         uint64_t remote_addr, uct_rkey_t rkey,
+                                         uct_completion_t *comp);
+ucs_status_t uct_mlx4x_ep_atomic_cswap64(uct_ep_h ep, uint64_t compare,
+                                         uint64_t swap, uint64_t remote_addr,
+                                         uct_rkey_t rkey, uint64_t *result,
+                                         uct_completion_t *comp);
 ucs_status_t uct_mlx4x_ep_flush(uct_ep_h ep, unsigned flags,
                                 uct_completion_t *comp);
 ucs_status_t uct_mlx4x_ep_pending_add(uct_ep_h ep, uct_pending_req_t *req,

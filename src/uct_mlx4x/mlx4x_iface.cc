@@ -17,7 +17,8 @@ constexpr unsigned poll_batch     = 16;
 constexpr unsigned conn_rx_slots  = 64;
 constexpr uint32_t all_access     = drv::access_local_write |
                                     drv::access_remote_write |
-                                    drv::access_remote_read;
+                                    drv::access_remote_read |
+                                    drv::access_remote_atomic;
 
 uint64_t now_ns()
 {
@@ -47,7 +48,7 @@ status make_slots(drv::context &ctx, uint32_t pd, slot_area &a, size_t n,
 
 } // namespace
 
-// ---- memory_domain -------------------------------------------------------------------
+// ---- md ----------------------------------------------------------------------
 
 result<std::unique_ptr<memory_domain>> memory_domain::open()
 {
@@ -63,12 +64,18 @@ result<std::unique_ptr<memory_domain>> memory_domain::open()
     }
     m->ctx_ = c.take();
     m->pd_  = m->ctx_->alloc_pd();
+    auto dma = drv::mr::reg(*m->ctx_, m->pd_, nullptr, ~size_t{0},
+                            drv::access_local_write);
+    if (!dma.ok()) {
+        return dma.error();
+    }
+    m->dma_mr_ = dma.take();
     MLX4X_DEBUG("mlx4x_0 port 1 up: lid %d guid 0x%llx", m->ctx_->port().lid,
                 static_cast<unsigned long long>(m->ctx_->port().port_guid));
     return m;
 }
 
-// ---- endpoint -------------------------------------------------------------------
+// ---- ep ----------------------------------------------------------------------
 
 status endpoint::connect(const device_addr &dev, const iface_addr &ifa)
 {
@@ -76,7 +83,7 @@ status endpoint::connect(const device_addr &dev, const iface_addr &ifa)
     drv::qp_caps caps;
     caps.max_send_wr  = i.config().tx_queue_len;
     caps.max_recv_wr  = 1;   // this QP only sends; the peer answers on its own
-    caps.max_send_sge = 2;
+    caps.max_send_sge = max_iov;
     caps.max_inline   = i.max_inline();
     auto q = drv::qp::create(i.ctx(), i.domain().pd(), drv::qp_type::rc,
                              i.send_cq(), i.recv_cq(), caps);
@@ -92,6 +99,7 @@ status endpoint::connect(const device_addr &dev, const iface_addr &ifa)
         s != status::ok) {
         return s;
     }
+    ops.assign(qp_->caps().max_send_wr, tx_op{});
     peer_lid      = dev.lid;
     peer_conn_qpn = ifa.conn_qpn;
     sq_psn        = random_psn();
@@ -125,6 +133,18 @@ void endpoint::on_established(const conn_msg &rep)
                 qp_->qpn(), peer_lid, a.remote_qpn);
 }
 
+void endpoint::complete_next(ucs_status_t st)
+{
+    tx_op &o = op(completed++);
+    if (o.unpack && st == UCS_OK) {
+        o.unpack(o.arg, o.data, o.length);
+    }
+    if (o.comp) {
+        uct_invoke_completion(o.comp, st);
+    }
+    o = tx_op{};
+}
+
 void endpoint::fail(ucs_status_t why)
 {
     if (state_ == ep_state::failed) {
@@ -135,7 +155,7 @@ void endpoint::fail(ucs_status_t why)
                             why);
 }
 
-// ---- interface ------------------------------------------------------------------
+// ---- iface -------------------------------------------------------------------
 
 interface::interface(uct_mlx4x_iface_t *uct, memory_domain &m, const uct_mlx4x_iface_config_t &cfg)
     : uct_(uct), md_(m), cfg_(cfg), seg_size_(cfg.seg_size)
@@ -282,15 +302,19 @@ void interface::poll_send()
             continue;   // connection-service datagram, or a destroyed endpoint
         }
         endpoint &e = *it->second;
-        ++e.completed;
+        ucs_status_t st = UCS_OK;
         if (w.status != drv::wc_status::success) {
             if (w.status != drv::wc_status::wr_flush_err) {
                 MLX4X_ERROR("endpoint %u to lid %d: send failed: %s", e.conn_id,
                             e.peer_lid, drv::to_string(w.status));
             }
-            e.fail(w.status == drv::wc_status::retry_exc_err
-                       ? UCS_ERR_ENDPOINT_TIMEOUT
-                       : UCS_ERR_IO_ERROR);
+            st = w.status == drv::wc_status::retry_exc_err
+                     ? UCS_ERR_ENDPOINT_TIMEOUT
+                     : UCS_ERR_IO_ERROR;
+        }
+        e.complete_next(st);
+        if (st != UCS_OK) {
+            e.fail(st);
         }
         while (!e.flushes.empty() &&
                int32_t(e.completed - e.flushes.front().until) >= 0) {

@@ -15,6 +15,13 @@
 
 namespace mlx4x::uct {
 
+/// Gather/scatter entries per zcopy operation (and per send WQE).
+constexpr unsigned max_iov = 8;
+/// Largest RDMA zcopy transfer (a WQE's byte counts are 31 bits).
+constexpr size_t max_rdma_zcopy = size_t{1} << 30;
+/// Largest user header of an AM zcopy (copied into the bounce slot).
+constexpr unsigned max_am_zcopy_hdr = 128;
+
 /// Device address: where the port is on the fabric.
 struct __attribute__((packed)) device_addr {
     uint16_t lid;
@@ -30,10 +37,14 @@ public:
     static result<std::unique_ptr<memory_domain>> open();
     drv::context &ctx() { return *ctx_; }
     uint32_t pd() const { return pd_; }
+    /// L_Key of the whole address space for local access (the "DMA MR"
+    /// kernel drivers have): used where UCT passes no memory handle.
+    uint32_t local_lkey() const { return dma_mr_->lkey(); }
 private:
     std::unique_ptr<fabric::fabric> fabric_;
     std::unique_ptr<drv::context>   ctx_;
     uint32_t                        pd_ = 0;
+    std::unique_ptr<drv::mr>        dma_mr_;
 };
 
 class interface;
@@ -47,6 +58,15 @@ struct slot_area {
 };
 
 enum class ep_state : uint8_t { connecting, connected, failed };
+
+/// What to do when a send WQE completes (one per SQ slot, in order).
+struct tx_op {
+    uct_completion_t     *comp   = nullptr;
+    uct_unpack_callback_t unpack = nullptr;   ///< GET bcopy
+    void                 *arg    = nullptr;
+    const void           *data   = nullptr;
+    uint32_t              length = 0;
+};
 
 class endpoint {
 public:
@@ -74,6 +94,12 @@ public:
     struct flush_waiter { uint32_t until; uct_completion_t *comp; };
     std::deque<flush_waiter> flushes;
     uint32_t   posted = 0, completed = 0;   ///< WQE counters for flush
+    std::vector<tx_op> ops;                 ///< by WQE counter % SQ size
+    alignas(8) uint64_t atomic_sink = 0;    ///< result of atomic posts
+
+    tx_op &op(uint32_t counter) { return ops[counter % ops.size()]; }
+    /// Runs the completed WQE's callbacks; `st` is its status.
+    void complete_next(ucs_status_t st);
 
     void on_established(const conn_msg &rep);
     void fail(ucs_status_t why);

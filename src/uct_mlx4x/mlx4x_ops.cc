@@ -53,11 +53,14 @@ ucs_status_t tx_check(endpoint &e)
     return UCS_OK;
 }
 
-ucs_status_t post(endpoint &e, drv::send_wr &wr)
+/// Posts one signalled WQE; `op` says what to do when it completes.
+ucs_status_t post(endpoint &e, drv::send_wr &wr, const tx_op &op = {})
 {
     wr.wr_id = e.posted;
+    e.op(e.posted) = op;
     status s = e.qp().post_send(wr);
     if (s != status::ok) [[unlikely]] {
+        e.op(e.posted) = tx_op{};
         e.owner().tx_credit_return();
         return to_ucs(s);
     }
@@ -65,9 +68,74 @@ ucs_status_t post(endpoint &e, drv::send_wr &wr)
     return UCS_OK;
 }
 
+/// UCT iov -> scatter/gather list (no strided entries).
+bool to_sge(endpoint &e, const uct_iov_t *iov, size_t iovcnt, drv::sge *sg,
+            size_t &total)
+{
+    total = 0;
+    for (size_t i = 0; i < iovcnt; ++i) {
+        if (iov[i].count > 1) {
+            return false;
+        }
+        size_t len = iov[i].count ? iov[i].length : 0;
+        auto *memh = static_cast<drv::mr *>(iov[i].memh);
+        sg[i] = {reinterpret_cast<uint64_t>(iov[i].buffer), uint32_t(len),
+                 memh ? memh->lkey() : e.owner().domain().local_lkey()};
+        total += len;
+    }
+    return true;
+}
+
+ucs_status_t rdma_zcopy(uct_ep_h h, drv::wr_opcode opcode, const uct_iov_t *iov,
+                        size_t iovcnt, uint64_t remote_addr, uct_rkey_t rkey,
+                        uct_completion_t *comp)
+{
+    endpoint &e = ep_of(h);
+    drv::sge  sg[max_iov];
+    size_t    total;
+    if (iovcnt > max_iov || !to_sge(e, iov, iovcnt, sg, total) ||
+        total > max_rdma_zcopy) {
+        return UCS_ERR_INVALID_PARAM;
+    }
+    if (ucs_status_t st = tx_check(e); st != UCS_OK) {
+        return st;
+    }
+    drv::send_wr wr;
+    wr.opcode      = opcode;
+    wr.sg          = {sg, iovcnt};
+    wr.remote_addr = remote_addr;
+    wr.rkey        = uint32_t(rkey);
+    ucs_status_t st = post(e, wr, {.comp = comp});
+    return st == UCS_OK ? UCS_INPROGRESS : st;
+}
+
+ucs_status_t atomic64(uct_ep_h h, drv::wr_opcode opcode, uint64_t compare_add,
+                      uint64_t swap, uint64_t remote_addr, uct_rkey_t rkey,
+                      uint64_t *result, uct_completion_t *comp)
+{
+    endpoint &e = ep_of(h);
+    if (ucs_status_t st = tx_check(e); st != UCS_OK) {
+        return st;
+    }
+    uint64_t *dst = result ? result : &e.atomic_sink;
+    drv::sge  sg{reinterpret_cast<uint64_t>(dst), sizeof(uint64_t),
+                e.owner().domain().local_lkey()};
+    drv::send_wr wr;
+    wr.opcode      = opcode;
+    wr.sg          = {&sg, 1};
+    wr.remote_addr = remote_addr;
+    wr.rkey        = uint32_t(rkey);
+    wr.compare_add = compare_add;
+    wr.swap        = swap;
+    ucs_status_t st = post(e, wr, {.comp = comp});
+    // A post is done for UCT once handed over; a fetch when its result is
+    // in place.
+    return st != UCS_OK ? st : result ? UCS_INPROGRESS : UCS_OK;
+}
+
 } // namespace
 
-// ---- memory_domain ---------------------------------------------------------------------
+// ---- md ----------------------------------------------------------------------
 
 extern "C" ucs_status_t uct_mlx4x_md_init(uct_mlx4x_md_t *m)
 {
@@ -113,7 +181,8 @@ extern "C" ucs_status_t uct_mlx4x_mem_reg(uct_md_h h, void *address,
         memory_domain &m  = md_of(h);
         auto r = drv::mr::reg(m.ctx(), m.pd(), address, length,
                               drv::access_local_write | drv::access_remote_write |
-                                  drv::access_remote_read);
+                                  drv::access_remote_read |
+                                  drv::access_remote_atomic);
         if (!r.ok()) {
             ucs_error("mlx4x: failed to register %p length %zu: %s", address,
                       length, to_string(r.error()));
@@ -162,7 +231,7 @@ extern "C" ucs_status_t uct_mlx4x_query_devices(uct_md_h memory_domain,
                                       UCS_SYS_DEVICE_ID_UNKNOWN, devs, num);
 }
 
-// ---- interface --------------------------------------------------------------------
+// ---- iface -------------------------------------------------------------------
 
 extern "C" ucs_status_t uct_mlx4x_iface_init(uct_mlx4x_iface_t *u,
                                              const uct_iface_params_t *,
@@ -190,19 +259,38 @@ extern "C" ucs_status_t uct_mlx4x_iface_query(uct_iface_h h, uct_iface_attr_t *a
     interface &i = iface_of(h);
     uct_base_iface_query(&i.uct()->super, attr);
     attr->cap.flags = UCT_IFACE_FLAG_AM_SHORT | UCT_IFACE_FLAG_AM_BCOPY |
-                      UCT_IFACE_FLAG_PUT_SHORT | UCT_IFACE_FLAG_PUT_BCOPY |
-                      UCT_IFACE_FLAG_PENDING | UCT_IFACE_FLAG_CB_SYNC |
-                      UCT_IFACE_FLAG_CONNECT_TO_IFACE;
+                      UCT_IFACE_FLAG_AM_ZCOPY | UCT_IFACE_FLAG_PUT_SHORT |
+                      UCT_IFACE_FLAG_PUT_BCOPY | UCT_IFACE_FLAG_PUT_ZCOPY |
+                      UCT_IFACE_FLAG_GET_BCOPY | UCT_IFACE_FLAG_GET_ZCOPY |
+                      UCT_IFACE_FLAG_ATOMIC_DEVICE | UCT_IFACE_FLAG_PENDING |
+                      UCT_IFACE_FLAG_CB_SYNC | UCT_IFACE_FLAG_CONNECT_TO_IFACE;
     attr->cap.event_flags     = 0;
+    size_t mtu                = i.ctx().port().mtu;
     attr->cap.am.max_short    = i.max_inline() - 1 - sizeof(uint64_t);
     attr->cap.am.max_bcopy    = i.seg_size() - 1;
-    attr->cap.am.max_hdr      = 0;
-    attr->cap.am.max_iov      = 1;
+    attr->cap.am.min_zcopy    = 0;
+    attr->cap.am.max_zcopy    = i.seg_size() - 1 - max_am_zcopy_hdr;
+    attr->cap.am.max_hdr      = max_am_zcopy_hdr;
+    attr->cap.am.max_iov      = max_iov - 1;   // one entry carries the header
+    attr->cap.am.opt_zcopy_align = 1;
+    attr->cap.am.align_mtu    = mtu;
     attr->cap.put.max_short   = i.max_inline();
     attr->cap.put.max_bcopy   = i.seg_size();
-    attr->cap.put.max_iov     = 1;
+    attr->cap.put.min_zcopy   = 0;
+    attr->cap.put.max_zcopy   = max_rdma_zcopy;
+    attr->cap.put.max_iov     = max_iov;
     attr->cap.put.opt_zcopy_align = 1;
-    attr->cap.put.align_mtu   = 1;
+    attr->cap.put.align_mtu   = mtu;
+    attr->cap.get.max_bcopy   = i.seg_size();
+    attr->cap.get.min_zcopy   = 0;
+    attr->cap.get.max_zcopy   = max_rdma_zcopy;
+    attr->cap.get.max_iov     = max_iov;
+    attr->cap.get.opt_zcopy_align = 1;
+    attr->cap.get.align_mtu   = mtu;
+    // mlx4 hardware atomics: 64-bit fetch-and-add and compare-and-swap.
+    attr->cap.atomic64.op_flags  = UCS_BIT(UCT_ATOMIC_OP_ADD);
+    attr->cap.atomic64.fop_flags = UCS_BIT(UCT_ATOMIC_OP_ADD) |
+                                   UCS_BIT(UCT_ATOMIC_OP_CSWAP);
     attr->device_addr_len     = sizeof(device_addr);
     attr->iface_addr_len      = sizeof(iface_addr);
     attr->ep_addr_len         = 0;
@@ -255,7 +343,7 @@ extern "C" ucs_status_t uct_mlx4x_iface_flush(uct_iface_h h, unsigned,
     return iface_of(h).all_flushed() ? UCS_OK : UCS_INPROGRESS;
 }
 
-// ---- endpoint -------------------------------------------------------------------------
+// ---- ep ----------------------------------------------------------------------
 
 extern "C" ucs_status_t uct_mlx4x_ep_init(uct_mlx4x_ep_t *u,
                                           const uct_ep_params_t *params)
@@ -358,6 +446,120 @@ extern "C" ssize_t uct_mlx4x_ep_put_bcopy(uct_ep_h h, uct_pack_callback_t pack_c
     wr.rkey        = uint32_t(rkey);
     ucs_status_t st = post(e, wr);
     return st == UCS_OK ? ssize_t(len) : ssize_t(st);
+}
+
+extern "C" ucs_status_t uct_mlx4x_ep_put_zcopy(uct_ep_h h, const uct_iov_t *iov,
+                                               size_t iovcnt, uint64_t remote_addr,
+                                               uct_rkey_t rkey,
+                                               uct_completion_t *comp)
+{
+    return rdma_zcopy(h, drv::wr_opcode::rdma_write, iov, iovcnt, remote_addr,
+                      rkey, comp);
+}
+
+extern "C" ucs_status_t uct_mlx4x_ep_get_zcopy(uct_ep_h h, const uct_iov_t *iov,
+                                               size_t iovcnt, uint64_t remote_addr,
+                                               uct_rkey_t rkey,
+                                               uct_completion_t *comp)
+{
+    return rdma_zcopy(h, drv::wr_opcode::rdma_read, iov, iovcnt, remote_addr,
+                      rkey, comp);
+}
+
+extern "C" ucs_status_t uct_mlx4x_ep_get_bcopy(uct_ep_h h,
+                                               uct_unpack_callback_t unpack_cb,
+                                               void *arg, size_t length,
+                                               uint64_t remote_addr,
+                                               uct_rkey_t rkey,
+                                               uct_completion_t *comp)
+{
+    endpoint &e = ep_of(h);
+    if (length > e.owner().seg_size()) {
+        return UCS_ERR_INVALID_PARAM;
+    }
+    if (ucs_status_t st = tx_check(e); st != UCS_OK) {
+        return st;
+    }
+    uint8_t *buf = e.bounce.slot(e.posted % e.qp().caps().max_send_wr);
+    drv::sge sg{reinterpret_cast<uint64_t>(buf), uint32_t(length),
+                e.bounce.mr->lkey()};
+    drv::send_wr wr;
+    wr.opcode      = drv::wr_opcode::rdma_read;
+    wr.sg          = {&sg, 1};
+    wr.remote_addr = remote_addr;
+    wr.rkey        = uint32_t(rkey);
+    ucs_status_t st = post(e, wr, {.comp   = comp,
+                                   .unpack = unpack_cb,
+                                   .arg    = arg,
+                                   .data   = buf,
+                                   .length = uint32_t(length)});
+    return st == UCS_OK ? UCS_INPROGRESS : st;
+}
+
+extern "C" ucs_status_t uct_mlx4x_ep_am_zcopy(uct_ep_h h, uint8_t id,
+                                              const void *header,
+                                              unsigned header_length,
+                                              const uct_iov_t *iov, size_t iovcnt,
+                                              unsigned, uct_completion_t *comp)
+{
+    endpoint &e = ep_of(h);
+    drv::sge  sg[max_iov];
+    size_t    total;
+    if (id >= UCT_AM_ID_MAX || header_length > max_am_zcopy_hdr ||
+        iovcnt > max_iov - 1 || !to_sge(e, iov, iovcnt, sg + 1, total) ||
+        1 + header_length + total > e.owner().seg_size()) {
+        return UCS_ERR_INVALID_PARAM;
+    }
+    if (ucs_status_t st = tx_check(e); st != UCS_OK) {
+        return st;
+    }
+    // AM id and user header from the bounce slot, the payload in place.
+    uint8_t *buf = e.bounce.slot(e.posted % e.qp().caps().max_send_wr);
+    buf[0] = id;
+    std::memcpy(buf + 1, header, header_length);
+    sg[0] = {reinterpret_cast<uint64_t>(buf), 1 + header_length,
+             e.bounce.mr->lkey()};
+    drv::send_wr wr;
+    wr.sg = {sg, iovcnt + 1};
+    ucs_status_t st = post(e, wr, {.comp = comp});
+    return st == UCS_OK ? UCS_INPROGRESS : st;
+}
+
+extern "C" ucs_status_t uct_mlx4x_ep_atomic64_post(uct_ep_h h, unsigned opcode,
+                                                   uint64_t value,
+                                                   uint64_t remote_addr,
+                                                   uct_rkey_t rkey)
+{
+    if (opcode != UCT_ATOMIC_OP_ADD) {
+        return UCS_ERR_UNSUPPORTED;
+    }
+    return atomic64(h, drv::wr_opcode::atomic_fa, value, 0, remote_addr, rkey,
+                    nullptr, nullptr);
+}
+
+extern "C" ucs_status_t uct_mlx4x_ep_atomic64_fetch(uct_ep_h h, unsigned opcode,
+                                                    uint64_t value,
+                                                    uint64_t *result,
+                                                    uint64_t remote_addr,
+                                                    uct_rkey_t rkey,
+                                                    uct_completion_t *comp)
+{
+    if (opcode != UCT_ATOMIC_OP_ADD) {
+        return UCS_ERR_UNSUPPORTED;
+    }
+    return atomic64(h, drv::wr_opcode::atomic_fa, value, 0, remote_addr, rkey,
+                    result, comp);
+}
+
+extern "C" ucs_status_t uct_mlx4x_ep_atomic_cswap64(uct_ep_h h, uint64_t compare,
+                                                    uint64_t swap,
+                                                    uint64_t remote_addr,
+                                                    uct_rkey_t rkey,
+                                                    uint64_t *result,
+                                                    uct_completion_t *comp)
+{
+    return atomic64(h, drv::wr_opcode::atomic_cs, compare, swap, remote_addr,
+                    rkey, result, comp);
 }
 
 extern "C" ucs_status_t uct_mlx4x_ep_flush(uct_ep_h h, unsigned flags,

@@ -321,3 +321,42 @@ INSTANTIATE_TEST_SUITE_P(
 
 } // namespace
 } // namespace mlx4x::test
+
+namespace mlx4x::test {
+namespace {
+
+// On a lossless fabric a READ followed by SENDs on the same QP completes
+// without any retransmission: the responder's ACKs for the SENDs wait
+// behind the READ responses, so they never look like lost responses.
+TEST_F(read_atomic, read_then_sends_on_a_lossless_fabric_never_retransmit)
+{
+    start();
+    std::vector<uint8_t> remote(1 << 20), local(1 << 20), msg(64), rbuf(64 * 8);
+    fill_pattern(remote.data(), remote.size(), 21);
+    auto &rm = b.reg(remote.data(), remote.size(), all_local);
+    auto &lm = a.reg(local.data(), local.size(), all_local);
+    auto &mm = a.reg(msg.data(), msg.size(), all_local);
+    auto &bm = b.reg(rbuf.data(), rbuf.size(), all_local);
+    for (int i = 0; i < 8; ++i) {
+        ASSERT_EQ(b.post_recv(i, rbuf.data() + 64 * i, 64, bm.lkey()), status::ok);
+    }
+    for (int round = 0; round < 3; ++round) {
+        ASSERT_EQ(post_read(100 + round, local.data(), uint32_t(local.size()),
+                            lm.lkey(), reinterpret_cast<uint64_t>(remote.data()),
+                            rm.rkey()),
+                  status::ok);
+        ASSERT_EQ(a.post_send(200 + round, msg.data(), 64, mm.lkey()), status::ok);
+    }
+    ASSERT_TRUE(progress_until([&] {
+        return a.send_wcs.size() == 6 && b.recv_wcs.size() == 3;
+    })) << dump(a.send_wcs);
+    for (const drv::wc &w : a.send_wcs) {
+        EXPECT_EQ(w.status, drv::wc_status::success);
+    }
+    EXPECT_EQ(check_pattern(local.data(), local.size(), 21), -1);
+    EXPECT_EQ(a.counter(dev::counter::retransmits), 0u);
+    EXPECT_EQ(b.counter(dev::counter::duplicates), 0u);
+}
+
+} // namespace
+} // namespace mlx4x::test

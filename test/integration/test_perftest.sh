@@ -12,10 +12,20 @@ perftest_pair "put_lat short"       60 -t put_lat -D short -n 20000 $uct
 perftest_pair "put_lat bcopy 8192"  60 -t put_lat -D bcopy -s 8192 -n 5000 $uct
 perftest_pair "put_bw short 64"     60 -t put_bw  -D short -s 64 -n 50000 $uct
 perftest_pair "put_bw bcopy 8192"   60 -t put_bw  -D bcopy -s 8192 -n 20000 $uct
+perftest_pair "put_bw zcopy 1 MiB"  60 -t put_bw  -D zcopy -s 1048576 -n 500 $uct
+perftest_pair "am_bw zcopy 8000"    60 -t am_bw   -D zcopy -s 8000 -n 20000 $uct
+perftest_pair "get bcopy 8192"      60 -t get     -D bcopy -s 8192 -n 5000 $uct
+perftest_pair "get zcopy 1 MiB"     60 -t get     -D zcopy -s 1048576 -n 500 $uct
+perftest_pair "add_lat"             60 -t add_lat -n 5000 $uct
+perftest_pair "fadd"                60 -t fadd    -n 5000 $uct
+perftest_pair "cswap"               60 -t cswap   -n 5000 $uct
 
 export UCX_TLS=mlx4x,self
 perftest_pair "tag_lat 8"           60 -t tag_lat -s 8 -n 20000
 perftest_pair "tag_lat 1 MiB"       60 -t tag_lat -s 1048576 -n 200
 perftest_pair "tag_bw 9000"         60 -t tag_bw  -s 9000 -n 5000
 perftest_pair "tag_bw 4 MiB"        90 -t tag_bw  -s 4194304 -n 100
+perftest_pair "ucp_get 1 MiB"       60 -t ucp_get -s 1048576 -n 200
+perftest_pair "ucp_put_bw 1 MiB"    60 -t ucp_put_bw -s 1048576 -n 200
+perftest_pair "stream_bw 64 KiB"    60 -t stream_bw -s 65536 -n 2000
 finish

@@ -8,11 +8,14 @@ echo "$out" | grep -q "Component: mlx4x" && ok "component mlx4x" || fail "compon
 echo "$out" | grep -A3 "Transport: mlx4x" | grep -q "Device: mlx4x_0:1" \
     && ok "transport mlx4x on device mlx4x_0:1" || fail "transport/device missing"
 caps=$(echo "$out" | sed -n '/Transport: mlx4x/,/error handling/p')
-for c in am_short am_bcopy put_short put_bcopy "connection: to iface"; do
+for c in am_short am_bcopy am_zcopy put_short put_bcopy put_zcopy get_bcopy \
+         get_zcopy "atomic_add: 64 bit" "atomic_fadd: 64 bit" "atomic_cswap: 64 bit" \
+         "connection: to iface"; do
     echo "$caps" | grep -q "$c" && ok "advertises $c" || fail "does not advertise $c"
 done
 # Not implemented yet, so not advertised.
-for c in am_zcopy put_zcopy get_bcopy get_zcopy atomic tag_eager; do
+for c in "atomic_and" "atomic_or" "atomic_xor" "atomic_swap" "32 bit" tag_eager \
+         tag_rndv "event"; do
     echo "$caps" | grep -q "$c" && fail "advertises unimplemented $c" || ok "does not claim $c"
 done
 out=$(timeout 60 "$RUN" ucx_info -c 2>&1)

@@ -60,14 +60,21 @@ static uint32_t *find_rd_atomic(qp &q, uint32_t psn, uint32_t &index)
 /// again from the first missing PSN (go back N).
 void device::complete_response(qp &q, const engine::pkt &p)
 {
+    uint32_t index = 0;
+    uint32_t *first_psn = find_rd_atomic(q, p.psn, index);
+    // The first response of a READ/atomic also acknowledges the SENDs and
+    // WRITEs before it (9.7.5.2.3): their ACK may be held behind it.
+    if (first_psn && p.psn == *first_psn &&
+        ib::psn_diff(*first_psn, q.acked_psn) > 0 &&
+        !advance_acked(q, *first_psn)) {
+        return;   // an earlier READ/atomic lost responses: asked again
+    }
     if (p.psn != q.acked_psn) {
         if (ib::psn_diff(p.psn, q.acked_psn) > 0 && q.next_psn != q.acked_psn) {
             rewind(q, q.acked_psn);
         }
         return;   // duplicate or out of order: dropped
     }
-    uint32_t index;
-    uint32_t *first_psn = find_rd_atomic(q, p.psn, index);
     if (!first_psn) {
         count(counter::bad_packets);   // a response to no READ/atomic
         return;
