@@ -36,7 +36,8 @@ const char *counter_name(counter c)
     static const char *const names[] = {
         "tx_packets", "rx_packets", "tx_bytes", "rx_bytes", "acks_sent",
         "naks_sent", "rnr_naks_sent", "retransmits", "duplicates",
-        "bad_packets", "cq_overruns", "fabric_busy"};
+        "bad_packets", "unknown_qp", "pkey_violations", "qkey_violations",
+        "cq_overruns", "fabric_busy"};
     static_assert(std::size(names) == static_cast<size_t>(counter::count_));
     return names[static_cast<unsigned>(c)];
 }
@@ -385,6 +386,12 @@ cmd_status device::cmd_qp_transition(cmd_opcode op, uint32_t qpn,
             q.qpn     = qpn;
             q.st      = st;
             q.pd      = ctx->pd.get() & 0xffffff;
+            if (ctx->pri_path.pkey_index >= pkey_table_.size() ||
+                !pkey_table_[ctx->pri_path.pkey_index]) {
+                q = qp{};
+                return cmd_status::bad_param;
+            }
+            q.pkey = pkey_table_[ctx->pri_path.pkey_index];
             q.send_cqn = scq->cqn;
             q.recv_cqn = rcq->cqn;
             q.sq_log_size   = sq_log;

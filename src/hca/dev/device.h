@@ -38,8 +38,8 @@ struct limits {
 
 enum class counter : unsigned {
     tx_packets, rx_packets, tx_bytes, rx_bytes, acks_sent, naks_sent,
-    rnr_naks_sent, retransmits, duplicates, bad_packets, cq_overruns,
-    fabric_busy, count_
+    rnr_naks_sent, retransmits, duplicates, bad_packets, unknown_qp,
+    pkey_violations, qkey_violations, cq_overruns, fabric_busy, count_
 };
 const char *counter_name(counter c);
 
@@ -92,6 +92,7 @@ private:
 
     // requester (req.cc)
     struct tx_packet {
+        uint16_t pkey;
         uint8_t  opcode;
         uint16_t dlid;
         uint32_t dqpn;
@@ -161,6 +162,8 @@ private:
     clock_fn                       clock_;
     std::unique_ptr<fabric::port>  port_;
     bool                           hca_up_ = false;
+    /// Port 1's P_Key table (IBA 10.9.2); index 0: default full member.
+    std::array<uint16_t, 16>       pkey_table_{0xffff};
     prm::hcr                       hcr_{};
     std::vector<uint64_t>          mtts_;   ///< page addresses | present
     std::vector<mpt>               mpts_;

@@ -71,6 +71,7 @@ struct qp {
     uint16_t     dlid  = 0;
     uint32_t     mtu   = 4096;
     uint32_t     qkey  = 0;
+    uint16_t     pkey  = 0xffff;   ///< from the port's P_Key table
     uint8_t      retry_cnt = 7, rnr_retry = 7;
     uint8_t      ack_timeout = 14;     ///< 4.096 us * 2^n
     uint8_t      max_rd_atomic = 1;      ///< initiator depth (sra_max)

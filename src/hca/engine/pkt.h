@@ -18,6 +18,7 @@ struct pkt {
     uint16_t slid;
     uint32_t dest_qp;
     uint32_t psn;
+    uint16_t pkey;
     bool     ackreq;
     const uint8_t *bth;               ///< start of the BTH
     std::span<const uint8_t> payload;
@@ -57,6 +58,7 @@ inline std::optional<pkt> parse(std::span<const uint8_t> frame)
     p.slid    = l.slid.get();
     p.dest_qp = ib::bth_qpn::get(bh.dest_qp);
     p.psn     = ib::bth_psn::get(bh.apsn);
+    p.pkey    = bh.pkey.get();
     p.ackreq  = ib::bth_ackreq::get(bh.apsn);
     p.bth     = b;
     p.payload = {b + i.hdr_len, after_lrh - i.hdr_len};

@@ -64,7 +64,7 @@ status device::emit(const tx_packet &p)
     ib::bth b{};
     b.opcode        = p.opcode;
     b.se_m_pad_tver = static_cast<uint8_t>(((4 - payload.size() % 4) % 4) << 4);
-    b.pkey.set(0xffff);
+    b.pkey.set(p.pkey);
     b.dest_qp.set(p.dqpn & ib::psn_mask);
     ib::bth_psn::set(b.apsn, p.psn);
     ib::bth_ackreq::set(b.apsn, p.ackreq);
@@ -201,7 +201,8 @@ bool device::send_one_packet(qp &q)
     uint32_t psn    = ud ? 0 : q.next_psn;
     bool     ackreq = !ud && (last || ib::psn_diff(q.next_psn, q.acked_psn) ==
                                           int32_t(limits::max_unacked / 2));
-    status s = emit({.opcode  = op,
+    status s = emit({.pkey    = q.pkey,
+                     .opcode  = op,
                      .dlid    = dlid,
                      .dqpn    = dqpn,
                      .psn     = psn,
@@ -282,7 +283,8 @@ bool device::send_rd_atomic_request(qp &q, const send_wqe &w, bool fresh)
                                : opcode::rc_fetch_add);
         npackets = 1;
     }
-    status s = emit({.opcode  = op,
+    status s = emit({.pkey    = q.pkey,
+                     .opcode  = op,
                      .dlid    = q.dlid,
                      .dqpn    = q.remote_qpn,
                      .psn     = psn,

@@ -27,7 +27,14 @@ void device::on_frame(std::span<const uint8_t> frame)
     qp *q = find_qp(p->dest_qp);
     if (!q || (q->state != prm::qp_state::rtr && q->state != prm::qp_state::rts &&
                q->state != prm::qp_state::sqd)) {
-        count(counter::bad_packets);   // no such QP / not receiving: drop
+        count(counter::unknown_qp);   // no such QP / not receiving: drop
+        return;
+    }
+    // P_Key check (IBA 9.6.1.1, 10.9.3; E41): same partition, and not two
+    // limited members. A violation is dropped silently and counted.
+    uint16_t pkey = p->pkey;
+    if ((pkey & 0x7fff) != (q->pkey & 0x7fff) || !((pkey | q->pkey) & 0x8000)) {
+        count(counter::pkey_violations);
         return;
     }
     bool is_ud = (p->info->kind & ib::kind_ud) != 0;
@@ -107,6 +114,7 @@ void device::respond(qp &q, const pkt &p)
         // Sequence error: NAK once, then drop until the expected PSN shows up.
         if (!q.nak_sent) {
             q.nak_sent = true;
+            count(counter::naks_sent);
             send_nak(q, ib::make_syndrome(ib::ack_class::nak,
                                           uint8_t(ib::nak_code::psn_seq_err)));
         }
@@ -276,7 +284,8 @@ status device::send_atomic_ack(qp &q, const resp_resource &r)
     ack.orig.set(r.orig);
     std::memcpy(ext.data(), &a, sizeof(a));
     std::memcpy(ext.data() + sizeof(a), &ack, sizeof(ack));
-    return emit({.opcode  = uint8_t(ib::opcode::rc_atomic_acknowledge),
+    return emit({.pkey    = q.pkey,
+                     .opcode  = uint8_t(ib::opcode::rc_atomic_acknowledge),
                  .dlid    = q.dlid,
                  .dqpn    = q.remote_qpn,
                  .psn     = r.psn,
@@ -336,7 +345,8 @@ bool device::send_response_packet(qp &q)
                     : last        ? ib::opcode::rc_rdma_read_response_last
                                   : ib::opcode::rc_rdma_read_response_middle;
     bool with_aeth = ib::info(op).hdrs & ib::hdr_aeth;
-    status s = emit({.opcode  = uint8_t(op),
+    status s = emit({.pkey    = q.pkey,
+                     .opcode  = uint8_t(op),
                      .dlid    = q.dlid,
                      .dqpn    = q.remote_qpn,
                      .psn     = ib::psn_add(r.psn, index),
@@ -460,7 +470,7 @@ void device::respond_ud(qp &q, const pkt &p)
 {
     ib::deth d = p.ext<ib::deth>(ib::hdr_deth);
     if (d.qkey.get() != q.qkey) {
-        count(counter::bad_packets);   // Q_Key violation: silently dropped
+        count(counter::qkey_violations);   // E40: silently dropped
         return;
     }
     if (!rq_available(q)) {
@@ -499,7 +509,8 @@ void device::send_nak(qp &q, uint8_t syndrome)
     ib::aeth_msn::set(a.syn_msn, q.msn);
     // A NAK that meets a full ring is dropped: the requester's timer
     // recovers (only possible on lossy fabrics; lossless ones push back).
-    (void)emit({.opcode  = uint8_t(ib::opcode::rc_acknowledge),
+    (void)emit({.pkey    = q.pkey,
+                     .opcode  = uint8_t(ib::opcode::rc_acknowledge),
                 .dlid    = q.dlid,
                 .dqpn    = q.remote_qpn,
                 .psn     = q.epsn,
@@ -515,7 +526,8 @@ bool device::send_ack(qp &q)
                            ib::make_syndrome(ib::ack_class::ack,
                                              ib::ack_credits_invalid));
     ib::aeth_msn::set(a.syn_msn, q.msn);
-    status s = emit({.opcode  = uint8_t(ib::opcode::rc_acknowledge),
+    status s = emit({.pkey    = q.pkey,
+                     .opcode  = uint8_t(ib::opcode::rc_acknowledge),
                      .dlid    = q.dlid,
                      .dqpn    = q.remote_qpn,
                      .psn     = ib::psn_add(q.epsn, ib::psn_mask),   // epsn - 1

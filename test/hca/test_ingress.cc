@@ -1,0 +1,202 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// Malformed and misdirected packets at ingress (IBA 9.6 header checks):
+// each is dropped or NAKed as IBA says, counted, and leaves the QP working.
+#include "hca_fixture.h"
+#include "hca/ib/ib_opcode.h"
+#include "hca/ib/ib_psn.h"
+
+namespace mlx4x::test {
+namespace {
+
+class ingress : public rc_pair {
+protected:
+    void SetUp() override
+    {
+        rc_pair::SetUp();
+        start();
+        auto p = fab.attach();
+        ASSERT_TRUE(p.ok());
+        raw = p.take();
+        msg.assign(64, 0x5a);
+        rbuf.assign(64 * 4, 0);
+        mm = &a.reg(msg.data(), msg.size());
+        rm = &b.reg(rbuf.data(), rbuf.size());
+        for (int i = 0; i < 4; ++i) {
+            ASSERT_EQ(b.post_recv(i, rbuf.data() + 64 * i, 64, rm->lkey()),
+                      status::ok);
+        }
+    }
+
+    /// A frame as `a` would send it to `b`'s QP, then edited by the test.
+    std::vector<uint8_t> frame(ib::opcode op, uint32_t psn, size_t payload = 8)
+    {
+        const ib::opcode_info &info = ib::info(op);
+        std::vector<uint8_t> f(sizeof(ib::lrh) + info.hdr_len + payload, 0x11);
+        ib::lrh l{};
+        l.sl_lnh = ib::lnh_iba_local;
+        l.dlid.set(b.ctx->port().lid);
+        l.slid.set(a.ctx->port().lid);
+        std::memcpy(f.data(), &l, sizeof(l));
+        ib::bth h{};
+        h.opcode = uint8_t(op);
+        h.pkey.set(0xffff);
+        h.dest_qp.set(b.qp->qpn());
+        ib::bth_psn::set(h.apsn, psn);
+        std::memcpy(f.data() + sizeof(l), &h, sizeof(h));
+        return f;
+    }
+
+    void inject(const std::vector<uint8_t> &f)
+    {
+        ASSERT_EQ(raw->send({f.data(), 4}, {f.data() + 4, f.size() - 4}),
+                  status::ok);
+        progress_rounds(3);
+    }
+
+    /// The connection still carries a SEND afterwards.
+    void expect_still_working()
+    {
+        size_t s = a.send_wcs.size(), r = b.recv_wcs.size();
+        ASSERT_EQ(a.post_send(99, msg.data(), 64, mm->lkey()), status::ok);
+        ASSERT_TRUE(progress_until([&] {
+            return a.send_wcs.size() == s + 1 && b.recv_wcs.size() == r + 1;
+        }));
+        EXPECT_EQ(a.send_wcs.back().status, drv::wc_status::success);
+        EXPECT_EQ(b.recv_wcs.back().status, drv::wc_status::success);
+    }
+
+    uint32_t expected_psn()
+    {
+        // a's next PSN towards b: read back from the device (QUERY_QP).
+        uint64_t out = reinterpret_cast<uintptr_t>(b.ctx->mailbox());
+        EXPECT_EQ(b.ctx->command(prm::cmd_opcode::query_qp, b.qp->qpn(), 0, &out),
+                  status::ok);
+        auto *mb = static_cast<prm::qp_modify_mailbox *>(b.ctx->mailbox());
+        return prm::psn_field::get(mb->context.rnr_nextrecvpsn);
+    }
+
+    std::unique_ptr<fabric::port> raw;
+    std::vector<uint8_t>          msg, rbuf;
+    drv::mr                      *mm = nullptr, *rm = nullptr;
+};
+
+TEST_F(ingress, unknown_opcode_is_dropped_and_counted)
+{
+    auto f = frame(ib::opcode::rc_send_only, expected_psn());
+    f[sizeof(ib::lrh)] = 0x1f;   // reserved RC opcode
+    inject(f);
+    EXPECT_EQ(b.counter(dev::counter::bad_packets), 1u);
+    EXPECT_TRUE(b.recv_wcs.empty());
+    expect_still_working();
+}
+
+TEST_F(ingress, truncated_headers_are_dropped_and_counted)
+{
+    auto f = frame(ib::opcode::rc_rdma_write_only, expected_psn(), 0);
+    f.resize(sizeof(ib::lrh) + sizeof(ib::bth) + 10);   // RETH cut short
+    inject(f);
+    auto g = frame(ib::opcode::rc_send_only, expected_psn());
+    g.resize(sizeof(ib::lrh) + 7);                       // BTH cut short
+    inject(g);
+    EXPECT_EQ(b.counter(dev::counter::bad_packets), 2u);
+    expect_still_working();
+}
+
+TEST_F(ingress, wrong_link_next_header_is_dropped)
+{
+    auto f = frame(ib::opcode::rc_send_only, expected_psn());
+    f[1] = uint8_t((f[1] & ~3) | 3);   // LNH: IBA global, but no GRH follows
+    inject(f);
+    EXPECT_EQ(b.counter(dev::counter::bad_packets), 1u);
+    expect_still_working();
+}
+
+TEST_F(ingress, unknown_qpn_is_dropped_and_counted)
+{
+    auto f = frame(ib::opcode::rc_send_only, 0);
+    ib::bth h;
+    std::memcpy(&h, f.data() + sizeof(ib::lrh), sizeof(h));
+    h.dest_qp.set(0xabcde);
+    std::memcpy(f.data() + sizeof(ib::lrh), &h, sizeof(h));
+    inject(f);
+    EXPECT_EQ(b.counter(dev::counter::unknown_qp), 1u);
+    expect_still_working();
+}
+
+TEST_F(ingress, E41_pkey_mismatch_is_dropped_and_counted)
+{
+    auto f = frame(ib::opcode::rc_send_only, expected_psn());
+    ib::bth h;
+    std::memcpy(&h, f.data() + sizeof(ib::lrh), sizeof(h));
+    h.pkey.set(0x8001);   // another partition
+    std::memcpy(f.data() + sizeof(ib::lrh), &h, sizeof(h));
+    inject(f);
+    EXPECT_EQ(b.counter(dev::counter::pkey_violations), 1u);
+    EXPECT_TRUE(b.recv_wcs.empty());
+    // A limited member (bit 15 clear) of the same partition is accepted by a
+    // full member: the next SEND uses that P_Key and is delivered.
+    auto g = frame(ib::opcode::rc_send_only, expected_psn());
+    std::memcpy(&h, g.data() + sizeof(ib::lrh), sizeof(h));
+    h.pkey.set(0x7fff);
+    std::memcpy(g.data() + sizeof(ib::lrh), &h, sizeof(h));
+    inject(g);
+    EXPECT_EQ(b.counter(dev::counter::pkey_violations), 1u);
+    EXPECT_EQ(b.recv_wcs.size(), 1u);
+}
+
+TEST_F(ingress, psn_in_the_future_is_naked_once_and_nothing_is_written)
+{
+    uint32_t epsn = expected_psn();
+    inject(frame(ib::opcode::rc_send_only, ib::psn_add(epsn, 5)));
+    inject(frame(ib::opcode::rc_send_only, ib::psn_add(epsn, 6)));
+    EXPECT_EQ(b.counter(dev::counter::naks_sent), 1u);   // one NAK per gap
+    EXPECT_TRUE(b.recv_wcs.empty());
+    EXPECT_EQ(expected_psn(), epsn);
+    // The requester side ignores a NAK for a PSN it never sent (ghost).
+    expect_still_working();
+}
+
+TEST_F(ingress, rc_packet_from_a_foreign_port_is_dropped)
+{
+    auto f = frame(ib::opcode::rc_send_only, expected_psn());
+    f[6] = 0;
+    f[7] = 0x77;   // SLID of no connected peer
+    inject(f);
+    EXPECT_EQ(b.counter(dev::counter::bad_packets), 1u);
+    EXPECT_TRUE(b.recv_wcs.empty());
+    expect_still_working();
+}
+
+TEST_F(ingress, E40_ud_qkey_mismatch_is_dropped_and_counted)
+{
+    drv::qp_caps caps;
+    caps.max_recv_wr = 4;
+    auto ud = drv::qp::create(*b.ctx, b.pd, drv::qp_type::ud, *b.scq, *b.rcq,
+                              caps);
+    ASSERT_TRUE(ud.ok());
+    ASSERT_EQ((*ud)->to_init(0, 0x42), status::ok);
+    ASSERT_EQ((*ud)->to_ud_rts(), status::ok);
+    std::vector<uint8_t> buf(256);
+    auto &bm = b.reg(buf.data(), buf.size());
+    drv::sge s{reinterpret_cast<uint64_t>(buf.data()), 256, bm.lkey()};
+    ASSERT_EQ((*ud)->post_recv(7, {&s, 1}), status::ok);
+    for (uint32_t qkey : {0x43u, 0x42u}) {
+        auto f = frame(ib::opcode::ud_send_only, 0);
+        ib::bth h;
+        std::memcpy(&h, f.data() + sizeof(ib::lrh), sizeof(h));
+        h.dest_qp.set((*ud)->qpn());
+        std::memcpy(f.data() + sizeof(ib::lrh), &h, sizeof(h));
+        ib::deth d;
+        d.qkey.set(qkey);
+        d.src_qp.set(0x99);
+        std::memcpy(f.data() + sizeof(ib::lrh) + sizeof(ib::bth), &d, sizeof(d));
+        inject(f);
+    }
+    EXPECT_EQ(b.counter(dev::counter::qkey_violations), 1u);
+    ASSERT_EQ(b.recv_wcs.size(), 1u);   // only the right Q_Key arrived
+    EXPECT_EQ(b.recv_wcs[0].wr_id, 7u);
+    EXPECT_EQ(b.recv_wcs[0].src_qp, 0x99u);
+}
+
+} // namespace
+} // namespace mlx4x::test
