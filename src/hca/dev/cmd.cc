@@ -127,6 +127,10 @@ cmd_status device::dispatch(cmd_opcode op, uint8_t /*op_mod*/,
     case cmd_opcode::init2rtr_qp:
     case cmd_opcode::rtr2rts_qp:
     case cmd_opcode::rts2rts_qp:
+    case cmd_opcode::sqerr2rts_qp:
+    case cmd_opcode::rts2sqd_qp:
+    case cmd_opcode::sqd2sqd_qp:
+    case cmd_opcode::sqd2rts_qp:
     case cmd_opcode::to_err_qp:
     case cmd_opcode::to_rst_qp:
         return cmd_qp_transition(op, in_mod & 0xffffff, in_param);
@@ -320,38 +324,72 @@ qp *device::find_qp(uint32_t qpn)
 
 namespace {
 
+/// QP transitions (mlx4 command per transition, IBA 10.3 / table 91): the
+/// states a command may start from, the state it leads to, and the optional
+/// attributes (mlx4 optpar bits) it may carry. Anything else fails with the
+/// QP unchanged (E7).
 struct transition {
     cmd_opcode    op;
     uint8_t       from_mask;   ///< bit per prm::qp_state allowed as source
     prm::qp_state to;
+    uint32_t      optpar;      ///< allowed optional attributes
 };
 
 constexpr uint8_t bit(prm::qp_state s) { return uint8_t(1u << uint8_t(s)); }
 using S = prm::qp_state;
 
+constexpr uint32_t access_bits = prm::optpar_rre | prm::optpar_rwe | prm::optpar_rae;
+constexpr uint32_t path_bits   = prm::optpar_alt_addr_path | prm::optpar_pm_state;
+constexpr uint32_t retry_bits  = prm::optpar_retry_count | prm::optpar_rnr_retry |
+                                 prm::optpar_ack_timeout | prm::optpar_sra_max;
+constexpr uint32_t rtr_bits    = prm::optpar_primary_addr_path |
+                                 prm::optpar_rnr_timeout | prm::optpar_rra_max |
+                                 prm::optpar_sched_queue;
+
 constexpr transition transitions[] = {
-    {cmd_opcode::rst2init_qp, bit(S::rst), S::init},
-    {cmd_opcode::init2init_qp, bit(S::init), S::init},
-    {cmd_opcode::init2rtr_qp, bit(S::init), S::rtr},
-    {cmd_opcode::rtr2rts_qp, bit(S::rtr), S::rts},
-    {cmd_opcode::rts2rts_qp, bit(S::rts), S::rts},
-    {cmd_opcode::to_err_qp, 0x7f, S::err},
-    {cmd_opcode::to_rst_qp, 0x7f, S::rst},
+    {cmd_opcode::rst2init_qp, bit(S::rst), S::init, 0},
+    {cmd_opcode::init2init_qp, bit(S::init), S::init,
+     access_bits | prm::optpar_pkey_index | prm::optpar_q_key |
+         prm::optpar_primary_addr_path},
+    {cmd_opcode::init2rtr_qp, bit(S::init), S::rtr,
+     access_bits | prm::optpar_alt_addr_path | prm::optpar_pkey_index |
+         prm::optpar_q_key | rtr_bits},
+    {cmd_opcode::rtr2rts_qp, bit(S::rtr), S::rts,
+     access_bits | path_bits | prm::optpar_rnr_timeout | prm::optpar_q_key |
+         retry_bits},
+    {cmd_opcode::rts2rts_qp, bit(S::rts), S::rts,
+     access_bits | path_bits | prm::optpar_rnr_timeout | prm::optpar_q_key},
+    {cmd_opcode::sqerr2rts_qp, bit(S::sqer), S::rts,
+     access_bits | prm::optpar_rnr_timeout | prm::optpar_q_key},
+    {cmd_opcode::rts2sqd_qp, bit(S::rts), S::sqd, 0},
+    {cmd_opcode::sqd2sqd_qp, bit(S::sqd), S::sqd,
+     access_bits | path_bits | prm::optpar_pkey_index | prm::optpar_q_key |
+         rtr_bits | retry_bits},
+    {cmd_opcode::sqd2rts_qp, bit(S::sqd), S::rts,
+     access_bits | path_bits | prm::optpar_rnr_timeout | prm::optpar_q_key},
+    {cmd_opcode::to_err_qp, 0x7f, S::err, ~0u},
+    {cmd_opcode::to_rst_qp, 0x7f, S::rst, ~0u},
 };
+
+const transition *find_transition(cmd_opcode op)
+{
+    for (const transition &t : transitions) {
+        if (t.op == op) {
+            return &t;
+        }
+    }
+    return nullptr;
+}
 
 } // namespace
 
 cmd_status device::cmd_qp_transition(cmd_opcode op, uint32_t qpn,
                                      uint64_t inbox)
 {
-    if (qpn >= qps_.size()) {
+    const transition *t = find_transition(op);
+    if (qpn >= qps_.size() || !t) {
         return cmd_status::bad_index;
     }
-    const transition *t = std::find_if(std::begin(transitions),
-                                       std::end(transitions),
-                                       [op](const transition &x) {
-                                           return x.op == op;
-                                       });
     if (!qps_[qpn]) {
         qps_[qpn] = std::make_unique<qp>();
     }
@@ -360,113 +398,146 @@ cmd_status device::cmd_qp_transition(cmd_opcode op, uint32_t qpn,
     if (!(t->from_mask & bit(from))) {
         return cmd_status::bad_qp_state;   // QP left unchanged
     }
-    const prm::qp_context *ctx =
-        inbox ? &dma<prm::qp_modify_mailbox>(inbox)->context : nullptr;
-
-    switch (t->to) {
-    case S::init:
-        if (!ctx) {
-            return cmd_status::bad_param;
-        }
-        if (from == S::rst) {
-            auto st  = static_cast<prm::qp_st>(prm::qpc_st::get(ctx->flags));
-            cq *scq  = find_cq(ctx->cqn_send.get() & 0xffffff);
-            cq *rcq  = find_cq(ctx->cqn_recv.get() & 0xffffff);
-            uint32_t sq_log = (ctx->sq_size_stride >> 3) & 0xf;
-            uint32_t rq_log = (ctx->rq_size_stride >> 3) & 0xf;
-            uint8_t *buf = mtt_buffer(ctx->mtt_base_addr_h,
-                                      ctx->mtt_base_addr_l.get());
-            if ((st != prm::qp_st::rc && st != prm::qp_st::ud) || !scq || !rcq ||
-                !buf ||
-                sq_log > limits::log_max_qp_sz || rq_log > limits::log_max_qp_sz) {
-                return cmd_status::bad_param;
-            }
-            q         = qp{};
-            q.valid   = true;
-            q.qpn     = qpn;
-            q.st      = st;
-            q.pd      = ctx->pd.get() & 0xffffff;
-            if (ctx->pri_path.pkey_index >= pkey_table_.size() ||
-                !pkey_table_[ctx->pri_path.pkey_index]) {
-                q = qp{};
-                return cmd_status::bad_param;
-            }
-            q.pkey = pkey_table_[ctx->pri_path.pkey_index];
-            q.send_cqn = scq->cqn;
-            q.recv_cqn = rcq->cqn;
-            q.sq_log_size   = sq_log;
-            q.sq_log_stride = (ctx->sq_size_stride & 7) + 4;
-            q.rq_log_size   = rq_log;
-            q.rq_log_stride = (ctx->rq_size_stride & 7) + 4;
-            q.sq_buf = buf;
-            q.rq_buf = q.sq_buf + (size_t{1} << (sq_log + q.sq_log_stride));
-            q.rq_db  = dma<const uint32_t>(ctx->db_rec_addr.get());
-            q.track.assign(q.sq_size(), wqe_track{});
-            ++scq->bound_qps;
-            ++rcq->bound_qps;
-            active_qpns_.push_back(qpn);
-        }
-        q.qkey          = ctx->qkey.get();
-        q.remote_read   = prm::qpc_rre::get(ctx->params2);
-        q.remote_write  = prm::qpc_rwe::get(ctx->params2);
-        q.remote_atomic = prm::qpc_rae::get(ctx->params2);
-        break;
-    case S::rtr:
-        if (!ctx) {
-            return cmd_status::bad_param;
-        }
-        if (q.st == prm::qp_st::rc) {
-            uint8_t mtu_enum = ctx->mtu_msgmax >> 5;
-            if (mtu_enum < 1 || mtu_enum > 5) {
-                return cmd_status::bad_param;
-            }
-            q.mtu        = 128u << mtu_enum;
-            q.remote_qpn = ctx->remote_qpn.get() & 0xffffff;
-            q.dlid       = ctx->pri_path.rlid.get();
-            q.epsn       = prm::psn_field::get(ctx->rnr_nextrecvpsn);
-            q.min_rnr_timer = static_cast<uint8_t>(
-                prm::qpc_min_rnr::get(ctx->rnr_nextrecvpsn));
-            q.max_dest_rd_atomic =
-                uint8_t(1u << prm::qpc_rra_max::get(ctx->params2));
-            q.resources.assign(q.max_dest_rd_atomic, resp_resource{});
-            q.resp_queue.assign(q.max_dest_rd_atomic, 0);
-        }
-        break;
-    case S::rts:
-        if (!ctx) {
-            return cmd_status::bad_param;
-        }
-        if (from == S::rtr) {
-            q.next_psn  = prm::psn_field::get(ctx->next_send_psn);
-            q.acked_psn = q.next_psn;
-            q.retry_cnt = static_cast<uint8_t>(prm::qpc_retry_cnt::get(ctx->params1));
-            q.rnr_retry = static_cast<uint8_t>(prm::qpc_rnr_retry::get(ctx->params1));
-            q.ack_timeout = ctx->pri_path.ackto >> 3;
-            q.max_rd_atomic = uint8_t(1u << prm::qpc_sra_max::get(ctx->params1));
-            q.retries_left = q.retry_cnt;
-            q.rnr_left     = q.rnr_retry;
-        }
-        break;
-    case S::err:
+    if (t->to == S::err) {
         q.state = S::err;
         flush_queues(q);
         return cmd_status::ok;
-    case S::rst:
-        if (q.valid) {
-            // mlx4 keeps the CQEs already written (C40, see docs): only the
-            // QP's state goes.
-            if (cq *c = find_cq(q.send_cqn)) --c->bound_qps;
-            if (cq *c = find_cq(q.recv_cqn)) --c->bound_qps;
-            std::erase(active_qpns_, qpn);
-            std::erase(ack_list_, qpn);
-        }
-        q = qp{};
-        return cmd_status::ok;
-    default:
-        break;
     }
+    if (t->to == S::rst) {
+        qp_to_reset(q);
+        return cmd_status::ok;
+    }
+    const auto *mb = inbox ? dma<prm::qp_modify_mailbox>(inbox) : nullptr;
+    if (!mb || (mb->optpar.get() & ~t->optpar)) {
+        return cmd_status::bad_param;      // attribute not valid here (E7)
+    }
+    const prm::qp_context &ctx = mb->context;
+    cmd_status st = cmd_status::ok;
+    if (op == cmd_opcode::rst2init_qp) {
+        st = qp_from_reset(q, qpn, ctx);
+    } else if (op == cmd_opcode::init2rtr_qp) {
+        st = qp_to_rtr(q, ctx);
+    } else if (op == cmd_opcode::rtr2rts_qp) {
+        qp_to_rts(q, ctx);
+    }
+    if (st != cmd_status::ok) {
+        return st;
+    }
+    apply_optional(q, ctx, mb->optpar.get());
     q.state = t->to;
     return cmd_status::ok;
+}
+
+/// RST2INIT: the QP's fixed attributes. Everything is checked before the
+/// QP changes.
+cmd_status device::qp_from_reset(qp &q, uint32_t qpn, const prm::qp_context &ctx)
+{
+    auto st  = static_cast<prm::qp_st>(prm::qpc_st::get(ctx.flags));
+    cq *scq  = find_cq(ctx.cqn_send.get() & 0xffffff);
+    cq *rcq  = find_cq(ctx.cqn_recv.get() & 0xffffff);
+    uint32_t sq_log = (ctx.sq_size_stride >> 3) & 0xf;
+    uint32_t rq_log = (ctx.rq_size_stride >> 3) & 0xf;
+    uint8_t *buf = mtt_buffer(ctx.mtt_base_addr_h, ctx.mtt_base_addr_l.get());
+    uint8_t  pkey_index = ctx.pri_path.pkey_index;
+    if ((st != prm::qp_st::rc && st != prm::qp_st::ud) || !scq || !rcq || !buf ||
+        sq_log > limits::log_max_qp_sz || rq_log > limits::log_max_qp_sz ||
+        pkey_index >= pkey_table_.size() || !pkey_table_[pkey_index]) {
+        return cmd_status::bad_param;
+    }
+    q               = qp{};
+    q.valid         = true;
+    q.qpn           = qpn;
+    q.st            = st;
+    q.pd            = ctx.pd.get() & 0xffffff;
+    q.pkey          = pkey_table_[pkey_index];
+    q.send_cqn      = scq->cqn;
+    q.recv_cqn      = rcq->cqn;
+    q.sq_log_size   = sq_log;
+    q.sq_log_stride = (ctx.sq_size_stride & 7) + 4;
+    q.rq_log_size   = rq_log;
+    q.rq_log_stride = (ctx.rq_size_stride & 7) + 4;
+    q.sq_buf        = buf;
+    q.rq_buf        = buf + (size_t{1} << (sq_log + q.sq_log_stride));
+    q.rq_db         = dma<const uint32_t>(ctx.db_rec_addr.get());
+    q.qkey          = ctx.qkey.get();
+    q.remote_read   = prm::qpc_rre::get(ctx.params2);
+    q.remote_write  = prm::qpc_rwe::get(ctx.params2);
+    q.remote_atomic = prm::qpc_rae::get(ctx.params2);
+    q.track.assign(q.sq_size(), wqe_track{});
+    ++scq->bound_qps;
+    ++rcq->bound_qps;
+    active_qpns_.push_back(qpn);
+    return cmd_status::ok;
+}
+
+/// INIT2RTR: the responder side of an RC connection (path, remote QP,
+/// expected PSN, responder resources).
+cmd_status device::qp_to_rtr(qp &q, const prm::qp_context &ctx)
+{
+    if (q.st != prm::qp_st::rc) {
+        return cmd_status::ok;
+    }
+    uint8_t mtu_enum = ctx.mtu_msgmax >> 5;
+    if (mtu_enum < 1 || mtu_enum > 5 || !ctx.pri_path.rlid.get()) {
+        return cmd_status::bad_param;
+    }
+    q.mtu        = 128u << mtu_enum;
+    q.remote_qpn = ctx.remote_qpn.get() & 0xffffff;
+    q.dlid       = ctx.pri_path.rlid.get();
+    q.epsn       = prm::psn_field::get(ctx.rnr_nextrecvpsn);
+    q.min_rnr_timer = uint8_t(prm::qpc_min_rnr::get(ctx.rnr_nextrecvpsn));
+    q.max_dest_rd_atomic = uint8_t(1u << prm::qpc_rra_max::get(ctx.params2));
+    q.resources.assign(q.max_dest_rd_atomic, resp_resource{});
+    q.resp_queue.assign(q.max_dest_rd_atomic, 0);
+    return cmd_status::ok;
+}
+
+/// RTR2RTS: the requester side (first PSN, retry counts, ACK timeout,
+/// initiator depth).
+void device::qp_to_rts(qp &q, const prm::qp_context &ctx)
+{
+    q.next_psn      = prm::psn_field::get(ctx.next_send_psn);
+    q.acked_psn     = q.next_psn;
+    q.retry_cnt     = uint8_t(prm::qpc_retry_cnt::get(ctx.params1));
+    q.rnr_retry     = uint8_t(prm::qpc_rnr_retry::get(ctx.params1));
+    q.ack_timeout   = ctx.pri_path.ackto >> 3;
+    q.max_rd_atomic = uint8_t(1u << prm::qpc_sra_max::get(ctx.params1));
+    q.retries_left  = q.retry_cnt;
+    q.rnr_left      = q.rnr_retry;
+}
+
+/// Optional attributes a transition may change (already validated).
+void device::apply_optional(qp &q, const prm::qp_context &ctx, uint32_t optpar)
+{
+    if (optpar & prm::optpar_rre) q.remote_read   = prm::qpc_rre::get(ctx.params2);
+    if (optpar & prm::optpar_rwe) q.remote_write  = prm::qpc_rwe::get(ctx.params2);
+    if (optpar & prm::optpar_rae) q.remote_atomic = prm::qpc_rae::get(ctx.params2);
+    if (optpar & prm::optpar_q_key) q.qkey = ctx.qkey.get();
+    if (optpar & prm::optpar_rnr_timeout) {
+        q.min_rnr_timer = uint8_t(prm::qpc_min_rnr::get(ctx.rnr_nextrecvpsn));
+    }
+    if (optpar & prm::optpar_retry_count) {
+        q.retry_cnt = uint8_t(prm::qpc_retry_cnt::get(ctx.params1));
+    }
+    if (optpar & prm::optpar_rnr_retry) {
+        q.rnr_retry = uint8_t(prm::qpc_rnr_retry::get(ctx.params1));
+    }
+    if (optpar & prm::optpar_ack_timeout) {
+        q.ack_timeout = ctx.pri_path.ackto >> 3;
+    }
+}
+
+void device::qp_to_reset(qp &q)
+{
+    if (q.valid) {
+        // mlx4 keeps the CQEs already written (C40, see docs): only the
+        // QP's state goes.
+        if (cq *c = find_cq(q.send_cqn)) --c->bound_qps;
+        if (cq *c = find_cq(q.recv_cqn)) --c->bound_qps;
+        std::erase(active_qpns_, q.qpn);
+        std::erase(ack_list_, q.qpn);
+    }
+    q = qp{};
 }
 
 cmd_status device::cmd_query_qp(uint32_t qpn, uint64_t outbox)

@@ -82,6 +82,12 @@ private:
     prm::cmd_status cmd_qp_transition(prm::cmd_opcode op, uint32_t qpn,
                                       uint64_t inbox);
     prm::cmd_status cmd_query_qp(uint32_t qpn, uint64_t outbox);
+    prm::cmd_status qp_from_reset(qp &q, uint32_t qpn, const prm::qp_context &ctx);
+    prm::cmd_status qp_to_rtr(qp &q, const prm::qp_context &ctx);
+    void            qp_to_rts(qp &q, const prm::qp_context &ctx);
+    void            apply_optional(qp &q, const prm::qp_context &ctx,
+                                   uint32_t optpar);
+    void            qp_to_reset(qp &q);
 
     // objects
     qp  *find_qp(uint32_t qpn);

@@ -346,6 +346,16 @@ qp::~qp()
     std::free(buf_);
 }
 
+/// After RESET the device starts again at WQE 0: so does the driver, with
+/// the SQ stamped invalid for the first pass (mlx4 does the same).
+void qp::reset_rings()
+{
+    size_t sq_bytes = size_t(sq_size_) << sq_log_stride_;
+    std::memset(buf_, 0xff, sq_bytes);
+    sq_head_ = sq_tail_ = rq_head_ = rq_tail_ = 0;
+    std::atomic_ref<uint32_t>(rq_db_).store(0, std::memory_order_release);
+}
+
 prm::qp_modify_mailbox qp::base_mailbox() const
 {
     prm::qp_modify_mailbox mb{};
@@ -374,6 +384,9 @@ status qp::modify(prm::cmd_opcode op, prm::qp_state to,
     status s = ctx_.command(op, qpn_, dma_addr(box));
     if (s == status::ok) {
         state_ = to;
+        if (to == prm::qp_state::rst) {
+            reset_rings();
+        }
     }
     return s;
 }
@@ -425,6 +438,23 @@ status qp::to_ud_rts()
         return s;
     }
     return modify(prm::cmd_opcode::rtr2rts_qp, prm::qp_state::rts, mb);
+}
+
+status qp::to_sqd()
+{
+    return modify(prm::cmd_opcode::rts2sqd_qp, prm::qp_state::sqd, base_mailbox());
+}
+
+status qp::sqd_to_rts()
+{
+    return modify(prm::cmd_opcode::sqd2rts_qp, prm::qp_state::rts, base_mailbox());
+}
+
+status qp::modify_raw(prm::cmd_opcode op, prm::qp_state to, uint32_t optpar)
+{
+    auto mb = base_mailbox();
+    mb.optpar.set(optpar);
+    return modify(op, to, mb);
 }
 
 status qp::to_error()

@@ -241,7 +241,12 @@ public:
     status to_rtr(const rc_connect_attr &a);
     status to_rts(const rc_connect_attr &a);
     status to_ud_rts();                 ///< INIT -> RTR -> RTS for UD
+    status to_sqd();                    ///< RTS -> SQD: stop starting WQEs
+    status sqd_to_rts();                ///< resume
     status to_error();
+    /// Any transition with the given optional-attribute mask (tests of the
+    /// firmware's attribute checks).
+    status modify_raw(prm::cmd_opcode op, prm::qp_state to, uint32_t optpar);
 
     inline status post_send(const send_wr &wr);
     inline status post_recv(uint64_t wr_id, std::span<const sge> sg);
@@ -255,6 +260,7 @@ private:
     status modify(prm::cmd_opcode op, prm::qp_state to,
                   const prm::qp_modify_mailbox &mb);
     prm::qp_modify_mailbox base_mailbox() const;
+    void reset_rings();
 
     context      &ctx_;
     uint32_t      qpn_ = 0, pd_ = 0;

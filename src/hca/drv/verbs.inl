@@ -82,8 +82,10 @@ inline wc_opcode recv_wc_opcode(uint8_t op)
 
 inline status qp::post_send(const send_wr &wr)
 {
-    // C37: posting to a QP that cannot send is an immediate error.
-    if (state_ != prm::qp_state::rts && state_ != prm::qp_state::err) {
+    // C37/E1: posting to a QP that cannot send is an immediate error. In
+    // SQD the WQE waits for SQD2RTS (E3); in ERROR it is flushed (E4).
+    if (state_ != prm::qp_state::rts && state_ != prm::qp_state::sqd &&
+        state_ != prm::qp_state::err) {
         return status::invalid_param;
     }
     if (sq_outstanding() >= sq_size_) {

@@ -287,7 +287,8 @@ void device::run_timers()
     uint64_t t = 0;
     for (uint32_t qpn : active_qpns_) {
         qp *q = find_qp(qpn);
-        if (!q || q->state != prm::qp_state::rts || !q->timer_deadline) {
+        if (!q || !q->timer_deadline ||
+            (q->state != prm::qp_state::rts && q->state != prm::qp_state::sqd)) {
             continue;
         }
         if (!t) {

@@ -101,7 +101,10 @@ void device::run_requesters()
 
 bool device::send_one_packet(qp &q)
 {
-    if (q.state != prm::qp_state::rts) {
+    // SQD (send queue drained): the message in progress is finished, no new
+    // WQE is started until SQD2RTS (IBA 10.3.1).
+    if (q.state != prm::qp_state::rts &&
+        !(q.state == prm::qp_state::sqd && q.sending)) {
         return false;
     }
     if (!q.sending && !engine::sq_wqe_ready(q, q.cur_wqe)) {

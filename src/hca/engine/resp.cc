@@ -45,7 +45,7 @@ void device::on_frame(std::span<const uint8_t> frame)
     if (is_ud) {
         respond_ud(*q, *p);
     } else if (p->info->kind & ib::kind_response) {
-        if (q->state == prm::qp_state::rts) {
+        if (q->state == prm::qp_state::rts || q->state == prm::qp_state::sqd) {
             complete(*q, *p);
         }
     } else if (q->dlid == p->slid) {
