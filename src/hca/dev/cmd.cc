@@ -37,15 +37,17 @@ const char *counter_name(counter c)
         "tx_packets", "rx_packets", "tx_bytes", "rx_bytes", "acks_sent",
         "naks_sent", "rnr_naks_sent", "retransmits", "duplicates",
         "bad_packets", "unknown_qp", "pkey_violations", "qkey_violations",
-        "cq_overruns", "fabric_busy"};
+        "cq_overruns", "eq_overflows", "events", "interrupts", "fabric_busy"};
     static_assert(std::size(names) == static_cast<size_t>(counter::count_));
     return names[static_cast<unsigned>(c)];
 }
 
 device::device(fabric::fabric &fab, clock_fn clock)
     : fabric_(fab), clock_(clock ? clock : steady_ns),
-      mtts_(size_t{1} << 16), mpts_(size_t{1} << 12), cqs_(size_t{1} << 10), qps_(size_t{1} << 12)
+      mtts_(size_t{1} << 16), mpts_(size_t{1} << 12), cqs_(size_t{1} << 10),
+      eqs_(32), qps_(size_t{1} << 12)
 {
+    interrupt_fds_.fill(-1);
 }
 
 device::~device() = default;
@@ -63,9 +65,23 @@ void device::mmio_write32(uint32_t offset, uint32_t be_value)
         }
         return;
     }
-    if ((offset & (prm::uar_page_size - 1)) == prm::uar_send_doorbell) {
+    uint32_t in_page = offset & (prm::uar_page_size - 1);
+    if (in_page == prm::uar_send_doorbell) {
         // Send doorbell: qpn << 8. The requester picks the work up in
         // progress(); WQE validity is decided by the owner bit, not here.
+        return;
+    }
+    if (in_page == prm::uar_cq_doorbell) {
+        cq_arm_word_ = byteswap_if_little(be_value);   // latched until the CI
+        return;
+    }
+    if (in_page == prm::uar_cq_doorbell + 4) {
+        cq_doorbell(cq_arm_word_, byteswap_if_little(be_value));
+        return;
+    }
+    if (in_page >= 0x800 && in_page < 0x820 && offset >= prm::uar_page_size) {
+        uint32_t eqn = (offset / prm::uar_page_size - 1) * 4 + (in_page - 0x800) / 8;
+        eq_doorbell(eqn, byteswap_if_little(be_value));
         return;
     }
 }
@@ -94,7 +110,7 @@ void device::execute_command()
     prm::hcr_go::set(hcr_.go_opcode, 0);
 }
 
-cmd_status device::dispatch(cmd_opcode op, uint8_t /*op_mod*/,
+cmd_status device::dispatch(cmd_opcode op, uint8_t op_mod,
                             uint32_t in_mod, uint64_t in_param,
                             uint64_t &out_param)
 {
@@ -120,6 +136,9 @@ cmd_status device::dispatch(cmd_opcode op, uint8_t /*op_mod*/,
     case cmd_opcode::write_mtt:  return cmd_write_mtt(in_mod, in_param);
     case cmd_opcode::sw2hw_mpt:  return cmd_sw2hw_mpt(in_mod, in_param);
     case cmd_opcode::hw2sw_mpt:  return cmd_hw2sw_mpt(in_mod);
+    case cmd_opcode::sw2hw_eq:   return cmd_sw2hw_eq(in_mod, in_param);
+    case cmd_opcode::hw2sw_eq:   return cmd_hw2sw_eq(in_mod);
+    case cmd_opcode::map_eq:     return cmd_map_eq(in_mod, op_mod, in_param);
     case cmd_opcode::sw2hw_cq:   return cmd_sw2hw_cq(in_mod, in_param);
     case cmd_opcode::hw2sw_cq:   return cmd_hw2sw_cq(in_mod);
     case cmd_opcode::rst2init_qp:
@@ -170,6 +189,7 @@ cmd_status device::cmd_init_port(uint32_t port)
         return cmd_status::internal_err;
     }
     port_ = p.take();
+    async_event(prm::eqe_type::port_change, port << 28, prm::port_change_active);
     return cmd_status::ok;
 }
 
@@ -178,7 +198,11 @@ cmd_status device::cmd_close_port(uint32_t port)
     if (port != 1) {
         return cmd_status::bad_index;
     }
-    port_.reset();
+    if (port_) {
+        port_.reset();
+        async_event(prm::eqe_type::port_change, port << 28,
+                    prm::port_change_down);
+    }
     return cmd_status::ok;
 }
 
@@ -291,6 +315,7 @@ cmd_status device::cmd_sw2hw_cq(uint32_t cqn, uint64_t inbox)
     }
     c.log_size       = log_size;
     c.producer_index = ctx->producer_index.get();
+    c.comp_eqn       = ctx->comp_eqn;
     c.db    = dma<const prm::cq_doorbell_record>(ctx->db_rec_addr.get());
     c.valid = true;
     return cmd_status::ok;

@@ -12,6 +12,7 @@
 #include "hca/ib/ib_hdr.h"
 #include "hca/prm/prm_cmd.h"
 #include "hca/prm/prm_cqe.h"
+#include "hca/prm/prm_eqe.h"
 
 #include <array>
 #include <cstdint>
@@ -39,7 +40,8 @@ struct limits {
 enum class counter : unsigned {
     tx_packets, rx_packets, tx_bytes, rx_bytes, acks_sent, naks_sent,
     rnr_naks_sent, retransmits, duplicates, bad_packets, unknown_qp,
-    pkey_violations, qkey_violations, cq_overruns, fabric_busy, count_
+    pkey_violations, qkey_violations, cq_overruns, eq_overflows, events,
+    interrupts, fabric_busy, count_
 };
 const char *counter_name(counter c);
 
@@ -60,6 +62,10 @@ public:
     unsigned progress(unsigned budget);
 
     uint64_t get(counter c) const { return counters_[static_cast<unsigned>(c)]; }
+
+    /// Interrupt routing (the platform's MSI-X table): an EQ whose vector
+    /// is `vector` signals `eventfd` when it raises an interrupt. -1: none.
+    void connect_interrupt(uint8_t vector, int eventfd);
     /// Test hook: the port, to check fabric-level facts.
     fabric::port *port_for_tests() { return port_.get(); }
 
@@ -77,6 +83,9 @@ private:
     uint8_t        *mtt_buffer(uint8_t addr_h, uint32_t addr_l) const;
     prm::cmd_status cmd_sw2hw_mpt(uint32_t index, uint64_t inbox);
     prm::cmd_status cmd_hw2sw_mpt(uint32_t index);
+    prm::cmd_status cmd_sw2hw_eq(uint32_t eqn, uint64_t inbox);
+    prm::cmd_status cmd_hw2sw_eq(uint32_t eqn);
+    prm::cmd_status cmd_map_eq(uint32_t eqn, uint8_t op_mod, uint64_t mask);
     prm::cmd_status cmd_sw2hw_cq(uint32_t cqn, uint64_t inbox);
     prm::cmd_status cmd_hw2sw_cq(uint32_t cqn);
     prm::cmd_status cmd_qp_transition(prm::cmd_opcode op, uint32_t qpn,
@@ -94,6 +103,7 @@ private:
     cq  *find_cq(uint32_t cqn);
     const mpt *find_mpt(uint32_t key) const;
     void set_qp_error(qp &q);
+    void flush_all();
     void flush_queues(qp &q);
 
     // requester (req.cc)
@@ -104,6 +114,7 @@ private:
         uint32_t dqpn;
         uint32_t psn;
         bool     ackreq;
+        bool     solicited = false;           ///< BTH SE bit
         std::span<const uint8_t> ext;       ///< extended headers after BTH
         std::span<const uint8_t> payload;
     };
@@ -153,10 +164,20 @@ private:
                       bool error);
     void run_timers();
 
-    // CQE writers
-    void write_cqe(uint32_t cqn, const prm::cqe &c);
-    void write_err_cqe(const qp &q, uint16_t wqe_index,
-                       prm::cqe_syndrome syndrome, bool is_send);
+    // CQE writers (a CQ overrun puts the QP in ERROR, E13)
+    void write_cqe(qp &q, bool is_send, const prm::cqe &c, bool solicited = false);
+    void write_err_cqe(qp &q, uint16_t wqe_index, prm::cqe_syndrome syndrome,
+                       bool is_send);
+
+    // events (eq.cc)
+    eq  *find_eq(uint32_t eqn);
+    void post_eqe(eq &e, const prm::eqe &ev);
+    void async_event(prm::eqe_type type, uint32_t number, uint8_t subtype = 0);
+    void completion_event(cq &c);
+    void cq_doorbell(uint32_t word0, uint32_t ci);
+    void eq_doorbell(uint32_t eqn, uint32_t value);
+    void interrupt(eq &e);
+    void catastrophic_error();
 
     uint64_t now() const { return clock_(); }
     void     count(counter c, uint64_t n = 1)
@@ -174,6 +195,10 @@ private:
     std::vector<uint64_t>          mtts_;   ///< page addresses | present
     std::vector<mpt>               mpts_;
     std::vector<cq>                cqs_;
+    std::vector<eq>                eqs_;
+    std::array<int, 64>            interrupt_fds_;
+    bool                           catastrophic_ = false;
+    uint32_t                       cq_arm_word_ = 0;
     std::vector<std::unique_ptr<qp>> qps_;
     std::vector<uint32_t>          active_qpns_;   ///< QPs out of RESET
     std::vector<uint32_t>          ack_list_;

@@ -26,9 +26,28 @@ struct mpt {
     }
 };
 
+struct eq {
+    bool      valid = false;
+    uint32_t  eqn   = 0;
+    uint8_t  *buf   = nullptr;          ///< 2^log_size 32-byte EQEs
+    uint32_t  log_size = 0;
+    uint32_t  producer_index = 0;
+    uint32_t  consumer_index = 0;       ///< from the EQ doorbell
+    bool      armed = false;            ///< one-shot interrupt request (C68)
+    uint8_t   intr  = 0;                ///< interrupt vector
+    uint64_t  event_mask = 0;           ///< async types mapped here (MAP_EQ)
+
+    uint32_t size() const { return 1u << log_size; }
+};
+
+enum class cq_arm : uint8_t { none, next, solicited };
+
 struct cq {
     bool      valid = false;
     uint32_t  cqn   = 0;
+    uint32_t  comp_eqn = 0;             ///< EQ of its completion events
+    cq_arm    arm = cq_arm::none;
+    uint32_t  arm_cmd = 0;              ///< first word of an arm doorbell
     uint8_t  *buf   = nullptr;          ///< 2^log_size 64-byte entries
     uint32_t  log_size = 0;
     uint32_t  producer_index = 0;
@@ -120,6 +139,8 @@ struct qp {
     std::vector<uint32_t> resp_queue;  ///< entry indices, ring of the same size
     uint32_t     resp_head = 0, resp_count = 0;
     bool         nak_sent = false;   ///< one NAK per sequence error
+    bool         comm_est_sent = false;  ///< COMM_EST raised (first RTR packet)
+    bool         drained_sent  = false;  ///< SQ_DRAINED raised in this SQD
     bool         ack_pending = false;
     uint8_t      ack_syndrome = 0;
 

@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <bit>
+#include <sys/eventfd.h>
+#include <unistd.h>
 #include <cstdlib>
 #include <cstring>
 
@@ -71,10 +73,27 @@ result<std::unique_ptr<context>> context::open(fabric::fabric &fab,
         s != status::ok) {
         return s;
     }
-    for (auto op : {prm::cmd_opcode::init_hca}) {
-        if (status s = c->command(op, 0); s != status::ok) {
-            return s;
-        }
+    if (status s = c->command(prm::cmd_opcode::init_hca, 0); s != status::ok) {
+        return s;
+    }
+    // EQs before the port (mlx4_core's order), so its ACTIVE event is seen:
+    // EQ 0 takes completion events (vector 0), EQ 1 every async event.
+    uint64_t async_mask = 0;
+    for (auto t : {prm::eqe_type::path_mig, prm::eqe_type::comm_est,
+                   prm::eqe_type::sq_drained, prm::eqe_type::cq_error,
+                   prm::eqe_type::wq_catas_error, prm::eqe_type::local_catas_error,
+                   prm::eqe_type::port_change, prm::eqe_type::eq_overflow,
+                   prm::eqe_type::wq_inval_req_error, prm::eqe_type::wq_access_error,
+                   prm::eqe_type::srq_catas_error, prm::eqe_type::srq_qp_last_wqe,
+                   prm::eqe_type::srq_limit}) {
+        async_mask |= uint64_t{1} << uint8_t(t);
+    }
+    if (status s = c->create_eq(c->comp_eq_, 0, 4096, 0, 0); s != status::ok) {
+        return s;
+    }
+    if (status s = c->create_eq(c->async_eq_, 1, 256, 1, async_mask);
+        s != status::ok) {
+        return s;
     }
     if (status s = c->command(prm::cmd_opcode::init_port, 1); s != status::ok) {
         MLX4X_ERROR("cannot bring up port 1: %s", to_string(s));
@@ -91,7 +110,153 @@ result<std::unique_ptr<context>> context::open(fabric::fabric &fab,
 context::~context()
 {
     (void)command(prm::cmd_opcode::close_port, 1);
+    destroy_eq(async_eq_);
+    destroy_eq(comp_eq_);
     (void)command(prm::cmd_opcode::close_hca, 0);
+    for (int fd : {comp_fd_, async_fd_}) {
+        if (fd >= 0) {
+            close(fd);
+        }
+    }
+}
+
+// ---- event queues --------------------------------------------------------
+
+const prm::eqe *event_queue::peek() const
+{
+    if (!buf) {
+        return nullptr;
+    }
+    auto *e = reinterpret_cast<const prm::eqe *>(
+        buf + size_t(cons_index & (size - 1)) * prm::eqe_size);
+    uint8_t owner = __atomic_load_n(&e->owner, __ATOMIC_ACQUIRE);
+    return bool(owner & prm::eqe_owner_mask) == bool(cons_index & size) ? e
+                                                                       : nullptr;
+}
+
+status context::create_eq(event_queue &eq, uint32_t eqn, uint32_t entries,
+                          uint8_t vector, uint64_t async_mask)
+{
+    eq.size = entries;
+    eq.buf  = static_cast<uint8_t *>(alloc_dma(size_t(entries) * prm::eqe_size));
+    if (!eq.buf) {
+        return status::no_memory;
+    }
+    // Every EQE starts device-owned for the first pass (owner bit set).
+    std::memset(eq.buf, 0, size_t(entries) * prm::eqe_size);
+    for (uint32_t i = 0; i < entries; ++i) {
+        eq.buf[i * prm::eqe_size + prm::eqe_size - 1] = prm::eqe_owner_mask;
+    }
+    auto mtt = map_buffer(eq.buf);
+    if (!mtt.ok()) {
+        return mtt.error();
+    }
+    eq.mtt = *mtt;
+    eq.eqn = eqn;
+    auto *ctx = static_cast<prm::eq_context *>(mailbox());
+    std::memset(ctx, 0, sizeof(*ctx));
+    ctx->log_eq_size     = uint8_t(log2_ceil(entries));
+    ctx->intr            = vector;
+    ctx->mtt_base_addr_h = uint8_t(eq.mtt >> 32);
+    ctx->mtt_base_addr_l.set(uint32_t(eq.mtt));
+    if (status s = command(prm::cmd_opcode::sw2hw_eq, eqn, dma_addr(ctx));
+        s != status::ok) {
+        return s;
+    }
+    if (async_mask) {
+        if (status s = command(prm::cmd_opcode::map_eq, eqn, async_mask);
+            s != status::ok) {
+            return s;
+        }
+    }
+    int &fd = vector == 0 ? comp_fd_ : async_fd_;
+    fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    dev_->connect_interrupt(vector, fd);
+    arm_eq(eq);
+    return status::ok;
+}
+
+void context::destroy_eq(event_queue &eq)
+{
+    if (eq.buf) {
+        (void)command(prm::cmd_opcode::hw2sw_eq, eq.eqn);
+        unmap_buffer(eq.mtt);
+        std::free(eq.buf);
+        eq.buf = nullptr;
+    }
+}
+
+void context::arm_eq(event_queue &eq)
+{
+    uint32_t offset = prm::uar_page_size * (1 + eq.eqn / 4) +
+                      prm::eq_doorbell_offset(eq.eqn);
+    dev_->mmio_write32(offset, byteswap_if_little((eq.cons_index & 0xffffff) |
+                                                  prm::eq_doorbell_req_not));
+}
+
+void context::arm_completion_events() { arm_eq(comp_eq_); }
+void context::arm_async_events() { arm_eq(async_eq_); }
+
+/// Moves every EQE into the pending lists (skipping those of an object
+/// being destroyed) and tells the device how far the EQs were read.
+void context::move_events(uint32_t skip_cq, uint32_t skip_qp)
+{
+    while (const prm::eqe *e = comp_eq_.peek()) {
+        uint32_t cqn = e->number.get() & 0xffffff;
+        if (cqn != skip_cq) {
+            pending_comp_.push_back(cqn);
+        }
+        comp_eq_.pop();
+    }
+    while (const prm::eqe *e = async_eq_.peek()) {
+        async_event ev;
+        ev.type    = static_cast<prm::eqe_type>(e->type);
+        ev.subtype = e->subtype;
+        ev.number  = e->number.get() & 0xffffff;
+        if (ev.type == prm::eqe_type::port_change) {
+            ev.port   = uint8_t(e->data2.get() >> 28);
+            ev.number = 0;
+        }
+        bool on_cq = ev.type == prm::eqe_type::cq_error;
+        bool on_qp = !on_cq && ev.type != prm::eqe_type::port_change &&
+                     ev.type != prm::eqe_type::local_catas_error &&
+                     ev.type != prm::eqe_type::eq_overflow;
+        if (!(on_cq && ev.number == skip_cq) && !(on_qp && ev.number == skip_qp)) {
+            pending_async_.push_back(ev);
+        }
+        async_eq_.pop();
+    }
+}
+
+void context::drain_events_of(bool is_cq, uint32_t number)
+{
+    move_events(is_cq ? number : ~0u, is_cq ? ~0u : number);
+    if (is_cq) {
+        std::erase(pending_comp_, number);
+    }
+    std::erase_if(pending_async_, [&](const async_event &ev) {
+        bool on_cq = ev.type == prm::eqe_type::cq_error;
+        return ev.number == number && (on_cq == is_cq) &&
+               ev.type != prm::eqe_type::port_change;
+    });
+}
+
+unsigned context::poll_completion_events(std::span<uint32_t> cqns)
+{
+    move_events(~0u, ~0u);
+    unsigned n = unsigned(std::min(cqns.size(), pending_comp_.size()));
+    std::copy_n(pending_comp_.begin(), n, cqns.begin());
+    pending_comp_.erase(pending_comp_.begin(), pending_comp_.begin() + n);
+    return n;
+}
+
+unsigned context::poll_async_events(std::span<async_event> events)
+{
+    move_events(~0u, ~0u);
+    unsigned n = unsigned(std::min(events.size(), pending_async_.size()));
+    std::copy_n(pending_async_.begin(), n, events.begin());
+    pending_async_.erase(pending_async_.begin(), pending_async_.begin() + n);
+    return n;
 }
 
 status context::command(prm::cmd_opcode op, uint32_t in_mod, uint64_t in_param,
@@ -248,6 +413,7 @@ result<std::unique_ptr<cq>> cq::create(context &ctx, uint32_t entries)
     auto *cc = static_cast<prm::cq_context *>(ctx.mailbox());
     std::memset(cc, 0, sizeof(*cc));
     prm::cqc_log_size::set(cc->logsize_usrpage, log);
+    cc->comp_eqn = uint8_t(ctx.completion_eqn());
     cc->mtt_base_addr_h = uint8_t(c->mtt_ >> 32);
     cc->mtt_base_addr_l.set(uint32_t(c->mtt_));
     cc->db_rec_addr.set(dma_addr(&c->db_));
@@ -260,6 +426,19 @@ result<std::unique_ptr<cq>> cq::create(context &ctx, uint32_t entries)
     return c;
 }
 
+void cq::arm(bool solicited_only)
+{
+    uint32_t cmd = solicited_only ? prm::cq_db_req_not_sol : prm::cq_db_req_not;
+    uint32_t ci  = cons_index_ & 0xffffff;
+    uint32_t sn  = (arm_sn_++ & 3) << 28;
+    // The arm doorbell record first (mlx4 keeps it beside set_ci), then the
+    // UAR doorbell the device acts on.
+    std::atomic_ref<uint32_t>(db_.arm).store(byteswap_if_little(sn | cmd | ci),
+                                             std::memory_order_release);
+    uint32_t word0 = sn | cmd | cqn_;
+    ctx_.ring_cq_doorbell(word0, ci);
+}
+
 cq::~cq()
 {
     if (cqn_) {
@@ -267,6 +446,7 @@ cq::~cq()
             s != status::ok) {
             MLX4X_WARN("cq 0x%x: destroy failed: %s", cqn_, to_string(s));
         } else {
+            ctx_.drain_events_of(true, cqn_);   // E11: before reuse
             ctx_.free_cqn(cqn_);
         }
     }
@@ -339,6 +519,7 @@ qp::~qp()
         (void)ctx_.command(prm::cmd_opcode::to_rst_qp, qpn_);
     }
     ctx_.register_qp(qpn_, nullptr);
+    ctx_.drain_events_of(false, qpn_);   // E11: before reuse
     ctx_.free_qpn(qpn_);
     if (mtt_ != ~uint64_t{0}) {
         ctx_.unmap_buffer(mtt_);

@@ -23,6 +23,27 @@ namespace mlx4x::drv {
 
 class qp;
 
+/// An asynchronous event (IBA 11.6.3), decoded from an EQE.
+struct async_event {
+    prm::eqe_type type;
+    uint8_t       subtype = 0;
+    uint32_t      number  = 0;   ///< qpn / cqn / srqn
+    uint8_t       port    = 0;   ///< port_change
+};
+
+/// A driver-side event queue: EQEs read by owner bit, consumer index and
+/// re-arm through the EQ doorbell.
+class event_queue {
+public:
+    uint32_t eqn = 0;
+    uint8_t *buf = nullptr;
+    uint32_t size = 0, cons_index = 0;
+    uint64_t mtt = ~uint64_t{0};
+    /// The next valid EQE, or nullptr.
+    const prm::eqe *peek() const;
+    void pop() { ++cons_index; }
+};
+
 struct port_attr {
     uint16_t lid       = 0;
     uint8_t  state     = 0;      ///< IBA PortState (4 = ACTIVE)
@@ -49,6 +70,31 @@ public:
 
     /// Gives the device its time slice (DESIGN decision 5).
     unsigned progress(unsigned budget = 64) { return dev_->progress(budget); }
+
+    // ---- events (C11-C13, C66-C68) ----
+    /// eventfds the completion / async EQs' interrupts signal (readable
+    /// after an interrupt; the caller reads them to clear).
+    int completion_fd() const { return comp_fd_; }
+    int async_fd() const { return async_fd_; }
+    /// CQs that raised completion events since the last call.
+    unsigned poll_completion_events(std::span<uint32_t> cqns);
+    unsigned poll_async_events(std::span<async_event> events);
+    /// Requests the next interrupt (one-shot) after consuming events.
+    void arm_completion_events();
+    void arm_async_events();
+    uint32_t completion_eqn() const { return comp_eq_.eqn; }
+    /// Before a CQ / QP number is freed: takes every queued event out of
+    /// the EQs, dropping those of that object, so that an old event never
+    /// reaches the number's next owner (E11).
+    void drain_events_of(bool is_cq, uint32_t number);
+
+    void ring_cq_doorbell(uint32_t word0, uint32_t ci)
+    {
+        dev_->mmio_write32(prm::uar_page_size + prm::uar_cq_doorbell,
+                           byteswap_if_little(word0));
+        dev_->mmio_write32(prm::uar_page_size + prm::uar_cq_doorbell + 4,
+                           byteswap_if_little(ci));
+    }
 
     void ring_send_doorbell(uint32_t qpn)
     {
@@ -79,6 +125,11 @@ public:
 
 private:
     explicit context(std::unique_ptr<dev::device> d);
+    status create_eq(event_queue &eq, uint32_t eqn, uint32_t entries,
+                     uint8_t vector, uint64_t async_mask);
+    void   destroy_eq(event_queue &eq);
+    void   arm_eq(event_queue &eq);
+    void   move_events(uint32_t skip_cq, uint32_t skip_qp);
 
     struct free_deleter { void operator()(void *p) const { std::free(p); } };
     std::unique_ptr<dev::device>         dev_;
@@ -90,6 +141,10 @@ private:
     uint32_t                             next_cqn_ = 1, next_qpn_ = 0x40,
                                          next_mpt_ = 1, next_mtt_ = 0;
     std::vector<qp *>                    qps_;
+    event_queue                          comp_eq_, async_eq_;
+    int                                  comp_fd_ = -1, async_fd_ = -1;
+    std::vector<uint32_t>                pending_comp_;
+    std::vector<async_event>             pending_async_;
 };
 
 // ---- memory regions ---------------------------------------------------
@@ -152,13 +207,17 @@ public:
     ~cq();
     uint32_t cqn() const { return cqn_; }
     uint32_t size() const { return size_; }
+    /// Requests one completion event for the next CQE (or the next
+    /// solicited one). A CQE the caller has not polled yet raises it at
+    /// once, so "poll until empty, arm" misses nothing (C66, C67).
+    void arm(bool solicited_only = false);
     /// Polls up to wcs.size() completions; returns how many were written.
     inline unsigned poll(std::span<wc> wcs);
 
 private:
     cq(context &c) : ctx_(c) {}
     context &ctx_;
-    uint32_t cqn_ = 0, size_ = 0, cons_index_ = 0;
+    uint32_t cqn_ = 0, size_ = 0, cons_index_ = 0, arm_sn_ = 0;
     uint8_t *buf_ = nullptr;
     uint64_t mtt_ = ~uint64_t{0};
     prm::cq_doorbell_record db_{};

@@ -29,9 +29,17 @@ uint64_t rnr_timer_ns(uint8_t field)
 unsigned device::progress(unsigned budget)
 {
     if (!port_) {
+        if (catastrophic_) {
+            flush_all();   // work posted after the failure completes flushed
+        }
         return 0;
     }
     unsigned n = port_->poll(*this, budget);
+    if (catastrophic_) {
+        port_.reset();   // E12: the HCA is out of service
+        flush_all();
+        return n;
+    }
     run_responders();
     if (!ack_list_.empty()) {
         flush_acks();
@@ -279,7 +287,7 @@ void device::complete_wqe(qp &q, uint32_t index, prm::cqe_syndrome syndrome,
     c.vlan_my_qpn.set(q.qpn);
     c.wqe_index.set(uint16_t(index));
     c.owner_sr_opcode = uint8_t(prm::cqe_is_send_mask | opcode);
-    write_cqe(q.send_cqn, c);
+    write_cqe(q, true, c);
 }
 
 void device::run_timers()
@@ -317,7 +325,7 @@ void device::run_timers()
     }
 }
 
-void device::write_err_cqe(const qp &q, uint16_t wqe_index,
+void device::write_err_cqe(qp &q, uint16_t wqe_index,
                            prm::cqe_syndrome syndrome, bool is_send)
 {
     prm::err_cqe e{};
@@ -329,24 +337,30 @@ void device::write_err_cqe(const qp &q, uint16_t wqe_index,
     prm::cqe c;
     static_assert(sizeof(c) == sizeof(e));
     std::memcpy(&c, &e, sizeof(c));
-    write_cqe(is_send ? q.send_cqn : q.recv_cqn, c);
+    write_cqe(q, is_send, c);
 }
 
-void device::write_cqe(uint32_t cqn, const prm::cqe &c)
+void device::write_cqe(qp &q, bool is_send, const prm::cqe &c, bool solicited)
 {
-    cq *cqp = find_cq(cqn);
+    cq *cqp = find_cq(is_send ? q.send_cqn : q.recv_cqn);
     if (!cqp) {
         return;
     }
     uint32_t ci = load_be32_acquire(&cqp->db->set_ci) & 0xffffff;
     uint32_t pi = cqp->producer_index;
     if (((pi - ci) & 0xffffff) >= cqp->size()) {
-        // CQ overrun (IBA 11.4.2.1: CQ error). The CQE is lost; the
-        // asynchronous CQ error event comes with the EQ.
+        // CQ overrun (IBA 11.4.2.1, E13): the CQE is lost, a CQ error event
+        // is raised and the QP that caused it goes to ERROR. CQEs already
+        // in the CQ stay readable.
         if (cqp->overruns++ == 0) {
-            MLX4X_ERROR("cq 0x%x overrun", cqn);
+            MLX4X_ERROR("cq 0x%x overrun", cqp->cqn);
+            async_event(prm::eqe_type::cq_error, cqp->cqn,
+                        prm::cq_error_overflow);
         }
         count(counter::cq_overruns);
+        if (q.state != prm::qp_state::err) {
+            set_qp_error(q);
+        }
         return;
     }
     uint8_t *entry = cqp->buf + size_t(pi & (cqp->size() - 1)) * prm::cqe_stride +
@@ -359,6 +373,22 @@ void device::write_cqe(uint32_t cqn, const prm::cqe &c)
     std::atomic_ref<uint8_t>(entry[sizeof(c) - 1]).store(last,
                                                          std::memory_order_release);
     cqp->producer_index = (pi + 1) & 0xffffff;
+    // C66: an armed CQ raises one completion event for the next CQE (or the
+    // next solicited one; error completions count as solicited).
+    bool error = (c.owner_sr_opcode & prm::cqe_opcode_mask) == prm::cqe_opcode_error;
+    if (cqp->arm == cq_arm::next ||
+        (cqp->arm == cq_arm::solicited && (solicited || error))) {
+        completion_event(*cqp);
+    }
+}
+
+void device::flush_all()
+{
+    for (uint32_t qpn : active_qpns_) {
+        if (qp *q = find_qp(qpn)) {
+            flush_queues(*q);
+        }
+    }
 }
 
 void device::set_qp_error(qp &q)

@@ -63,7 +63,8 @@ status device::emit(const tx_packet &p)
 
     ib::bth b{};
     b.opcode        = p.opcode;
-    b.se_m_pad_tver = static_cast<uint8_t>(((4 - payload.size() % 4) % 4) << 4);
+    b.se_m_pad_tver = static_cast<uint8_t>(((4 - payload.size() % 4) % 4) << 4 |
+                                           (p.solicited ? ib::bth_se_bit : 0));
     b.pkey.set(p.pkey);
     b.dest_qp.set(p.dqpn & ib::psn_mask);
     ib::bth_psn::set(b.apsn, p.psn);
@@ -95,6 +96,12 @@ void device::run_requesters()
             continue;
         }
         for (unsigned i = 0; i < burst_per_qp && send_one_packet(*q); ++i) {
+        }
+        if (q->state == prm::qp_state::sqd && !q->drained_sent && !q->sending &&
+            q->sq_tail == q->sq_head) {
+            // SQD reached: nothing in flight any more (IBA 11.6.3).
+            q->drained_sent = true;
+            async_event(prm::eqe_type::sq_drained, q->qpn);
         }
     }
 }
@@ -210,6 +217,7 @@ bool device::send_one_packet(qp &q)
                      .dqpn    = dqpn,
                      .psn     = psn,
                      .ackreq  = ackreq,
+                     .solicited = last && w.solicited,
                      .ext     = {ext.data(), ext_len},
                      .payload = payload});
     if (s == status::no_resource) {

@@ -49,6 +49,11 @@ void device::on_frame(std::span<const uint8_t> frame)
             complete(*q, *p);
         }
     } else if (q->dlid == p->slid) {
+        if (q->state == prm::qp_state::rtr && !q->comm_est_sent) {
+            // IBA 11.6.2: first packet on a QP still in RTR.
+            q->comm_est_sent = true;
+            async_event(prm::eqe_type::comm_est, q->qpn);
+        }
         respond(*q, *p);
     } else {
         count(counter::bad_packets);   // RC packet from a foreign port
@@ -407,7 +412,7 @@ void device::respond_send(qp &q, const pkt &p)
         }
         c.owner_sr_opcode = uint8_t(imm ? prm::recv_opcode::send_imm
                                         : prm::recv_opcode::send);
-        write_cqe(q.recv_cqn, c);
+        write_cqe(q, false, c, ib::bth_solicited(p.bth));
     }
     schedule_ack(q);
 }
@@ -460,7 +465,7 @@ void device::respond_write(qp &q, const pkt &p)
             c.rlid.set(p.slid);
             c.immed_rss_invalid.raw = p.ext<ib::immdt>(ib::hdr_immdt).imm.raw;
             c.owner_sr_opcode = uint8_t(prm::recv_opcode::rdma_write_imm);
-            write_cqe(q.recv_cqn, c);
+            write_cqe(q, false, c, ib::bth_solicited(p.bth));
         }
     }
     schedule_ack(q);
@@ -491,13 +496,18 @@ void device::respond_ud(qp &q, const pkt &p)
     c.g_mlpath_rqpn.set(d.src_qp.get() & prm::cqe_qpn_mask);
     c.rlid.set(p.slid);
     c.owner_sr_opcode = uint8_t(prm::recv_opcode::send);
-    write_cqe(q.recv_cqn, c);
+    write_cqe(q, false, c, ib::bth_solicited(p.bth));
 }
 
 void device::responder_error(qp &q, ib::nak_code code)
 {
     count(counter::naks_sent);
     send_nak(q, ib::make_syndrome(ib::ack_class::nak, uint8_t(code)));
+    // E28 / E38: the responder reports its QP's failure asynchronously.
+    async_event(code == ib::nak_code::remote_access
+                    ? prm::eqe_type::wq_access_error
+                    : prm::eqe_type::wq_inval_req_error,
+                q.qpn);
     // Class C/D responder errors (IBA 9.9.3): the responder QP fails too.
     set_qp_error(q);
 }

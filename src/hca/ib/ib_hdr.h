@@ -34,6 +34,11 @@ using bth_qpn    = bits<be32, 0, 24>;
 using bth_ackreq = bits<be32, 31, 1>;
 using bth_psn    = bits<be32, 0, 24>;
 constexpr uint8_t bth_se_bit = 0x80;
+/// Solicited Event bit of the BTH at `bth_bytes`.
+inline bool bth_solicited(const uint8_t *bth_bytes)
+{
+    return (bth_bytes[1] & bth_se_bit) != 0;
+}
 
 /// RDMA Extended Transport Header (IBA 9.3.3), 16 bytes (4-byte aligned).
 struct reth {
