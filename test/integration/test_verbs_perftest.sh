@@ -1,0 +1,179 @@
+#!/bin/sh
+# contrib/mlx4x-perftest server/client pairs over the shm fabric (verbs level,
+# no UCX): send_lat, send_bw, write_lat, write_bw at a couple of sizes and
+# one -a sweep, plus read_lat, read_bw and atomic_lat. Checks the perftest
+# banner and column headers, and that every result line is sane (latencies
+# ordered and positive, BW average consistent with the message rate, peak >=
+# average). Then the error paths: mismatched sides, no server, a host that
+# is not this one.
+. "$(dirname "$0")/lib.sh"
+
+PT="$top_builddir/contrib/mlx4x-perftest"
+LAT_HDR=' #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]   99% percentile[usec]   99.9% percentile[usec]'
+BW_HDR=' #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]'
+
+# lat_lines FILE ITERS SIZES...: one sane latency line per size, in order.
+lat_lines() {
+    f=$1; n=$2; shift 2
+    awk -v n="$n" -v sizes="$*" '
+        BEGIN { k = split(sizes, want, " ") }
+        NF == 9 && $1 ~ /^[0-9]+$/ && $2 == n {
+            got++
+            if ($1 != want[got]) { print "size " $1 " where " want[got] " expected"; bad = 1 }
+            # min <= typical <= max, min <= avg <= max, p99 <= p99.9 <= max
+            if (!($3 > 0 && $3 <= $5 && $5 <= $4 && $3 <= $6 && $6 <= $4 &&
+                  $7 >= 0 && $3 <= $8 && $8 <= $9 && $9 <= $4)) {
+                print "insane latency line: " $0; bad = 1
+            }
+        }
+        END { if (got != k) { print got " result lines, " k " expected"; bad = 1 }
+              exit bad }' "$f"
+}
+
+# bw_lines FILE ITERS PEAK SIZES...: one sane bandwidth line per size; PEAK=0
+# means the line has no peak (the SEND receiver's).
+bw_lines() {
+    f=$1; n=$2; peak=$3; shift 3
+    awk -v n="$n" -v peak="$peak" -v sizes="$*" '
+        BEGIN { k = split(sizes, want, " ") }
+        NF == 5 && $1 ~ /^[0-9]+$/ && $2 == n {
+            got++
+            if ($1 != want[got]) { print "size " $1 " where " want[got] " expected"; bad = 1 }
+            # BW average [MB/s, 2^20] = size * MsgRate [Mpps] * 1e6 / 2^20
+            # (within 1%, plus the rounding of the 6-decimal rate)
+            bw = $1 * $5 * 1e6 / 1048576
+            d = bw - $4; if (d < 0) d = -d
+            if (!($4 > 0 && $5 > 0 && d <= 0.01 * $4 + $1 * 0.5 / 1048576 + 0.01)) {
+                print "insane bandwidth line: " $0 " (size x rate = " bw " MB/s)"; bad = 1
+            }
+            if (peak && !($3 >= $4 * 0.999)) { print "peak below average: " $0; bad = 1 }
+            if (!peak && $3 != "0.00") { print "receiver reports a peak: " $0; bad = 1 }
+        }
+        END { if (got != k) { print got " result lines, " k " expected"; bad = 1 }
+              exit bad }' "$f"
+}
+
+# start_server OUT ARGS...: starts a server in the background ($srv), and
+# waits until it listens.
+start_server() {
+    o=$1; shift
+    timeout "$pair_t" "$PT" "$@" >"$o" 2>&1 &
+    srv=$!
+    i=0
+    while [ $i -lt 100 ] && ! grep -q 'Waiting for client' "$o" 2>/dev/null; do
+        sleep 0.1
+        i=$((i + 1))
+    done
+}
+
+# verbs_pair NAME TIMEOUT TEST ITERS SIZES|-a [ARGS...]: a server/client
+# pair on localhost; passes when both exit 0, the banner and header are
+# perftest's, and the result lines are sane.
+verbs_pair() {
+    name=$1; pair_t=$2; test=$3; iters=$4; sizes=$5; shift 5
+    if [ "$sizes" = -a ]; then
+        sz="-a"; sizes=$(s=2; while [ $s -le 8388608 ]; do printf '%s ' $s; s=$((s * 2)); done)
+    else
+        sz="-s $sizes"
+    fi
+    port=$(next_port)
+    out=$(mktemp)
+    start_server "$out.srv" -t "$test" $sz -n "$iters" -p "$port" -T 20 "$@"
+    timeout "$pair_t" "$PT" -t "$test" $sz -n "$iters" -p "$port" -T 20 "$@" localhost >"$out" 2>&1
+    crc=$?
+    wait $srv
+    src=$?
+    why=""
+    [ $crc -eq 0 ] || why="$why client exit $crc;"
+    [ $src -eq 0 ] || why="$why server exit $src;"
+    case $test in
+        send_*)   title="Send" ;;
+        write_*)  title="RDMA_Write" ;;
+        read_*)   title="RDMA_Read" ;;
+        atomic_*) title="Atomic FETCH_AND_ADD" ;;
+    esac
+    case $test in
+        *_lat) title="$title Latency Test"; hdr=$LAT_HDR ;;
+        *_bw)  title="$title BW Test";      hdr=$BW_HDR ;;
+    esac
+    for f in "$out" "$out.srv"; do
+        grep -q "^ *$title\$" "$f" || why="$why no '$title' banner in $(basename "$f");"
+        grep -q '^ Connection type : RC' "$f" || why="$why no transport line;"
+        grep -q '^ Mtu             : [0-9]*\[B\]' "$f" || why="$why no MTU line;"
+        grep -q '^ remote address: LID 0x' "$f" || why="$why no remote address;"
+    done
+    grep -qF "$hdr" "$out" || why="$why client: no perftest column header;"
+    case $test in
+        read_lat|atomic_lat)   # one-sided: only the initiator measures
+            r=$(lat_lines "$out" "$iters" $sizes) || why="$why client: $r;" ;;
+        *_lat)
+            r=$(lat_lines "$out" "$iters" $sizes) || why="$why client: $r;"
+            r=$(lat_lines "$out.srv" "$iters" $sizes) || why="$why server: $r;" ;;
+        send_bw)
+            r=$(bw_lines "$out" "$iters" 1 $sizes) || why="$why client: $r;"
+            r=$(bw_lines "$out.srv" "$iters" 0 $sizes) || why="$why server: $r;" ;;
+        *_bw)
+            r=$(bw_lines "$out" "$iters" 1 $sizes) || why="$why client: $r;" ;;
+    esac
+    if [ -z "$why" ]; then
+        ok "$name: $(grep -A1 -F "$hdr" "$out" | tail -1 | tr -s ' ')"
+    else
+        fail "$name:$why"
+        echo "--- client:"; tail -8 "$out"; echo "--- server:"; tail -8 "$out.srv"
+    fi
+    rm -f "$out" "$out.srv"
+}
+
+verbs_pair "send_lat 2"          60 send_lat  1000 2
+verbs_pair "send_lat 64 KiB"     60 send_lat  200  65536
+verbs_pair "write_lat 8"         60 write_lat 1000 8
+verbs_pair "write_lat 64 KiB"    60 write_lat 200  65536
+verbs_pair "send_bw 8"           60 send_bw   5000 8
+verbs_pair "send_bw 64 KiB"      60 send_bw   2000 65536
+verbs_pair "write_bw 64 KiB"     60 write_bw  2000 65536
+verbs_pair "write_bw 1 MiB"      60 write_bw  200  1048576
+verbs_pair "write_bw 64 KiB, tx depth 16, cq mod 4" 60 write_bw 1000 65536 --tx-depth=16 -Q 4
+verbs_pair "read_lat 2"          60 read_lat  1000 2
+verbs_pair "read_lat 64 KiB"     60 read_lat  200  65536
+verbs_pair "read_bw 64 KiB"      60 read_bw   2000 65536
+verbs_pair "atomic_lat 8"        60 atomic_lat 1000 8
+verbs_pair "write_lat -a"        90 write_lat 20   -a
+verbs_pair "send_bw -a"          90 send_bw   20   -a
+
+# expect_error NAME PATTERN CMD...: CMD exits nonzero within its time limit
+# (not killed by timeout) and says PATTERN on stderr.
+expect_error() {
+    name=$1; pat=$2; shift 2
+    err=$(timeout 20 "$@" 2>&1 >/dev/null)
+    rc=$?
+    if [ $rc -ne 0 ] && [ $rc -ne 124 ] && printf '%s\n' "$err" | grep -q "$pat"; then
+        ok "$name: $err"
+    else
+        fail "$name (exit $rc): $err"
+    fi
+}
+
+expect_error "unknown test"       "unknown test 'foo'"   "$PT" -t foo
+expect_error "no test"            "no test given"        "$PT"
+expect_error "bad size"           "invalid size"         "$PT" -t send_lat -s 0
+expect_error "remote host"        "not this host"        "$PT" -t send_lat 192.0.2.1
+expect_error "no server"          "cannot connect to localhost" \
+    "$PT" -t send_lat -T 1 -p "$(next_port)" localhost
+expect_error "no client"          "no client connected"  "$PT" -t send_lat -T 1 -p "$(next_port)"
+
+# Both sides of a mismatched pair fail and name the difference.
+port=$(next_port)
+out=$(mktemp)
+pair_t=20
+start_server "$out.srv" -t send_lat -p "$port" -T 5
+expect_error "mismatched test (client)" "the server runs send_lat, this side write_lat" \
+    "$PT" -t write_lat -p "$port" -T 5 localhost
+wait $srv
+src=$?
+if [ $src -ne 0 ] && grep -q "the client runs write_lat, this side send_lat" "$out.srv"; then
+    ok "mismatched test (server): exit $src"
+else
+    fail "mismatched test (server): exit $src"; tail -3 "$out.srv"
+fi
+rm -f "$out" "$out.srv"
+finish
