@@ -45,7 +45,7 @@ const char *counter_name(counter c)
 device::device(fabric::fabric &fab, clock_fn clock)
     : fabric_(fab), clock_(clock ? clock : steady_ns),
       mtts_(size_t{1} << 16), mpts_(size_t{1} << 12), cqs_(size_t{1} << 10),
-      eqs_(32), qps_(size_t{1} << 12)
+      eqs_(32), srqs_(size_t{1} << 8), qps_(size_t{1} << 12)
 {
     interrupt_fds_.fill(-1);
 }
@@ -139,6 +139,10 @@ cmd_status device::dispatch(cmd_opcode op, uint8_t op_mod,
     case cmd_opcode::sw2hw_eq:   return cmd_sw2hw_eq(in_mod, in_param);
     case cmd_opcode::hw2sw_eq:   return cmd_hw2sw_eq(in_mod);
     case cmd_opcode::map_eq:     return cmd_map_eq(in_mod, op_mod, in_param);
+    case cmd_opcode::sw2hw_srq:  return cmd_sw2hw_srq(in_mod, in_param);
+    case cmd_opcode::hw2sw_srq:  return cmd_hw2sw_srq(in_mod);
+    case cmd_opcode::query_srq:  return cmd_query_srq(in_mod, out_param);
+    case cmd_opcode::arm_srq:    return cmd_arm_srq(in_mod, in_param);
     case cmd_opcode::sw2hw_cq:   return cmd_sw2hw_cq(in_mod, in_param);
     case cmd_opcode::hw2sw_cq:   return cmd_hw2sw_cq(in_mod);
     case cmd_opcode::rst2init_qp:
@@ -424,8 +428,7 @@ cmd_status device::cmd_qp_transition(cmd_opcode op, uint32_t qpn,
         return cmd_status::bad_qp_state;   // QP left unchanged
     }
     if (t->to == S::err) {
-        q.state = S::err;
-        flush_queues(q);
+        set_qp_error(q);
         return cmd_status::ok;
     }
     if (t->to == S::rst) {
@@ -464,6 +467,13 @@ cmd_status device::qp_from_reset(qp &q, uint32_t qpn, const prm::qp_context &ctx
     uint32_t rq_log = (ctx.rq_size_stride >> 3) & 0xf;
     uint8_t *buf = mtt_buffer(ctx.mtt_base_addr_h, ctx.mtt_base_addr_l.get());
     uint8_t  pkey_index = ctx.pri_path.pkey_index;
+    uint32_t srqn  = ctx.srqn.get();
+    srq     *srq_p = (srqn & prm::qpc_srq_enable) ? find_srq(srqn & 0xffffff)
+                                                  : nullptr;
+    if ((srqn & prm::qpc_srq_enable) &&
+        (!srq_p || srq_p->pd != (ctx.pd.get() & 0xffffff))) {
+        return cmd_status::bad_param;   // SRQ unknown or of another PD
+    }
     if ((st != prm::qp_st::rc && st != prm::qp_st::ud) || !scq || !rcq || !buf ||
         sq_log > limits::log_max_qp_sz || rq_log > limits::log_max_qp_sz ||
         pkey_index >= pkey_table_.size() || !pkey_table_[pkey_index]) {
@@ -484,6 +494,11 @@ cmd_status device::qp_from_reset(qp &q, uint32_t qpn, const prm::qp_context &ctx
     q.sq_buf        = buf;
     q.rq_buf        = buf + (size_t{1} << (sq_log + q.sq_log_stride));
     q.rq_db         = dma<const uint32_t>(ctx.db_rec_addr.get());
+    if (srq_p) {
+        q.has_srq = true;
+        q.srqn    = srq_p->srqn;
+        ++srq_p->attached_qps;
+    }
     q.qkey          = ctx.qkey.get();
     q.remote_read   = prm::qpc_rre::get(ctx.params2);
     q.remote_write  = prm::qpc_rwe::get(ctx.params2);
@@ -559,6 +574,7 @@ void device::qp_to_reset(qp &q)
         // QP's state goes.
         if (cq *c = find_cq(q.send_cqn)) --c->bound_qps;
         if (cq *c = find_cq(q.recv_cqn)) --c->bound_qps;
+        if (srq *s = q.has_srq ? find_srq(q.srqn) : nullptr) --s->attached_qps;
         std::erase(active_qpns_, q.qpn);
         std::erase(ack_list_, q.qpn);
     }

@@ -86,6 +86,11 @@ private:
     prm::cmd_status cmd_sw2hw_eq(uint32_t eqn, uint64_t inbox);
     prm::cmd_status cmd_hw2sw_eq(uint32_t eqn);
     prm::cmd_status cmd_map_eq(uint32_t eqn, uint8_t op_mod, uint64_t mask);
+    prm::cmd_status cmd_sw2hw_srq(uint32_t srqn, uint64_t inbox);
+    prm::cmd_status cmd_hw2sw_srq(uint32_t srqn);
+    prm::cmd_status cmd_query_srq(uint32_t srqn, uint64_t outbox);
+    prm::cmd_status cmd_arm_srq(uint32_t srqn, uint64_t limit);
+    srq *find_srq(uint32_t srqn);
     prm::cmd_status cmd_sw2hw_cq(uint32_t cqn, uint64_t inbox);
     prm::cmd_status cmd_hw2sw_cq(uint32_t cqn);
     prm::cmd_status cmd_qp_transition(prm::cmd_opcode op, uint32_t qpn,
@@ -144,9 +149,11 @@ private:
     void run_responders();
     bool send_response_packet(qp &q);
     status send_atomic_ack(qp &q, const resp_resource &r);
-    bool rq_available(const qp &q) const;
-    bool scatter(qp &q, uint32_t wqe_index, uint32_t offset,
-                 std::span<const uint8_t> data);
+    // receive WQEs, from the QP's RQ or its SRQ (srq.cc)
+    bool     recv_available(qp &q);
+    uint16_t recv_take(qp &q);
+    bool     scatter(qp &q, uint32_t wqe_index, uint32_t offset,
+                     std::span<const uint8_t> data);
     void send_nak(qp &q, uint8_t syndrome);
     void responder_error(qp &q, ib::nak_code code);
     bool send_ack(qp &q);
@@ -196,6 +203,7 @@ private:
     std::vector<mpt>               mpts_;
     std::vector<cq>                cqs_;
     std::vector<eq>                eqs_;
+    std::vector<srq>               srqs_;
     std::array<int, 64>            interrupt_fds_;
     bool                           catastrophic_ = false;
     uint32_t                       cq_arm_word_ = 0;

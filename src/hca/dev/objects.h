@@ -42,6 +42,27 @@ struct eq {
 
 enum class cq_arm : uint8_t { none, next, solicited };
 
+/// Shared receive queue: WQEs linked by next_wqe_index; the device takes
+/// them from `head` on, the driver's doorbell record counts those posted.
+struct srq {
+    bool      valid = false;
+    uint32_t  srqn  = 0;
+    uint32_t  pd    = 0;
+    uint8_t  *buf   = nullptr;
+    uint32_t  log_size = 0, log_stride = 0;
+    const uint32_t *db = nullptr;     ///< big-endian 16-bit producer counter
+    uint16_t  head  = 0;              ///< next WQE the device takes
+    uint16_t  consumed = 0;           ///< WQEs taken so far
+    uint16_t  limit = 0;              ///< armed SRQ limit (0: not armed)
+    uint32_t  attached_qps = 0;
+
+    uint32_t size() const { return 1u << log_size; }
+    uint8_t *wqe(uint32_t i) const
+    {
+        return buf + (size_t(i & (size() - 1)) << log_stride);
+    }
+};
+
 struct cq {
     bool      valid = false;
     uint32_t  cqn   = 0;
@@ -102,6 +123,8 @@ struct qp {
     uint8_t     *sq_buf = nullptr;  uint32_t sq_log_size = 0, sq_log_stride = 0;
     uint8_t     *rq_buf = nullptr;  uint32_t rq_log_size = 0, rq_log_stride = 0;
     const uint32_t *rq_db = nullptr;   ///< big-endian RQ producer counter
+    bool         has_srq = false;      ///< receives come from SRQ `srqn`
+    uint32_t     srqn    = 0;
 
     // Requester.
     uint32_t     sq_head = 0;        ///< next WQE not yet started

@@ -325,6 +325,8 @@ uint32_t context::alloc_cqn() { return take(free_cqns_, next_cqn_); }
 void     context::free_cqn(uint32_t n) { free_cqns_.push_back(n); }
 uint32_t context::alloc_qpn() { return take(free_qpns_, next_qpn_); }
 void     context::free_qpn(uint32_t n) { free_qpns_.push_back(n); }
+uint32_t context::alloc_srqn() { return take(free_srqns_, next_srqn_); }
+void     context::free_srqn(uint32_t n) { free_srqns_.push_back(n); }
 uint32_t context::alloc_mpt() { return take(free_mpts_, next_mpt_); }
 void     context::free_mpt(uint32_t n) { free_mpts_.push_back(n); }
 
@@ -458,9 +460,97 @@ cq::~cq()
 
 // ---- qp -----------------------------------------------------------------
 
+// ---- srq ----------------------------------------------------------------
+
+result<std::unique_ptr<srq>> srq::create(context &ctx, uint32_t pd,
+                                         uint32_t max_wr, uint32_t max_sge)
+{
+    if (max_wr == 0 || max_sge == 0 || max_sge > dev::limits::max_sg ||
+        max_wr >= (1u << dev::limits::log_max_qp_sz)) {
+        return status::invalid_param;
+    }
+    std::unique_ptr<srq> s(new srq(ctx));
+    s->pd_         = pd;
+    s->max_sge_    = max_sge;
+    s->size_       = std::bit_ceil(max_wr + 1);   // one entry stays spare
+    s->log_stride_ = uint32_t(std::countr_zero(std::bit_ceil(
+        sizeof(prm::wqe_srq_next_seg) + max_sge * sizeof(prm::wqe_data_seg))));
+    size_t bytes = size_t(s->size_) << s->log_stride_;
+    s->buf_ = static_cast<uint8_t *>(alloc_dma(bytes));
+    if (!s->buf_) {
+        return status::no_memory;
+    }
+    std::memset(s->buf_, 0, bytes);
+    for (uint32_t i = 0; i < s->size_; ++i) {   // the free list 0 -> 1 -> ...
+        prm::wqe_srq_next_seg next{};
+        next.next_wqe_index.set(uint16_t((i + 1) & (s->size_ - 1)));
+        std::memcpy(s->wqe(i), &next, sizeof(next));
+    }
+    s->head_ = 0;
+    s->tail_ = uint16_t(s->size_ - 1);
+    s->wrid_.assign(s->size_, 0);
+    auto mtt = ctx.map_buffer(s->buf_);
+    if (!mtt.ok()) {
+        return mtt.error();
+    }
+    s->mtt_  = *mtt;
+    s->srqn_ = ctx.alloc_srqn();
+    auto *c = static_cast<prm::srq_context *>(ctx.mailbox());
+    std::memset(c, 0, sizeof(*c));
+    c->state_logsize_srqn.set(s->srqn_);
+    prm::srqc_log_size::set(c->state_logsize_srqn, uint32_t(std::countr_zero(s->size_)));
+    c->logstride       = uint8_t(s->log_stride_ - 4);
+    c->mtt_base_addr_h = uint8_t(s->mtt_ >> 32);
+    c->mtt_base_addr_l.set(uint32_t(s->mtt_));
+    c->pd.set(pd);
+    c->db_rec_addr.set(dma_addr(&s->db_));
+    if (status st = ctx.command(prm::cmd_opcode::sw2hw_srq, s->srqn_, dma_addr(c));
+        st != status::ok) {
+        ctx.free_srqn(s->srqn_);
+        s->srqn_ = ~0u;
+        return st;
+    }
+    return s;
+}
+
+srq::~srq()
+{
+    if (srqn_ != ~0u) {
+        if (status s = ctx_.command(prm::cmd_opcode::hw2sw_srq, srqn_);
+            s != status::ok) {
+            MLX4X_WARN("srq 0x%x: destroy failed: %s", srqn_, to_string(s));
+        } else {
+            ctx_.free_srqn(srqn_);
+        }
+    }
+    if (mtt_ != ~uint64_t{0}) {
+        ctx_.unmap_buffer(mtt_);
+    }
+    std::free(buf_);
+}
+
+status srq::arm(uint16_t limit)
+{
+    return ctx_.command(prm::cmd_opcode::arm_srq, srqn_, limit);
+}
+
+uint64_t srq::complete(uint16_t wqe_index)
+{
+    uint16_t index = uint16_t(wqe_index & (size_ - 1));
+    prm::wqe_srq_next_seg next;
+    std::memcpy(&next, wqe(tail_), sizeof(next));
+    next.next_wqe_index.set(index);
+    std::memcpy(wqe(tail_), &next, sizeof(next));
+    tail_ = index;
+    --posted_;
+    return wrid_[index];
+}
+
+// ---- qp -----------------------------------------------------------------
+
 result<std::unique_ptr<qp>> qp::create(context &ctx, uint32_t pd, qp_type type,
                                        cq &send_cq, cq &recv_cq,
-                                       const qp_caps &caps)
+                                       const qp_caps &caps, srq *shared_rq)
 {
     if (caps.max_send_wr == 0 || caps.max_recv_sge == 0 ||
         caps.max_send_sge > dev::limits::max_sg ||
@@ -470,6 +560,7 @@ result<std::unique_ptr<qp>> qp::create(context &ctx, uint32_t pd, qp_type type,
     std::unique_ptr<qp> q(new qp(ctx));
     q->pd_       = pd;
     q->type_     = type;
+    q->srq_      = shared_rq;
     q->caps_     = caps;
     q->send_cqn_ = send_cq.cqn();
     q->recv_cqn_ = recv_cq.cqn();
@@ -553,6 +644,9 @@ prm::qp_modify_mailbox qp::base_mailbox() const
     c.mtt_base_addr_l.set(uint32_t(mtt_));
     c.log_page_size   = uint8_t(std::bit_width(std::bit_ceil(buf_size_)) - 1 - 12);
     c.db_rec_addr.set(dma_addr(&rq_db_));
+    if (srq_) {
+        c.srqn.set(prm::qpc_srq_enable | srq_->srqn());
+    }
     return mb;
 }
 

@@ -109,6 +109,8 @@ public:
     void     free_qpn(uint32_t n);
     uint32_t alloc_mpt();
     void     free_mpt(uint32_t n);
+    uint32_t alloc_srqn();
+    void     free_srqn(uint32_t n);
     /// Describes a contiguous DMA buffer with one MTT entry (WRITE_MTT);
     /// returns the entry's byte offset in the MTT for object contexts.
     result<uint64_t> map_buffer(void *buf);
@@ -137,9 +139,10 @@ private:
     port_attr                            port_;
     uint32_t                             next_pd_ = 1;
     std::vector<uint32_t>                free_cqns_, free_qpns_, free_mpts_,
-                                         free_mtts_;
+                                         free_mtts_, free_srqns_;
     uint32_t                             next_cqn_ = 1, next_qpn_ = 0x40,
-                                         next_mpt_ = 1, next_mtt_ = 0;
+                                         next_mpt_ = 1, next_mtt_ = 0,
+                                         next_srqn_ = 1;
     std::vector<qp *>                    qps_;
     event_queue                          comp_eq_, async_eq_;
     int                                  comp_fd_ = -1, async_fd_ = -1;
@@ -223,6 +226,54 @@ private:
     prm::cq_doorbell_record db_{};
 };
 
+// ---- shared receive queues -----------------------------------------------
+
+/// One scatter/gather entry of a work request.
+struct sge {
+    uint64_t addr;
+    uint32_t length;
+    uint32_t lkey;
+};
+
+
+/// A shared receive queue (mlx4 srq.c): WQEs are a linked list; the driver
+/// fills from the head of the free list and puts completed WQEs back at its
+/// tail, so one entry always stays free (capacity = 2^k - 1).
+class srq {
+public:
+    static result<std::unique_ptr<srq>> create(context &ctx, uint32_t pd,
+                                               uint32_t max_wr,
+                                               uint32_t max_sge = 1);
+    ~srq();
+    uint32_t srqn() const { return srqn_; }
+    uint32_t pd() const { return pd_; }
+    /// Receive WQEs the device may still take.
+    uint32_t posted() const { return posted_; }
+
+    inline status post_recv(uint64_t wr_id, std::span<const sge> sg);
+    /// SRQ limit (IBA 10.2.9.3): one async event when fewer than `limit`
+    /// WQEs remain; 0 disarms.
+    status arm(uint16_t limit);
+    /// A CQE consumed WQE `wqe_index`: its wr_id; the WQE is free again.
+    uint64_t complete(uint16_t wqe_index);
+
+private:
+    srq(context &c) : ctx_(c) {}
+    uint8_t *wqe(uint32_t i) const
+    {
+        return buf_ + (size_t(i & (size_ - 1)) << log_stride_);
+    }
+
+    context &ctx_;
+    uint32_t srqn_ = 0, pd_ = 0, size_ = 0, log_stride_ = 0, max_sge_ = 0;
+    uint16_t head_ = 0, tail_ = 0, counter_ = 0;
+    uint32_t posted_ = 0;
+    uint8_t *buf_ = nullptr;
+    uint64_t mtt_ = ~uint64_t{0};
+    std::vector<uint64_t> wrid_;
+    alignas(8) uint32_t db_ = 0;
+};
+
 // ---- queue pairs ------------------------------------------------------
 
 enum class qp_type : uint8_t { rc, ud };
@@ -233,12 +284,6 @@ struct qp_caps {
     uint32_t max_send_sge = 4;
     uint32_t max_recv_sge = 1;
     uint32_t max_inline   = 0;    ///< bytes; sizes the send WQE stride
-};
-
-struct sge {
-    uint64_t addr;
-    uint32_t length;
-    uint32_t lkey;
 };
 
 enum class wr_opcode : uint8_t {
@@ -283,9 +328,12 @@ struct rc_connect_attr {
 
 class qp {
 public:
+    /// With `shared_rq` the QP receives from that SRQ (its own RQ is
+    /// unused and post_recv is refused).
     static result<std::unique_ptr<qp>> create(context &ctx, uint32_t pd,
                                               qp_type type, cq &send_cq,
-                                              cq &recv_cq, const qp_caps &caps);
+                                              cq &recv_cq, const qp_caps &caps,
+                                              srq *shared_rq = nullptr);
     ~qp();
 
     uint32_t qpn() const { return qpn_; }
@@ -313,6 +361,7 @@ public:
     // used by cq::poll
     uint64_t sq_complete(uint16_t wqe_index);
     uint64_t rq_complete(uint16_t wqe_index);
+    srq     *shared_rq() const { return srq_; }
 
 private:
     qp(context &c) : ctx_(c) {}
@@ -333,6 +382,7 @@ private:
     uint32_t      sq_size_ = 0, sq_log_stride_ = 0, rq_size_ = 0, rq_log_stride_ = 0;
     uint32_t      sq_head_ = 0, sq_tail_ = 0, rq_head_ = 0, rq_tail_ = 0;
     uint32_t      max_inline_ = 0;
+    srq          *srq_ = nullptr;
     std::vector<uint64_t> sq_wrid_, rq_wrid_;   ///< C63: wr_id by WQE index
     alignas(8) uint32_t rq_db_ = 0;             ///< RQ doorbell record
 };

@@ -175,8 +175,8 @@ inline status qp::post_send(const send_wr &wr)
 
 inline status qp::post_recv(uint64_t wr_id, std::span<const sge> sg)
 {
-    if (state_ == prm::qp_state::rst) {
-        return status::invalid_param;
+    if (state_ == prm::qp_state::rst || srq_) {
+        return status::invalid_param;   // E2; an SRQ QP receives from its SRQ
     }
     if (rq_head_ - rq_tail_ >= rq_size_) {
         return status::no_resource;
@@ -204,6 +204,40 @@ inline status qp::post_recv(uint64_t wr_id, std::span<const sge> sg)
     // Release: the WQE is complete before the record announces it.
     std::atomic_ref<uint32_t>(rq_db_).store(
         byteswap_if_little(rq_head_ & 0xffff), std::memory_order_release);
+    return status::ok;
+}
+
+inline status srq::post_recv(uint64_t wr_id, std::span<const sge> sg)
+{
+    if (head_ == tail_) {
+        return status::no_resource;   // only the spare entry is left
+    }
+    if (sg.size() > max_sge_) {
+        return status::invalid_param;
+    }
+    uint16_t index = head_;
+    uint8_t *w     = wqe(index);
+    prm::wqe_srq_next_seg next;
+    std::memcpy(&next, w, sizeof(next));
+    head_ = next.next_wqe_index.get();
+    auto *seg = w + sizeof(next);
+    for (size_t i = 0; i < max_sge_; ++i) {
+        prm::wqe_data_seg d{};
+        if (i < sg.size()) {
+            d.byte_count.set(sg[i].length);
+            d.lkey.set(sg[i].lkey);
+            d.addr.set(sg[i].addr);
+        } else {
+            d.lkey.set(prm::invalid_lkey);
+        }
+        std::memcpy(seg + i * sizeof(d), &d, sizeof(d));
+    }
+    wrid_[index] = wr_id;
+    ++counter_;
+    ++posted_;
+    // Release: the WQE is complete before the record announces it.
+    std::atomic_ref<uint32_t>(db_).store(byteswap_if_little(uint32_t(counter_)),
+                                         std::memory_order_release);
     return status::ok;
 }
 
@@ -252,8 +286,10 @@ inline unsigned cq::poll(std::span<wc> wcs)
             w.opcode = send ? detail::send_wc_opcode(op) : detail::recv_wc_opcode(op);
         }
         uint16_t wqe_index = c.wqe_index.get();
-        w.wr_id = !q ? 0 : send ? q->sq_complete(wqe_index)
-                                : q->rq_complete(wqe_index);
+        w.wr_id = !q                ? 0
+                  : send            ? q->sq_complete(wqe_index)
+                  : q->shared_rq()  ? q->shared_rq()->complete(wqe_index)
+                                    : q->rq_complete(wqe_index);
     }
     if (n) {
         // Tell the device how far we consumed (its overrun check).

@@ -395,6 +395,10 @@ void device::set_qp_error(qp &q)
 {
     q.state = prm::qp_state::err;
     flush_queues(q);
+    if (q.has_srq) {
+        // IBA 11.6.3.4: a QP on an SRQ that fails will take no more WQEs.
+        async_event(prm::eqe_type::srq_qp_last_wqe, q.qpn);
+    }
 }
 
 /// In ERROR every outstanding and newly posted WQE completes with
@@ -412,8 +416,9 @@ void device::flush_queues(qp &q)
     q.rd_atomic_inflight = 0;
     q.timer_deadline = 0;
     if (q.rq_db) {
-        while (rq_available(q)) {
-            write_err_cqe(q, q.rq_tail++, prm::cqe_syndrome::wr_flush_err, false);
+        // The SRQ's WQEs belong to the SRQ, not to a failed QP.
+        while (!q.has_srq && recv_available(q)) {
+            write_err_cqe(q, recv_take(q), prm::cqe_syndrome::wr_flush_err, false);
         }
     }
 }

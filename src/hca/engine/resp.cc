@@ -60,45 +60,6 @@ void device::on_frame(std::span<const uint8_t> frame)
     }
 }
 
-bool device::rq_available(const qp &q) const
-{
-    // The driver's RQ doorbell record: big-endian 16-bit producer counter.
-    auto producer = static_cast<uint16_t>(load_be32_acquire(q.rq_db));
-    return producer != q.rq_tail;
-}
-
-bool device::scatter(qp &q, uint32_t wqe_index, uint32_t offset,
-                     std::span<const uint8_t> data)
-{
-    const uint8_t *wqe = q.rq_wqe(wqe_index);
-    size_t  nseg = (size_t{1} << q.rq_log_stride) / sizeof(prm::wqe_data_seg);
-    uint32_t pos = 0;
-    size_t   done = 0;
-    for (size_t i = 0; i < nseg && done < data.size(); ++i) {
-        prm::wqe_data_seg d;
-        std::memcpy(&d, wqe + i * sizeof(d), sizeof(d));
-        if (d.lkey.get() == prm::invalid_lkey) {
-            break;
-        }
-        uint32_t n    = d.byte_count.get() & 0x7fffffff;
-        uint64_t addr = d.addr.get();
-        if (pos + n > offset) {
-            const mpt *m = find_mpt(d.lkey.get());
-            if (!m || m->pd != q.pd || !(m->flags & prm::mpt_perm_local_write) ||
-                !m->covers(addr, n)) {
-                return false;
-            }
-            uint32_t from = offset + done > pos ? uint32_t(offset + done - pos) : 0;
-            size_t   cnt  = std::min<size_t>(n - from, data.size() - done);
-            std::memcpy(reinterpret_cast<uint8_t *>(static_cast<uintptr_t>(addr)) + from,
-                        data.data() + done, cnt);
-            done += cnt;
-        }
-        pos += n;
-    }
-    return done == data.size();
-}
-
 void device::respond(qp &q, const pkt &p)
 {
     int32_t d = ib::psn_diff(p.psn, q.epsn);
@@ -379,13 +340,13 @@ void device::respond_send(qp &q, const pkt &p)
         return;
     }
     if (first) {
-        if (!rq_available(q)) {
+        if (!recv_available(q)) {
             // IBA 9.7.5.2.8: no receive WQE -> RNR NAK, PSN not consumed.
             count(counter::rnr_naks_sent);
             send_nak(q, ib::make_syndrome(ib::ack_class::rnr_nak, q.min_rnr_timer));
             return;
         }
-        q.recv_wqe    = q.rq_tail++;
+        q.recv_wqe    = recv_take(q);
         q.recv_offset = 0;
         q.in_send     = true;
     }
@@ -441,7 +402,7 @@ void device::respond_write(qp &q, const pkt &p)
         return;
     }
     bool imm = p.has(ib::kind_imm);
-    if (imm && !rq_available(q)) {
+    if (imm && !recv_available(q)) {
         // WRITE with immediate consumes a receive WQE at its last packet:
         // RNR NAK that packet; the data before it stays written.
         count(counter::rnr_naks_sent);
@@ -460,7 +421,7 @@ void device::respond_write(qp &q, const pkt &p)
             prm::cqe c{};
             c.vlan_my_qpn.set(q.qpn);
             c.byte_cnt.set(q.write_total);
-            c.wqe_index.set(q.rq_tail++);
+            c.wqe_index.set(recv_take(q));
             c.g_mlpath_rqpn.set(q.remote_qpn);
             c.rlid.set(p.slid);
             c.immed_rss_invalid.raw = p.ext<ib::immdt>(ib::hdr_immdt).imm.raw;
@@ -478,12 +439,12 @@ void device::respond_ud(qp &q, const pkt &p)
         count(counter::qkey_violations);   // E40: silently dropped
         return;
     }
-    if (!rq_available(q)) {
+    if (!recv_available(q)) {
         count(counter::bad_packets);   // UD has no RNR: the datagram is lost
         return;
     }
     constexpr uint32_t grh_size = 40;   // IBA 11.4.1.2: GRH slot first
-    uint16_t wqe = q.rq_tail++;
+    uint16_t wqe = recv_take(q);
     static const uint8_t no_grh[grh_size] = {};
     if (!scatter(q, wqe, 0, no_grh) || !scatter(q, wqe, grh_size, p.payload)) {
         write_err_cqe(q, wqe, prm::cqe_syndrome::local_length_err, false);

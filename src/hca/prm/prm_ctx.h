@@ -165,6 +165,37 @@ static_assert(offsetof(cq_context, db_rec_addr) == 0x38);
 
 using cqc_log_size = bits<be32, 24, 5>;
 
+// ---- SRQ --------------------------------------------------------------
+
+/// SRQ context (mlx4 srq.c).
+struct srq_context {
+    be32    state_logsize_srqn;  ///< 0x00: [27:24] log size, [23:0] srqn
+    uint8_t logstride;           ///< 0x04: log2(WQE stride) - 4
+    uint8_t reserved1;
+    be16    xrcd;
+    be32    pg_offset_cqn;       ///< 0x08
+    uint32_t reserved2;
+    uint8_t log_page_size;       ///< 0x10
+    uint8_t reserved3[2];
+    uint8_t mtt_base_addr_h;     ///< 0x13
+    be32    mtt_base_addr_l;     ///< 0x14: MTT offset of the WQE buffer
+    be32    pd;                  ///< 0x18
+    be16    limit_watermark;     ///< 0x1c
+    be16    wqe_cnt;             ///< 0x1e
+    uint16_t reserved4;
+    be16    wqe_counter;         ///< 0x22
+    uint32_t reserved5;
+    be64    db_rec_addr;         ///< 0x28: producer counter record
+};
+static_assert(sizeof(srq_context) == 0x30);
+static_assert(offsetof(srq_context, pd) == 0x18);
+static_assert(offsetof(srq_context, db_rec_addr) == 0x28);
+
+using srqc_log_size = bits<be32, 24, 4>;
+
+/// QP context srqn field: [24] the QP receives from the SRQ in [23:0].
+constexpr uint32_t qpc_srq_enable = 1u << 24;
+
 // ---- MPT (memory protection table entry) ------------------------------
 
 constexpr uint32_t mpt_flag_sw_owns   = 0xfu << 28;

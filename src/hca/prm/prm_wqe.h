@@ -104,6 +104,16 @@ static_assert(sizeof(wqe_datagram_seg) == 48);
 static_assert(offsetof(wqe_datagram_seg, dlid) == 6);
 static_assert(offsetof(wqe_datagram_seg, dqpn) == 32);
 
+/// First segment of every SRQ WQE (mlx4dv.h mlx4_wqe_srq_next_seg): the
+/// free WQEs form a list; the device consumes them in list order and the
+/// driver appends completed ones at the tail.
+struct wqe_srq_next_seg {
+    uint16_t reserved1;
+    be16     next_wqe_index;
+    uint32_t reserved2[3];
+};
+static_assert(sizeof(wqe_srq_next_seg) == 16);
+
 /// Maximum inline payload in a send WQE of `stride` bytes whose fixed
 /// segments take `fixed` bytes, given that every 64-byte-aligned chunk
 /// needs its own 4-byte inline header.

@@ -1,0 +1,171 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// Shared receive queues (SW2HW/HW2SW/QUERY/ARM_SRQ, mlx4 srq.c) and the
+// responder's source of receive WQEs: the QP's own RQ or its SRQ. The SRQ
+// limit event fires once, when the number of posted WQEs drops below the
+// armed limit (IBA 10.2.9.3).
+#include "hca/dev/device.h"
+#include "hca/prm/prm_wqe.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace mlx4x::dev {
+
+using prm::cmd_status;
+
+namespace {
+template <typename T> T *dma(uint64_t addr)
+{
+    return reinterpret_cast<T *>(static_cast<uintptr_t>(addr));
+}
+uint16_t counter_of(const uint32_t *db)
+{
+    return static_cast<uint16_t>(load_be32_acquire(db));
+}
+} // namespace
+
+srq *device::find_srq(uint32_t srqn)
+{
+    return srqn < srqs_.size() && srqs_[srqn].valid ? &srqs_[srqn] : nullptr;
+}
+
+cmd_status device::cmd_sw2hw_srq(uint32_t srqn, uint64_t inbox)
+{
+    if (srqn >= srqs_.size()) {
+        return cmd_status::bad_index;
+    }
+    if (srqs_[srqn].valid) {
+        return cmd_status::bad_res_state;
+    }
+    const auto *ctx = dma<prm::srq_context>(inbox);
+    uint8_t *buf = mtt_buffer(ctx->mtt_base_addr_h, ctx->mtt_base_addr_l.get());
+    uint32_t log_size = prm::srqc_log_size::get(ctx->state_logsize_srqn);
+    if (!buf || log_size > limits::log_max_qp_sz || !ctx->db_rec_addr.get()) {
+        return cmd_status::bad_param;
+    }
+    srq &s      = srqs_[srqn];
+    s           = srq{};
+    s.valid     = true;
+    s.srqn      = srqn;
+    s.pd        = ctx->pd.get() & 0xffffff;
+    s.buf       = buf;
+    s.log_size  = log_size;
+    s.log_stride = uint32_t(ctx->logstride) + 4;
+    s.db        = dma<const uint32_t>(ctx->db_rec_addr.get());
+    s.limit     = ctx->limit_watermark.get();
+    return cmd_status::ok;
+}
+
+cmd_status device::cmd_hw2sw_srq(uint32_t srqn)
+{
+    srq *s = find_srq(srqn);
+    if (!s) {
+        return cmd_status::bad_index;
+    }
+    if (s->attached_qps) {
+        return cmd_status::resource_busy;   // QPs still receive from it
+    }
+    *s = srq{};
+    return cmd_status::ok;
+}
+
+cmd_status device::cmd_query_srq(uint32_t srqn, uint64_t outbox)
+{
+    srq *s = find_srq(srqn);
+    if (!s) {
+        return cmd_status::bad_index;
+    }
+    auto *ctx = dma<prm::srq_context>(outbox);
+    *ctx = prm::srq_context{};
+    prm::srqc_log_size::set(ctx->state_logsize_srqn, s->log_size);
+    ctx->state_logsize_srqn.set(ctx->state_logsize_srqn.get() | s->srqn);
+    ctx->pd.set(s->pd);
+    ctx->limit_watermark.set(s->limit);
+    ctx->wqe_counter.set(s->consumed);
+    return cmd_status::ok;
+}
+
+/// ARM_SRQ: in_param is the limit; 0 disarms.
+cmd_status device::cmd_arm_srq(uint32_t srqn, uint64_t limit)
+{
+    srq *s = find_srq(srqn);
+    if (!s || limit > s->size()) {
+        return cmd_status::bad_param;
+    }
+    s->limit = uint16_t(limit);
+    return cmd_status::ok;
+}
+
+bool device::recv_available(qp &q)
+{
+    if (!q.has_srq) {
+        return counter_of(q.rq_db) != q.rq_tail;
+    }
+    srq *s = find_srq(q.srqn);
+    return s && counter_of(s->db) != s->consumed;
+}
+
+/// Takes the next receive WQE (the caller checked recv_available()).
+uint16_t device::recv_take(qp &q)
+{
+    if (!q.has_srq) {
+        return q.rq_tail++;
+    }
+    srq &s = srqs_[q.srqn];
+    uint16_t index = s.head;
+    prm::wqe_srq_next_seg next;
+    std::memcpy(&next, s.wqe(index), sizeof(next));
+    s.head = next.next_wqe_index.get();
+    ++s.consumed;
+    uint16_t left = uint16_t(counter_of(s.db) - s.consumed);
+    if (s.limit && left < s.limit) {
+        s.limit = 0;   // one event per arm
+        async_event(prm::eqe_type::srq_limit, s.srqn);
+    }
+    return index;
+}
+
+/// Writes `data` at byte `offset` of receive WQE `wqe_index`, checking each
+/// entry's L_Key, PD, local write right and bounds.
+bool device::scatter(qp &q, uint32_t wqe_index, uint32_t offset,
+                     std::span<const uint8_t> data)
+{
+    const uint8_t *wqe;
+    size_t         bytes;
+    if (q.has_srq) {
+        const srq &s = srqs_[q.srqn];
+        wqe   = s.wqe(wqe_index) + sizeof(prm::wqe_srq_next_seg);
+        bytes = (size_t{1} << s.log_stride) - sizeof(prm::wqe_srq_next_seg);
+    } else {
+        wqe   = q.rq_wqe(wqe_index);
+        bytes = size_t{1} << q.rq_log_stride;
+    }
+    size_t   nseg = bytes / sizeof(prm::wqe_data_seg);
+    uint32_t pos  = 0;
+    size_t   done = 0;
+    for (size_t i = 0; i < nseg && done < data.size(); ++i) {
+        prm::wqe_data_seg d;
+        std::memcpy(&d, wqe + i * sizeof(d), sizeof(d));
+        if (d.lkey.get() == prm::invalid_lkey) {
+            break;
+        }
+        uint32_t n    = d.byte_count.get() & 0x7fffffff;
+        uint64_t addr = d.addr.get();
+        if (pos + n > offset) {
+            const mpt *m = find_mpt(d.lkey.get());
+            if (!m || m->pd != q.pd || !(m->flags & prm::mpt_perm_local_write) ||
+                !m->covers(addr, n)) {
+                return false;
+            }
+            uint32_t from = offset + done > pos ? uint32_t(offset + done - pos) : 0;
+            size_t   cnt  = std::min<size_t>(n - from, data.size() - done);
+            std::memcpy(reinterpret_cast<uint8_t *>(static_cast<uintptr_t>(addr)) + from,
+                        data.data() + done, cnt);
+            done += cnt;
+        }
+        pos += n;
+    }
+    return done == data.size();
+}
+
+} // namespace mlx4x::dev
