@@ -173,10 +173,10 @@ struct side {
         qp = p.take();
         return status::ok;
     }
-    drv::mr *reg(void *addr, size_t len)
+    drv::mr *reg(void *addr, size_t len,
+                 uint32_t access = drv::access_local_write | drv::access_remote_write)
     {
-        auto m = drv::mr::reg(*ctx, pd, addr, len,
-                              drv::access_local_write | drv::access_remote_write);
+        auto m = drv::mr::reg(*ctx, pd, addr, len, access);
         if (!m.ok()) return nullptr;
         mrs.push_back(m.take());
         return mrs.back().get();
@@ -191,7 +191,12 @@ struct side {
         at.sq_psn      = 0xfffff0 + ctx->port().lid % 8;
         at.ack_timeout = ack_timeout;
         at.retry_cnt   = retry_cnt;
-        if (status s = qp->to_init(drv::access_remote_write); s != status::ok) return s;
+        if (status s = qp->to_init(drv::access_remote_write |
+                                   drv::access_remote_read |
+                                   drv::access_remote_atomic);
+            s != status::ok) {
+            return s;
+        }
         if (status s = qp->to_rtr(at); s != status::ok) return s;
         return qp->to_rts(at);
     }
@@ -329,6 +334,124 @@ TEST_F(shm_test, two_processes_send_1mib_and_write_64kib)
     EXPECT_EQ(wcs[1].wr_id, 2u);
     EXPECT_EQ(wcs[1].status, drv::wc_status::success);
     // Lossless fabric: nothing retransmitted.
+    EXPECT_EQ(s.ctx->device().get(dev::counter::retransmits), 0u);
+}
+
+/// The child's half of two_processes_read_and_atomics: exposes a 1 MiB
+/// pattern and a counter, serves READs and atomics until told to stop, then
+/// reports the counter's final value.
+int child_target(const std::string &name, const pipe_pair &pp)
+{
+    side s;
+    if (s.open(name) != status::ok) return 10;
+    constexpr uint32_t all = drv::access_local_write | drv::access_remote_write |
+                             drv::access_remote_read | drv::access_remote_atomic;
+    std::vector<uint8_t> region(MiB);
+    fill_pattern(region.data(), region.size(), 0xfeed);
+    alignas(8) static uint64_t counter = 1000;
+    drv::mr *rm = s.reg(region.data(), region.size(), all);
+    drv::mr *cm = s.reg(&counter, sizeof(counter), all);
+    if (!rm || !cm) return 11;
+    conn_info me[2] = {{s.ctx->port().lid, s.qp->qpn(),
+                        reinterpret_cast<uintptr_t>(region.data()), rm->rkey()},
+                       {s.ctx->port().lid, s.qp->qpn(),
+                        reinterpret_cast<uintptr_t>(&counter), cm->rkey()}};
+    if (!write_all(pp.wr(true), me, sizeof(me))) return 12;
+    conn_info peer{};
+    if (!read_all(pp.rd(true), &peer, sizeof(peer), 10000)) return 13;
+    if (s.connect(peer) != status::ok) return 14;
+    char ready = 'r';
+    if (!write_all(pp.wr(true), &ready, 1)) return 16;
+    std::vector<drv::wc> wcs;
+    char bye;
+    if (!read_all(pp.rd(true), &bye, 1, 30000, [&] { return s.step(wcs); })) {
+        return 17;
+    }
+    uint64_t final_value = counter;
+    write_all(pp.wr(true), &final_value, sizeof(final_value));
+    return 0;
+}
+
+// C60 across processes: RDMA READ of 1 MiB and 64-bit atomics (fetch-add,
+// compare-swap) executed by the other process's device on its memory.
+TEST_F(shm_test, two_processes_read_and_atomics)
+{
+    auto pre = shm_fabric::open(name);
+    ASSERT_TRUE(pre.ok());
+    pipe_pair pp;
+    ASSERT_TRUE(pp.open());
+    child = fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+        pp.as_child();
+        _exit(child_target(name, pp));
+    }
+    pp.as_parent();
+
+    side s;
+    ASSERT_EQ(s.open(name), status::ok);
+    conn_info peer[2]{};
+    ASSERT_TRUE(read_all(pp.rd(false), peer, sizeof(peer), 10000));
+    ASSERT_EQ(s.connect(peer[0]), status::ok);
+    conn_info me{s.ctx->port().lid, s.qp->qpn(), 0, 0};
+    ASSERT_TRUE(write_all(pp.wr(false), &me, sizeof(me)));
+    char ready = 0;
+    ASSERT_TRUE(read_all(pp.rd(false), &ready, 1, 10000));
+
+    std::vector<uint8_t> local(MiB, 0);
+    std::vector<uint64_t> results(101, 0);
+    drv::mr *lm = s.reg(local.data(), local.size());
+    drv::mr *rm = s.reg(results.data(), results.size() * 8);
+    ASSERT_TRUE(lm && rm);
+    drv::sge rsg{reinterpret_cast<uintptr_t>(local.data()), uint32_t(MiB), lm->lkey()};
+    drv::send_wr rd;
+    rd.wr_id       = 1000;
+    rd.opcode      = drv::wr_opcode::rdma_read;
+    rd.sg          = {&rsg, 1};
+    rd.remote_addr = peer[0].addr;
+    rd.rkey        = peer[0].rkey;
+    ASSERT_EQ(s.qp->post_send(rd), status::ok);
+    std::vector<drv::wc> wcs;
+    size_t posted = 1;
+    for (uint32_t i = 0; i <= 100; ++i) {
+        drv::sge asg{reinterpret_cast<uintptr_t>(&results[i]), 8, rm->lkey()};
+        drv::send_wr at;
+        at.wr_id       = i;
+        at.opcode      = i < 100 ? drv::wr_opcode::atomic_fa : drv::wr_opcode::atomic_cs;
+        at.sg          = {&asg, 1};
+        at.remote_addr = peer[1].addr;
+        at.rkey        = peer[1].rkey;
+        at.compare_add = i < 100 ? 1 : 1100;   // cswap: 1100 -> 7
+        at.swap        = 7;
+        while (s.qp->sq_free() == 0) {
+            s.step(wcs);
+        }
+        ASSERT_EQ(s.qp->post_send(at), status::ok);
+        ++posted;
+    }
+    auto deadline = clk::now() + std::chrono::seconds(20);
+    while (wcs.size() < posted && clk::now() < deadline) {
+        s.step(wcs);
+    }
+    char bye = 'b';
+    write_all(pp.wr(false), &bye, 1);
+    uint64_t final_value = 0;
+    bool got = read_all(pp.rd(false), &final_value, sizeof(final_value), 10000);
+    int rc = wait_child(10);
+
+    ASSERT_EQ(wcs.size(), posted);
+    for (const drv::wc &w : wcs) {
+        EXPECT_EQ(w.status, drv::wc_status::success) << w.wr_id;
+    }
+    EXPECT_EQ(wcs[0].opcode, drv::wc_opcode::rdma_read);
+    EXPECT_EQ(check_pattern(local.data(), local.size(), 0xfeed), -1);
+    for (uint32_t i = 0; i < 100; ++i) {
+        EXPECT_EQ(results[i], 1000u + i);   // in order, each executed once
+    }
+    EXPECT_EQ(results[100], 1100u);          // cswap saw 1100 and swapped
+    ASSERT_TRUE(got);
+    EXPECT_EQ(final_value, 7u);
+    EXPECT_EQ(rc, 0);
     EXPECT_EQ(s.ctx->device().get(dev::counter::retransmits), 0u);
 }
 
