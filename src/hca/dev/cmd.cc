@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 
 namespace mlx4x::dev {
@@ -136,6 +137,13 @@ cmd_status device::dispatch(cmd_opcode op, uint8_t op_mod,
     case cmd_opcode::write_mtt:  return cmd_write_mtt(in_mod, in_param);
     case cmd_opcode::sw2hw_mpt:  return cmd_sw2hw_mpt(in_mod, in_param);
     case cmd_opcode::hw2sw_mpt:  return cmd_hw2sw_mpt(in_mod);
+    case cmd_opcode::query_mpt:  return cmd_query_mpt(in_mod, out_param);
+    case cmd_opcode::query_adapter: return cmd_query_adapter(out_param);
+    case cmd_opcode::query_cq:   return cmd_query_cq(in_mod, out_param);
+    case cmd_opcode::query_eq:   return cmd_query_eq(in_mod, out_param);
+    case cmd_opcode::modify_cq:
+        return op_mod == prm::modify_cq_resize ? cmd_resize_cq(in_mod, in_param)
+                                               : cmd_status::bad_op;
     case cmd_opcode::sw2hw_eq:   return cmd_sw2hw_eq(in_mod, in_param);
     case cmd_opcode::hw2sw_eq:   return cmd_hw2sw_eq(in_mod);
     case cmd_opcode::map_eq:     return cmd_map_eq(in_mod, op_mod, in_param);
@@ -285,6 +293,31 @@ cmd_status device::cmd_hw2sw_mpt(uint32_t index)
     return cmd_status::ok;
 }
 
+cmd_status device::cmd_query_mpt(uint32_t index, uint64_t outbox)
+{
+    if (index >= mpts_.size() || !mpts_[index].valid) {
+        return cmd_status::bad_index;
+    }
+    const mpt &m = mpts_[index];
+    auto *e = dma<prm::mpt_entry>(outbox);
+    *e = prm::mpt_entry{};
+    e->flags.set(m.flags);
+    e->key.set(m.key);
+    e->lkey.set(m.key);
+    e->pd_flags.set(m.pd);
+    e->start.set(m.start);
+    e->length.set(m.length);
+    return cmd_status::ok;
+}
+
+cmd_status device::cmd_query_adapter(uint64_t outbox)
+{
+    auto *o = dma<prm::adapter_outbox>(outbox);
+    *o = prm::adapter_outbox{};
+    std::snprintf(o->vsd, sizeof(o->vsd), "MLX4X0000000001");   // board id
+    return cmd_status::ok;
+}
+
 const mpt *device::find_mpt(uint32_t key) const
 {
     uint32_t idx = prm::mkey_index(key);
@@ -335,6 +368,60 @@ cmd_status device::cmd_hw2sw_cq(uint32_t cqn)
         return cmd_status::resource_busy;   // C49: CQ still has QPs
     }
     *c = cq{};
+    return cmd_status::ok;
+}
+
+cmd_status device::cmd_query_cq(uint32_t cqn, uint64_t outbox)
+{
+    cq *c = find_cq(cqn);
+    if (!c) {
+        return cmd_status::bad_index;
+    }
+    auto *ctx = dma<prm::cq_context>(outbox);
+    *ctx = prm::cq_context{};
+    prm::cqc_log_size::set(ctx->logsize_usrpage, c->log_size);
+    ctx->comp_eqn = uint8_t(c->comp_eqn);
+    ctx->producer_index.set(c->producer_index);
+    ctx->consumer_index.set(load_be32_acquire(&c->db->set_ci) & 0xffffff);
+    return cmd_status::ok;
+}
+
+/// MODIFY_CQ (resize, C48): the device moves the CQEs not yet polled to
+/// the new ring at the same indexes and marks the rest of it invalid for
+/// the pass it will be written in; too small a ring fails and the old CQ is
+/// untouched (E16).
+cmd_status device::cmd_resize_cq(uint32_t cqn, uint64_t inbox)
+{
+    cq *c = find_cq(cqn);
+    if (!c) {
+        return cmd_status::bad_index;
+    }
+    const auto *ctx = dma<prm::cq_context>(inbox);
+    uint32_t log_size = prm::cqc_log_size::get(ctx->logsize_usrpage);
+    uint8_t *buf = mtt_buffer(ctx->mtt_base_addr_h, ctx->mtt_base_addr_l.get());
+    uint32_t ci    = load_be32_acquire(&c->db->set_ci) & 0xffffff;
+    uint32_t held  = (c->producer_index - ci) & 0xffffff;
+    uint32_t nsize = 1u << log_size;
+    if (!buf || log_size > limits::log_max_cq_sz || held > nsize) {
+        return cmd_status::bad_size;
+    }
+    auto entry = [](uint8_t *b, uint32_t size, uint32_t i) {
+        return b + size_t(i & (size - 1)) * prm::cqe_stride;
+    };
+    for (uint32_t k = 0; k < nsize; ++k) {
+        uint32_t i = (ci + k) & 0xffffff;
+        uint8_t *dst = entry(buf, nsize, i);
+        if (k < held) {
+            std::memcpy(dst, entry(c->buf, c->size(), i), prm::cqe_stride);
+        }
+        uint8_t &owner = dst[prm::cqe_stride - 1];
+        bool pass = (i & nsize) != 0;
+        // Valid (owner == pass) for the copied CQEs, invalid for the rest.
+        owner = uint8_t((owner & ~prm::cqe_owner_mask) |
+                        ((k < held) == pass ? prm::cqe_owner_mask : 0));
+    }
+    c->buf      = buf;
+    c->log_size = log_size;
     return cmd_status::ok;
 }
 

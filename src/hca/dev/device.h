@@ -82,10 +82,13 @@ private:
     prm::cmd_status cmd_write_mtt(uint32_t count, uint64_t inbox);
     uint8_t        *mtt_buffer(uint8_t addr_h, uint32_t addr_l) const;
     prm::cmd_status cmd_sw2hw_mpt(uint32_t index, uint64_t inbox);
+    prm::cmd_status cmd_query_mpt(uint32_t index, uint64_t outbox);
+    prm::cmd_status cmd_query_adapter(uint64_t outbox);
     prm::cmd_status cmd_hw2sw_mpt(uint32_t index);
     prm::cmd_status cmd_sw2hw_eq(uint32_t eqn, uint64_t inbox);
     prm::cmd_status cmd_hw2sw_eq(uint32_t eqn);
     prm::cmd_status cmd_map_eq(uint32_t eqn, uint8_t op_mod, uint64_t mask);
+    prm::cmd_status cmd_query_eq(uint32_t eqn, uint64_t outbox);
     prm::cmd_status cmd_sw2hw_srq(uint32_t srqn, uint64_t inbox);
     prm::cmd_status cmd_hw2sw_srq(uint32_t srqn);
     prm::cmd_status cmd_query_srq(uint32_t srqn, uint64_t outbox);
@@ -93,6 +96,8 @@ private:
     srq *find_srq(uint32_t srqn);
     prm::cmd_status cmd_sw2hw_cq(uint32_t cqn, uint64_t inbox);
     prm::cmd_status cmd_hw2sw_cq(uint32_t cqn);
+    prm::cmd_status cmd_query_cq(uint32_t cqn, uint64_t outbox);
+    prm::cmd_status cmd_resize_cq(uint32_t cqn, uint64_t inbox);
     prm::cmd_status cmd_qp_transition(prm::cmd_opcode op, uint32_t qpn,
                                       uint64_t inbox);
     prm::cmd_status cmd_query_qp(uint32_t qpn, uint64_t outbox);

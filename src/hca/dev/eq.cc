@@ -88,6 +88,21 @@ cmd_status device::cmd_map_eq(uint32_t eqn, uint8_t op_mod, uint64_t mask)
     return cmd_status::ok;
 }
 
+cmd_status device::cmd_query_eq(uint32_t eqn, uint64_t outbox)
+{
+    eq *e = find_eq(eqn);
+    if (!e) {
+        return cmd_status::bad_index;
+    }
+    auto *ctx = dma<prm::eq_context>(outbox);
+    *ctx = prm::eq_context{};
+    ctx->log_eq_size = uint8_t(e->log_size);
+    ctx->intr        = e->intr;
+    ctx->producer_index.set(e->producer_index);
+    ctx->consumer_index.set(e->consumer_index);
+    return cmd_status::ok;
+}
+
 void device::post_eqe(eq &e, const prm::eqe &ev)
 {
     if (catastrophic_) {

@@ -352,18 +352,14 @@ void context::unmap_buffer(uint64_t mtt_offset)
 
 // ---- mr -----------------------------------------------------------------
 
-result<std::unique_ptr<mr>> mr::reg(context &ctx, uint32_t pd, void *addr,
-                                    size_t len, uint32_t access)
+status mr::write_mpt(context &ctx, uint32_t index, uint32_t key, uint32_t pd,
+                     void *addr, size_t len, uint32_t access)
 {
     // C53 step 1 / IBA 10.6.3.1: remote write or atomic needs local write.
     if ((access & (access_remote_write | access_remote_atomic)) &&
         !(access & access_local_write)) {
         return status::invalid_param;
     }
-    uint32_t idx = ctx.alloc_mpt();
-    // A fresh tag per registration, so a stale key of a reused index fails.
-    static uint8_t tag = 0;
-    uint32_t key = prm::make_mkey(idx, ++tag);
     auto *e = static_cast<prm::mpt_entry *>(ctx.mailbox());
     std::memset(e, 0, sizeof(*e));
     e->flags.set(prm::mpt_flag_region | prm::mpt_perm_local_read | access);
@@ -372,12 +368,48 @@ result<std::unique_ptr<mr>> mr::reg(context &ctx, uint32_t pd, void *addr,
     e->start.set(dma_addr(addr));
     e->length.set(len);
     e->lkey.set(key);
-    if (status s = ctx.command(prm::cmd_opcode::sw2hw_mpt, idx, dma_addr(e));
+    return ctx.command(prm::cmd_opcode::sw2hw_mpt, index, dma_addr(e));
+}
+
+result<std::unique_ptr<mr>> mr::reg(context &ctx, uint32_t pd, void *addr,
+                                    size_t len, uint32_t access)
+{
+    uint32_t idx = ctx.alloc_mpt();
+    // A fresh tag per registration, so a stale key of a reused index fails.
+    static uint8_t tag = 0;
+    uint32_t key = prm::make_mkey(idx, ++tag);
+    if (status s = write_mpt(ctx, idx, key, pd, addr, len, access);
         s != status::ok) {
         ctx.free_mpt(idx);
         return s;
     }
-    return std::unique_ptr<mr>(new mr(ctx, idx, key, addr, len));
+    return std::unique_ptr<mr>(new mr(ctx, idx, key, pd, addr, len));
+}
+
+status mr::rereg(void *addr, size_t len, uint32_t access)
+{
+    auto *old = static_cast<prm::mpt_entry *>(ctx_.mailbox());
+    uint64_t out = dma_addr(old);
+    if (status s = ctx_.command(prm::cmd_opcode::query_mpt, index_, 0, &out);
+        s != status::ok) {
+        return s;
+    }
+    prm::mpt_entry saved = *old;
+    // The MPT goes back to software ownership, is rewritten, and returns to
+    // the device (how mlx4 reregisters); a refused entry restores the old.
+    if (status s = ctx_.command(prm::cmd_opcode::hw2sw_mpt, index_); s != status::ok) {
+        return s;
+    }
+    status s = write_mpt(ctx_, index_, key_, pd_, addr, len, access);
+    if (s != status::ok) {
+        auto *e = static_cast<prm::mpt_entry *>(ctx_.mailbox());
+        *e = saved;
+        (void)ctx_.command(prm::cmd_opcode::sw2hw_mpt, index_, dma_addr(e));
+        return s;
+    }
+    addr_ = addr;
+    len_  = len;
+    return status::ok;
 }
 
 mr::~mr()
@@ -439,6 +471,43 @@ void cq::arm(bool solicited_only)
                                              std::memory_order_release);
     uint32_t word0 = sn | cmd | cqn_;
     ctx_.ring_cq_doorbell(word0, ci);
+}
+
+status cq::resize(uint32_t entries)
+{
+    uint32_t log = std::max<uint32_t>(log2_ceil(entries), 1);
+    uint32_t size = 1u << log;
+    auto *buf = static_cast<uint8_t *>(alloc_dma(size_t(size) * prm::cqe_stride));
+    if (!buf) {
+        return status::no_memory;
+    }
+    std::memset(buf, 0, size_t(size) * prm::cqe_stride);   // the device fills owners
+    auto mtt = ctx_.map_buffer(buf);
+    if (!mtt.ok()) {
+        std::free(buf);
+        return mtt.error();
+    }
+    // The device must see every CQE we polled before it moves the rest.
+    std::atomic_ref<uint32_t>(db_.set_ci).store(
+        byteswap_if_little(cons_index_ & 0xffffff), std::memory_order_release);
+    auto *cc = static_cast<prm::cq_context *>(ctx_.mailbox());
+    std::memset(cc, 0, sizeof(*cc));
+    prm::cqc_log_size::set(cc->logsize_usrpage, log);
+    cc->mtt_base_addr_h = uint8_t(*mtt >> 32);
+    cc->mtt_base_addr_l.set(uint32_t(*mtt));
+    status s = ctx_.command(prm::cmd_opcode::modify_cq, cqn_, dma_addr(cc), nullptr,
+                            prm::modify_cq_resize);
+    if (s != status::ok) {
+        ctx_.unmap_buffer(*mtt);
+        std::free(buf);
+        return s;
+    }
+    ctx_.unmap_buffer(mtt_);
+    std::free(buf_);
+    buf_  = buf;
+    size_ = size;
+    mtt_  = *mtt;
+    return status::ok;
 }
 
 cq::~cq()

@@ -165,16 +165,21 @@ public:
                                            void *addr, size_t len,
                                            uint32_t access);
     ~mr();
+    /// C55: re-register the same handle for another range / access (the
+    /// keys stay); on failure the old registration is kept.
+    status rereg(void *addr, size_t len, uint32_t access);
     uint32_t lkey() const { return key_; }
     uint32_t rkey() const { return key_; }
     void    *addr() const { return addr_; }
     size_t   length() const { return len_; }
 
 private:
-    mr(context &c, uint32_t idx, uint32_t key, void *a, size_t l)
-        : ctx_(c), index_(idx), key_(key), addr_(a), len_(l) {}
+    mr(context &c, uint32_t idx, uint32_t key, uint32_t pd, void *a, size_t l)
+        : ctx_(c), index_(idx), key_(key), pd_(pd), addr_(a), len_(l) {}
+    static status write_mpt(context &ctx, uint32_t index, uint32_t key,
+                            uint32_t pd, void *addr, size_t len, uint32_t access);
     context &ctx_;
-    uint32_t index_, key_;
+    uint32_t index_, key_, pd_;
     void    *addr_;
     size_t   len_;
 };
@@ -216,6 +221,9 @@ public:
     void arm(bool solicited_only = false);
     /// Polls up to wcs.size() completions; returns how many were written.
     inline unsigned poll(std::span<wc> wcs);
+    /// C48: a new ring of at least `entries`; CQEs not yet polled are kept.
+    /// Fails (old CQ intact) if they would not fit (E16).
+    status resize(uint32_t entries);
 
 private:
     cq(context &c) : ctx_(c) {}

@@ -25,12 +25,15 @@ enum class cmd_opcode : uint16_t {
     query_mpt       = 0x00e,
     hw2sw_mpt       = 0x00f,
     write_mtt       = 0x011,
+    read_mtt        = 0x010,
     map_eq          = 0x012,
     sw2hw_eq        = 0x013,
     hw2sw_eq        = 0x014,
     sw2hw_cq        = 0x016,
     hw2sw_cq        = 0x017,
     query_cq        = 0x018,
+    query_eq        = 0x015,
+    modify_cq       = 0x02c,
     rst2init_qp     = 0x019,
     init2rtr_qp     = 0x01a,
     rtr2rts_qp      = 0x01b,
@@ -127,6 +130,20 @@ struct dev_cap_outbox {
 };
 static_assert(sizeof(dev_cap_outbox) == 0x100);
 static_assert(offsetof(dev_cap_outbox, max_sg_sq) == 0x50);
+
+/// QUERY_ADAPTER outbox (mlx4 fw.c: INTA pin at 0x10, the vital product
+/// data block at 0x20; mlx4x puts its board id at the start of the VSD).
+struct adapter_outbox {
+    uint8_t reserved0[0x10];
+    uint8_t inta_pin;          ///< 0x10
+    uint8_t reserved1[0x0f];
+    char    vsd[208];          ///< 0x20
+};
+static_assert(offsetof(adapter_outbox, inta_pin) == 0x10);
+static_assert(offsetof(adapter_outbox, vsd) == 0x20);
+
+/// MODIFY_CQ op_modifier: resize (new buffer and size in the CQ context).
+constexpr uint8_t modify_cq_resize = 0;
 
 /// QUERY_PORT outbox (mlx4x's port attributes; mailbox per port).
 struct query_port_outbox {

@@ -1,0 +1,130 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// Object operations: CQ resize keeps unpolled CQEs (C48) and refuses a ring
+// too small for them (E16); MR reregistration (C55) with its access check;
+// QUERY_MPT / QUERY_CQ / QUERY_ADAPTER answers.
+#include "hca_fixture.h"
+
+namespace mlx4x::test {
+namespace {
+
+class objects : public rc_pair {
+protected:
+    void sends(unsigned n)
+    {
+        for (unsigned i = 0; i < n; ++i) {
+            ASSERT_EQ(b.post_recv(i, rbuf.data(), 64, rm->lkey()), status::ok);
+            ASSERT_EQ(a.post_send(i, msg.data(), 64, mm->lkey()), status::ok);
+        }
+        for (int r = 0; r < 20; ++r) {   // progress without polling b
+            a.ctx->progress();
+            b.ctx->progress();
+            a.poll();
+        }
+    }
+    void SetUp() override
+    {
+        rc_pair::SetUp();
+        drv::qp_caps caps;
+        caps.max_recv_wr = 64;
+        start(caps);
+        msg.assign(64, 9);
+        rbuf.assign(64, 0);
+        mm = &a.reg(msg.data(), msg.size());
+        rm = &b.reg(rbuf.data(), rbuf.size());
+    }
+    std::vector<uint8_t> msg, rbuf;
+    drv::mr *mm = nullptr, *rm = nullptr;
+};
+
+TEST_F(objects, C48_resize_cq_keeps_the_unpolled_cqes)
+{
+    sends(5);
+    drv::wc w[8];
+    ASSERT_EQ(b.rcq->poll({w, 2}), 2u);   // two polled before the resize
+    for (uint32_t entries : {512u, 8u, 1024u}) {   // grow, shrink, grow
+        ASSERT_EQ(b.rcq->resize(entries), status::ok) << entries;
+    }
+    unsigned n = b.rcq->poll(w);
+    ASSERT_EQ(n, 3u);
+    for (unsigned i = 0; i < n; ++i) {
+        EXPECT_EQ(w[i].wr_id, 2u + i);
+        EXPECT_EQ(w[i].status, drv::wc_status::success);
+    }
+    // And the resized CQ keeps working across many passes of its ring.
+    b.rcq->resize(4);
+    for (unsigned round = 0; round < 10; ++round) {
+        sends(3);
+        ASSERT_EQ(b.rcq->poll(w), 3u) << round;
+    }
+}
+
+TEST_F(objects, E16_resize_below_the_held_cqes_fails_and_keeps_the_cq)
+{
+    sends(6);
+    EXPECT_NE(b.rcq->resize(4), status::ok);   // 6 do not fit in 4
+    drv::wc w[8];
+    ASSERT_EQ(b.rcq->poll(w), 6u);
+    for (unsigned i = 0; i < 6; ++i) {
+        EXPECT_EQ(w[i].wr_id, i);
+    }
+}
+
+TEST_F(objects, C55_reregister_moves_the_region_and_keeps_the_key)
+{
+    std::vector<uint8_t> r1(4096, 0), r2(8192, 0);
+    auto &m = b.reg(r1.data(), r1.size());
+    uint32_t key = m.rkey();
+    ASSERT_EQ(m.rereg(r2.data(), r2.size(),
+                      drv::access_local_write | drv::access_remote_write),
+              status::ok);
+    EXPECT_EQ(m.rkey(), key);
+    // A WRITE through the key now lands in the new region...
+    ASSERT_EQ(a.post_write(1, msg.data(), 64, mm->lkey(),
+                           reinterpret_cast<uint64_t>(r2.data() + 8000), key),
+              status::ok);
+    ASSERT_TRUE(progress_until([&] { return a.send_wcs.size() == 1; }));
+    EXPECT_EQ(a.send_wcs[0].status, drv::wc_status::success);
+    EXPECT_EQ(r2[8000], 9);
+    EXPECT_EQ(r1[0], 0);
+}
+
+TEST_F(objects, C53_C55_reregister_with_inconsistent_rights_keeps_the_old_one)
+{
+    std::vector<uint8_t> r1(4096, 0), r2(4096, 0);
+    auto &m = b.reg(r1.data(), r1.size());
+    EXPECT_EQ(m.rereg(r2.data(), r2.size(), drv::access_remote_write),
+              status::invalid_param);
+    ASSERT_EQ(a.post_write(1, msg.data(), 64, mm->lkey(),
+                           reinterpret_cast<uint64_t>(r1.data()), m.rkey()),
+              status::ok);
+    ASSERT_TRUE(progress_until([&] { return a.send_wcs.size() == 1; }));
+    EXPECT_EQ(a.send_wcs[0].status, drv::wc_status::success);
+    EXPECT_EQ(r1[0], 9);
+}
+
+TEST_F(objects, C56_query_mpt_and_cq_and_adapter)
+{
+    uint64_t out = reinterpret_cast<uintptr_t>(b.ctx->mailbox());
+    ASSERT_EQ(b.ctx->command(prm::cmd_opcode::query_mpt, prm::mkey_index(rm->lkey()),
+                             0, &out),
+              status::ok);
+    auto *e = static_cast<prm::mpt_entry *>(b.ctx->mailbox());
+    EXPECT_EQ(e->key.get(), rm->lkey());
+    EXPECT_EQ(e->pd_flags.get() & 0xffffff, b.pd);
+    EXPECT_EQ(e->start.get(), reinterpret_cast<uint64_t>(rbuf.data()));
+    EXPECT_EQ(e->length.get(), rbuf.size());
+
+    sends(2);
+    ASSERT_EQ(b.ctx->command(prm::cmd_opcode::query_cq, b.rcq->cqn(), 0, &out),
+              status::ok);
+    auto *c = static_cast<prm::cq_context *>(b.ctx->mailbox());
+    EXPECT_EQ(c->producer_index.get(), 2u);
+
+    ASSERT_EQ(b.ctx->command(prm::cmd_opcode::query_adapter, 0, 0, &out),
+              status::ok);
+    auto *ad = static_cast<prm::adapter_outbox *>(b.ctx->mailbox());
+    EXPECT_STREQ(ad->vsd, "MLX4X0000000001");
+}
+
+} // namespace
+} // namespace mlx4x::test
