@@ -330,8 +330,7 @@ TEST_F(recv_protection, C53_receive_buffer_without_local_write_fails_the_receive
     EXPECT_EQ(a.send_wcs[0].status, drv::wc_status::remote_inval_req_err);
     ASSERT_EQ(b.recv_wcs.size(), 2u);
     EXPECT_EQ(b.recv_wcs[0].wr_id, 10u);
-    EXPECT_NE(b.recv_wcs[0].status, drv::wc_status::success);
-    EXPECT_NE(b.recv_wcs[0].status, drv::wc_status::wr_flush_err);
+    EXPECT_EQ(b.recv_wcs[0].status, drv::wc_status::local_prot_err);   // E27
     EXPECT_EQ(b.recv_wcs[1].wr_id, 11u);
     EXPECT_EQ(b.recv_wcs[1].status, drv::wc_status::wr_flush_err);
 }
@@ -349,6 +348,53 @@ TEST_F(recv_protection, C53_remote_write_or_atomic_without_local_write_is_refuse
     auto ok = drv::mr::reg(*a.ctx, a.pd, buf.data(), buf.size(),
                            drv::access_local_write | drv::access_remote_write);
     EXPECT_TRUE(ok.ok());
+}
+
+TEST_F(post_state, E46_E47_failed_create_leaves_no_number_behind)
+{
+    a.open(fab);
+    drv::qp_caps too_big;
+    too_big.max_inline = 4000;   // a WQE larger than the device allows
+    auto bad = drv::qp::create(*a.ctx, a.pd, drv::qp_type::rc, *a.scq, *a.rcq,
+                               too_big);
+    EXPECT_EQ(bad.error(), status::invalid_param);
+    drv::qp_caps too_deep;
+    too_deep.max_send_wr = 1u << 20;
+    EXPECT_EQ(drv::qp::create(*a.ctx, a.pd, drv::qp_type::rc, *a.scq, *a.rcq,
+                              too_deep).error(),
+              status::invalid_param);
+    auto q1 = drv::qp::create(*a.ctx, a.pd, drv::qp_type::rc, *a.scq, *a.rcq, {});
+    auto q2 = drv::qp::create(*a.ctx, a.pd, drv::qp_type::rc, *a.scq, *a.rcq, {});
+    ASSERT_TRUE(q1.ok() && q2.ok());
+    EXPECT_GE((*q1)->qpn(), 0x40u);   // never the reserved QP0/QP1 range
+    EXPECT_NE((*q1)->qpn(), (*q2)->qpn());
+}
+
+TEST_F(post_state, reset_to_error_on_a_new_qp_is_harmless)
+{
+    a.open(fab);
+    EXPECT_EQ(a.qp->to_error(), status::ok);
+    a.ctx->progress();
+}
+
+TEST_F(post_state, E6_ud_qp_refuses_rdma_and_atomic_work_requests)
+{
+    a.open(fab);
+    auto ud = drv::qp::create(*a.ctx, a.pd, drv::qp_type::ud, *a.scq, *a.rcq, {});
+    ASSERT_TRUE(ud.ok());
+    ASSERT_EQ((*ud)->to_init(0, 1), status::ok);
+    ASSERT_EQ((*ud)->to_ud_rts(), status::ok);
+    uint64_t word = 0;
+    auto &m = a.reg(&word, sizeof(word));
+    drv::sge s{reinterpret_cast<uint64_t>(&word), 8, m.lkey()};
+    for (auto op : {drv::wr_opcode::rdma_write, drv::wr_opcode::rdma_read,
+                    drv::wr_opcode::atomic_fa, drv::wr_opcode::atomic_cs}) {
+        drv::send_wr wr;
+        wr.opcode = op;
+        wr.sg     = {&s, 1};
+        EXPECT_EQ((*ud)->post_send(wr), status::invalid_param) << int(op);
+    }
+    EXPECT_EQ((*ud)->sq_outstanding(), 0u);
 }
 
 class local_error : public rc_pair {};

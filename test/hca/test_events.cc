@@ -266,6 +266,23 @@ TEST_F(events, E11_no_stale_event_for_a_reused_cq_number)
     EXPECT_TRUE(comp_events(a).empty());
 }
 
+// E67: taking events frees their EQ entries for the device even when the
+// consumer does not ask for interrupts (no re-arm).
+TEST_F(events, E67_reading_events_without_rearming_never_overflows_the_eq)
+{
+    start();
+    buffers();
+    for (int i = 0; i < 4500; ++i) {
+        b.rcq->arm();
+        one_send(i);
+        if (i % 100 == 99) {
+            uint32_t cqns[128];
+            EXPECT_EQ(b.ctx->poll_completion_events(cqns), 100u);
+        }
+    }
+    EXPECT_EQ(b.counter(dev::counter::eq_overflows), 0u);
+}
+
 TEST_F(events, E12_eq_overflow_is_a_catastrophic_error)
 {
     start();

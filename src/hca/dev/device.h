@@ -157,8 +157,9 @@ private:
     // receive WQEs, from the QP's RQ or its SRQ (srq.cc)
     bool     recv_available(qp &q);
     uint16_t recv_take(qp &q);
-    bool     scatter(qp &q, uint32_t wqe_index, uint32_t offset,
-                     std::span<const uint8_t> data);
+    enum class scatter_result { ok, too_long, protection };
+    scatter_result scatter(qp &q, uint32_t wqe_index, uint32_t offset,
+                           std::span<const uint8_t> data);
     void send_nak(qp &q, uint8_t syndrome);
     void responder_error(qp &q, ib::nak_code code);
     bool send_ack(qp &q);

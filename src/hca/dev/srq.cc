@@ -127,8 +127,9 @@ uint16_t device::recv_take(qp &q)
 
 /// Writes `data` at byte `offset` of receive WQE `wqe_index`, checking each
 /// entry's L_Key, PD, local write right and bounds.
-bool device::scatter(qp &q, uint32_t wqe_index, uint32_t offset,
-                     std::span<const uint8_t> data)
+device::scatter_result device::scatter(qp &q, uint32_t wqe_index,
+                                       uint32_t offset,
+                                       std::span<const uint8_t> data)
 {
     const uint8_t *wqe;
     size_t         bytes;
@@ -155,7 +156,7 @@ bool device::scatter(qp &q, uint32_t wqe_index, uint32_t offset,
             const mpt *m = find_mpt(d.lkey.get());
             if (!m || m->pd != q.pd || !(m->flags & prm::mpt_perm_local_write) ||
                 !m->covers(addr, n)) {
-                return false;
+                return scatter_result::protection;   // E26 / E27
             }
             uint32_t from = offset + done > pos ? uint32_t(offset + done - pos) : 0;
             size_t   cnt  = std::min<size_t>(n - from, data.size() - done);
@@ -165,7 +166,7 @@ bool device::scatter(qp &q, uint32_t wqe_index, uint32_t offset,
         }
         pos += n;
     }
-    return done == data.size();
+    return done == data.size() ? scatter_result::ok : scatter_result::too_long;
 }
 
 } // namespace mlx4x::dev

@@ -186,13 +186,17 @@ void context::destroy_eq(event_queue &eq)
     }
 }
 
-void context::arm_eq(event_queue &eq)
+/// EQ doorbell: how far the EQ was read, and (arm) the next interrupt.
+void context::eq_doorbell(event_queue &eq, bool arm)
 {
     uint32_t offset = prm::uar_page_size * (1 + eq.eqn / 4) +
                       prm::eq_doorbell_offset(eq.eqn);
-    dev_->mmio_write32(offset, byteswap_if_little((eq.cons_index & 0xffffff) |
-                                                  prm::eq_doorbell_req_not));
+    dev_->mmio_write32(offset, byteswap_if_little(
+                                   (eq.cons_index & 0xffffff) |
+                                   (arm ? prm::eq_doorbell_req_not : 0)));
 }
+
+void context::arm_eq(event_queue &eq) { eq_doorbell(eq, true); }
 
 void context::arm_completion_events() { arm_eq(comp_eq_); }
 void context::arm_async_events() { arm_eq(async_eq_); }
@@ -201,6 +205,7 @@ void context::arm_async_events() { arm_eq(async_eq_); }
 /// being destroyed) and tells the device how far the EQs were read.
 void context::move_events(uint32_t skip_cq, uint32_t skip_qp)
 {
+    uint32_t comp_before = comp_eq_.cons_index, async_before = async_eq_.cons_index;
     while (const prm::eqe *e = comp_eq_.peek()) {
         uint32_t cqn = e->number.get() & 0xffffff;
         if (cqn != skip_cq) {
@@ -225,6 +230,13 @@ void context::move_events(uint32_t skip_cq, uint32_t skip_qp)
             pending_async_.push_back(ev);
         }
         async_eq_.pop();
+    }
+    // Entries taken are free for the device again (its overflow check).
+    if (comp_eq_.cons_index != comp_before) {
+        eq_doorbell(comp_eq_, false);
+    }
+    if (async_eq_.cons_index != async_before) {
+        eq_doorbell(async_eq_, false);
     }
 }
 
@@ -621,7 +633,10 @@ result<std::unique_ptr<qp>> qp::create(context &ctx, uint32_t pd, qp_type type,
                                        cq &send_cq, cq &recv_cq,
                                        const qp_caps &caps, srq *shared_rq)
 {
+    // E46: beyond the device's limits is a clean error, nothing left behind.
+    constexpr uint32_t max_wr = 1u << dev::limits::log_max_qp_sz;
     if (caps.max_send_wr == 0 || caps.max_recv_sge == 0 ||
+        caps.max_send_wr > max_wr || caps.max_recv_wr > max_wr ||
         caps.max_send_sge > dev::limits::max_sg ||
         caps.max_recv_sge > dev::limits::max_sg) {
         return status::invalid_param;
@@ -675,12 +690,14 @@ result<std::unique_ptr<qp>> qp::create(context &ctx, uint32_t pd, qp_type type,
 
 qp::~qp()
 {
-    if (state_ != prm::qp_state::rst) {
-        (void)ctx_.command(prm::cmd_opcode::to_rst_qp, qpn_);
+    if (qpn_ != ~0u) {
+        if (state_ != prm::qp_state::rst) {
+            (void)ctx_.command(prm::cmd_opcode::to_rst_qp, qpn_);
+        }
+        ctx_.register_qp(qpn_, nullptr);
+        ctx_.drain_events_of(false, qpn_);   // E11: before reuse
+        ctx_.free_qpn(qpn_);
     }
-    ctx_.register_qp(qpn_, nullptr);
-    ctx_.drain_events_of(false, qpn_);   // E11: before reuse
-    ctx_.free_qpn(qpn_);
     if (mtt_ != ~uint64_t{0}) {
         ctx_.unmap_buffer(mtt_);
     }

@@ -131,6 +131,7 @@ private:
                      uint8_t vector, uint64_t async_mask);
     void   destroy_eq(event_queue &eq);
     void   arm_eq(event_queue &eq);
+    void   eq_doorbell(event_queue &eq, bool arm);
     void   move_events(uint32_t skip_cq, uint32_t skip_qp);
 
     struct free_deleter { void operator()(void *p) const { std::free(p); } };
@@ -379,7 +380,7 @@ private:
     void reset_rings();
 
     context      &ctx_;
-    uint32_t      qpn_ = 0, pd_ = 0;
+    uint32_t      qpn_ = ~0u, pd_ = 0;   ///< ~0: no number allocated yet
     qp_type       type_ = qp_type::rc;
     prm::qp_state state_ = prm::qp_state::rst;
     qp_caps       caps_;

@@ -91,6 +91,10 @@ inline status qp::post_send(const send_wr &wr)
     if (sq_outstanding() >= sq_size_) {
         return status::no_resource;   // C62: never overwrite a WQE
     }
+    if (type_ == qp_type::ud && wr.opcode != wr_opcode::send &&
+        wr.opcode != wr_opcode::send_imm) {
+        return status::invalid_param;   // E6: UD carries SENDs only
+    }
     bool inl = (wr.flags & send_inline) != 0;
     if (!inl && wr.sg.size() > caps_.max_send_sge) {
         return status::invalid_param;

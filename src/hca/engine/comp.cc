@@ -405,6 +405,9 @@ void device::set_qp_error(qp &q)
 /// WR_FLUSH_ERR, with its wr_id (IBA 10.3.1, C40).
 void device::flush_queues(qp &q)
 {
+    if (!q.valid) {
+        return;   // RESET -> ERROR before RST2INIT: no queues yet
+    }
     while (q.sq_tail != q.sq_head) {
         complete_wqe(q, q.sq_tail++, prm::cqe_syndrome::wr_flush_err, true);
     }

@@ -350,9 +350,15 @@ void device::respond_send(qp &q, const pkt &p)
         q.recv_offset = 0;
         q.in_send     = true;
     }
-    if (!scatter(q, q.recv_wqe, q.recv_offset, p.payload)) {
-        // Message longer than the receive buffers, or a bad L_Key in them.
-        write_err_cqe(q, q.recv_wqe, prm::cqe_syndrome::local_length_err, false);
+    if (scatter_result r = scatter(q, q.recv_wqe, q.recv_offset, p.payload);
+        r != scatter_result::ok) {
+        // E35: longer than the receive buffers; E27: a buffer the device may
+        // not write. The requester sees an invalid request either way.
+        write_err_cqe(q, q.recv_wqe,
+                      r == scatter_result::too_long
+                          ? prm::cqe_syndrome::local_length_err
+                          : prm::cqe_syndrome::local_prot_err,
+                      false);
         responder_error(q, ib::nak_code::invalid_request);
         return;
     }
@@ -446,8 +452,16 @@ void device::respond_ud(qp &q, const pkt &p)
     constexpr uint32_t grh_size = 40;   // IBA 11.4.1.2: GRH slot first
     uint16_t wqe = recv_take(q);
     static const uint8_t no_grh[grh_size] = {};
-    if (!scatter(q, wqe, 0, no_grh) || !scatter(q, wqe, grh_size, p.payload)) {
-        write_err_cqe(q, wqe, prm::cqe_syndrome::local_length_err, false);
+    scatter_result r = scatter(q, wqe, 0, no_grh);
+    if (r == scatter_result::ok) {
+        r = scatter(q, wqe, grh_size, p.payload);
+    }
+    if (r != scatter_result::ok) {
+        write_err_cqe(q, wqe,
+                      r == scatter_result::too_long
+                          ? prm::cqe_syndrome::local_length_err
+                          : prm::cqe_syndrome::local_prot_err,
+                      false);
         return;
     }
     prm::cqe c{};
