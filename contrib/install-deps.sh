@@ -13,6 +13,7 @@ packages=(
     openmpi-bin libopenmpi-dev
     libhwloc-dev hwloc
     googletest libgtest-dev
+    gnuplot-nox                 # plots of contrib/bench/run-bench.sh (pngcairo)
 )
 
 sudo_if_needed() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }

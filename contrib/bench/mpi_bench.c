@@ -1,0 +1,389 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* OSU-style 2-rank MPI benchmarks for the side-by-side suite
+ * (contrib/bench/run-bench.sh). Rank 0 prints; columns follow the OSU
+ * micro-benchmarks so existing tooling can read them.
+ *
+ *   mpirun -np 2 [mlx4x-run] mpi_bench MODE [-q] [-m MIN] [-M MAX]
+ *
+ * MODE
+ *   lat      ping-pong latency, half round trip       "# Size  Latency (us)"
+ *   bw       streaming bandwidth, window 64 + ack     "# Size  Bandwidth (MB/s)"
+ *   bibw     bidirectional bandwidth, window 64 each  "# Size  Bandwidth (MB/s)"
+ *   mr       message rate, window 64 + ack            "# Size  MB/s  Messages/s"
+ *   overlap  rank 1 posts MPI_Irecv(N), computes for a calibrated time
+ *            longer than the transfer alone took, then MPI_Wait:
+ *            overlap % = (t_transfer + t_compute - t_total) / t_transfer * 100
+ *            clamped to [0, 100]; times are medians over the iterations.
+ * Sizes go from MIN to MAX in powers of two (overlap: powers of four).
+ * Defaults: lat/bw/bibw 1 B .. 4 MiB, mr 1 B .. 8 KiB, overlap 1 .. 16 MiB.
+ * -q runs about a tenth of the iterations (smoke test).
+ * MB/s is 10^6 bytes per second, as in OSU. Data is not verified here
+ * (contrib/mlx4x-pingpong does that).
+ */
+#include <mpi.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define WINDOW 64
+
+enum mode { M_LAT, M_BW, M_BIBW, M_MR, M_OVERLAP };
+
+static int rank, peer, quick;
+static unsigned char *sbuf, *rbuf;
+
+static int iters_for(enum mode m, size_t size)
+{
+    int n;
+    switch (m) {
+    case M_LAT:  n = size <= 8192 ? 10000 : size <= 262144 ? 1000 : 100; break;
+    case M_BW:
+    case M_BIBW: n = size <= 8192 ? 200 : size <= 262144 ? 50 : 20; break;
+    case M_MR:   n = 2000; break;
+    default:     n = 50; break;
+    }
+    if (quick) {
+        n = n / 10 > 2 ? n / 10 : 2;
+    }
+    return n;
+}
+
+static int skip_for(int iters)
+{
+    return iters / 10 > 1 ? iters / 10 : 1;
+}
+
+static double lat(size_t size)
+{
+    int iters = iters_for(M_LAT, size), skip = skip_for(iters);
+    double t0 = 0;
+
+    MPI_Barrier(MPI_COMM_WORLD);
+    for (int i = 0; i < iters + skip; ++i) {
+        if (i == skip) {
+            t0 = MPI_Wtime();
+        }
+        if (rank == 0) {
+            MPI_Send(sbuf, (int)size, MPI_BYTE, peer, 1, MPI_COMM_WORLD);
+            MPI_Recv(rbuf, (int)size, MPI_BYTE, peer, 1, MPI_COMM_WORLD,
+                     MPI_STATUS_IGNORE);
+        } else {
+            MPI_Recv(rbuf, (int)size, MPI_BYTE, peer, 1, MPI_COMM_WORLD,
+                     MPI_STATUS_IGNORE);
+            MPI_Send(sbuf, (int)size, MPI_BYTE, peer, 1, MPI_COMM_WORLD);
+        }
+    }
+    return (MPI_Wtime() - t0) * 1e6 / iters / 2;
+}
+
+/* Rank 0 streams WINDOW messages per iteration, rank 1 acknowledges each
+ * window (bw, mr); with bidir both ranks stream to each other. Returns the
+ * elapsed seconds of the timed iterations and the count of messages. */
+static double stream(enum mode m, size_t size, long *msgs)
+{
+    MPI_Request req[2 * WINDOW];
+    int iters = iters_for(m, size), skip = skip_for(iters);
+    int bidir = m == M_BIBW;
+    double t0 = 0;
+
+    MPI_Barrier(MPI_COMM_WORLD);
+    for (int i = 0; i < iters + skip; ++i) {
+        if (i == skip) {
+            t0 = MPI_Wtime();
+        }
+        int n = 0;
+        if (rank == 1 || bidir) {
+            for (int w = 0; w < WINDOW; ++w) {
+                MPI_Irecv(rbuf, (int)size, MPI_BYTE, peer, 2, MPI_COMM_WORLD,
+                          &req[n++]);
+            }
+        }
+        if (rank == 0 || bidir) {
+            for (int w = 0; w < WINDOW; ++w) {
+                MPI_Isend(sbuf, (int)size, MPI_BYTE, peer, 2, MPI_COMM_WORLD,
+                          &req[n++]);
+            }
+        }
+        MPI_Waitall(n, req, MPI_STATUSES_IGNORE);
+        if (rank == 0) {
+            MPI_Recv(rbuf, 4, MPI_BYTE, peer, 3, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        } else {
+            MPI_Send(sbuf, 4, MPI_BYTE, peer, 3, MPI_COMM_WORLD);
+        }
+    }
+    double t = MPI_Wtime() - t0;
+    *msgs = (long)iters * WINDOW * (bidir ? 2 : 1);
+    return t;
+}
+
+/* ---- overlap ---------------------------------------------------------- */
+
+static volatile double sink;
+
+static void compute(long n)
+{
+    double x = sink;
+    for (long i = 0; i < n; ++i) {
+        x = x * 1.0000001 + 1e-9;
+    }
+    sink = x;
+}
+
+/* Loop iterations per microsecond: the fastest of a few trials, so that a
+ * descheduled trial does not make the loop too short. */
+static double calibrate(void)
+{
+    long n = 1 << 16;
+    double best = 0;
+    for (;;) {
+        double t0 = MPI_Wtime();
+        compute(n);
+        if (MPI_Wtime() - t0 > 0.01) {
+            break;
+        }
+        n *= 2;
+    }
+    for (int k = 0; k < 5; ++k) {
+        double t0 = MPI_Wtime();
+        compute(n);
+        double r = n / ((MPI_Wtime() - t0) * 1e6);
+        if (r > best) {
+            best = r;
+        }
+    }
+    return best;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof(*v), cmp_double);
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+/* One timed receive on rank 1 (rank 0 just sends): post, compute `work`
+ * loop iterations, wait. Returns microseconds on rank 1, 0 on rank 0. */
+static double recv_with_compute(size_t size, long work)
+{
+    MPI_Request req;
+    double t = 0;
+
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (rank == 0) {
+        MPI_Send(sbuf, (int)size, MPI_BYTE, peer, 4, MPI_COMM_WORLD);
+    } else {
+        double t0 = MPI_Wtime();
+        MPI_Irecv(rbuf, (int)size, MPI_BYTE, peer, 4, MPI_COMM_WORLD, &req);
+        if (work) {
+            compute(work);
+        }
+        MPI_Wait(&req, MPI_STATUS_IGNORE);
+        t = (MPI_Wtime() - t0) * 1e6;
+    }
+    return t;
+}
+
+static void overlap(size_t size, double per_us, double out[4])
+{
+    int iters = iters_for(M_OVERLAP, size);
+    double *v = malloc(sizeof(double) * (size_t)iters);
+    double t_xfer = 0, t_comp = 0, t_total = 0;
+    long work = 0;
+
+    for (int i = 0; i < 3; ++i) {               /* warm-up */
+        recv_with_compute(size, 0);
+    }
+    for (int i = 0; i < iters; ++i) {           /* transfer alone */
+        v[i] = recv_with_compute(size, 0);
+    }
+    if (rank == 1) {
+        t_xfer = median(v, iters);
+        /* compute for twice the transfer time: longer than the transfer
+         * even with some noise, so full overlap is possible */
+        work = (long)(2 * t_xfer * per_us) + 1;
+        for (int i = 0; i < iters; ++i) {       /* compute alone */
+            double t0 = MPI_Wtime();
+            compute(work);
+            v[i] = (MPI_Wtime() - t0) * 1e6;
+        }
+        t_comp = median(v, iters);
+    }
+    for (int i = 0; i < iters; ++i) {           /* both */
+        v[i] = recv_with_compute(size, work);
+    }
+    if (rank == 1) {
+        t_total = median(v, iters);
+    }
+    double ov = t_xfer > 0 ? (t_xfer + t_comp - t_total) / t_xfer * 100 : 0;
+    ov = ov < 0 ? 0 : ov > 100 ? 100 : ov;
+    double res[4] = { t_xfer, t_comp, t_total, ov };
+    if (rank == 1) {
+        MPI_Send(res, 4, MPI_DOUBLE, peer, 5, MPI_COMM_WORLD);
+    } else {
+        MPI_Recv(res, 4, MPI_DOUBLE, peer, 5, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    }
+    memcpy(out, res, sizeof(res));
+    free(v);
+}
+
+static void usage(void)
+{
+    fprintf(stderr, "usage: mpi_bench lat|bw|bibw|mr|overlap [-q] [-m MIN] "
+            "[-M MAX]\n");
+}
+
+int main(int argc, char **argv)
+{
+    int nranks;
+    enum mode m;
+    size_t min = 1, max = 4u << 20;
+
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &nranks);
+    if (argc < 2) {
+        if (rank == 0) {
+            usage();
+        }
+        MPI_Finalize();
+        return 2;
+    }
+    if (!strcmp(argv[1], "lat")) {
+        m = M_LAT;
+    } else if (!strcmp(argv[1], "bw")) {
+        m = M_BW;
+    } else if (!strcmp(argv[1], "bibw")) {
+        m = M_BIBW;
+    } else if (!strcmp(argv[1], "mr")) {
+        m = M_MR;
+        max = 8192;
+    } else if (!strcmp(argv[1], "overlap")) {
+        m = M_OVERLAP;
+        min = 1u << 20;
+        max = 16u << 20;
+    } else {
+        if (rank == 0) {
+            usage();
+        }
+        MPI_Finalize();
+        return 2;
+    }
+    for (int i = 2; i < argc; ++i) {
+        if (!strcmp(argv[i], "-q")) {
+            quick = 1;
+        } else if (!strcmp(argv[i], "-m") && i + 1 < argc) {
+            min = strtoull(argv[++i], NULL, 0);
+        } else if (!strcmp(argv[i], "-M") && i + 1 < argc) {
+            max = strtoull(argv[++i], NULL, 0);
+        } else {
+            if (rank == 0) {
+                usage();
+            }
+            MPI_Finalize();
+            return 2;
+        }
+    }
+    if (nranks != 2) {
+        if (rank == 0) {
+            fprintf(stderr, "mpi_bench needs exactly 2 ranks\n");
+        }
+        MPI_Abort(MPI_COMM_WORLD, 2);
+    }
+    if (min < 1 || max < min || max > (1u << 30)) {
+        if (rank == 0) {
+            fprintf(stderr, "mpi_bench: bad size range\n");
+        }
+        MPI_Abort(MPI_COMM_WORLD, 2);
+    }
+    peer = 1 - rank;
+    sbuf = aligned_alloc(4096, (max + 4095) & ~(size_t)4095);
+    rbuf = aligned_alloc(4096, (max + 4095) & ~(size_t)4095);
+    if (!sbuf || !rbuf) {
+        fprintf(stderr, "mpi_bench: out of memory\n");
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    memset(sbuf, 'a', max);
+    memset(rbuf, 'b', max);
+
+    double per_us = 0;
+    if (rank == 0) {
+        switch (m) {
+        case M_LAT:
+            printf("# mpi_bench: OSU-style MPI latency test (half round trip)\n");
+            printf("%-10s%18s\n", "# Size", "Latency (us)");
+            break;
+        case M_BW:
+            printf("# mpi_bench: OSU-style MPI bandwidth test (window %d)\n", WINDOW);
+            printf("%-10s%18s\n", "# Size", "Bandwidth (MB/s)");
+            break;
+        case M_BIBW:
+            printf("# mpi_bench: OSU-style MPI bi-directional bandwidth test "
+                   "(window %d)\n", WINDOW);
+            printf("%-10s%18s\n", "# Size", "Bandwidth (MB/s)");
+            break;
+        case M_MR:
+            printf("# mpi_bench: OSU-style MPI message rate test (1 pair, "
+                   "window %d)\n", WINDOW);
+            printf("%-10s%18s%18s\n", "# Size", "MB/s", "Messages/s");
+            break;
+        case M_OVERLAP:
+            printf("# mpi_bench: receive overlap (rank 1: Irecv, compute 2x "
+                   "transfer time, Wait; medians)\n");
+            printf("%-10s%18s%18s%18s%14s\n", "# Size", "Transfer (us)",
+                   "Compute (us)", "Total (us)", "Overlap (%)");
+            break;
+        }
+        fflush(stdout);
+    }
+    if (m == M_OVERLAP && rank == 1) {
+        per_us = calibrate();
+    }
+
+    for (size_t size = min; size <= max; size *= (m == M_OVERLAP ? 4 : 2)) {
+        double r[4];
+        long msgs;
+        double t;
+        switch (m) {
+        case M_LAT:
+            t = lat(size);
+            if (rank == 0) {
+                printf("%-10zu%18.2f\n", size, t);
+            }
+            break;
+        case M_BW:
+        case M_BIBW:
+            t = stream(m, size, &msgs);
+            if (rank == 0) {
+                printf("%-10zu%18.2f\n", size, (double)size * msgs / t / 1e6);
+            }
+            break;
+        case M_MR:
+            t = stream(m, size, &msgs);
+            if (rank == 0) {
+                printf("%-10zu%18.2f%18.2f\n", size,
+                       (double)size * msgs / t / 1e6, msgs / t);
+            }
+            break;
+        case M_OVERLAP:
+            overlap(size, per_us, r);
+            if (rank == 0) {
+                printf("%-10zu%18.2f%18.2f%18.2f%14.1f\n", size, r[0], r[1],
+                       r[2], r[3]);
+            }
+            break;
+        }
+        if (rank == 0) {
+            fflush(stdout);
+        }
+    }
+    free(sbuf);
+    free(rbuf);
+    MPI_Finalize();
+    return 0;
+}
