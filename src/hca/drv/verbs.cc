@@ -485,6 +485,46 @@ void cq::arm(bool solicited_only)
     ctx_.ring_cq_doorbell(word0, ci);
 }
 
+void cq::clean(uint32_t qpn, srq *shared_rq)
+{
+    auto at = [this](uint32_t i) {
+        return buf_ + size_t(i & (size_ - 1)) * prm::cqe_stride +
+               prm::cqe_offset_in_entry;
+    };
+    auto valid = [&](uint32_t i) {
+        uint8_t owner = __atomic_load_n(&at(i)[31], __ATOMIC_ACQUIRE);
+        return bool(owner & prm::cqe_owner_mask) == bool(i & size_);
+    };
+    uint32_t prod = cons_index_;
+    while (prod - cons_index_ < size_ && valid(prod)) {
+        ++prod;
+    }
+    // From the newest back: drop the QP's CQEs, move the others up over the
+    // gap, keeping each slot's own owner bit (the device's view of it).
+    uint32_t freed = 0;
+    for (uint32_t i = prod; i-- != cons_index_;) {
+        prm::cqe c;
+        std::memcpy(&c, at(i), sizeof(c));
+        if ((c.vlan_my_qpn.get() & prm::cqe_qpn_mask) == qpn) {
+            bool is_send = c.owner_sr_opcode & prm::cqe_is_send_mask;
+            if (shared_rq && !is_send) {
+                (void)shared_rq->complete(c.wqe_index.get());
+            }
+            ++freed;
+        } else if (freed) {
+            uint8_t *dst   = at(i + freed);
+            uint8_t  owner = dst[31] & prm::cqe_owner_mask;
+            std::memcpy(dst, &c, sizeof(c));
+            dst[31] = uint8_t((c.owner_sr_opcode & ~prm::cqe_owner_mask) | owner);
+        }
+    }
+    if (freed) {
+        cons_index_ += freed;
+        std::atomic_ref<uint32_t>(db_.set_ci).store(
+            byteswap_if_little(cons_index_ & 0xffffff), std::memory_order_release);
+    }
+}
+
 status cq::resize(uint32_t entries)
 {
     uint32_t log = std::max<uint32_t>(log2_ceil(entries), 1);
@@ -646,8 +686,8 @@ result<std::unique_ptr<qp>> qp::create(context &ctx, uint32_t pd, qp_type type,
     q->type_     = type;
     q->srq_      = shared_rq;
     q->caps_     = caps;
-    q->send_cqn_ = send_cq.cqn();
-    q->recv_cqn_ = recv_cq.cqn();
+    q->send_cq_  = &send_cq;
+    q->recv_cq_  = &recv_cq;
     // Send WQE: ctrl + (datagram | raddr) + max(gather list, inline data).
     size_t fixed  = sizeof(prm::wqe_ctrl_seg) +
                     (type == qp_type::ud ? sizeof(prm::wqe_datagram_seg)
@@ -694,6 +734,7 @@ qp::~qp()
         if (state_ != prm::qp_state::rst) {
             (void)ctx_.command(prm::cmd_opcode::to_rst_qp, qpn_);
         }
+        clean_cqs();
         ctx_.register_qp(qpn_, nullptr);
         ctx_.drain_events_of(false, qpn_);   // E11: before reuse
         ctx_.free_qpn(qpn_);
@@ -706,8 +747,17 @@ qp::~qp()
 
 /// After RESET the device starts again at WQE 0: so does the driver, with
 /// the SQ stamped invalid for the first pass (mlx4 does the same).
+void qp::clean_cqs()
+{
+    recv_cq_->clean(qpn_, srq_);
+    if (send_cq_ != recv_cq_) {
+        send_cq_->clean(qpn_, nullptr);
+    }
+}
+
 void qp::reset_rings()
 {
+    clean_cqs();
     size_t sq_bytes = size_t(sq_size_) << sq_log_stride_;
     std::memset(buf_, 0xff, sq_bytes);
     sq_head_ = sq_tail_ = rq_head_ = rq_tail_ = 0;
@@ -724,8 +774,8 @@ prm::qp_modify_mailbox qp::base_mailbox() const
     c.local_qpn.set(qpn_);
     c.sq_size_stride = uint8_t((std::countr_zero(sq_size_) << 3) | (sq_log_stride_ - 4));
     c.rq_size_stride = uint8_t((std::countr_zero(rq_size_) << 3) | (rq_log_stride_ - 4));
-    c.cqn_send.set(send_cqn_);
-    c.cqn_recv.set(recv_cqn_);
+    c.cqn_send.set(send_cq_->cqn());
+    c.cqn_recv.set(recv_cq_->cqn());
     c.mtt_base_addr_h = uint8_t(mtt_ >> 32);
     c.mtt_base_addr_l.set(uint32_t(mtt_));
     c.log_page_size   = uint8_t(std::bit_width(std::bit_ceil(buf_size_)) - 1 - 12);

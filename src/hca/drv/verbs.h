@@ -22,6 +22,7 @@
 namespace mlx4x::drv {
 
 class qp;
+class srq;
 
 /// An asynchronous event (IBA 11.6.3), decoded from an EQE.
 struct async_event {
@@ -222,6 +223,11 @@ public:
     void arm(bool solicited_only = false);
     /// Polls up to wcs.size() completions; returns how many were written.
     inline unsigned poll(std::span<wc> wcs);
+    /// Removes the unpolled CQEs of QP `qpn` (mlx4_ib_cq_clean): used when
+    /// the QP is reset or destroyed, so that no completion of its old life
+    /// reaches its next one (the choice for C40, see docs/conformance.md).
+    /// Receive CQEs of a QP on an SRQ give their WQE back to `shared_rq`.
+    void clean(uint32_t qpn, srq *shared_rq);
     /// C48: a new ring of at least `entries`; CQEs not yet polled are kept.
     /// Fails (old CQ intact) if they would not fit (E16).
     status resize(uint32_t entries);
@@ -378,13 +384,14 @@ private:
                   const prm::qp_modify_mailbox &mb);
     prm::qp_modify_mailbox base_mailbox() const;
     void reset_rings();
+    void clean_cqs();
 
     context      &ctx_;
     uint32_t      qpn_ = ~0u, pd_ = 0;   ///< ~0: no number allocated yet
     qp_type       type_ = qp_type::rc;
     prm::qp_state state_ = prm::qp_state::rst;
     qp_caps       caps_;
-    uint32_t      send_cqn_ = 0, recv_cqn_ = 0;
+    cq           *send_cq_ = nullptr, *recv_cq_ = nullptr;
     uint8_t      *buf_ = nullptr;
     size_t        buf_size_ = 0;
     uint64_t      mtt_ = ~uint64_t{0};
