@@ -128,3 +128,26 @@ TEST_F(objects, C56_query_mpt_and_cq_and_adapter)
 
 } // namespace
 } // namespace mlx4x::test
+
+namespace mlx4x::test {
+namespace {
+
+// Keys carry an 8-bit tag that changes per registration; after it wraps no
+// key may equal the invalid L_Key (0x100) that ends a receive list, or a
+// receive into that MR would scatter nothing.
+TEST_F(objects, no_registration_ever_gets_the_invalid_lkey)
+{
+    endpoint fresh;   // MPT index 1 free: every registration below reuses it
+    fresh.open(fab);
+    std::vector<uint8_t> page(64);
+    for (int i = 0; i < 600; ++i) {
+        auto m = drv::mr::reg(*fresh.ctx, fresh.pd, page.data(), page.size(),
+                              drv::access_local_write);
+        ASSERT_EQ(prm::mkey_index((*m)->lkey()), 1u);
+        ASSERT_TRUE(m.ok());
+        ASSERT_NE((*m)->lkey(), prm::invalid_lkey) << i;
+    }
+}
+
+} // namespace
+} // namespace mlx4x::test

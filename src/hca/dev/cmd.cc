@@ -25,10 +25,6 @@ uint64_t steady_ns()
             .count());
 }
 
-template <typename T> T *dma(uint64_t addr)
-{
-    return reinterpret_cast<T *>(static_cast<uintptr_t>(addr));
-}
 
 } // namespace
 

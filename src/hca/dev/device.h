@@ -24,6 +24,13 @@ namespace mlx4x::engine { struct send_wqe; struct pkt; }
 
 namespace mlx4x::dev {
 
+/// The device's DMA address space is the driver process's virtual address
+/// space (docs/design-notes.md): a DMA address is a pointer.
+template <typename T> T *dma(uint64_t addr)
+{
+    return reinterpret_cast<T *>(static_cast<uintptr_t>(addr));
+}
+
 /// Device capabilities (reported by QUERY_DEV_CAP).
 struct limits {
     static constexpr uint32_t log_max_qp   = 16;
@@ -160,6 +167,8 @@ private:
     enum class scatter_result { ok, too_long, protection };
     scatter_result scatter(qp &q, uint32_t wqe_index, uint32_t offset,
                            std::span<const uint8_t> data);
+    scatter_result scatter_segs(const qp &q, const uint8_t *segs, size_t nseg,
+                                uint32_t offset, std::span<const uint8_t> data);
     void send_nak(qp &q, uint8_t syndrome);
     void responder_error(qp &q, ib::nak_code code);
     bool send_ack(qp &q);
@@ -169,8 +178,7 @@ private:
     // completer (comp.cc)
     void complete(qp &q, const engine::pkt &p);
     void complete_response(qp &q, const engine::pkt &p);
-    bool scatter_to_wqe(qp &q, const engine::send_wqe &w, uint32_t offset,
-                        std::span<const uint8_t> data);
+
     bool advance_acked(qp &q, uint32_t to);
     void retire_acked(qp &q);
     void complete_wqe(qp &q, uint32_t index, prm::cqe_syndrome syndrome,

@@ -16,10 +16,6 @@ namespace mlx4x::dev {
 using prm::cmd_status;
 
 namespace {
-template <typename T> T *dma(uint64_t addr)
-{
-    return reinterpret_cast<T *>(static_cast<uintptr_t>(addr));
-}
 constexpr uint32_t max_log_eq_size = 16;
 } // namespace
 

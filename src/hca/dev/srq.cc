@@ -14,10 +14,6 @@ namespace mlx4x::dev {
 using prm::cmd_status;
 
 namespace {
-template <typename T> T *dma(uint64_t addr)
-{
-    return reinterpret_cast<T *>(static_cast<uintptr_t>(addr));
-}
 uint16_t counter_of(const uint32_t *db)
 {
     return static_cast<uint16_t>(load_be32_acquire(db));
@@ -125,48 +121,53 @@ uint16_t device::recv_take(qp &q)
     return index;
 }
 
-/// Writes `data` at byte `offset` of receive WQE `wqe_index`, checking each
-/// entry's L_Key, PD, local write right and bounds.
-device::scatter_result device::scatter(qp &q, uint32_t wqe_index,
-                                       uint32_t offset,
-                                       std::span<const uint8_t> data)
+/// Writes `data` at byte `offset` of the buffers a list of data segments
+/// names, checking each entry's L_Key, PD, local write right and bounds
+/// (E26, E27). A receive list may end early with the invalid L_Key.
+device::scatter_result device::scatter_segs(const qp &q, const uint8_t *segs,
+                                            size_t nseg, uint32_t offset,
+                                            std::span<const uint8_t> data)
 {
-    const uint8_t *wqe;
-    size_t         bytes;
-    if (q.has_srq) {
-        const srq &s = srqs_[q.srqn];
-        wqe   = s.wqe(wqe_index) + sizeof(prm::wqe_srq_next_seg);
-        bytes = (size_t{1} << s.log_stride) - sizeof(prm::wqe_srq_next_seg);
-    } else {
-        wqe   = q.rq_wqe(wqe_index);
-        bytes = size_t{1} << q.rq_log_stride;
-    }
-    size_t   nseg = bytes / sizeof(prm::wqe_data_seg);
     uint32_t pos  = 0;
     size_t   done = 0;
     for (size_t i = 0; i < nseg && done < data.size(); ++i) {
         prm::wqe_data_seg d;
-        std::memcpy(&d, wqe + i * sizeof(d), sizeof(d));
+        std::memcpy(&d, segs + i * sizeof(d), sizeof(d));
         if (d.lkey.get() == prm::invalid_lkey) {
             break;
         }
         uint32_t n    = d.byte_count.get() & 0x7fffffff;
         uint64_t addr = d.addr.get();
-        if (pos + n > offset) {
+        if (pos + n > offset + done) {
             const mpt *m = find_mpt(d.lkey.get());
             if (!m || m->pd != q.pd || !(m->flags & prm::mpt_perm_local_write) ||
                 !m->covers(addr, n)) {
-                return scatter_result::protection;   // E26 / E27
+                return scatter_result::protection;
             }
-            uint32_t from = offset + done > pos ? uint32_t(offset + done - pos) : 0;
+            uint32_t from = uint32_t(offset + done - pos);
             size_t   cnt  = std::min<size_t>(n - from, data.size() - done);
-            std::memcpy(reinterpret_cast<uint8_t *>(static_cast<uintptr_t>(addr)) + from,
-                        data.data() + done, cnt);
+            std::memcpy(dma<uint8_t>(addr) + from, data.data() + done, cnt);
             done += cnt;
         }
         pos += n;
     }
     return done == data.size() ? scatter_result::ok : scatter_result::too_long;
+}
+
+/// Receive WQE `wqe_index` of the QP's RQ or SRQ.
+device::scatter_result device::scatter(qp &q, uint32_t wqe_index,
+                                       uint32_t offset,
+                                       std::span<const uint8_t> data)
+{
+    if (q.has_srq) {
+        const srq &s = srqs_[q.srqn];
+        size_t bytes = (size_t{1} << s.log_stride) - sizeof(prm::wqe_srq_next_seg);
+        return scatter_segs(q, s.wqe(wqe_index) + sizeof(prm::wqe_srq_next_seg),
+                            bytes / sizeof(prm::wqe_data_seg), offset, data);
+    }
+    return scatter_segs(q, q.rq_wqe(wqe_index),
+                        (size_t{1} << q.rq_log_stride) / sizeof(prm::wqe_data_seg),
+                        offset, data);
 }
 
 } // namespace mlx4x::dev

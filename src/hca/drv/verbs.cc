@@ -388,8 +388,13 @@ result<std::unique_ptr<mr>> mr::reg(context &ctx, uint32_t pd, void *addr,
 {
     uint32_t idx = ctx.alloc_mpt();
     // A fresh tag per registration, so a stale key of a reused index fails.
+    // Tag 0 is never used: index 1 with tag 0 would be 0x100, the invalid
+    // L_Key that ends a receive scatter list.
     static uint8_t tag = 0;
-    uint32_t key = prm::make_mkey(idx, ++tag);
+    if (++tag == 0) {
+        tag = 1;
+    }
+    uint32_t key = prm::make_mkey(idx, tag);
     if (status s = write_mpt(ctx, idx, key, pd, addr, len, access);
         s != status::ok) {
         ctx.free_mpt(idx);

@@ -97,15 +97,17 @@ void device::complete_response(qp &q, const engine::pkt &p)
             return;
         }
         uint32_t offset = uint32_t(ib::psn_diff(p.psn, *first_psn)) * q.mtu;
-        placed = scatter_to_wqe(q, w, offset, p.payload);
+        placed = scatter_segs(q, w.segs, w.segs_len / sizeof(prm::wqe_data_seg),
+                              offset, p.payload) == scatter_result::ok;
     } else {
         if (!p.has(ib::kind_atomic)) {
             return;
         }
         // The original value lands in local memory in host order.
         uint64_t orig = p.ext<ib::atomic_ack_eth>(ib::hdr_atomic_ack).orig.get();
-        placed = scatter_to_wqe(q, w, 0, {reinterpret_cast<const uint8_t *>(&orig),
-                                          sizeof(orig)});
+        placed = scatter_segs(q, w.segs, w.segs_len / sizeof(prm::wqe_data_seg), 0,
+                              {reinterpret_cast<const uint8_t *>(&orig),
+                               sizeof(orig)}) == scatter_result::ok;
     }
     if (!placed) {
         while (q.sq_tail != index) {
@@ -120,37 +122,6 @@ void device::complete_response(qp &q, const engine::pkt &p)
     q.retries_left = q.retry_cnt;
     retire_acked(q);
     q.timer_deadline = q.acked_psn == q.next_psn ? 0 : now() + ack_timeout_ns(q);
-}
-
-/// Writes READ data or an atomic result into the WQE's local buffers,
-/// checking each entry's L_Key, PD, local write right and bounds.
-bool device::scatter_to_wqe(qp &q, const engine::send_wqe &w, uint32_t offset,
-                            std::span<const uint8_t> data)
-{
-    uint32_t pos  = 0;
-    size_t   done = 0;
-    for (size_t o = 0; o + sizeof(prm::wqe_data_seg) <= w.segs_len &&
-                       done < data.size();
-         o += sizeof(prm::wqe_data_seg)) {
-        prm::wqe_data_seg d;
-        std::memcpy(&d, w.segs + o, sizeof(d));
-        uint32_t n    = d.byte_count.get() & 0x7fffffff;
-        uint64_t addr = d.addr.get();
-        if (pos + n > offset + done) {
-            const mpt *m = find_mpt(d.lkey.get());
-            if (!m || m->pd != q.pd || !(m->flags & prm::mpt_perm_local_write) ||
-                !m->covers(addr, n)) {
-                return false;
-            }
-            uint32_t from = uint32_t(offset + done - pos);
-            size_t   cnt  = std::min<size_t>(n - from, data.size() - done);
-            std::memcpy(reinterpret_cast<uint8_t *>(static_cast<uintptr_t>(addr)) + from,
-                        data.data() + done, cnt);
-            done += cnt;
-        }
-        pos += n;
-    }
-    return done == data.size();
 }
 
 void device::complete(qp &q, const engine::pkt &p)

@@ -227,8 +227,9 @@ static_assert(sizeof(mpt_entry) == 0x40);
 static_assert(offsetof(mpt_entry, start) == 0x10);
 static_assert(offsetof(mpt_entry, mtt_addr) == 0x2c);
 
-/// Memory keys: MPT index in bits 31:8 and an 8-bit tag in bits 7:0 that
-/// changes at every registration, so a stale key of a reused index fails.
+/// Memory keys: MPT index in bits 31:8 and an 8-bit tag (never 0, so no key
+/// equals invalid_lkey) in bits 7:0 that changes at every registration, so
+/// a stale key of a reused index fails.
 /// (mlx4 itself rotates the same two parts: key = index >> 24 | index << 8.)
 constexpr uint32_t mkey_index(uint32_t key) { return key >> 8; }
 constexpr uint32_t make_mkey(uint32_t index, uint8_t tag)
