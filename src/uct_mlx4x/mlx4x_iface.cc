@@ -265,12 +265,21 @@ status interface::send_conn_msg(uint16_t dlid, uint32_t dqpn, const conn_msg &m)
     if (!tx_credit_take()) {
         return status::no_resource;
     }
+    std::unique_ptr<drv::ah> &dest = conn_ahs_[dlid];
+    if (!dest) {
+        auto a = drv::ah::create(ctx(), md_.pd(), {.dlid = dlid});
+        if (!a.ok()) {
+            tx_credit_return();
+            return a.error();
+        }
+        dest = a.take();
+    }
     drv::send_wr wr;
     drv::sge     s{reinterpret_cast<uint64_t>(&m), sizeof(m), 0};
     wr.wr_id   = 0;
     wr.flags   = drv::send_signaled | drv::send_inline;
     wr.sg      = {&s, 1};
-    wr.ud_dlid = dlid;
+    wr.ud_ah   = dest.get();
     wr.ud_dqpn = dqpn;
     wr.ud_qkey = conn_qkey;
     status st = conn_qp_->post_send(wr);

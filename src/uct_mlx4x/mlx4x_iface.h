@@ -166,6 +166,7 @@ private:
     uint32_t                       max_inline_ = 0;
     std::unique_ptr<drv::cq>       send_cq_, recv_cq_;
     std::unique_ptr<drv::qp>       conn_qp_;
+    std::map<uint16_t, std::unique_ptr<drv::ah>> conn_ahs_;   ///< by LID
     slot_area                      conn_bufs_;
     uint32_t                       tx_credits_ = 0;
     std::vector<endpoint *>              eps_;        ///< by conn_id (index)

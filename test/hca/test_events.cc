@@ -254,7 +254,9 @@ TEST_F(events, E11_no_stale_event_for_a_reused_cq_number)
     drv::send_wr wr;
     wr.flags   = drv::send_signaled | drv::send_inline;
     wr.sg      = {&s, 1};
-    wr.ud_dlid = a.ctx->port().lid;
+    auto dest = drv::ah::create(*a.ctx, a.pd, {.dlid = a.ctx->port().lid});
+    ASSERT_TRUE(dest.ok());
+    wr.ud_ah   = dest->get();
     wr.ud_dqpn = 0xfff;   // nobody: the send still completes locally
     ASSERT_EQ((*q)->post_send(wr), status::ok);
     a.ctx->progress();

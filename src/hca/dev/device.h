@@ -120,6 +120,7 @@ private:
     cq  *find_cq(uint32_t cqn);
     const mpt *find_mpt(uint32_t key) const;
     void set_qp_error(qp &q);
+    void flush_sq(qp &q);
     void flush_all();
     void flush_queues(qp &q);
 

@@ -321,6 +321,55 @@ result<port_attr> context::query_port()
     return a;
 }
 
+uint32_t context::alloc_pd()
+{
+    uint32_t pd = next_pd_++;
+    pd_refs_[pd] = 0;
+    return pd;
+}
+
+status context::dealloc_pd(uint32_t pd)
+{
+    auto it = pd_refs_.find(pd);
+    if (it == pd_refs_.end()) {
+        return status::invalid_param;
+    }
+    if (it->second) {
+        return status::busy;   // E18
+    }
+    pd_refs_.erase(it);
+    return status::ok;
+}
+
+status context::hold_pd(uint32_t pd)
+{
+    auto it = pd_refs_.find(pd);
+    if (it == pd_refs_.end()) {
+        return status::invalid_param;   // C23: no such PD
+    }
+    ++it->second;
+    return status::ok;
+}
+
+void context::release_pd(uint32_t pd)
+{
+    if (auto it = pd_refs_.find(pd); it != pd_refs_.end() && it->second) {
+        --it->second;
+    }
+}
+
+// ---- address handles ----------------------------------------------------
+
+result<std::unique_ptr<ah>> ah::create(context &ctx, uint32_t pd, const attr &a)
+{
+    if (status s = ctx.hold_pd(pd); s != status::ok) {
+        return s;
+    }
+    return std::unique_ptr<ah>(new ah(ctx, pd, a));
+}
+
+ah::~ah() { ctx_.release_pd(pd_); }
+
 namespace {
 uint32_t take(std::vector<uint32_t> &free_list, uint32_t &next)
 {
@@ -386,6 +435,9 @@ status mr::write_mpt(context &ctx, uint32_t index, uint32_t key, uint32_t pd,
 result<std::unique_ptr<mr>> mr::reg(context &ctx, uint32_t pd, void *addr,
                                     size_t len, uint32_t access)
 {
+    if (status s = ctx.hold_pd(pd); s != status::ok) {
+        return s;
+    }
     uint32_t idx = ctx.alloc_mpt();
     // A fresh tag per registration, so a stale key of a reused index fails.
     // Tag 0 is never used: index 1 with tag 0 would be 0x100, the invalid
@@ -398,6 +450,7 @@ result<std::unique_ptr<mr>> mr::reg(context &ctx, uint32_t pd, void *addr,
     if (status s = write_mpt(ctx, idx, key, pd, addr, len, access);
         s != status::ok) {
         ctx.free_mpt(idx);
+        ctx.release_pd(pd);
         return s;
     }
     return std::unique_ptr<mr>(new mr(ctx, idx, key, pd, addr, len));
@@ -431,6 +484,7 @@ status mr::rereg(void *addr, size_t len, uint32_t access)
 
 mr::~mr()
 {
+    ctx_.release_pd(pd_);
     if (ctx_.command(prm::cmd_opcode::hw2sw_mpt, index_) == status::ok) {
         ctx_.free_mpt(index_);
     }
@@ -595,7 +649,11 @@ result<std::unique_ptr<srq>> srq::create(context &ctx, uint32_t pd,
         max_wr >= (1u << dev::limits::log_max_qp_sz)) {
         return status::invalid_param;
     }
+    if (status st = ctx.hold_pd(pd); st != status::ok) {
+        return st;
+    }
     std::unique_ptr<srq> s(new srq(ctx));
+    s->pd_held_    = true;
     s->pd_         = pd;
     s->max_sge_    = max_sge;
     s->size_       = std::bit_ceil(max_wr + 1);   // one entry stays spare
@@ -641,6 +699,9 @@ result<std::unique_ptr<srq>> srq::create(context &ctx, uint32_t pd,
 
 srq::~srq()
 {
+    if (pd_held_) {
+        ctx_.release_pd(pd_);
+    }
     if (srqn_ != ~0u) {
         if (status s = ctx_.command(prm::cmd_opcode::hw2sw_srq, srqn_);
             s != status::ok) {
@@ -686,7 +747,11 @@ result<std::unique_ptr<qp>> qp::create(context &ctx, uint32_t pd, qp_type type,
         caps.max_recv_sge > dev::limits::max_sg) {
         return status::invalid_param;
     }
+    if (status s = ctx.hold_pd(pd); s != status::ok) {
+        return s;   // C23: a QP needs an allocated PD
+    }
     std::unique_ptr<qp> q(new qp(ctx));
+    q->pd_held_  = true;
     q->pd_       = pd;
     q->type_     = type;
     q->srq_      = shared_rq;
@@ -735,6 +800,9 @@ result<std::unique_ptr<qp>> qp::create(context &ctx, uint32_t pd, qp_type type,
 
 qp::~qp()
 {
+    if (pd_held_) {
+        ctx_.release_pd(pd_);
+    }
     if (qpn_ != ~0u) {
         if (state_ != prm::qp_state::rst) {
             (void)ctx_.command(prm::cmd_opcode::to_rst_qp, qpn_);

@@ -15,6 +15,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <span>
 #include <vector>
@@ -67,7 +68,14 @@ public:
 
     const port_attr &port() const { return port_; }
     result<port_attr> query_port();
-    uint32_t alloc_pd() { return next_pd_++; }
+    /// Protection domains are numbers with reference counts (C24): every
+    /// MR, QP, SRQ and AH created in one holds it.
+    uint32_t alloc_pd();
+    /// E18: busy while objects still belong to the PD.
+    status   dealloc_pd(uint32_t pd);
+    /// C23: objects are only created in an allocated PD.
+    status   hold_pd(uint32_t pd);
+    void     release_pd(uint32_t pd);
 
     /// Gives the device its time slice (DESIGN decision 5).
     unsigned progress(unsigned budget = 64) { return dev_->progress(budget); }
@@ -140,6 +148,7 @@ private:
     std::unique_ptr<void, free_deleter>  mailbox_;
     port_attr                            port_;
     uint32_t                             next_pd_ = 1;
+    std::map<uint32_t, uint32_t>         pd_refs_;   ///< allocated PD -> users
     std::vector<uint32_t>                free_cqns_, free_qpns_, free_mpts_,
                                          free_mtts_, free_srqns_;
     uint32_t                             next_cqn_ = 1, next_qpn_ = 0x40,
@@ -184,6 +193,32 @@ private:
     uint32_t index_, key_, pd_;
     void    *addr_;
     size_t   len_;
+};
+
+// ---- address handles --------------------------------------------------
+
+/// A UD destination (C28-C30). As in libmlx4 the address vector is copied
+/// into each UD WQE's datagram segment, with the AH's port and PD, which the
+/// device checks against the QP's (E23, E24).
+class ah {
+public:
+    struct attr {
+        uint16_t dlid;
+        uint8_t  sl   = 0;
+        uint8_t  port = 1;
+    };
+    static result<std::unique_ptr<ah>> create(context &ctx, uint32_t pd,
+                                              const attr &a);
+    ~ah();
+    const attr &query() const { return attr_; }
+    void modify(const attr &a) { attr_ = a; }
+    uint32_t pd() const { return pd_; }
+
+private:
+    ah(context &c, uint32_t pd, const attr &a) : ctx_(c), pd_(pd), attr_(a) {}
+    context &ctx_;
+    uint32_t pd_;
+    attr     attr_;
 };
 
 // ---- completion queues ------------------------------------------------
@@ -280,6 +315,7 @@ private:
     }
 
     context &ctx_;
+    bool     pd_held_ = false;
     uint32_t srqn_ = 0, pd_ = 0, size_ = 0, log_stride_ = 0, max_sge_ = 0;
     uint16_t head_ = 0, tail_ = 0, counter_ = 0;
     uint32_t posted_ = 0;
@@ -325,7 +361,7 @@ struct send_wr {
     uint32_t               rkey = 0;
     uint64_t               compare_add = 0;  ///< atomics
     uint64_t               swap = 0;
-    uint16_t               ud_dlid = 0;      ///< UD destination
+    const ah              *ud_ah = nullptr;  ///< UD destination
     uint32_t               ud_dqpn = 0;
     uint32_t               ud_qkey = 0;
 };
@@ -387,6 +423,7 @@ private:
     void clean_cqs();
 
     context      &ctx_;
+    bool          pd_held_ = false;
     uint32_t      qpn_ = ~0u, pd_ = 0;   ///< ~0: no number allocated yet
     qp_type       type_ = qp_type::rc;
     prm::qp_state state_ = prm::qp_state::rst;

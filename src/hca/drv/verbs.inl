@@ -85,8 +85,8 @@ inline status qp::post_send(const send_wr &wr)
     // C37/E1: posting to a QP that cannot send is an immediate error. In
     // SQD the WQE waits for SQD2RTS (E3); in ERROR it is flushed (E4).
     if (state_ != prm::qp_state::rts && state_ != prm::qp_state::sqd &&
-        state_ != prm::qp_state::err) {
-        return status::invalid_param;
+        state_ != prm::qp_state::sqer && state_ != prm::qp_state::err) {
+        return status::invalid_param;   // in SQE / ERROR: flushed (E4)
     }
     if (sq_outstanding() >= sq_size_) {
         return status::no_resource;   // C62: never overwrite a WQE
@@ -105,9 +105,14 @@ inline status qp::post_send(const send_wr &wr)
     size_t   off    = sizeof(prm::wqe_ctrl_seg);
 
     if (type_ == qp_type::ud) {
+        if (!wr.ud_ah) {
+            return status::invalid_param;
+        }
         prm::wqe_datagram_seg d{};
-        d.port_pd.set((1u << 24) | pd_);
-        d.dlid.set(wr.ud_dlid);
+        const ah::attr &av = wr.ud_ah->query();
+        d.port_pd.set(uint32_t(av.port) << 24 | wr.ud_ah->pd());
+        d.dlid.set(av.dlid);
+        d.sl_tclass_flowlabel.set(uint32_t(av.sl) << 28);
         d.dqpn.set(wr.ud_dqpn);
         d.qkey.set(wr.ud_qkey);
         std::memcpy(wqe + off, &d, sizeof(d));

@@ -353,6 +353,20 @@ void device::write_cqe(qp &q, bool is_send, const prm::cqe &c, bool solicited)
     }
 }
 
+void device::flush_sq(qp &q)
+{
+    while (q.sq_tail != q.sq_head) {
+        complete_wqe(q, q.sq_tail++, prm::cqe_syndrome::wr_flush_err, true);
+    }
+    while (engine::sq_wqe_ready(q, q.sq_tail)) {
+        complete_wqe(q, q.sq_tail++, prm::cqe_syndrome::wr_flush_err, true);
+    }
+    q.sq_head = q.cur_wqe = q.sq_tail;
+    q.sending = false;
+    q.rd_atomic_inflight = 0;
+    q.timer_deadline = 0;
+}
+
 void device::flush_all()
 {
     for (uint32_t qpn : active_qpns_) {
@@ -379,16 +393,7 @@ void device::flush_queues(qp &q)
     if (!q.valid) {
         return;   // RESET -> ERROR before RST2INIT: no queues yet
     }
-    while (q.sq_tail != q.sq_head) {
-        complete_wqe(q, q.sq_tail++, prm::cqe_syndrome::wr_flush_err, true);
-    }
-    while (engine::sq_wqe_ready(q, q.sq_tail)) {
-        complete_wqe(q, q.sq_tail++, prm::cqe_syndrome::wr_flush_err, true);
-    }
-    q.sq_head = q.cur_wqe = q.sq_tail;
-    q.sending = false;
-    q.rd_atomic_inflight = 0;
-    q.timer_deadline = 0;
+    flush_sq(q);
     if (q.rq_db) {
         // The SRQ's WQEs belong to the SRQ, not to a failed QP.
         while (!q.has_srq && recv_available(q)) {

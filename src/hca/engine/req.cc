@@ -95,6 +95,10 @@ void device::run_requesters()
             flush_queues(*q);   // WQEs posted in ERROR complete as flushed
             continue;
         }
+        if (q->state == prm::qp_state::sqer) {
+            flush_sq(*q);       // and in SQE, those of the send queue (E4)
+            continue;
+        }
         for (unsigned i = 0; i < burst_per_qp && send_one_packet(*q); ++i) {
         }
         if (q->state == prm::qp_state::sqd && !q->drained_sent && !q->sending &&
@@ -139,7 +143,14 @@ bool device::send_one_packet(qp &q)
         if (int32_t(q.sq_tail - q.sq_head) > 0) {
             q.sq_head = q.sq_tail;
         }
-        set_qp_error(q);
+        if (q.st == prm::qp_st::ud) {
+            // IBA 10.3.1: a UD send error stops only the send queue (SQE);
+            // receives go on, SQERR2RTS resumes.
+            q.state = prm::qp_state::sqer;
+            flush_sq(q);
+        } else {
+            set_qp_error(q);
+        }
         return false;
     };
     send_wqe w;
@@ -166,6 +177,12 @@ bool device::send_one_packet(qp &q)
     bool     last   = offset + chunk == w.total_len;
     if (ud && !last) {
         return fail(prm::cqe_syndrome::local_length_err);
+    }
+    if (ud && w.ud_port != 1) {
+        return fail(prm::cqe_syndrome::local_qp_op_err);   // E23: no such port
+    }
+    if (ud && w.ud_pd != q.pd) {
+        return fail(prm::cqe_syndrome::local_prot_err);    // E24: AV of another PD
     }
 
     // Payload: straight from the inline data or the single gather entry

@@ -26,7 +26,7 @@ void device::on_frame(std::span<const uint8_t> frame)
     count(counter::rx_bytes, p->payload.size());
     qp *q = find_qp(p->dest_qp);
     if (!q || (q->state != prm::qp_state::rtr && q->state != prm::qp_state::rts &&
-               q->state != prm::qp_state::sqd)) {
+               q->state != prm::qp_state::sqd && q->state != prm::qp_state::sqer)) {
         count(counter::unknown_qp);   // no such QP / not receiving: drop
         return;
     }

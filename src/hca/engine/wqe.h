@@ -20,7 +20,8 @@ struct send_wqe {
     uint32_t rkey  = 0;
     uint64_t swap_add = 0, compare = 0;   ///< atomics
     uint16_t ud_dlid = 0;
-    uint32_t ud_dqpn = 0, ud_qkey = 0;
+    uint8_t  ud_port = 0;
+    uint32_t ud_pd = 0, ud_dqpn = 0, ud_qkey = 0;
     const uint8_t *segs;     ///< data or inline segments
     size_t   segs_len;
     bool     is_inline = false;
@@ -104,6 +105,8 @@ inline bool decode_send_wqe(const dev::qp &q, uint32_t index, send_wqe &w)
         prm::wqe_datagram_seg d;
         std::memcpy(&d, p + off, sizeof(d));
         w.ud_dlid = d.dlid.get();
+        w.ud_port = uint8_t(d.port_pd.get() >> 24);
+        w.ud_pd   = d.port_pd.get() & 0xffffff;
         w.ud_dqpn = d.dqpn.get() & 0xffffff;
         w.ud_qkey = d.qkey.get();
         off += sizeof(d);
