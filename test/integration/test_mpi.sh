@@ -31,6 +31,24 @@ else
     fail "mlx4x counters do not show the job's traffic ($n tx_bytes lines, $total bytes)"
     grep -E '^(tx|rx)_' "$log"
 fi
+# MPI correctness on 2 and 4 ranks: point-to-point (sizes 0 B .. 16 MiB,
+# ANY_SOURCE/ANY_TAG, probe, cancel, many outstanding requests),
+# collectives and one-sided through osc ucx.
+suite="$top_builddir/test/mpi/mpi_suite"
+for np in 2 4; do
+    timeout 600 mpirun --allow-run-as-root --oversubscribe -np $np \
+        -x UCX_MLX4X_FABRIC -x MLX4X_LIB -x OMPI_MCA_osc=ucx \
+        "$RUN" "$suite" >"$log" 2>&1
+    rc=$?
+    n_ok=$(grep -c '^ok ' "$log")
+    if [ $rc -eq 0 ] && [ "$n_ok" -eq 7 ] && grep -q "^# $np ranks: 0 failed" "$log"; then
+        ok "MPI suite on $np ranks: $n_ok checks"
+    else
+        fail "MPI suite on $np ranks (exit $rc, $n_ok checks ok)"
+        grep -v '^ok ' "$log" | tail -15
+    fi
+done
+
 # Without the plugin, UCX_TLS=mlx4x,self cannot reach the peer: the job must
 # fail rather than silently use another path.
 timeout 120 env MLX4X_LIB=/nonexistent/libuct_mlx4x.so mpirun --allow-run-as-root \
