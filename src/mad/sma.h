@@ -8,7 +8,7 @@
 #pragma once
 
 #include "hca/base/status.h"
-#include "mad/mad_wire.h"
+#include "hca/ib/ib_mad.h"
 
 #include <chrono>
 #include <cstdint>

@@ -4,6 +4,7 @@
 #include "uct_mlx4x/mlx4x_boundary.h"
 #include "hca/base/log.h"
 #include "hca/fabric/shm_fabric.h"
+#include "mad/device_sma.h"
 
 #include <chrono>
 #include <cstring>
@@ -58,7 +59,8 @@ result<std::unique_ptr<memory_domain>> memory_domain::open()
         return f.error();
     }
     m->fabric_ = f.take();
-    auto c = drv::context::open(*m->fabric_);
+    auto c = drv::context::open(*m->fabric_, nullptr,
+                                std::make_unique<mad::device_sma>());
     if (!c.ok()) {
         return c.error();
     }

@@ -3,7 +3,7 @@
 // requests (LID-routed and directed-route) in the IBA ch.14 formats.
 #pragma once
 
-#include "mad/mad_wire.h"
+#include "hca/ib/ib_mad.h"
 #include "mad/sma.h"
 
 #include <bit>

@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // Byte layouts of the MAD formats (IBA Vol.1 13.4, 14.2; seed C2): where
 // each header field and each sub-byte PortInfo field lands on the wire,
-// big-endian (C71). The static_asserts in mad_wire.h pin the offsets; these
+// big-endian (C71). The static_asserts in ib_mad.h pin the offsets; these
 // tests pin the bit positions inside the bytes.
-#include "mad/mad_wire.h"
+#include "hca/ib/ib_mad.h"
 
 #include <gtest/gtest.h>
 

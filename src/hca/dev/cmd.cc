@@ -39,8 +39,8 @@ const char *counter_name(counter c)
     return names[static_cast<unsigned>(c)];
 }
 
-device::device(fabric::fabric &fab, clock_fn clock)
-    : fabric_(fab), clock_(clock ? clock : steady_ns),
+device::device(fabric::fabric &fab, clock_fn clock, std::unique_ptr<sma_hook> sma)
+    : fabric_(fab), clock_(clock ? clock : steady_ns), sma_(std::move(sma)),
       mtts_(size_t{1} << 16), mpts_(size_t{1} << 12), cqs_(size_t{1} << 10),
       eqs_(32), srqs_(size_t{1} << 8), qps_(size_t{1} << 12)
 {
@@ -130,6 +130,8 @@ cmd_status device::dispatch(cmd_opcode op, uint8_t op_mod,
     case cmd_opcode::init_port:  return cmd_init_port(in_mod);
     case cmd_opcode::close_port: return cmd_close_port(in_mod);
     case cmd_opcode::query_port: return cmd_query_port(in_mod, out_param);
+    case cmd_opcode::mad_ifc:
+        return cmd_mad_ifc(in_mod, op_mod, in_param, out_param);
     case cmd_opcode::write_mtt:  return cmd_write_mtt(in_mod, in_param);
     case cmd_opcode::sw2hw_mpt:  return cmd_sw2hw_mpt(in_mod, in_param);
     case cmd_opcode::hw2sw_mpt:  return cmd_hw2sw_mpt(in_mod);
@@ -197,6 +199,9 @@ cmd_status device::cmd_init_port(uint32_t port)
         return cmd_status::internal_err;
     }
     port_ = p.take();
+    if (sma_) {
+        sma_->port_up(port_->lid(), port_->port_guid());
+    }
     async_event(prm::eqe_type::port_change, port << 28, prm::port_change_active);
     return cmd_status::ok;
 }
@@ -208,6 +213,9 @@ cmd_status device::cmd_close_port(uint32_t port)
     }
     if (port_) {
         port_.reset();
+        if (sma_) {
+            sma_->port_down();
+        }
         async_event(prm::eqe_type::port_change, port << 28,
                     prm::port_change_down);
     }
@@ -229,6 +237,26 @@ cmd_status device::cmd_query_port(uint32_t port, uint64_t outbox)
         o->port_guid.set(port_->port_guid());
         o->node_guid.set(port_->port_guid() & ~uint64_t{0xff});
     }
+    return cmd_status::ok;
+}
+
+/// MAD_IFC: a 256-byte MAD for the firmware's SMA (how mlx4's query_port
+/// works); an empty outbox means the SMA answered nothing.
+cmd_status device::cmd_mad_ifc(uint32_t port, uint8_t op_mod, uint64_t inbox,
+                               uint64_t outbox)
+{
+    if (port != 1) {
+        return cmd_status::bad_index;
+    }
+    if (!sma_) {
+        return cmd_status::bad_op;
+    }
+    // The request is copied first: a driver may hand overlapping boxes.
+    std::array<uint8_t, prm::mad_ifc_box_size> request;
+    std::memcpy(request.data(), dma<const uint8_t>(inbox), request.size());
+    auto *out = dma<uint8_t>(outbox);
+    std::memset(out, 0, prm::mad_ifc_box_size);
+    (void)sma_->process(request.data(), out, op_mod & prm::mad_ifc_ignore_m_key);
     return cmd_status::ok;
 }
 

@@ -8,6 +8,7 @@
 
 #include "hca/base/status.h"
 #include "hca/dev/objects.h"
+#include "hca/dev/sma_hook.h"
 #include "hca/fabric/fabric.h"
 #include "hca/ib/ib_hdr.h"
 #include "hca/prm/prm_cmd.h"
@@ -56,8 +57,10 @@ using clock_fn = uint64_t (*)();   ///< monotonic nanoseconds
 
 class device final : fabric::frame_sink {
 public:
-    /// The device attaches one port to `fab` when INIT_PORT runs.
-    explicit device(fabric::fabric &fab, clock_fn clock = nullptr);
+    /// The device attaches one port to `fab` when INIT_PORT runs. `sma` is
+    /// its subnet management agent (MAD_IFC); without one, MAD_IFC fails.
+    explicit device(fabric::fabric &fab, clock_fn clock = nullptr,
+                    std::unique_ptr<sma_hook> sma = nullptr);
     ~device();
     device(const device &) = delete;
     device &operator=(const device &) = delete;
@@ -86,6 +89,8 @@ private:
     prm::cmd_status cmd_init_port(uint32_t port);
     prm::cmd_status cmd_close_port(uint32_t port);
     prm::cmd_status cmd_query_port(uint32_t port, uint64_t outbox);
+    prm::cmd_status cmd_mad_ifc(uint32_t port, uint8_t op_mod, uint64_t inbox,
+                                uint64_t outbox);
     prm::cmd_status cmd_write_mtt(uint32_t count, uint64_t inbox);
     uint8_t        *mtt_buffer(uint8_t addr_h, uint32_t addr_l) const;
     prm::cmd_status cmd_sw2hw_mpt(uint32_t index, uint64_t inbox);
@@ -210,6 +215,7 @@ private:
     fabric::fabric                &fabric_;
     clock_fn                       clock_;
     std::unique_ptr<fabric::port>  port_;
+    std::unique_ptr<sma_hook>      sma_;
     bool                           hca_up_ = false;
     /// Port 1's P_Key table (IBA 10.9.2); index 0: default full member.
     std::array<uint16_t, 16>       pkey_table_{0xffff};

@@ -61,10 +61,11 @@ context::context(std::unique_ptr<dev::device> d)
 }
 
 result<std::unique_ptr<context>> context::open(fabric::fabric &fab,
-                                               dev::clock_fn clock)
+                                               dev::clock_fn clock,
+                                               std::unique_ptr<dev::sma_hook> sma)
 {
-    std::unique_ptr<context> c(
-        new context(std::make_unique<dev::device>(fab, clock)));
+    std::unique_ptr<context> c(new context(
+        std::make_unique<dev::device>(fab, clock, std::move(sma))));
     if (!c->mailbox_) {
         return status::no_memory;
     }
@@ -306,7 +307,77 @@ status context::command(prm::cmd_opcode op, uint32_t in_mod, uint64_t in_param,
     return from_cmd(st);
 }
 
+status context::mad_ifc(const mad::mad &in, mad::mad &out, bool ignore_m_key)
+{
+    // The request in the first half of the mailbox, the response in the
+    // second: the firmware writes the outbox while it reads the inbox.
+    auto *box = static_cast<uint8_t *>(mailbox());
+    static_assert(2 * sizeof(mad::mad) <= prm::mailbox_size);
+    std::memcpy(box, &in, sizeof(in));
+    uint64_t outbox = dma_addr(box + prm::mailbox_size / 2);
+    if (status s = command(prm::cmd_opcode::mad_ifc, 1, dma_addr(box), &outbox,
+                           ignore_m_key ? prm::mad_ifc_ignore_m_key : 0);
+        s != status::ok) {
+        return s;
+    }
+    std::memcpy(&out, box + prm::mailbox_size / 2, sizeof(out));
+    // An all-zero outbox: the SMA generated no response.
+    return out.hdr.base_version ? status::ok : status::no_message;
+}
+
+namespace {
+
+/// A local Get(attr) SMP, LID-routed (IBA 14.2.1.1).
+mad::mad smp_get(mad::smp_attr attr)
+{
+    mad::smp s{};
+    s.hdr.base_version  = mad::base_version;
+    s.hdr.mgmt_class    = static_cast<uint8_t>(mad::mgmt_class::subn_lid_routed);
+    s.hdr.class_version = mad::smp_class_version;
+    s.hdr.method        = static_cast<uint8_t>(mad::method::get);
+    s.hdr.attr_id.set(static_cast<uint16_t>(attr));
+    return std::bit_cast<mad::mad>(s);
+}
+
+} // namespace
+
 result<port_attr> context::query_port()
+{
+    mad::mad resp;
+    status s = mad_ifc(smp_get(mad::smp_attr::node_info), resp);
+    if (s == status::unsupported) {
+        return query_port_cmd();
+    }
+    if (s != status::ok) {
+        return s;
+    }
+    if (resp.hdr.status.get() != 0) {
+        return status::io_error;
+    }
+    auto ni = std::bit_cast<mad::smp>(resp);
+    mad::node_info node;
+    std::memcpy(&node, ni.data, sizeof(node));
+
+    if (s = mad_ifc(smp_get(mad::smp_attr::port_info), resp); s != status::ok) {
+        return s;
+    }
+    if (resp.hdr.status.get() != 0) {
+        return status::io_error;
+    }
+    auto pi_smp = std::bit_cast<mad::smp>(resp);
+    mad::port_info pi;
+    std::memcpy(&pi, pi_smp.data, sizeof(pi));
+
+    port_attr a;
+    a.lid       = pi.lid.get();
+    a.state     = mad::pi_port_state::get(pi.speed_sup_state);
+    a.mtu       = 128u << mad::pi_neighbor_mtu::get(pi.neighbor_mtu_sm_sl);
+    a.port_guid = node.port_guid.get();
+    a.node_guid = node.node_guid.get();
+    return a;
+}
+
+result<port_attr> context::query_port_cmd()
 {
     if (status s = command(prm::cmd_opcode::query_port, 1); s != status::ok) {
         return s;

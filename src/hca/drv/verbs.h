@@ -7,6 +7,7 @@
 #include "hca/base/status.h"
 #include "hca/dev/device.h"
 #include "hca/fabric/fabric.h"
+#include "hca/ib/ib_mad.h"
 #include "hca/prm/prm_cmd.h"
 #include "hca/prm/prm_cqe.h"
 #include "hca/prm/prm_ctx.h"
@@ -57,8 +58,12 @@ struct port_attr {
 /// An opened HCA: owns the device model instance (our "PCI function").
 class context {
 public:
-    static result<std::unique_ptr<context>> open(fabric::fabric &fab,
-                                                 dev::clock_fn clock = nullptr);
+    /// `sma` becomes the device firmware's subnet management agent (the
+    /// UCT layer passes mad::device_sma); without one, MAD_IFC is refused
+    /// and query_port() falls back to QUERY_PORT.
+    static result<std::unique_ptr<context>>
+    open(fabric::fabric &fab, dev::clock_fn clock = nullptr,
+         std::unique_ptr<dev::sma_hook> sma = nullptr);
     ~context();
 
     /// Issues one firmware command through the HCR and waits for it.
@@ -67,7 +72,14 @@ public:
     void *mailbox() { return mailbox_.get(); }
 
     const port_attr &port() const { return port_; }
+    /// The port's attributes, as mlx4_ib reads them: NodeInfo and PortInfo
+    /// SMPs through MAD_IFC (C2), or QUERY_PORT without an SMA.
     result<port_attr> query_port();
+    /// One SMP through MAD_IFC. `ignore_m_key` is op_mod bit 0 (mlx4's
+    /// MLX4_MAD_IFC_IGNORE_MKEY). status::no_message: the SMA consumed the
+    /// MAD without a response (e.g. an M_Key violation, IBA 14.2.4.1);
+    /// status::unsupported: no SMA.
+    status mad_ifc(const mad::mad &in, mad::mad &out, bool ignore_m_key = true);
     /// Protection domains are numbers with reference counts (C24): every
     /// MR, QP, SRQ and AH created in one holds it.
     uint32_t alloc_pd();
@@ -136,6 +148,7 @@ public:
 
 private:
     explicit context(std::unique_ptr<dev::device> d);
+    result<port_attr> query_port_cmd();
     status create_eq(event_queue &eq, uint32_t eqn, uint32_t entries,
                      uint8_t vector, uint64_t async_mask);
     void   destroy_eq(event_queue &eq);

@@ -74,6 +74,12 @@ enum class cmd_status : uint8_t {
 
 constexpr size_t mailbox_size = 4096;
 
+/// MAD_IFC: in_param = inbox and out_param = outbox, each one 256-byte MAD
+/// (IBA 13.4.1); in_modifier = port. op_modifier bit 0 is mlx4's
+/// MLX4_MAD_IFC_IGNORE_MKEY: the firmware SMA skips the M_Key check.
+constexpr size_t  mad_ifc_box_size     = 256;
+constexpr uint8_t mad_ifc_ignore_m_key = 1u << 0;
+
 /// Host Command Register: seven big-endian dwords.
 struct hcr {
     be64_split in_param;     ///< 0x00

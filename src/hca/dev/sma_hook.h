@@ -1,0 +1,23 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// Where the subnet management agent plugs into the device's firmware: the
+// SMA lives above the device (src/mad/) and is handed to it by whoever
+// builds the device, so dependencies keep pointing down. MAD_IFC reaches
+// it, as SMPs on QP0 will.
+#pragma once
+
+#include <cstdint>
+
+namespace mlx4x::dev {
+
+class sma_hook {
+public:
+    virtual ~sma_hook() = default;
+    /// The port's link came up and the fabric gave it `lid`.
+    virtual void port_up(uint16_t lid, uint64_t port_guid) = 0;
+    virtual void port_down() = 0;
+    /// One 256-byte MAD; true when `out` holds the response. `local` means
+    /// MAD_IFC with the ignore-M_Key op_modifier (mlx4 op_mod bit 0).
+    virtual bool process(const uint8_t *in, uint8_t *out, bool local) = 0;
+};
+
+} // namespace mlx4x::dev

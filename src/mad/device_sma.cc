@@ -1,0 +1,85 @@
+// SPDX-License-Identifier: BSD-3-Clause
+#include "mad/device_sma.h"
+
+#include "hca/base/log.h"
+
+#include <cstring>
+
+namespace mlx4x::mad {
+
+void device_sma::port_up(uint16_t lid, uint64_t port_guid)
+{
+    port_state p;
+    p.port_guid = port_guid;
+    // The node GUID the device reports in QUERY_PORT (port GUID, low byte 0).
+    p.node_guid = port_guid & ~uint64_t{0xff};
+    p.system_image_guid = p.node_guid;
+    // No master SM: sm_lid stays 0, so no trap is queued for nobody.
+    agent_ = std::make_unique<sma>(std::move(p));
+    agent_->link_up();   // DOWN -> INIT (IBA 7.2)
+    // The SM's bring-up sequence (IBA 14.4.5): LID in INIT, then ARMED,
+    // then ACTIVE. Each step is a legal transition; a failure means the
+    // state machine and this sequence disagree, a bug worth a log line.
+    if (!set_port_info(lid, logical_state::nop) ||
+        !set_port_info(lid, logical_state::armed) ||
+        !set_port_info(lid, logical_state::active)) {
+        MLX4X_ERROR("sma: port bring-up to active with lid %u failed", lid);
+    }
+}
+
+void device_sma::port_down()
+{
+    if (agent_) {
+        agent_->link_down();
+    }
+    agent_.reset();
+}
+
+bool device_sma::process(const uint8_t *in, uint8_t *out, bool local)
+{
+    if (!agent_) {
+        return false;   // port down: no SMA answers (MAD_IFC outbox empty)
+    }
+    mad request, response;
+    std::memcpy(&request, in, sizeof(request));
+    if (agent_->process(request, response, local) != status::ok) {
+        return false;
+    }
+    std::memcpy(out, &response, sizeof(response));
+    return true;
+}
+
+/// A local Set(PortInfo) of `lid` and `state` on the current PortInfo.
+bool device_sma::set_port_info(uint16_t lid, logical_state state)
+{
+    smp get{};
+    get.hdr.base_version  = base_version;
+    get.hdr.mgmt_class    = static_cast<uint8_t>(mgmt_class::subn_lid_routed);
+    get.hdr.class_version = smp_class_version;
+    get.hdr.method        = static_cast<uint8_t>(method::get);
+    get.hdr.attr_id.set(static_cast<uint16_t>(smp_attr::port_info));
+    mad in, out;
+    std::memcpy(&in, &get, sizeof(in));
+    if (agent_->process(in, out, true) != status::ok) {
+        return false;
+    }
+    smp set;
+    std::memcpy(&set, &out, sizeof(set));
+    set.hdr.method = static_cast<uint8_t>(method::set);
+    set.hdr.status.set(0);
+    port_info pi;
+    std::memcpy(&pi, set.data, sizeof(pi));
+    pi.lid.set(lid);
+    pi_port_state::set(pi.speed_sup_state, static_cast<uint8_t>(state));
+    pi_phys_state::set(pi.phys_state_down_default, 0);   // NOP
+    std::memcpy(set.data, &pi, sizeof(pi));
+    std::memcpy(&in, &set, sizeof(in));
+    if (agent_->process(in, out, true) != status::ok) {
+        return false;
+    }
+    smp resp;
+    std::memcpy(&resp, &out, sizeof(resp));
+    return resp.hdr.status.get() == 0;
+}
+
+} // namespace mlx4x::mad

@@ -1,0 +1,31 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// The device's firmware SMA: plugs mad::sma into the device's sma_hook so
+// MAD_IFC (and later QP0) reach it. The fabric stands in for the subnet
+// manager: when the link comes up it has already assigned the LID, and the
+// agent applies it as an SM would (IBA 14.4: Set PortInfo LID, then
+// PortState ARMED and ACTIVE), through the same state machine SMPs drive.
+#pragma once
+
+#include "hca/dev/sma_hook.h"
+#include "mad/sma.h"
+
+#include <memory>
+
+namespace mlx4x::mad {
+
+class device_sma final : public dev::sma_hook {
+public:
+    void port_up(uint16_t lid, uint64_t port_guid) override;
+    void port_down() override;
+    bool process(const uint8_t *in, uint8_t *out, bool local) override;
+
+    /// The agent while the port is up, else nullptr.
+    const sma *agent() const { return agent_.get(); }
+
+private:
+    bool set_port_info(uint16_t lid, logical_state state);
+
+    std::unique_ptr<sma> agent_;
+};
+
+} // namespace mlx4x::mad

@@ -1,0 +1,168 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// The firmware SMA behind MAD_IFC (mlx4 command 0x24): the driver reads its
+// port through NodeInfo/PortInfo SMPs as mlx4_ib does, the ignore-M_Key
+// op_modifier decides whether M_Key protection applies, malformed MADs get
+// an IBA status instead of a crash, and a device without an SMA refuses the
+// command. Seeds: C2 (SMA answers ch.14 SMPs; digest GAP note: MAD_IFC),
+// E42 (bad M_Key: the SMP is not honoured), E44 (DR hop count 0 is local).
+#include "sma_test_util.h"
+#include "hca/drv/verbs.h"
+#include "hca/fabric/loopback.h"
+#include "mad/device_sma.h"
+
+#include <gtest/gtest.h>
+
+#include <bit>
+
+namespace mlx4x::mad::test {
+namespace {
+
+constexpr uint16_t st_bad_version = 0x0004;
+
+class mad_ifc : public ::testing::Test {
+protected:
+    fabric::loopback_fabric            fab_;
+    device_sma                        *agent_ = nullptr;   // owned by ctx_
+    std::unique_ptr<drv::context>      ctx_;
+
+    void SetUp() override
+    {
+        auto sma = std::make_unique<device_sma>();
+        agent_ = sma.get();
+        auto c = drv::context::open(fab_, nullptr, std::move(sma));
+        ASSERT_TRUE(c.ok());
+        ctx_ = c.take();
+    }
+
+    /// Sends `s` through MAD_IFC; returns the status and the response.
+    status run(const smp &s, smp &out, bool ignore_m_key = true)
+    {
+        mad resp{};
+        status st = ctx_->mad_ifc(to_mad(s), resp, ignore_m_key);
+        out = to_smp(resp);
+        return st;
+    }
+
+    port_info port_info_now()
+    {
+        smp out;
+        EXPECT_EQ(run(make_smp(method::get, smp_attr::port_info), out),
+                  status::ok);
+        port_info pi;
+        std::memcpy(&pi, out.data, sizeof(pi));
+        return pi;
+    }
+};
+
+TEST_F(mad_ifc, C2_port_comes_up_active_through_the_sma)
+{
+    ASSERT_NE(agent_->agent(), nullptr);
+    const port_state &st = agent_->agent()->state();
+    EXPECT_EQ(st.state, logical_state::active);
+    EXPECT_NE(st.lid, 0);
+    // The driver's view (read through MAD_IFC at open) is the SMA's.
+    const drv::port_attr &p = ctx_->port();
+    EXPECT_EQ(p.lid, st.lid);
+    EXPECT_EQ(p.state, uint8_t(logical_state::active));
+    EXPECT_EQ(p.mtu, 4096u);
+    EXPECT_EQ(p.port_guid, st.port_guid);
+    EXPECT_EQ(p.node_guid, st.node_guid);
+    EXPECT_NE(p.port_guid, 0u);
+}
+
+TEST_F(mad_ifc, C2_query_port_follows_a_set_of_port_info)
+{
+    // An SM moving the port's LID is what the driver reports next.
+    port_info pi = port_info_now();
+    pi.lid.set(0x77);
+    pi_port_state::set(pi.speed_sup_state, 0);          // NOP
+    pi_phys_state::set(pi.phys_state_down_default, 0);  // NOP
+    smp set = make_smp(method::set, smp_attr::port_info);
+    put_attr(set, pi);
+    smp out;
+    ASSERT_EQ(run(set, out), status::ok);
+    EXPECT_EQ(out.hdr.status.get(), 0);
+    auto q = ctx_->query_port();
+    ASSERT_TRUE(q.ok());
+    EXPECT_EQ(q->lid, 0x77);
+    EXPECT_EQ(q->state, uint8_t(logical_state::active));
+}
+
+TEST_F(mad_ifc, C2_node_description_and_tid_echo)
+{
+    smp out;
+    ASSERT_EQ(run(make_smp(method::get, smp_attr::node_description, 0, 0,
+                           false, 0, 0xabcdef),
+                  out),
+              status::ok);
+    EXPECT_EQ(out.hdr.method, uint8_t(method::get_resp));
+    EXPECT_EQ(out.hdr.tid.get(), 0xabcdefu);
+    EXPECT_STREQ(reinterpret_cast<const char *>(out.data), "mlx4x");
+}
+
+TEST_F(mad_ifc, E42_m_key_protects_unless_the_driver_ignores_it)
+{
+    // Protect level 2: a Get with the wrong M_Key is not honoured (14.2.4.1).
+    port_info pi = port_info_now();
+    pi.m_key.set(0x1234);
+    pi_m_key_protect_bits::set(pi.protect_lmc, 2);
+    pi_port_state::set(pi.speed_sup_state, 0);
+    pi_phys_state::set(pi.phys_state_down_default, 0);
+    smp set = make_smp(method::set, smp_attr::port_info);
+    put_attr(set, pi);
+    smp out;
+    ASSERT_EQ(run(set, out), status::ok);
+
+    smp get = make_smp(method::get, smp_attr::port_info, 0, /*m_key=*/99);
+    EXPECT_EQ(run(get, out, /*ignore_m_key=*/false), status::no_message);
+    EXPECT_EQ(agent_->agent()->state().m_key_violations, 1);
+    // The right key is honoured; the driver's own queries ignore M_Key.
+    get.m_key.set(0x1234);
+    EXPECT_EQ(run(get, out, false), status::ok);
+    EXPECT_TRUE(ctx_->query_port().ok());
+    EXPECT_EQ(agent_->agent()->state().m_key_violations, 1);
+}
+
+TEST_F(mad_ifc, bad_base_version_gets_an_iba_status_not_a_crash)
+{
+    smp s = make_smp(method::get, smp_attr::node_info);
+    s.hdr.base_version = 7;
+    smp out;
+    ASSERT_EQ(run(s, out), status::ok);
+    EXPECT_EQ(out.hdr.status.get() & 0x1c, st_bad_version);
+}
+
+TEST_F(mad_ifc, a_non_smp_class_gets_no_response)
+{
+    smp s = make_smp(method::get, smp_attr::node_info);
+    s.hdr.mgmt_class = static_cast<uint8_t>(mgmt_class::perf);
+    smp out;
+    EXPECT_EQ(run(s, out), status::no_message);
+}
+
+TEST_F(mad_ifc, E44_dr_smp_with_hop_count_0_is_answered_locally)
+{
+    smp out;
+    ASSERT_EQ(run(make_smp(method::get, smp_attr::node_info, 0, 0,
+                           /*dr=*/true, /*hops=*/0),
+                  out),
+              status::ok);
+    EXPECT_EQ(out.hdr.status.get() & 0x7fff, 0);
+    EXPECT_TRUE(dr_response_is_local(to_mad(out)));
+}
+
+TEST(mad_ifc_no_sma, command_is_refused_and_query_port_falls_back)
+{
+    fabric::loopback_fabric fab;
+    auto c = drv::context::open(fab);
+    ASSERT_TRUE(c.ok());
+    mad in{}, out{};
+    EXPECT_EQ((*c)->mad_ifc(in, out), status::unsupported);
+    auto q = (*c)->query_port();
+    ASSERT_TRUE(q.ok());
+    EXPECT_EQ(q->state, 4);
+    EXPECT_NE(q->lid, 0);
+}
+
+} // namespace
+} // namespace mlx4x::mad::test
