@@ -3,6 +3,7 @@
 
 #include "hca/base/log.h"
 
+#include <bit>
 #include <cstring>
 
 namespace mlx4x::mad {
@@ -52,19 +53,12 @@ bool device_sma::process(const uint8_t *in, uint8_t *out, bool local)
 /// A local Set(PortInfo) of `lid` and `state` on the current PortInfo.
 bool device_sma::set_port_info(uint16_t lid, logical_state state)
 {
-    smp get{};
-    get.hdr.base_version  = base_version;
-    get.hdr.mgmt_class    = static_cast<uint8_t>(mgmt_class::subn_lid_routed);
-    get.hdr.class_version = smp_class_version;
-    get.hdr.method        = static_cast<uint8_t>(method::get);
-    get.hdr.attr_id.set(static_cast<uint16_t>(smp_attr::port_info));
-    mad in, out;
-    std::memcpy(&in, &get, sizeof(in));
+    mad in = std::bit_cast<mad>(make_local_get(smp_attr::port_info));
+    mad out;
     if (agent_->process(in, out, true) != status::ok) {
         return false;
     }
-    smp set;
-    std::memcpy(&set, &out, sizeof(set));
+    auto set = std::bit_cast<smp>(out);
     set.hdr.method = static_cast<uint8_t>(method::set);
     set.hdr.status.set(0);
     port_info pi;
@@ -73,13 +67,10 @@ bool device_sma::set_port_info(uint16_t lid, logical_state state)
     pi_port_state::set(pi.speed_sup_state, static_cast<uint8_t>(state));
     pi_phys_state::set(pi.phys_state_down_default, 0);   // NOP
     std::memcpy(set.data, &pi, sizeof(pi));
-    std::memcpy(&in, &set, sizeof(in));
-    if (agent_->process(in, out, true) != status::ok) {
+    if (agent_->process(std::bit_cast<mad>(set), out, true) != status::ok) {
         return false;
     }
-    smp resp;
-    std::memcpy(&resp, &out, sizeof(resp));
-    return resp.hdr.status.get() == 0;
+    return std::bit_cast<smp>(out).hdr.status.get() == 0;
 }
 
 } // namespace mlx4x::mad

@@ -327,47 +327,43 @@ status context::mad_ifc(const mad::mad &in, mad::mad &out, bool ignore_m_key)
 
 namespace {
 
-/// A local Get(attr) SMP, LID-routed (IBA 14.2.1.1).
-mad::mad smp_get(mad::smp_attr attr)
+/// Reads attribute `id` from the local SMA into `out` (a ch.14 attribute).
+template <typename Attr>
+status get_attribute(context &ctx, mad::smp_attr id, Attr &out)
 {
-    mad::smp s{};
-    s.hdr.base_version  = mad::base_version;
-    s.hdr.mgmt_class    = static_cast<uint8_t>(mad::mgmt_class::subn_lid_routed);
-    s.hdr.class_version = mad::smp_class_version;
-    s.hdr.method        = static_cast<uint8_t>(mad::method::get);
-    s.hdr.attr_id.set(static_cast<uint16_t>(attr));
-    return std::bit_cast<mad::mad>(s);
+    static_assert(sizeof(Attr) <= mad::smp_data_size);
+    mad::mad resp;
+    if (status s = ctx.mad_ifc(std::bit_cast<mad::mad>(mad::make_local_get(id)),
+                               resp);
+        s != status::ok) {
+        return s;
+    }
+    auto smp = std::bit_cast<mad::smp>(resp);
+    if (smp.hdr.status.get() != 0) {
+        MLX4X_ERROR("sma refused get of attribute 0x%x: status 0x%x",
+                    unsigned(id), unsigned(smp.hdr.status.get()));
+        return status::io_error;
+    }
+    std::memcpy(&out, smp.data, sizeof(out));
+    return status::ok;
 }
 
 } // namespace
 
 result<port_attr> context::query_port()
 {
-    mad::mad resp;
-    status s = mad_ifc(smp_get(mad::smp_attr::node_info), resp);
-    if (s == status::unsupported) {
-        return query_port_cmd();
-    }
-    if (s != status::ok) {
-        return s;
-    }
-    if (resp.hdr.status.get() != 0) {
-        return status::io_error;
-    }
-    auto ni = std::bit_cast<mad::smp>(resp);
     mad::node_info node;
-    std::memcpy(&node, ni.data, sizeof(node));
-
-    if (s = mad_ifc(smp_get(mad::smp_attr::port_info), resp); s != status::ok) {
+    if (status s = get_attribute(*this, mad::smp_attr::node_info, node);
+        s == status::unsupported) {
+        return query_port_cmd();   // no SMA in this device
+    } else if (s != status::ok) {
         return s;
     }
-    if (resp.hdr.status.get() != 0) {
-        return status::io_error;
-    }
-    auto pi_smp = std::bit_cast<mad::smp>(resp);
     mad::port_info pi;
-    std::memcpy(&pi, pi_smp.data, sizeof(pi));
-
+    if (status s = get_attribute(*this, mad::smp_attr::port_info, pi);
+        s != status::ok) {
+        return s;
+    }
     port_attr a;
     a.lid       = pi.lid.get();
     a.state     = mad::pi_port_state::get(pi.speed_sup_state);

@@ -184,6 +184,20 @@ enum class smp_attr : uint16_t {
     led_info         = 0x0031,
 };
 
+/// A Get(attr) SMP, LID-routed (IBA 14.2.1.1), TID 0 and M_Key 0: what a
+/// node's own driver sends its SMA through MAD_IFC.
+inline smp make_local_get(smp_attr attr, uint32_t attr_mod = 0)
+{
+    smp s{};
+    s.hdr.base_version  = base_version;
+    s.hdr.mgmt_class    = static_cast<uint8_t>(mgmt_class::subn_lid_routed);
+    s.hdr.class_version = smp_class_version;
+    s.hdr.method        = static_cast<uint8_t>(method::get);
+    s.hdr.attr_id.set(static_cast<uint16_t>(attr));
+    s.hdr.attr_mod.set(attr_mod);
+    return s;
+}
+
 // ---- NodeInfo (IBA 14.2.5.3) ----------------------------------
 
 enum class node_type : uint8_t { ca = 1, sw = 2, router = 3 };
