@@ -1,0 +1,101 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// The driver's shadow of the device's posted-tag list (seed 002 §5.1:
+// "software is expected to shadow this list, to help with processing MPI
+// cancel operations"). It owns the slot indices the device list uses (a
+// free list), bounds the list operations in flight (the command queue's
+// depth), rejects a buffer posted twice, and counts the unexpected messages
+// software has handled, which every list operation carries (tm::tag_list).
+//
+// A slot is reused only after the device can no longer hold it: when its
+// receive was matched, or when the REMOVE that cancelled it completed. So a
+// cancel that races a match is safe either way: the match CQE or the REMOVE
+// completion arrives, never a match for the slot's next owner.
+#pragma once
+
+#include "hca/base/status.h"
+
+#include <cstdint>
+#include <vector>
+
+namespace mlx4x::tm {
+
+class shadow_list {
+public:
+    /// A receive posted to the device.
+    struct receive {
+        uint64_t tag = 0, mask = 0;
+        const void *buffer = nullptr;
+        uint64_t cookie = 0;   ///< the upper layer's context (UCT ctx)
+    };
+
+    /// How a cancel ended on the software side.
+    enum class cancel_result {
+        done,       ///< forced: the receive is released now
+        pending,    ///< wait for on_remove_done() or on_match()
+    };
+
+    static constexpr uint32_t none = UINT32_MAX;
+
+    /// `size` slots (the device list's size), `max_ops` list operations in
+    /// flight, a sync (NOP) asked for every `sync_every` unexpected messages.
+    shadow_list(uint32_t size, uint32_t max_ops, uint32_t sync_every = 64);
+
+    /// Reserves a slot and an operation for an APPEND of `r`.
+    /// exceeds_limit: no free slot or too many operations in flight (UCT
+    /// then returns UCS_ERR_EXCEEDS_LIMIT and UCP matches in software);
+    /// already_exists: `r.buffer` is posted already.
+    status post(const receive &r, uint32_t &index);
+
+    /// The upper layer cancels the receive in `index` and an operation is
+    /// reserved for the REMOVE. `forced`: release the receive now (the
+    /// caller completes it as canceled); otherwise release it when the
+    /// device answers. no_elem: nothing posted there, or already cancelled;
+    /// no_resource: no operation free, retry after progress.
+    status cancel(uint32_t index, bool forced, cancel_result &out);
+
+    /// The device matched the receive in `index`. false: the receive was
+    /// cancelled (forced) and the upper layer must not hear of it; the
+    /// slot is free once the REMOVE completes.
+    bool on_match(uint32_t index, receive &out);
+
+    /// An APPEND completed (ok) or failed (the slot is released).
+    void on_append_done(uint32_t index, bool ok);
+
+    /// A REMOVE completed: found (the device dropped the tag) or not (a
+    /// match consumed it first: its CQE comes, or came, separately).
+    /// true: a non-forced cancel is now complete and `out` says which.
+    bool on_remove_done(uint32_t index, bool found, receive &out);
+
+    /// Software handled one unexpected message. true when a sync (NOP) is
+    /// due; the caller reserves it with reserve_op().
+    bool note_unexpected();
+    uint32_t sw_unexpected() const { return sw_unexpected_; }
+
+    /// A list operation not tied to a slot (NOP). false: queue full.
+    bool reserve_op();
+    void op_done() { --ops_in_flight_; }
+
+    uint32_t posted() const { return posted_; }
+    uint32_t ops_in_flight() const { return ops_in_flight_; }
+
+private:
+    enum class slot_state : uint8_t { free, posted, matched };
+    struct slot {
+        receive    r;
+        slot_state state = slot_state::free;
+        bool       cancel_requested = false;
+        bool       forced = false;
+        bool       remove_in_flight = false;
+        uint32_t   next_free = none;
+    };
+
+    void release(uint32_t index);
+
+    std::vector<slot> slots_;
+    uint32_t free_head_ = none;
+    uint32_t posted_ = 0;
+    uint32_t ops_in_flight_ = 0, max_ops_;
+    uint32_t sw_unexpected_ = 0, since_sync_ = 0, sync_every_;
+};
+
+} // namespace mlx4x::tm

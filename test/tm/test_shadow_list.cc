@@ -1,0 +1,156 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// The driver's shadow list (src/tm/shadow_list.h): slot allocation and the
+// limits that send receives back to software matching (E65), the same
+// buffer posted twice, forced and non-forced cancel racing a match (E64),
+// and the unexpected counter that asks for a sync (TM9, E63).
+#include "tm/shadow_list.h"
+
+#include <gtest/gtest.h>
+
+namespace mlx4x::tm {
+namespace {
+
+using cancel_result = shadow_list::cancel_result;
+
+char bufs[8][64];
+
+shadow_list::receive recv(unsigned i)
+{
+    return shadow_list::receive{i, ~uint64_t{0}, bufs[i], 100 + i};
+}
+
+TEST(shadow_list, E65_full_list_or_op_queue_is_exceeds_limit)
+{
+    shadow_list s(2, 8);
+    uint32_t a, b, c;
+    ASSERT_EQ(s.post(recv(0), a), status::ok);
+    ASSERT_EQ(s.post(recv(1), b), status::ok);
+    EXPECT_NE(a, b);
+    EXPECT_EQ(s.post(recv(2), c), status::exceeds_limit);
+
+    shadow_list q(8, 1);   // one list operation in flight at most
+    ASSERT_EQ(q.post(recv(0), a), status::ok);
+    EXPECT_EQ(q.post(recv(1), b), status::exceeds_limit);
+    q.on_append_done(a, true);
+    EXPECT_EQ(q.post(recv(1), b), status::ok);
+}
+
+TEST(shadow_list, the_same_buffer_posted_twice_is_rejected)
+{
+    shadow_list s(4, 4);
+    uint32_t a, b;
+    ASSERT_EQ(s.post(recv(0), a), status::ok);
+    EXPECT_EQ(s.post(recv(0), b), status::already_exists);
+    EXPECT_EQ(s.posted(), 1u);
+}
+
+TEST(shadow_list, a_match_frees_the_slot_and_reports_the_receive)
+{
+    shadow_list s(1, 4);
+    uint32_t a;
+    ASSERT_EQ(s.post(recv(3), a), status::ok);
+    s.on_append_done(a, true);
+    shadow_list::receive r;
+    ASSERT_TRUE(s.on_match(a, r));
+    EXPECT_EQ(r.cookie, 103u);
+    EXPECT_EQ(s.posted(), 0u);
+    EXPECT_FALSE(s.on_match(a, r));   // a second match of the slot: ignored
+    EXPECT_EQ(s.post(recv(4), a), status::ok);
+}
+
+TEST(shadow_list, failed_append_releases_the_slot)
+{
+    shadow_list s(1, 4);
+    uint32_t a;
+    ASSERT_EQ(s.post(recv(0), a), status::ok);
+    s.on_append_done(a, false);
+    EXPECT_EQ(s.posted(), 0u);
+    EXPECT_EQ(s.ops_in_flight(), 0u);
+}
+
+TEST(shadow_list, E64_non_forced_cancel_completes_when_the_remove_does)
+{
+    shadow_list s(2, 4);
+    uint32_t a;
+    ASSERT_EQ(s.post(recv(0), a), status::ok);
+    s.on_append_done(a, true);
+    cancel_result c;
+    ASSERT_EQ(s.cancel(a, false, c), status::ok);
+    EXPECT_EQ(c, cancel_result::pending);
+    EXPECT_EQ(s.cancel(a, false, c), status::no_elem);   // once only
+    shadow_list::receive r;
+    ASSERT_TRUE(s.on_remove_done(a, /*found=*/true, r));
+    EXPECT_EQ(r.cookie, 100u);
+    EXPECT_EQ(s.posted(), 0u);
+    EXPECT_EQ(s.ops_in_flight(), 0u);
+}
+
+TEST(shadow_list, E64_non_forced_cancel_losing_to_a_match_reports_the_match)
+{
+    for (bool match_first : {true, false}) {
+        shadow_list s(1, 4);
+        uint32_t a;
+        ASSERT_EQ(s.post(recv(0), a), status::ok);
+        s.on_append_done(a, true);
+        cancel_result c;
+        ASSERT_EQ(s.cancel(a, false, c), status::ok);
+        shadow_list::receive r;
+        if (match_first) {
+            EXPECT_TRUE(s.on_match(a, r));
+            EXPECT_EQ(s.posted(), 1u);   // the device may still hold it
+            EXPECT_FALSE(s.on_remove_done(a, false, r));
+        } else {
+            EXPECT_FALSE(s.on_remove_done(a, false, r));
+            EXPECT_EQ(s.posted(), 1u);   // its match CQE is on the way
+            EXPECT_TRUE(s.on_match(a, r));
+        }
+        EXPECT_EQ(r.cookie, 100u);
+        EXPECT_EQ(s.posted(), 0u) << match_first;
+        uint32_t b;
+        EXPECT_EQ(s.post(recv(1), b), status::ok);
+    }
+}
+
+TEST(shadow_list, E64_forced_cancel_is_immediate_and_hides_a_late_match)
+{
+    shadow_list s(1, 4);
+    uint32_t a;
+    ASSERT_EQ(s.post(recv(0), a), status::ok);
+    s.on_append_done(a, true);
+    cancel_result c;
+    ASSERT_EQ(s.cancel(a, true, c), status::ok);
+    EXPECT_EQ(c, cancel_result::done);
+    shadow_list::receive r;
+    EXPECT_FALSE(s.on_match(a, r));             // the user heard "canceled"
+    uint32_t b;
+    EXPECT_EQ(s.post(recv(1), b), status::exceeds_limit);   // slot not free yet
+    EXPECT_FALSE(s.on_remove_done(a, false, r));
+    EXPECT_EQ(s.post(recv(1), b), status::ok);  // now it is
+}
+
+TEST(shadow_list, cancel_needs_a_free_operation)
+{
+    shadow_list s(2, 1);
+    uint32_t a;
+    ASSERT_EQ(s.post(recv(0), a), status::ok);
+    cancel_result c;
+    EXPECT_EQ(s.cancel(a, false, c), status::no_resource);   // APPEND in flight
+    s.on_append_done(a, true);
+    EXPECT_EQ(s.cancel(a, false, c), status::ok);
+    EXPECT_EQ(s.cancel(5, false, c), status::no_elem);
+}
+
+TEST(shadow_list, E63_unexpected_messages_ask_for_a_periodic_sync)
+{
+    shadow_list s(4, 4, /*sync_every=*/3);
+    EXPECT_FALSE(s.note_unexpected());
+    EXPECT_FALSE(s.note_unexpected());
+    EXPECT_TRUE(s.note_unexpected());
+    EXPECT_EQ(s.sw_unexpected(), 3u);
+    ASSERT_TRUE(s.reserve_op());
+    s.op_done();
+    EXPECT_FALSE(s.note_unexpected());
+}
+
+} // namespace
+} // namespace mlx4x::tm
