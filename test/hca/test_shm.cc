@@ -30,6 +30,18 @@ using clk = std::chrono::steady_clock;
 
 constexpr size_t KiB = 1024, MiB = 1024 * 1024;
 
+// ---- pipes ----------------------------------------------------------------
+
+struct pipe_pair {
+    int to_child[2]  = {-1, -1};
+    int to_parent[2] = {-1, -1};
+    bool open() { return pipe(to_child) == 0 && pipe(to_parent) == 0; }
+    void as_child() { close(to_child[1]); close(to_parent[0]); }
+    void as_parent() { close(to_child[0]); close(to_parent[1]); }
+    int  rd(bool child) const { return child ? to_child[0] : to_parent[0]; }
+    int  wr(bool child) const { return child ? to_parent[1] : to_child[1]; }
+};
+
 /// A fresh segment name per test; the segment is unlinked at the end.
 class shm_test : public ::testing::Test {
 protected:
@@ -68,20 +80,27 @@ protected:
         return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
     }
 
-    std::string name;
-    pid_t       child = -1;
-};
+    /// Creates the segment in the parent first (the child attaches to it)
+    /// and forks a child that exits with `body(pp)`, run on the child's
+    /// pipe ends; the parent keeps its own ends of `pp`.
+    template <typename Body> void fork_child(pipe_pair &pp, Body body)
+    {
+        auto f = shm_fabric::open(name);
+        ASSERT_TRUE(f.ok());
+        segment = f.take();
+        ASSERT_TRUE(pp.open());
+        child = fork();
+        ASSERT_GE(child, 0);
+        if (child == 0) {
+            pp.as_child();
+            _exit(body(pp));
+        }
+        pp.as_parent();
+    }
 
-// ---- pipes ----------------------------------------------------------------
-
-struct pipe_pair {
-    int to_child[2]  = {-1, -1};
-    int to_parent[2] = {-1, -1};
-    bool open() { return pipe(to_child) == 0 && pipe(to_parent) == 0; }
-    void as_child() { close(to_child[1]); close(to_parent[0]); }
-    void as_parent() { close(to_child[0]); close(to_parent[1]); }
-    int  rd(bool child) const { return child ? to_child[0] : to_parent[0]; }
-    int  wr(bool child) const { return child ? to_parent[1] : to_child[1]; }
+    std::string                 name;
+    pid_t                       child = -1;
+    std::unique_ptr<shm_fabric> segment;   ///< the parent's segment handle
 };
 
 bool write_all(int fd, const void *p, size_t n)
@@ -261,18 +280,9 @@ int child_receiver(const std::string &name, const pipe_pair &pp)
 
 TEST_F(shm_test, two_processes_send_1mib_and_write_64kib)
 {
-    // The parent creates the segment first; the child attaches to it.
-    auto pre = shm_fabric::open(name);
-    ASSERT_TRUE(pre.ok());
     pipe_pair pp;
-    ASSERT_TRUE(pp.open());
-    child = fork();
-    ASSERT_GE(child, 0);
-    if (child == 0) {
-        pp.as_child();
-        _exit(child_receiver(name, pp));
-    }
-    pp.as_parent();
+    ASSERT_NO_FATAL_FAILURE(fork_child(
+        pp, [&](const pipe_pair &p) { return child_receiver(name, p); }));
 
     side s;
     ASSERT_EQ(s.open(name), status::ok);
@@ -376,17 +386,9 @@ int child_target(const std::string &name, const pipe_pair &pp)
 // compare-swap) executed by the other process's device on its memory.
 TEST_F(shm_test, two_processes_read_and_atomics)
 {
-    auto pre = shm_fabric::open(name);
-    ASSERT_TRUE(pre.ok());
     pipe_pair pp;
-    ASSERT_TRUE(pp.open());
-    child = fork();
-    ASSERT_GE(child, 0);
-    if (child == 0) {
-        pp.as_child();
-        _exit(child_target(name, pp));
-    }
-    pp.as_parent();
+    ASSERT_NO_FATAL_FAILURE(fork_child(
+        pp, [&](const pipe_pair &p) { return child_target(name, p); }));
 
     side s;
     ASSERT_EQ(s.open(name), status::ok);
@@ -457,27 +459,21 @@ TEST_F(shm_test, two_processes_read_and_atomics)
 
 TEST_F(shm_test, dead_peer_process_ends_in_retry_exc_err)
 {
-    auto pre = shm_fabric::open(name);
-    ASSERT_TRUE(pre.ok());
     pipe_pair pp;
-    ASSERT_TRUE(pp.open());
-    child = fork();
-    ASSERT_GE(child, 0);
-    if (child == 0) {
-        // Attach, connect, then die without cleaning up (a crash).
-        pp.as_child();
-        side s;
-        if (s.open(name) != status::ok) _exit(10);
-        conn_info me{s.ctx->port().lid, s.qp->qpn(), 0, 0};
+    ASSERT_NO_FATAL_FAILURE(fork_child(pp, [&](const pipe_pair &p) -> int {
+        // Attach, connect, then die without cleaning up (a crash): _exit
+        // while `c` still holds its device and port.
+        side c;
+        if (c.open(name) != status::ok) return 10;
+        conn_info me{c.ctx->port().lid, c.qp->qpn(), 0, 0};
         conn_info peer{};
-        if (!write_all(pp.wr(true), &me, sizeof(me)) ||
-            !read_all(pp.rd(true), &peer, sizeof(peer), 10000) ||
-            s.connect(peer) != status::ok) {
-            _exit(11);
+        if (!write_all(p.wr(true), &me, sizeof(me)) ||
+            !read_all(p.rd(true), &peer, sizeof(peer), 10000) ||
+            c.connect(peer) != status::ok) {
+            return 11;
         }
         _exit(0);
-    }
-    pp.as_parent();
+    }));
     side s;
     ASSERT_EQ(s.open(name), status::ok);
     std::vector<uint8_t> buf(4096);

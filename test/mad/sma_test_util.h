@@ -57,16 +57,30 @@ inline smp make_smp(method m, smp_attr attr, uint32_t mod = 0,
 inline mad to_mad(const smp &s) { return std::bit_cast<mad>(s); }
 inline smp to_smp(const mad &m) { return std::bit_cast<smp>(m); }
 
-template <typename T> T attr_of(const mad &m)
+template <typename T> T attr_of(const smp &s)
 {
     T v;
-    std::memcpy(&v, to_smp(m).data, sizeof(v));
+    std::memcpy(&v, s.data, sizeof(v));
     return v;
 }
+template <typename T> T attr_of(const mad &m) { return attr_of<T>(to_smp(m)); }
 
 template <typename T> void put_attr(smp &s, const T &v)
 {
     std::memcpy(s.data, &v, sizeof(v));
+}
+
+/// A Set(PortInfo) request built from `pi` (usually the current PortInfo),
+/// with PortState and PortPhysicalState = NOP and `edit` applied.
+template <typename F>
+smp port_info_set_from(port_info pi, F edit, uint64_t m_key = 0)
+{
+    pi_port_state::set(pi.speed_sup_state, 0);
+    pi_phys_state::set(pi.phys_state_down_default, 0);
+    edit(pi);
+    smp s = make_smp(method::set, smp_attr::port_info, 0, m_key);
+    put_attr(s, pi);
+    return s;
 }
 
 } // namespace mlx4x::mad::test

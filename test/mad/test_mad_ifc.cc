@@ -48,9 +48,7 @@ protected:
         smp out;
         EXPECT_EQ(run(make_smp(method::get, smp_attr::port_info), out),
                   status::ok);
-        port_info pi;
-        std::memcpy(&pi, out.data, sizeof(pi));
-        return pi;
+        return attr_of<port_info>(out);
     }
 };
 
@@ -73,12 +71,8 @@ TEST_F(mad_ifc, C2_port_comes_up_active_through_the_sma)
 TEST_F(mad_ifc, C2_query_port_follows_a_set_of_port_info)
 {
     // An SM moving the port's LID is what the driver reports next.
-    port_info pi = port_info_now();
-    pi.lid.set(0x77);
-    pi_port_state::set(pi.speed_sup_state, 0);          // NOP
-    pi_phys_state::set(pi.phys_state_down_default, 0);  // NOP
-    smp set = make_smp(method::set, smp_attr::port_info);
-    put_attr(set, pi);
+    smp set = port_info_set_from(port_info_now(),
+                                 [](port_info &pi) { pi.lid.set(0x77); });
     smp out;
     ASSERT_EQ(run(set, out), status::ok);
     EXPECT_EQ(out.hdr.status.get(), 0);
@@ -103,13 +97,10 @@ TEST_F(mad_ifc, C2_node_description_and_tid_echo)
 TEST_F(mad_ifc, E42_m_key_protects_unless_the_driver_ignores_it)
 {
     // Protect level 2: a Get with the wrong M_Key is not honoured (14.2.4.1).
-    port_info pi = port_info_now();
-    pi.m_key.set(0x1234);
-    pi_m_key_protect_bits::set(pi.protect_lmc, 2);
-    pi_port_state::set(pi.speed_sup_state, 0);
-    pi_phys_state::set(pi.phys_state_down_default, 0);
-    smp set = make_smp(method::set, smp_attr::port_info);
-    put_attr(set, pi);
+    smp set = port_info_set_from(port_info_now(), [](port_info &pi) {
+        pi.m_key.set(0x1234);
+        pi_m_key_protect_bits::set(pi.protect_lmc, 2);
+    });
     smp out;
     ASSERT_EQ(run(set, out), status::ok);
 

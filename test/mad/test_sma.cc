@@ -70,23 +70,13 @@ protected:
 
     port_info port_info_now()
     {
-        smp out = get_ok(smp_attr::port_info);
-        port_info pi;
-        std::memcpy(&pi, out.data, sizeof(pi));
-        return pi;
+        return attr_of<port_info>(get_ok(smp_attr::port_info));
     }
 
-    /// A Set(PortInfo) request built from the current PortInfo, with
-    /// PortState and PortPhysicalState = NOP and `edit` applied.
+    /// A Set(PortInfo) request built from the current PortInfo.
     template <typename F> smp port_info_set(F edit, uint64_t m_key = 0)
     {
-        port_info pi = port_info_now();
-        pi_port_state::set(pi.speed_sup_state, 0);
-        pi_phys_state::set(pi.phys_state_down_default, 0);
-        edit(pi);
-        smp s = make_smp(method::set, smp_attr::port_info, 0, m_key);
-        put_attr(s, pi);
-        return s;
+        return port_info_set_from(port_info_now(), edit, m_key);
     }
 
     status set_state(logical_state want, smp &out, bool local = true)
@@ -120,8 +110,7 @@ protected:
 TEST_F(sma_test, C2_get_node_info)
 {
     smp out = get_ok(smp_attr::node_info);
-    node_info ni;
-    std::memcpy(&ni, out.data, sizeof(ni));
+    node_info ni = attr_of<node_info>(out);
     EXPECT_EQ(ni.base_version, 1);
     EXPECT_EQ(ni.class_version, 1);
     EXPECT_EQ(ni.node_type, uint8_t(node_type::ca));
@@ -172,8 +161,7 @@ TEST_F(sma_test, C2_get_port_info_fields_and_bytes)
     rebuild();
     for (uint32_t mod : {0u, 1u}) {   // 0 or the port number (14.2.5.6)
         smp out = get_ok(smp_attr::port_info, mod);
-        port_info pi;
-        std::memcpy(&pi, out.data, sizeof(pi));
+        port_info pi = attr_of<port_info>(out);
         EXPECT_EQ(pi.m_key.get(), 0u);
         EXPECT_EQ(pi.gid_prefix.get(), 0xfe80000000000000ull);
         EXPECT_EQ(pi.lid.get(), 0x12);
@@ -219,8 +207,7 @@ TEST_F(sma_test, C2_get_port_info_other_port_is_invalid_modifier)
 TEST_F(sma_test, C2_get_guid_info)
 {
     smp out = get_ok(smp_attr::guid_info, 0);
-    guid_info gi;
-    std::memcpy(&gi, out.data, sizeof(gi));
+    guid_info gi = attr_of<guid_info>(out);
     EXPECT_EQ(gi.guid[0].get(), port_guid_v);
     for (int i = 1; i < 8; ++i)
         EXPECT_EQ(gi.guid[i].get(), 0u);
@@ -232,8 +219,7 @@ TEST_F(sma_test, C2_get_guid_info)
 TEST_F(sma_test, C2_get_pkey_table)
 {
     smp out = get_ok(smp_attr::pkey_table, 0);
-    pkey_table pt;
-    std::memcpy(&pt, out.data, sizeof(pt));
+    pkey_table pt = attr_of<pkey_table>(out);
     EXPECT_EQ(pt.pkey[0].get(), 0xffff);
     for (int i = 1; i < 32; ++i)
         EXPECT_EQ(pt.pkey[i].get(), 0);
@@ -247,9 +233,9 @@ TEST_F(sma_test, C2_get_pkey_table)
     init_.pkey_table[33] = 0x8001;
     rebuild();
     out = get_ok(smp_attr::pkey_table, 1);
-    std::memcpy(&pt, out.data, sizeof(pt));
+    pt = attr_of<pkey_table>(out);
     EXPECT_EQ(pt.pkey[1].get(), 0x8001);
-    EXPECT_EQ(attr_of<node_info>(to_mad(get_ok(smp_attr::node_info)))
+    EXPECT_EQ(attr_of<node_info>(get_ok(smp_attr::node_info))
                   .partition_cap.get(), 40);
     // Bits 31:16 of the modifier (switch port number) are ignored at a CA.
     out = get_ok(smp_attr::pkey_table, 0x00050001);
@@ -287,8 +273,7 @@ TEST_F(sma_test, C2_set_port_info_fields)
               status::ok);
     EXPECT_EQ(out.hdr.status.get(), st_ok);
     // The GetResp carries the attribute after the Set.
-    port_info pi;
-    std::memcpy(&pi, out.data, sizeof(pi));
+    port_info pi = attr_of<port_info>(out);
     EXPECT_EQ(pi.lid.get(), 0x40);
     EXPECT_EQ(pi.sm_lid.get(), 0x01);
     EXPECT_EQ(pi_lmc::get(pi.protect_lmc), 3);

@@ -19,6 +19,13 @@ shadow_list::receive recv(unsigned i)
     return shadow_list::receive{i, ~uint64_t{0}, bufs[i], 100 + i};
 }
 
+/// Posts recv(i) and completes its APPEND: the receive is in the device.
+void post_appended(shadow_list &s, unsigned i, uint32_t &index)
+{
+    ASSERT_EQ(s.post(recv(i), index), status::ok);
+    s.on_append_done(index, true);
+}
+
 TEST(shadow_list, E65_full_list_or_op_queue_is_exceeds_limit)
 {
     shadow_list s(2, 8);
@@ -48,8 +55,7 @@ TEST(shadow_list, a_match_frees_the_slot_and_reports_the_receive)
 {
     shadow_list s(1, 4);
     uint32_t a;
-    ASSERT_EQ(s.post(recv(3), a), status::ok);
-    s.on_append_done(a, true);
+    ASSERT_NO_FATAL_FAILURE(post_appended(s, 3, a));
     shadow_list::receive r;
     ASSERT_TRUE(s.on_match(a, r));
     EXPECT_EQ(r.cookie, 103u);
@@ -72,8 +78,7 @@ TEST(shadow_list, E64_non_forced_cancel_completes_when_the_remove_does)
 {
     shadow_list s(2, 4);
     uint32_t a;
-    ASSERT_EQ(s.post(recv(0), a), status::ok);
-    s.on_append_done(a, true);
+    ASSERT_NO_FATAL_FAILURE(post_appended(s, 0, a));
     cancel_result c;
     ASSERT_EQ(s.cancel(a, false, c), status::ok);
     EXPECT_EQ(c, cancel_result::pending);
@@ -90,8 +95,7 @@ TEST(shadow_list, E64_non_forced_cancel_losing_to_a_match_reports_the_match)
     for (bool match_first : {true, false}) {
         shadow_list s(1, 4);
         uint32_t a;
-        ASSERT_EQ(s.post(recv(0), a), status::ok);
-        s.on_append_done(a, true);
+        ASSERT_NO_FATAL_FAILURE(post_appended(s, 0, a));
         cancel_result c;
         ASSERT_EQ(s.cancel(a, false, c), status::ok);
         shadow_list::receive r;
@@ -115,8 +119,7 @@ TEST(shadow_list, E64_forced_cancel_is_immediate_and_hides_a_late_match)
 {
     shadow_list s(1, 4);
     uint32_t a;
-    ASSERT_EQ(s.post(recv(0), a), status::ok);
-    s.on_append_done(a, true);
+    ASSERT_NO_FATAL_FAILURE(post_appended(s, 0, a));
     cancel_result c;
     ASSERT_EQ(s.cancel(a, true, c), status::ok);
     EXPECT_EQ(c, cancel_result::done);

@@ -311,16 +311,18 @@ status context::mad_ifc(const mad::mad &in, mad::mad &out, bool ignore_m_key)
 {
     // The request in the first half of the mailbox, the response in the
     // second: the firmware writes the outbox while it reads the inbox.
-    auto *box = static_cast<uint8_t *>(mailbox());
+    auto *inbox  = static_cast<uint8_t *>(mailbox());
+    auto *outbox = inbox + prm::mailbox_size / 2;
     static_assert(2 * sizeof(mad::mad) <= prm::mailbox_size);
-    std::memcpy(box, &in, sizeof(in));
-    uint64_t outbox = dma_addr(box + prm::mailbox_size / 2);
-    if (status s = command(prm::cmd_opcode::mad_ifc, 1, dma_addr(box), &outbox,
+    std::memcpy(inbox, &in, sizeof(in));
+    uint64_t out_param = dma_addr(outbox);
+    if (status s = command(prm::cmd_opcode::mad_ifc, 1, dma_addr(inbox),
+                           &out_param,
                            ignore_m_key ? prm::mad_ifc_ignore_m_key : 0);
         s != status::ok) {
         return s;
     }
-    std::memcpy(&out, box + prm::mailbox_size / 2, sizeof(out));
+    std::memcpy(&out, outbox, sizeof(out));
     // An all-zero outbox: the SMA generated no response.
     return out.hdr.base_version ? status::ok : status::no_message;
 }
