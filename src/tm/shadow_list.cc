@@ -69,9 +69,21 @@ status shadow_list::cancel(uint32_t index, bool forced, cancel_result &out)
     return status::ok;
 }
 
-bool shadow_list::on_match(uint32_t index, receive &out)
+bool shadow_list::on_consumed(uint32_t index, receive &out)
 {
     if (index >= slots_.size() || slots_[index].state != slot_state::posted) {
+        return false;
+    }
+    slot &s = slots_[index];
+    s.state = slot_state::consumed;
+    out = s.r;
+    return !s.forced;
+}
+
+bool shadow_list::on_match(uint32_t index, receive &out)
+{
+    if (index >= slots_.size() || (slots_[index].state != slot_state::posted &&
+                                   slots_[index].state != slot_state::consumed)) {
         return false;   // not ours to report; the device's list is ahead
     }
     slot &s = slots_[index];
@@ -111,7 +123,8 @@ bool shadow_list::on_remove_done(uint32_t index, bool found, receive &out)
     if (s.state == slot_state::matched) {
         release(index);   // the match came first and was reported then
     }
-    // Otherwise its match CQE is still on the way: on_match() frees it.
+    // Otherwise its match CQE (or the end of its rendezvous) is still on
+    // the way: on_match() frees it.
     return false;
 }
 

@@ -53,10 +53,17 @@ public:
     /// no_resource: no operation free, retry after progress.
     status cancel(uint32_t index, bool forced, cancel_result &out);
 
-    /// The device matched the receive in `index`. false: the receive was
-    /// cancelled (forced) and the upper layer must not hear of it; the
+    /// The device matched the receive in `index` and its data is in place
+    /// (an eager message, or the end of a rendezvous). false: the receive
+    /// was cancelled (forced) and the upper layer must not hear of it; the
     /// slot is free once the REMOVE completes.
     bool on_match(uint32_t index, receive &out);
+
+    /// A rendezvous matched the receive in `index`; the device is reading
+    /// its data, and on_match() follows when it is in place. The slot stays
+    /// taken until then, since the device names it again. false as for
+    /// on_match().
+    bool on_consumed(uint32_t index, receive &out);
 
     /// An APPEND completed (ok) or failed (the slot is released).
     void on_append_done(uint32_t index, bool ok);
@@ -79,7 +86,9 @@ public:
     uint32_t ops_in_flight() const { return ops_in_flight_; }
 
 private:
-    enum class slot_state : uint8_t { free, posted, matched };
+    /// posted -> (consumed ->) matched or free. matched: waiting for the
+    /// REMOVE that raced the match to complete.
+    enum class slot_state : uint8_t { free, posted, consumed, matched };
     struct slot {
         receive    r;
         slot_state state = slot_state::free;

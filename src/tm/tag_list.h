@@ -78,6 +78,7 @@ public:
     void note_unexpected() { ++hw_unexpected_; }
 
     uint32_t hw_unexpected() const { return hw_unexpected_; }
+    uint32_t sw_unexpected() const { return sw_unexpected_; }
     bool     in_sync() const { return sw_unexpected_ == hw_unexpected_; }
     /// Tags held back until software reports a count that agrees.
     uint32_t unsynced() const { return unsynced_; }

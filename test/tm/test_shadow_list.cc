@@ -64,6 +64,24 @@ TEST(shadow_list, a_match_frees_the_slot_and_reports_the_receive)
     EXPECT_EQ(s.post(recv(4), a), status::ok);
 }
 
+TEST(shadow_list, a_consumed_rendezvous_keeps_its_slot_until_its_data_is_in)
+{
+    shadow_list s(1, 4);
+    uint32_t a, b;
+    ASSERT_NO_FATAL_FAILURE(post_appended(s, 2, a));
+    shadow_list::receive r;
+    ASSERT_TRUE(s.on_consumed(a, r));
+    EXPECT_EQ(r.cookie, 102u);
+    // The device will name the slot again: it must not be reused yet, nor
+    // can it be cancelled any more.
+    EXPECT_EQ(s.post(recv(5), b), status::exceeds_limit);
+    cancel_result c;
+    EXPECT_EQ(s.cancel(a, false, c), status::no_elem);
+    ASSERT_TRUE(s.on_match(a, r));
+    EXPECT_EQ(r.cookie, 102u);
+    EXPECT_EQ(s.post(recv(5), b), status::ok);
+}
+
 TEST(shadow_list, failed_append_releases_the_slot)
 {
     shadow_list s(1, 4);

@@ -34,7 +34,10 @@ const char *counter_name(counter c)
         "tx_packets", "rx_packets", "tx_bytes", "rx_bytes", "acks_sent",
         "naks_sent", "rnr_naks_sent", "retransmits", "duplicates",
         "bad_packets", "unknown_qp", "pkey_violations", "qkey_violations",
-        "cq_overruns", "eq_overflows", "events", "interrupts", "fabric_busy"};
+        "cq_overruns", "eq_overflows", "events", "interrupts", "fabric_busy",
+        "tm_expected_eager", "tm_expected_rndv", "tm_unexpected_eager",
+        "tm_unexpected_rndv", "tm_rndv_done", "tm_list_ops", "tm_syncs",
+        "tm_cancels"};
     static_assert(std::size(names) == static_cast<size_t>(counter::count_));
     return names[static_cast<unsigned>(c)];
 }
@@ -585,7 +588,16 @@ cmd_status device::qp_from_reset(qp &q, uint32_t qpn, const prm::qp_context &ctx
         (!srq_p || srq_p->pd != (ctx.pd.get() & 0xffffff))) {
         return cmd_status::bad_param;   // SRQ unknown or of another PD
     }
-    if ((st != prm::qp_st::rc && st != prm::qp_st::ud) || !scq || !rcq || !buf ||
+    bool tm_cmd = st == prm::qp_st::tm_cmd;
+    if (tm_cmd && (!srq_p || !srq_p->tm)) {
+        return cmd_status::bad_param;   // a command QP works on a TM SRQ
+    }
+    bool dev_sq = prm::qpc_tm_dev_sq::get(ctx.param3);
+    if (dev_sq && st != prm::qp_st::rc) {
+        return cmd_status::bad_param;
+    }
+    if ((st != prm::qp_st::rc && st != prm::qp_st::ud && !tm_cmd) || !scq ||
+        !rcq || !buf ||
         sq_log > limits::log_max_qp_sz || rq_log > limits::log_max_qp_sz ||
         pkey_index >= pkey_table_.size() || !pkey_table_[pkey_index]) {
         return cmd_status::bad_param;
@@ -609,6 +621,17 @@ cmd_status device::qp_from_reset(qp &q, uint32_t qpn, const prm::qp_context &ctx
         q.has_srq = true;
         q.srqn    = srq_p->srqn;
         ++srq_p->attached_qps;
+    }
+    if (dev_sq) {
+        // The device's own ring (prm_tm.h), in its memory: every WQE starts
+        // owned by software, as a driver stamps a fresh ring.
+        q.dev_sq.assign(size_t{1} << sq_log, wqe_slot{});
+        for (wqe_slot &w : q.dev_sq) {
+            w.bytes[0] = 0x80;
+        }
+        q.rndv_ops.assign(q.dev_sq.size(), tm_rndv{});
+        q.sq_buf        = q.dev_sq.data()->bytes;
+        q.sq_log_stride = prm::tm_dev_sq_log_stride;
     }
     q.qkey          = ctx.qkey.get();
     q.remote_read   = prm::qpc_rre::get(ctx.params2);

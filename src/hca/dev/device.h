@@ -14,6 +14,7 @@
 #include "hca/prm/prm_cmd.h"
 #include "hca/prm/prm_cqe.h"
 #include "hca/prm/prm_eqe.h"
+#include "hca/prm/prm_tm.h"
 
 #include <array>
 #include <cstdint>
@@ -22,6 +23,7 @@
 #include <vector>
 
 namespace mlx4x::engine { struct send_wqe; struct pkt; }
+namespace mlx4x::ib { struct tmh; struct rvh; }
 
 namespace mlx4x::dev {
 
@@ -49,7 +51,17 @@ enum class counter : unsigned {
     tx_packets, rx_packets, tx_bytes, rx_bytes, acks_sent, naks_sent,
     rnr_naks_sent, retransmits, duplicates, bad_packets, unknown_qp,
     pkey_violations, qkey_violations, cq_overruns, eq_overflows, events,
-    interrupts, fabric_busy, count_
+    interrupts, fabric_busy,
+    // tag matching (prm_tm.h)
+    tm_expected_eager,    ///< eager messages matched in the device
+    tm_expected_rndv,     ///< rendezvous headers matched in the device
+    tm_unexpected_eager,  ///< tagged eager messages handed to software
+    tm_unexpected_rndv,   ///< rendezvous headers handed to software
+    tm_rndv_done,         ///< device-driven rendezvous reads completed
+    tm_list_ops,          ///< APPEND / REMOVE / NOP executed
+    tm_syncs,             ///< NOPs (unexpected-count syncs)
+    tm_cancels,           ///< REMOVEs that found their tag
+    count_
 };
 const char *counter_name(counter c);
 
@@ -181,6 +193,28 @@ private:
     void schedule_ack(qp &q);
     void flush_acks();
 
+    // tag matching (tm.cc)
+    srq *tm_srq_of(const qp &q)
+    {
+        if (!q.has_srq) return nullptr;
+        srq *s = find_srq(q.srqn);
+        return s && s->tm ? s : nullptr;
+    }
+    bool     run_tm_command(qp &q);
+    bool     tm_first_packet(qp &q, srq &s, const engine::pkt &p, bool last);
+    scatter_result tm_scatter(qp &q, std::span<const uint8_t> data);
+    void     tm_complete_eager(qp &q, const engine::pkt &p, bool failed);
+    void     tm_start_rndv(qp &q, srq &s, uint32_t index, const ib::tmh &h,
+                           const ib::rvh &r);
+    void     tm_finish_rndv(qp &q, const tm_rndv &op, bool ok);
+    void     tm_dev_wqe_done(qp &q, uint32_t index, bool error);
+    void     tm_post_dev_wqe(qp &q, prm::send_opcode op, bool signalled,
+                             std::span<const uint8_t> segs, const tm_rndv &what);
+    uint32_t tm_dev_sq_room(const qp &q) const
+    {
+        return uint32_t(q.dev_sq.size()) - (q.dev_sq_head - q.sq_tail);
+    }
+
     // completer (comp.cc)
     void complete(qp &q, const engine::pkt &p);
     void complete_response(qp &q, const engine::pkt &p);
@@ -192,7 +226,9 @@ private:
     void run_timers();
 
     // CQE writers (a CQ overrun puts the QP in ERROR, E13)
-    void write_cqe(qp &q, bool is_send, const prm::cqe &c, bool solicited = false);
+    /// `tm`: the first half of the entry, for tag matching CQEs.
+    void write_cqe(qp &q, bool is_send, const prm::cqe &c, bool solicited = false,
+                   const prm::tm_cqe *tm = nullptr);
     void write_err_cqe(qp &q, uint16_t wqe_index, prm::cqe_syndrome syndrome,
                        bool is_send);
 

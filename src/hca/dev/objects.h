@@ -6,8 +6,11 @@
 
 #include "hca/prm/prm_ctx.h"
 #include "hca/prm/prm_db.h"
+#include "hca/prm/prm_wqe.h"
+#include "tm/tag_list.h"
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 namespace mlx4x::dev {
@@ -56,6 +59,15 @@ struct srq {
     uint16_t  limit = 0;              ///< armed SRQ limit (0: not armed)
     uint32_t  attached_qps = 0;
 
+    /// Tag matching (prm_tm.h): the posted-tag list and, by list entry,
+    /// the receive buffer each APPEND named.
+    struct tag_matching {
+        explicit tag_matching(uint32_t size) : list(size), bufs(size) {}
+        tm::tag_list                    list;
+        std::vector<prm::wqe_data_seg>  bufs;
+    };
+    std::unique_ptr<tag_matching> tm;
+
     uint32_t size() const { return 1u << log_size; }
     uint8_t *wqe(uint32_t i) const
     {
@@ -99,6 +111,21 @@ struct resp_resource {
     uint32_t sent = 0;         ///< READ bytes sent so far
     uint64_t orig = 0;         ///< atomic: original remote value
 };
+
+/// A rendezvous the device drives on a QP it owns the send queue of: the
+/// READ of the sender's data into posted receive `index`, then the FIN.
+struct tm_rndv {
+    uint32_t srqn = 0, index = 0;
+    uint64_t tag = 0;
+    uint32_t app_ctx = 0;
+    uint32_t msg_len = 0;      ///< length the sender announced
+    bool     truncated = false;
+    bool     is_fin = false;   ///< this WQE is the FIN
+};
+
+/// 64-byte slot of a device-owned send queue (inline data must not cross
+/// a 64-byte boundary, so the ring is aligned like a host one).
+struct alignas(64) wqe_slot { uint8_t bytes[64]; };
 
 struct qp {
     bool         valid = false;
@@ -166,6 +193,20 @@ struct qp {
     bool         drained_sent  = false;  ///< SQ_DRAINED raised in this SQD
     bool         ack_pending = false;
     uint8_t      ack_syndrome = 0;
+
+    // Tag matching: the SEND in progress goes to posted receive
+    // `tag_index` of the QP's TM SRQ instead of an SRQ WQE.
+    bool         recv_to_tag = false;
+    bool         recv_unexpected = false;   ///< ... or is an unexpected one
+    bool         recv_truncated = false;
+    uint32_t     tag_index = 0;
+    uint64_t     msg_tag = 0;
+    uint32_t     msg_app_ctx = 0;
+    // Device-owned send queue (prm::qpc_tm_dev_sq): ring, producer, and
+    // what each of its WQEs is for.
+    std::vector<wqe_slot> dev_sq;
+    uint32_t     dev_sq_head = 0;
+    std::vector<tm_rndv> rndv_ops;
 
     bool responses_pending() const { return resp_count != 0; }
     uint32_t sq_size() const { return 1u << sq_log_size; }

@@ -49,6 +49,14 @@ cmd_status device::cmd_sw2hw_srq(uint32_t srqn, uint64_t inbox)
     s.log_stride = uint32_t(ctx->logstride) + 4;
     s.db        = dma<const uint32_t>(ctx->db_rec_addr.get());
     s.limit     = ctx->limit_watermark.get();
+    if (prm::srqc_tm_enable::get(ctx->tm)) {
+        uint32_t tags = prm::srqc_tm_size::get(ctx->tm);
+        if (tags == 0) {
+            s = srq{};
+            return cmd_status::bad_param;
+        }
+        s.tm = std::make_unique<srq::tag_matching>(tags);
+    }
     return cmd_status::ok;
 }
 

@@ -634,15 +634,18 @@ void cq::clean(uint32_t qpn, srq *shared_rq)
         prm::cqe c;
         std::memcpy(&c, at(i), sizeof(c));
         if ((c.vlan_my_qpn.get() & prm::cqe_qpn_mask) == qpn) {
-            bool is_send = c.owner_sr_opcode & prm::cqe_is_send_mask;
-            if (shared_rq && !is_send) {
+            // Tag matching CQEs of a dropped QP are lost with it, like the
+            // rest: its posted receives are the upper layer's to cancel.
+            if (shared_rq && detail::consumes_srq_wqe(c.owner_sr_opcode)) {
                 (void)shared_rq->complete(c.wqe_index.get());
             }
             ++freed;
         } else if (freed) {
+            // The whole entry moves: TM CQEs use its first half (prm_tm.h).
             uint8_t *dst   = at(i + freed);
             uint8_t  owner = dst[31] & prm::cqe_owner_mask;
-            std::memcpy(dst, &c, sizeof(c));
+            std::memcpy(dst - prm::cqe_offset_in_entry,
+                        at(i) - prm::cqe_offset_in_entry, prm::cqe_stride - 1);
             dst[31] = uint8_t((c.owner_sr_opcode & ~prm::cqe_owner_mask) | owner);
         }
     }
@@ -712,10 +715,12 @@ cq::~cq()
 // ---- srq ----------------------------------------------------------------
 
 result<std::unique_ptr<srq>> srq::create(context &ctx, uint32_t pd,
-                                         uint32_t max_wr, uint32_t max_sge)
+                                         uint32_t max_wr, uint32_t max_sge,
+                                         uint32_t tm_list_size)
 {
     if (max_wr == 0 || max_sge == 0 || max_sge > dev::limits::max_sg ||
-        max_wr >= (1u << dev::limits::log_max_qp_sz)) {
+        max_wr >= (1u << dev::limits::log_max_qp_sz) ||
+        tm_list_size > prm::max_tm_list_size) {
         return status::invalid_param;
     }
     if (status st = ctx.hold_pd(pd); st != status::ok) {
@@ -725,6 +730,7 @@ result<std::unique_ptr<srq>> srq::create(context &ctx, uint32_t pd,
     s->pd_held_    = true;
     s->pd_         = pd;
     s->max_sge_    = max_sge;
+    s->tm_list_size_ = tm_list_size;
     s->size_       = std::bit_ceil(max_wr + 1);   // one entry stays spare
     s->log_stride_ = uint32_t(std::countr_zero(std::bit_ceil(
         sizeof(prm::wqe_srq_next_seg) + max_sge * sizeof(prm::wqe_data_seg))));
@@ -757,6 +763,10 @@ result<std::unique_ptr<srq>> srq::create(context &ctx, uint32_t pd,
     c->mtt_base_addr_l.set(uint32_t(s->mtt_));
     c->pd.set(pd);
     c->db_rec_addr.set(dma_addr(&s->db_));
+    if (tm_list_size) {
+        prm::srqc_tm_enable::set(c->tm, 1);
+        prm::srqc_tm_size::set(c->tm, tm_list_size);
+    }
     if (status st = ctx.command(prm::cmd_opcode::sw2hw_srq, s->srqn_, dma_addr(c));
         st != status::ok) {
         ctx.free_srqn(s->srqn_);
@@ -816,6 +826,11 @@ result<std::unique_ptr<qp>> qp::create(context &ctx, uint32_t pd, qp_type type,
         caps.max_recv_sge > dev::limits::max_sg) {
         return status::invalid_param;
     }
+    bool on_tm_srq = shared_rq && shared_rq->tm_list_size();
+    if ((type == qp_type::tm_cmd && !on_tm_srq) ||
+        (caps.device_owned_sq && (type != qp_type::rc || !on_tm_srq))) {
+        return status::invalid_param;   // both belong to a TM SRQ
+    }
     if (status s = ctx.hold_pd(pd); s != status::ok) {
         return s;   // C23: a QP needs an allocated PD
     }
@@ -827,10 +842,11 @@ result<std::unique_ptr<qp>> qp::create(context &ctx, uint32_t pd, qp_type type,
     q->caps_     = caps;
     q->send_cq_  = &send_cq;
     q->recv_cq_  = &recv_cq;
-    // Send WQE: ctrl + (datagram | raddr) + max(gather list, inline data).
+    // Send WQE: ctrl + (datagram | raddr | tm) + max(gather list, inline).
     size_t fixed  = sizeof(prm::wqe_ctrl_seg) +
-                    (type == qp_type::ud ? sizeof(prm::wqe_datagram_seg)
-                                         : sizeof(prm::wqe_raddr_seg));
+                    (type == qp_type::ud       ? sizeof(prm::wqe_datagram_seg)
+                     : type == qp_type::tm_cmd ? sizeof(prm::wqe_tm_seg)
+                                               : sizeof(prm::wqe_raddr_seg));
     size_t gather = caps.max_send_sge * sizeof(prm::wqe_data_seg);
     size_t inl    = caps.max_inline + (caps.max_inline / prm::inline_align + 2) *
                                           sizeof(prm::wqe_inline_seg);
@@ -911,7 +927,9 @@ prm::qp_modify_mailbox qp::base_mailbox() const
     prm::qp_modify_mailbox mb{};
     prm::qp_context &c = mb.context;
     prm::qpc_st::set(c.flags, uint8_t(type_ == qp_type::rc ? prm::qp_st::rc
-                                                           : prm::qp_st::ud));
+                                      : type_ == qp_type::ud ? prm::qp_st::ud
+                                                             : prm::qp_st::tm_cmd));
+    prm::qpc_tm_dev_sq::set(c.param3, caps_.device_owned_sq);
     c.pd.set(pd_);
     c.local_qpn.set(qpn_);
     c.sq_size_stride = uint8_t((std::countr_zero(sq_size_) << 3) | (sq_log_stride_ - 4));

@@ -12,6 +12,7 @@
 #include "hca/prm/prm_cqe.h"
 #include "hca/prm/prm_ctx.h"
 #include "hca/prm/prm_db.h"
+#include "hca/prm/prm_tm.h"
 #include "hca/prm/prm_wqe.h"
 
 #include <atomic>
@@ -246,6 +247,26 @@ const char *to_string(wc_status s);
 enum class wc_opcode : uint8_t {
     send, rdma_write, rdma_read, atomic_cs, atomic_fa, recv, recv_imm,
     recv_rdma_imm,
+    // tag matching (prm_tm.h): receive side of a TM SRQ ...
+    tm_expected,     ///< eager message placed in posted receive tm.index
+    tm_consumed,     ///< rendezvous matched tm.index; the device reads it
+    tm_rndv_done,    ///< rendezvous data of tm.index in place, FIN sent
+    tm_unexpected,   ///< tagged message in the SRQ WQE of wr_id (tmh first)
+    // ... and its command QP
+    tm_list_op,      ///< list operation tm.op on tm.index done (tm.result)
+};
+
+/// What a tag matching completion adds (tm_* opcodes only).
+struct wc_tm {
+    uint64_t tag     = 0;
+    uint32_t app_ctx = 0;
+    uint32_t index   = 0;        ///< list entry
+    uint32_t msg_len = 0;        ///< rendezvous: length the sender announced
+    prm::tm_list_op    op     = prm::tm_list_op::nop;
+    prm::tm_list_result result = prm::tm_list_result::ok;
+    bool     truncated = false;
+    bool     with_imm  = false;
+    bool     failed    = false;
 };
 
 struct wc {
@@ -257,6 +278,7 @@ struct wc {
     uint32_t  src_qp;
     uint16_t  slid;
     uint32_t  imm;        ///< host order
+    wc_tm     tm;
 };
 
 class cq {
@@ -304,14 +326,19 @@ struct sge {
 /// tail, so one entry always stays free (capacity = 2^k - 1).
 class srq {
 public:
+    /// `tm_list_size` > 0 makes it a TM SRQ (prm_tm.h) whose device list
+    /// holds that many posted tags; list operations go through a command
+    /// QP (qp_type::tm_cmd) created on it.
     static result<std::unique_ptr<srq>> create(context &ctx, uint32_t pd,
                                                uint32_t max_wr,
-                                               uint32_t max_sge = 1);
+                                               uint32_t max_sge = 1,
+                                               uint32_t tm_list_size = 0);
     ~srq();
     uint32_t srqn() const { return srqn_; }
     uint32_t pd() const { return pd_; }
     /// Receive WQEs the device may still take.
     uint32_t posted() const { return posted_; }
+    uint32_t tm_list_size() const { return tm_list_size_; }
 
     inline status post_recv(uint64_t wr_id, std::span<const sge> sg);
     /// SRQ limit (IBA 10.2.9.3): one async event when fewer than `limit`
@@ -330,6 +357,7 @@ private:
     context &ctx_;
     bool     pd_held_ = false;
     uint32_t srqn_ = 0, pd_ = 0, size_ = 0, log_stride_ = 0, max_sge_ = 0;
+    uint32_t tm_list_size_ = 0;
     uint16_t head_ = 0, tail_ = 0, counter_ = 0;
     uint32_t posted_ = 0;
     uint8_t *buf_ = nullptr;
@@ -340,7 +368,10 @@ private:
 
 // ---- queue pairs ------------------------------------------------------
 
-enum class qp_type : uint8_t { rc, ud };
+enum class qp_type : uint8_t {
+    rc, ud,
+    tm_cmd,   ///< list operations of a TM SRQ (post_tm_op only)
+};
 
 struct qp_caps {
     uint32_t max_send_wr  = 64;
@@ -348,6 +379,20 @@ struct qp_caps {
     uint32_t max_send_sge = 4;
     uint32_t max_recv_sge = 1;
     uint32_t max_inline   = 0;    ///< bytes; sizes the send WQE stride
+    /// RC on a TM SRQ: the device owns the send queue and drives matched
+    /// rendezvous on it (prm::qpc_tm_dev_sq); post_send is refused.
+    bool     device_owned_sq = false;
+};
+
+/// A list operation on a TM SRQ's posted-tag list (prm::wqe_tm_seg).
+struct tm_op {
+    uint64_t          wr_id  = 0;
+    prm::tm_list_op   op     = prm::tm_list_op::nop;
+    uint16_t          index  = 0;      ///< list entry (APPEND / REMOVE)
+    uint16_t          sw_cnt = 0;      ///< unexpected messages handled
+    uint64_t          tag = 0, mask = 0;
+    sge               buffer{};        ///< APPEND: the receive buffer
+    bool              signaled = true;
 };
 
 enum class wr_opcode : uint8_t {
@@ -411,7 +456,7 @@ public:
     status to_init(uint32_t access, uint32_t qkey = 0);
     status to_rtr(const rc_connect_attr &a);
     status to_rts(const rc_connect_attr &a);
-    status to_ud_rts();                 ///< INIT -> RTR -> RTS for UD
+    status to_ud_rts();                 ///< INIT -> RTR -> RTS for UD / tm_cmd
     status to_sqd();                    ///< RTS -> SQD: stop starting WQEs
     status sqd_to_rts();                ///< resume
     status to_error();
@@ -421,6 +466,8 @@ public:
 
     inline status post_send(const send_wr &wr);
     inline status post_recv(uint64_t wr_id, std::span<const sge> sg);
+    /// tm_cmd QPs: one list operation.
+    inline status post_tm_op(const tm_op &op);
 
     // used by cq::poll
     uint64_t sq_complete(uint16_t wqe_index);

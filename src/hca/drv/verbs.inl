@@ -65,17 +65,53 @@ inline wc_opcode send_wc_opcode(uint8_t op)
     case prm::send_opcode::rdma_read:      return wc_opcode::rdma_read;
     case prm::send_opcode::atomic_cs:      return wc_opcode::atomic_cs;
     case prm::send_opcode::atomic_fa:      return wc_opcode::atomic_fa;
+    case prm::send_opcode::tag_matching:   return wc_opcode::tm_list_op;
     default:                               return wc_opcode::send;
     }
 }
 
 inline wc_opcode recv_wc_opcode(uint8_t op)
 {
-    switch (static_cast<prm::recv_opcode>(op)) {
-    case prm::recv_opcode::send_imm:       return wc_opcode::recv_imm;
-    case prm::recv_opcode::rdma_write_imm: return wc_opcode::recv_rdma_imm;
-    default:                               return wc_opcode::recv;
+    switch (op) {
+    case uint8_t(prm::recv_opcode::send_imm):       return wc_opcode::recv_imm;
+    case uint8_t(prm::recv_opcode::rdma_write_imm): return wc_opcode::recv_rdma_imm;
+    case uint8_t(prm::tm_cqe_opcode::expected):     return wc_opcode::tm_expected;
+    case uint8_t(prm::tm_cqe_opcode::consumed):     return wc_opcode::tm_consumed;
+    case uint8_t(prm::tm_cqe_opcode::rndv_done):    return wc_opcode::tm_rndv_done;
+    case uint8_t(prm::tm_cqe_opcode::unexpected):   return wc_opcode::tm_unexpected;
+    default:                                        return wc_opcode::recv;
     }
+}
+
+constexpr bool is_tm_recv(uint8_t op)
+{
+    return op >= uint8_t(prm::tm_cqe_opcode::expected) &&
+           op <= uint8_t(prm::tm_cqe_opcode::unexpected);
+}
+
+/// Whether a receive CQE (owner_sr_opcode) took a WQE of its QP's SRQ:
+/// untagged and unexpected messages do, matched ones land in posted
+/// receives instead.
+constexpr bool consumes_srq_wqe(uint8_t owner_sr_opcode)
+{
+    uint8_t op = owner_sr_opcode & prm::cqe_opcode_mask;
+    return !(owner_sr_opcode & prm::cqe_is_send_mask) &&
+           (!is_tm_recv(op) || op == uint8_t(prm::tm_cqe_opcode::unexpected));
+}
+
+inline void read_tm_cqe(const uint8_t *entry_cqe, wc_tm &t)
+{
+    prm::tm_cqe x;
+    std::memcpy(&x, entry_cqe - prm::cqe_offset_in_entry, sizeof(x));
+    t.tag       = x.tag.get();
+    t.app_ctx   = x.app_ctx.get();
+    t.index     = x.index.get();
+    t.msg_len   = x.msg_len.get();
+    t.op        = static_cast<prm::tm_list_op>(x.op);
+    t.result    = static_cast<prm::tm_list_result>(x.syndrome);
+    t.truncated = x.flags & prm::tm_cqe_truncated;
+    t.with_imm  = x.flags & prm::tm_cqe_with_imm;
+    t.failed    = x.flags & prm::tm_cqe_failed;
 }
 
 } // namespace detail
@@ -87,6 +123,9 @@ inline status qp::post_send(const send_wr &wr)
     if (state_ != prm::qp_state::rts && state_ != prm::qp_state::sqd &&
         state_ != prm::qp_state::sqer && state_ != prm::qp_state::err) {
         return status::invalid_param;   // in SQE / ERROR: flushed (E4)
+    }
+    if (type_ == qp_type::tm_cmd || caps_.device_owned_sq) [[unlikely]] {
+        return status::invalid_param;   // not a send queue the driver feeds
     }
     if (sq_outstanding() >= sq_size_) {
         return status::no_resource;   // C62: never overwrite a WQE
@@ -175,6 +214,48 @@ inline status qp::post_send(const send_wr &wr)
                             ((idx & sq_size_) ? prm::wqe_owner_bit : 0);
     // ...then ownership: the device may start on the WQE as soon as the
     // owner bit is right, so the release orders the descriptor before it.
+    std::atomic_ref<uint32_t>(*reinterpret_cast<uint32_t *>(wqe))
+        .store(byteswap_if_little(owner_opcode), std::memory_order_release);
+    ++sq_head_;
+    ctx_.ring_send_doorbell(qpn_);
+    return status::ok;
+}
+
+inline status qp::post_tm_op(const tm_op &o)
+{
+    if (type_ != qp_type::tm_cmd || state_ != prm::qp_state::rts) {
+        return status::invalid_param;
+    }
+    if (sq_outstanding() >= sq_size_) {
+        return status::no_resource;
+    }
+    uint32_t idx = sq_head_;
+    uint8_t *wqe = buf_ + (size_t(idx & (sq_size_ - 1)) << sq_log_stride_);
+    size_t   off = sizeof(prm::wqe_ctrl_seg);
+    prm::wqe_tm_seg t{};
+    t.opcode = uint8_t(uint8_t(o.op) << 4);
+    t.flags  = prm::tm_flag_sw_cnt | (o.signaled ? prm::tm_flag_cqe_req : 0);
+    t.index.set(o.index);
+    t.sw_cnt.set(o.sw_cnt);
+    t.append_tag.set(o.tag);
+    t.append_mask.set(o.mask);
+    std::memcpy(wqe + off, &t, sizeof(t));
+    off += sizeof(t);
+    if (o.op == prm::tm_list_op::append) {
+        prm::wqe_data_seg d;
+        d.byte_count.set(o.buffer.length);
+        d.lkey.set(o.buffer.lkey);
+        d.addr.set(o.buffer.addr);
+        std::memcpy(wqe + off, &d, sizeof(d));
+        off += sizeof(d);
+    }
+    prm::wqe_ctrl_seg ctrl{};
+    ctrl.fence_size = uint8_t((off + 15) / 16);
+    ctrl.srcrb_flags.set(o.signaled ? prm::ctrl_cq_update : 0);
+    std::memcpy(wqe + 4, reinterpret_cast<uint8_t *>(&ctrl) + 4, sizeof(ctrl) - 4);
+    sq_wrid_[idx & (sq_size_ - 1)] = o.wr_id;
+    uint32_t owner_opcode = uint32_t(prm::send_opcode::tag_matching) |
+                            ((idx & sq_size_) ? prm::wqe_owner_bit : 0);
     std::atomic_ref<uint32_t>(*reinterpret_cast<uint32_t *>(wqe))
         .store(byteswap_if_little(owner_opcode), std::memory_order_release);
     ++sq_head_;
@@ -293,12 +374,17 @@ inline unsigned cq::poll(std::span<wc> wcs)
         } else {
             w.status = wc_status::success;
             w.opcode = send ? detail::send_wc_opcode(op) : detail::recv_wc_opcode(op);
+            if (send ? op == uint8_t(prm::send_opcode::tag_matching)
+                     : detail::is_tm_recv(op)) [[unlikely]] {
+                detail::read_tm_cqe(entry, w.tm);
+            }
         }
         uint16_t wqe_index = c.wqe_index.get();
-        w.wr_id = !q                ? 0
-                  : send            ? q->sq_complete(wqe_index)
-                  : q->shared_rq()  ? q->shared_rq()->complete(wqe_index)
-                                    : q->rq_complete(wqe_index);
+        w.wr_id = !q   ? 0
+                  : send ? q->sq_complete(wqe_index)
+                  : !detail::consumes_srq_wqe(owner) ? 0
+                  : q->shared_rq() ? q->shared_rq()->complete(wqe_index)
+                                   : q->rq_complete(wqe_index);
     }
     if (n) {
         // Tell the device how far we consumed (its overrun check).

@@ -244,6 +244,10 @@ void device::retire_acked(qp &q)
 void device::complete_wqe(qp &q, uint32_t index, prm::cqe_syndrome syndrome,
                           bool error)
 {
+    if (!q.dev_sq.empty()) {
+        tm_dev_wqe_done(q, index, error);   // the device's own WQEs: no CQE
+        return;
+    }
     prm::wqe_ctrl_seg ctrl;
     std::memcpy(&ctrl, q.sq_wqe(index), sizeof(ctrl));
     uint8_t opcode = uint8_t(ctrl.owner_opcode.get() & prm::cqe_opcode_mask);
@@ -311,7 +315,8 @@ void device::write_err_cqe(qp &q, uint16_t wqe_index,
     write_cqe(q, is_send, c);
 }
 
-void device::write_cqe(qp &q, bool is_send, const prm::cqe &c, bool solicited)
+void device::write_cqe(qp &q, bool is_send, const prm::cqe &c, bool solicited,
+                       const prm::tm_cqe *tm)
 {
     cq *cqp = find_cq(is_send ? q.send_cqn : q.recv_cqn);
     if (!cqp) {
@@ -336,6 +341,9 @@ void device::write_cqe(qp &q, bool is_send, const prm::cqe &c, bool solicited)
     }
     uint8_t *entry = cqp->buf + size_t(pi & (cqp->size() - 1)) * prm::cqe_stride +
                      prm::cqe_offset_in_entry;
+    if (tm) {
+        std::memcpy(entry - prm::cqe_offset_in_entry, tm, sizeof(*tm));
+    }
     std::memcpy(entry, &c, sizeof(c) - 1);
     uint8_t last = static_cast<uint8_t>(
         (c.owner_sr_opcode & ~prm::cqe_owner_mask) |

@@ -99,6 +99,11 @@ void device::run_requesters()
             flush_sq(*q);       // and in SQE, those of the send queue (E4)
             continue;
         }
+        if (q->st == prm::qp_st::tm_cmd) {
+            for (unsigned i = 0; i < burst_per_qp && run_tm_command(*q); ++i) {
+            }
+            continue;
+        }
         for (unsigned i = 0; i < burst_per_qp && send_one_packet(*q); ++i) {
         }
         if (q->state == prm::qp_state::sqd && !q->drained_sent && !q->sending &&

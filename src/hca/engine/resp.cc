@@ -4,12 +4,12 @@
 // coalesced ACKs / NAKs.
 #include "hca/dev/device.h"
 #include "hca/engine/pkt.h"
+#include "hca/ib/ib_psn.h"
+#include "hca/ib/ib_tm.h"
 #include "hca/prm/prm_wqe.h"
 
-#include <atomic>
-#include "hca/ib/ib_psn.h"
-
 #include <algorithm>
+#include <atomic>
 
 namespace mlx4x::dev {
 
@@ -25,9 +25,11 @@ void device::on_frame(std::span<const uint8_t> frame)
     }
     count(counter::rx_bytes, p->payload.size());
     qp *q = find_qp(p->dest_qp);
-    if (!q || (q->state != prm::qp_state::rtr && q->state != prm::qp_state::rts &&
-               q->state != prm::qp_state::sqd && q->state != prm::qp_state::sqer)) {
-        count(counter::unknown_qp);   // no such QP / not receiving: drop
+    if (!q || q->st == prm::qp_st::tm_cmd ||
+        (q->state != prm::qp_state::rtr && q->state != prm::qp_state::rts &&
+         q->state != prm::qp_state::sqd && q->state != prm::qp_state::sqer)) {
+        // No such QP, not receiving, or a TM command QP (never on the wire).
+        count(counter::unknown_qp);
         return;
     }
     // P_Key check (IBA 9.6.1.1, 10.9.3; E41): same partition, and not two
@@ -339,16 +341,47 @@ void device::respond_send(qp &q, const pkt &p)
         responder_error(q, ib::nak_code::invalid_request);   // opcode sequence
         return;
     }
+    srq *tm = tm_srq_of(q);
+    std::span<const uint8_t> data = p.payload;
     if (first) {
-        if (!recv_available(q)) {
+        if (tm && !tm_first_packet(q, *tm, p, last)) {
+            return;
+        }
+        if (q.recv_to_tag) {
+            data = data.subspan(sizeof(ib::tmh));   // only the data is placed
+        } else if (!recv_available(q)) {
             // IBA 9.7.5.2.8: no receive WQE -> RNR NAK, PSN not consumed.
             count(counter::rnr_naks_sent);
             send_nak(q, ib::make_syndrome(ib::ack_class::rnr_nak, q.min_rnr_timer));
             return;
+        } else {
+            q.recv_wqe = recv_take(q);
+            if (q.recv_unexpected) {
+                tm->tm->list.note_unexpected();
+                count(p.payload[0] == uint8_t(ib::tmh_opcode::rndv)
+                          ? counter::tm_unexpected_rndv
+                          : counter::tm_unexpected_eager);
+            }
         }
-        q.recv_wqe    = recv_take(q);
         q.recv_offset = 0;
         q.in_send     = true;
+    }
+    if (q.recv_to_tag) {
+        bool failed = tm_scatter(q, data) != scatter_result::ok;
+        q.recv_offset += uint32_t(data.size());
+        if (failed) {
+            tm_complete_eager(q, p, true);
+            responder_error(q, ib::nak_code::invalid_request);
+            return;
+        }
+        q.epsn = ib::psn_add(q.epsn, 1);
+        if (last) {
+            q.in_send = false;
+            q.msn     = ib::psn_add(q.msn, 1);
+            tm_complete_eager(q, p, false);
+        }
+        schedule_ack(q);
+        return;
     }
     if (scatter_result r = scatter(q, q.recv_wqe, q.recv_offset, p.payload);
         r != scatter_result::ok) {
@@ -379,7 +412,16 @@ void device::respond_send(qp &q, const pkt &p)
         }
         c.owner_sr_opcode = uint8_t(imm ? prm::recv_opcode::send_imm
                                         : prm::recv_opcode::send);
-        write_cqe(q, false, c, ib::bth_solicited(p.bth));
+        if (q.recv_unexpected) {
+            // A tagged message for software; its tmh leads the data.
+            prm::tm_cqe x{};
+            x.flags = imm ? prm::tm_cqe_with_imm : 0;
+            c.owner_sr_opcode = uint8_t(prm::tm_cqe_opcode::unexpected);
+            q.recv_unexpected = false;
+            write_cqe(q, false, c, ib::bth_solicited(p.bth), &x);
+        } else {
+            write_cqe(q, false, c, ib::bth_solicited(p.bth));
+        }
     }
     schedule_ack(q);
 }

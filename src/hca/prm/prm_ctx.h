@@ -22,7 +22,10 @@ enum class qp_state : uint8_t {
     rst = 0, init = 1, rtr = 2, rts = 3, sqer = 4, sqd = 5, err = 6,
 };
 /// Service types in qp_context.flags[23:16].
-enum class qp_st : uint8_t { rc = 0, uc = 1, ud = 3, mlx = 7 };
+enum class qp_st : uint8_t {
+    rc = 0, uc = 1, ud = 3, mlx = 7,
+    tm_cmd = 8,   ///< mlx4x: command QP of a TM SRQ (prm_tm.h)
+};
 
 struct qp_path {
     uint8_t fl;
@@ -174,7 +177,7 @@ struct srq_context {
     uint8_t reserved1;
     be16    xrcd;
     be32    pg_offset_cqn;       ///< 0x08
-    uint32_t reserved2;
+    be32    tm;                  ///< 0x0c: mlx4x tag matching (prm_tm.h)
     uint8_t log_page_size;       ///< 0x10
     uint8_t reserved3[2];
     uint8_t mtt_base_addr_h;     ///< 0x13

@@ -27,6 +27,7 @@ enum class send_opcode : uint8_t {
     rdma_read      = 0x10,
     atomic_cs      = 0x11,
     atomic_fa      = 0x12,
+    tag_matching   = 0x1c,   ///< mlx4x: TM list operation (prm_tm.h)
 };
 
 /// Receive-completion opcodes (MLX4_RECV_OPCODE_*).

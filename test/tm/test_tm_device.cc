@@ -1,0 +1,408 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// Tag matching in the device, driven through the driver exactly as the UCT
+// layer drives it: a TM SRQ, list operations on its command QP, tagged
+// SENDs (ibv_tmh / ibv_rvh) from a peer, and the TM CQEs (prm_tm.h).
+// Checklist: C69/C70 and E63-E65 (docs/seeds-digest.md); seed 002 §5's
+// matching rules TM1-TM4 as docs/conformance.md numbers them.
+#include "../hca/hca_fixture.h"
+#include "hca/ib/ib_tm.h"
+
+#include <cstring>
+
+namespace mlx4x::test {
+namespace {
+
+constexpr uint64_t full_mask = ~uint64_t{0};
+constexpr uint32_t list_size = 8;
+
+class tm_device : public rc_pair {
+protected:
+    /// a sends on an ordinary RC QP (FINs come back into its RQ); b's QP
+    /// receives from a TM SRQ and lets the device own its send queue.
+    void SetUp() override
+    {
+        rc_pair::SetUp();
+        a.open(fab);
+        b.open(fab);
+        auto s = drv::srq::create(*b.ctx, b.pd, 15, 1, list_size);
+        ASSERT_TRUE(s.ok());
+        srq = s.take();
+        b.qp.reset();
+        drv::qp_caps caps;
+        caps.device_owned_sq = true;
+        auto q = drv::qp::create(*b.ctx, b.pd, drv::qp_type::rc, *b.scq, *b.rcq,
+                                 caps, srq.get());
+        ASSERT_TRUE(q.ok());
+        b.qp = q.take();
+        drv::qp_caps cmd_caps;
+        cmd_caps.max_send_wr = 16;
+        auto c = drv::qp::create(*b.ctx, b.pd, drv::qp_type::tm_cmd, *b.rcq,
+                                 *b.rcq, cmd_caps, srq.get());
+        ASSERT_TRUE(c.ok());
+        cmd = c.take();
+        ASSERT_EQ(cmd->to_init(0), status::ok);
+        ASSERT_EQ(cmd->to_ud_rts(), status::ok);
+        ASSERT_NO_FATAL_FAILURE(connect_pair(a, b));
+
+        out.assign(64 * 1024, 0);
+        srq_bufs.assign(16 * 4096, 0);
+        posted.assign(list_size * 4096, 0);
+        fin_buf.assign(16 * 64, 0);
+        om  = &a.reg(out.data(), out.size(),
+                     drv::access_local_write | drv::access_remote_read);
+        fm  = &a.reg(fin_buf.data(), fin_buf.size());
+        sm  = &b.reg(srq_bufs.data(), srq_bufs.size());
+        pm  = &b.reg(posted.data(), posted.size());
+        for (uint32_t i = 0; i < 15; ++i) {
+            drv::sge g{reinterpret_cast<uint64_t>(srq_bufs.data() + 4096 * i),
+                       4096, sm->lkey()};
+            ASSERT_EQ(srq->post_recv(100 + i, {&g, 1}), status::ok);
+        }
+        for (uint32_t i = 0; i < 16; ++i) {
+            ASSERT_EQ(a.post_recv(200 + i, fin_buf.data() + 64 * i, 64, fm->lkey()),
+                      status::ok);
+        }
+    }
+    void TearDown() override
+    {
+        cmd.reset();
+        b.qp.reset();
+    }
+
+    /// Posts a list operation and waits for its completion.
+    drv::wc list_op(prm::tm_list_op op, uint16_t index, uint64_t tag = 0,
+                    uint64_t mask = full_mask, uint32_t len = 4096)
+    {
+        drv::tm_op o;
+        o.wr_id  = 1000 + index;
+        o.op     = op;
+        o.index  = index;
+        o.sw_cnt = sw_cnt;
+        o.tag    = tag;
+        o.mask   = mask;
+        o.buffer = {reinterpret_cast<uint64_t>(slot(index)), len, pm->lkey()};
+        EXPECT_EQ(cmd->post_tm_op(o), status::ok);
+        drv::wc w{};
+        EXPECT_TRUE(progress_until([&] { return take(drv::wc_opcode::tm_list_op, w); }));
+        EXPECT_EQ(w.wr_id, o.wr_id);
+        return w;
+    }
+    drv::wc append(uint16_t index, uint64_t tag, uint64_t mask = full_mask,
+                   uint32_t len = 4096)
+    {
+        return list_op(prm::tm_list_op::append, index, tag, mask, len);
+    }
+
+    uint8_t *slot(uint32_t index) { return posted.data() + 4096 * index; }
+
+    /// Sends a tagged eager message: tmh + `len` bytes of pattern `seed`.
+    void send_eager(uint64_t tag, uint32_t len, uint32_t seed,
+                    ib::tmh_opcode op = ib::tmh_opcode::eager)
+    {
+        ib::tmh h{};
+        h.opcode = uint8_t(op);
+        h.app_ctx.set(0xabc);
+        h.tag.set(tag);
+        std::memcpy(out.data() + send_off, &h, sizeof(h));
+        fill_pattern(out.data() + send_off + sizeof(h), len, seed);
+        ASSERT_EQ(a.post_send(seed, out.data() + send_off, uint32_t(sizeof(h) + len),
+                              om->lkey()),
+                  status::ok);
+        send_off = (send_off + 8192) % 32768;
+    }
+
+    /// Sends a rendezvous header for `len` bytes of `out` at 32 KiB.
+    void send_rndv(uint64_t tag, uint32_t len, uint32_t app_ctx,
+                   uint32_t rkey = 0)
+    {
+        struct {
+            ib::tmh h;
+            ib::rvh r;
+            uint8_t user_hdr[18];
+        } __attribute__((packed)) m{};
+        m.h.opcode = uint8_t(ib::tmh_opcode::rndv);
+        m.h.app_ctx.set(app_ctx);
+        m.h.tag.set(tag);
+        m.r.va.set(reinterpret_cast<uint64_t>(out.data() + 32768));
+        m.r.rkey.set(rkey ? rkey : om->rkey());
+        m.r.len.set(len);
+        std::memset(m.user_hdr, 0x5a, sizeof(m.user_hdr));
+        uint8_t *msg = out.data() + 61440;
+        std::memcpy(msg, &m, sizeof(m));
+        ASSERT_EQ(a.post_send(77, msg, sizeof(m), om->lkey()), status::ok);
+    }
+
+    /// Moves the first completion with `op` out of b.recv_wcs into `w`.
+    bool take(drv::wc_opcode op, drv::wc &w)
+    {
+        for (auto it = b.recv_wcs.begin(); it != b.recv_wcs.end(); ++it) {
+            if (it->opcode == op) {
+                w = *it;
+                b.recv_wcs.erase(it);
+                return true;
+            }
+        }
+        return false;
+    }
+    drv::wc wait(drv::wc_opcode op)
+    {
+        drv::wc w{};
+        EXPECT_TRUE(progress_until([&] { return take(op, w); }))
+            << "no completion of opcode " << int(op) << "; have" << dump(b.recv_wcs);
+        return w;
+    }
+
+    std::unique_ptr<drv::srq> srq;
+    std::unique_ptr<drv::qp>  cmd;
+    std::vector<uint8_t>      out, srq_bufs, posted, fin_buf;
+    drv::mr *om = nullptr, *fm = nullptr, *sm = nullptr, *pm = nullptr;
+    uint16_t sw_cnt   = 0;
+    uint32_t send_off = 0;
+};
+
+TEST_F(tm_device, AppendThenMatchingEagerLandsInPostedBuffer)
+{
+    drv::wc l = append(3, 0x1234);
+    EXPECT_EQ(l.status, drv::wc_status::success);
+    EXPECT_EQ(l.tm.op, prm::tm_list_op::append);
+    EXPECT_EQ(l.tm.result, prm::tm_list_result::ok);
+    send_eager(0x1234, 1000, 1);
+    drv::wc w = wait(drv::wc_opcode::tm_expected);
+    EXPECT_EQ(w.tm.index, 3u);
+    EXPECT_EQ(w.tm.tag, 0x1234u);
+    EXPECT_EQ(w.tm.app_ctx, 0xabcu);
+    EXPECT_EQ(w.byte_len, 1000u);
+    EXPECT_FALSE(w.tm.truncated);
+    EXPECT_EQ(check_pattern(slot(3), 1000, 1), -1);
+    EXPECT_EQ(srq->posted(), 15u) << "an expected message takes no SRQ WQE";
+    EXPECT_EQ(b.counter(dev::counter::tm_expected_eager), 1u);
+}
+
+TEST_F(tm_device, UnmatchedEagerIsUnexpectedWithItsTmhInAnSrqBuffer)
+{
+    append(0, 0x1);
+    send_eager(0x2, 300, 2);
+    drv::wc w = wait(drv::wc_opcode::tm_unexpected);
+    ASSERT_GE(w.wr_id, 100u);
+    const uint8_t *buf = srq_bufs.data() + 4096 * (w.wr_id - 100);
+    ib::tmh h;
+    std::memcpy(&h, buf, sizeof(h));
+    EXPECT_EQ(h.opcode, uint8_t(ib::tmh_opcode::eager));
+    EXPECT_EQ(h.tag.get(), 0x2u);
+    EXPECT_EQ(w.byte_len, 16u + 300u);
+    EXPECT_EQ(check_pattern(buf + 16, 300, 2), -1);
+    EXPECT_EQ(b.counter(dev::counter::tm_unexpected_eager), 1u);
+}
+
+TEST_F(tm_device, NoTagMessagesAreOrdinaryReceives)
+{
+    send_eager(0, 40, 3, ib::tmh_opcode::no_tag);
+    drv::wc w = wait(drv::wc_opcode::recv);
+    EXPECT_EQ(w.byte_len, 56u);
+    EXPECT_EQ(b.counter(dev::counter::tm_unexpected_eager), 0u);
+}
+
+// Seed 002 TM2: the earliest posted matching receive wins, wildcards in
+// the mask included; a later entry matches when earlier ones cannot.
+TEST_F(tm_device, EarliestPostedMatchingReceiveWinsWithWildcards)
+{
+    append(5, 0, 0);                 // wildcard: any tag
+    append(2, 0x77);
+    append(7, 0x0100, 0xff00);       // any tag 0x01xx
+    send_eager(0x77, 8, 4);
+    EXPECT_EQ(wait(drv::wc_opcode::tm_expected).tm.index, 5u) << "wildcard first";
+    send_eager(0x0105, 8, 5);
+    EXPECT_EQ(wait(drv::wc_opcode::tm_expected).tm.index, 7u)
+        << "0x77 cannot match: the later masked entry does";
+    send_eager(0x77, 8, 6);
+    EXPECT_EQ(wait(drv::wc_opcode::tm_expected).tm.index, 2u);
+}
+
+// Seed 002 TM1: messages are matched in the order they were sent.
+TEST_F(tm_device, EarliestSentMessageTakesTheReceive)
+{
+    append(1, 0x9);
+    send_eager(0x9, 16, 7);
+    send_eager(0x9, 16, 8);
+    drv::wc w = wait(drv::wc_opcode::tm_expected);
+    EXPECT_EQ(check_pattern(slot(1), 16, 7), -1);
+    drv::wc u = wait(drv::wc_opcode::tm_unexpected);
+    EXPECT_EQ(check_pattern(srq_bufs.data() + 4096 * (u.wr_id - 100) + 16, 16, 8), -1);
+    (void)w;
+}
+
+// E63: a receive posted while an unexpected message is on its way to
+// software must not match until software has counted that message.
+TEST_F(tm_device, TagPostedWithStaleUnexpectedCountWaitsForSync)
+{
+    send_eager(0x5, 16, 9);
+    wait(drv::wc_opcode::tm_unexpected);   // device count 1, software's 0
+    append(0, 0x5);                        // posted with sw_cnt 0: held back
+    send_eager(0x5, 16, 10);
+    wait(drv::wc_opcode::tm_unexpected);   // device count 2
+    EXPECT_EQ(b.counter(dev::counter::tm_expected_eager), 0u);
+    sw_cnt = 2;                            // software handled both
+    drv::wc n = list_op(prm::tm_list_op::nop, 0);
+    EXPECT_EQ(n.tm.result, prm::tm_list_result::ok);
+    EXPECT_EQ(b.counter(dev::counter::tm_syncs), 1u);
+    send_eager(0x5, 16, 11);
+    drv::wc w = wait(drv::wc_opcode::tm_expected);
+    EXPECT_EQ(w.tm.index, 0u);
+    EXPECT_EQ(check_pattern(slot(0), 16, 11), -1);
+}
+
+TEST_F(tm_device, TagPostedInSyncMatchesAtOnce)
+{
+    send_eager(0x5, 16, 12);
+    wait(drv::wc_opcode::tm_unexpected);
+    sw_cnt = 1;
+    append(0, 0x5);
+    send_eager(0x5, 16, 13);
+    EXPECT_EQ(wait(drv::wc_opcode::tm_expected).tm.index, 0u);
+}
+
+TEST_F(tm_device, LongerMessageIsTruncatedToThePostedBuffer)
+{
+    append(4, 0x44, full_mask, 100);
+    slot(4)[100] = 0xee;
+    send_eager(0x44, 3000, 14);
+    drv::wc w = wait(drv::wc_opcode::tm_expected);
+    EXPECT_TRUE(w.tm.truncated);
+    EXPECT_EQ(w.byte_len, 3000u);
+    EXPECT_EQ(check_pattern(slot(4), 100, 14), -1);
+    EXPECT_EQ(slot(4)[100], 0xee) << "nothing written past the buffer";
+}
+
+TEST_F(tm_device, MultiPacketEagerIsPlacedWhole)
+{
+    append(6, 0x66, full_mask, 8192);   // entries 6 and 7: one buffer
+    // Two packets at the fixture's 4 KiB path MTU; the tmh is only in the
+    // first.
+    send_eager(0x66, 8000, 15);
+    drv::wc w = wait(drv::wc_opcode::tm_expected);
+    EXPECT_EQ(w.byte_len, 8000u);
+    EXPECT_EQ(check_pattern(slot(6), 8000, 15), -1);
+}
+
+TEST_F(tm_device, RemoveDropsTheTagAndASecondRemoveFindsNothing)
+{
+    append(2, 0x22);
+    drv::wc r = list_op(prm::tm_list_op::remove, 2);
+    EXPECT_EQ(r.tm.result, prm::tm_list_result::ok);
+    EXPECT_EQ(b.counter(dev::counter::tm_cancels), 1u);
+    EXPECT_EQ(list_op(prm::tm_list_op::remove, 2).tm.result,
+              prm::tm_list_result::not_found);
+    send_eager(0x22, 8, 16);
+    wait(drv::wc_opcode::tm_unexpected);
+}
+
+// E64: a cancel that loses the race to a match finds nothing; the match's
+// CQE is the receive's completion.
+TEST_F(tm_device, RemoveAfterMatchReportsNotFound)
+{
+    append(3, 0x33);
+    send_eager(0x33, 8, 17);
+    wait(drv::wc_opcode::tm_expected);
+    drv::wc r = list_op(prm::tm_list_op::remove, 3);
+    EXPECT_EQ(r.tm.result, prm::tm_list_result::not_found);
+    EXPECT_TRUE(r.tm.failed);
+}
+
+TEST_F(tm_device, AppendOutsideTheListOrOnAUsedEntryIsRefused)
+{
+    EXPECT_EQ(append(list_size, 0x1).tm.result, prm::tm_list_result::bad_index);
+    append(1, 0x1);
+    drv::wc w = append(1, 0x2);
+    EXPECT_EQ(w.tm.result, prm::tm_list_result::in_use);
+    EXPECT_TRUE(w.tm.failed);
+}
+
+TEST_F(tm_device, MatchedRendezvousIsReadByTheDeviceAndFinIsSent)
+{
+    fill_pattern(out.data() + 32768, 20000, 18);
+    append(5, 0x55, full_mask, 4096 * 3);   // entries 5..7 are one buffer
+    send_rndv(0x55, 3 * 4096, 0x4321);
+    drv::wc c = wait(drv::wc_opcode::tm_consumed);
+    EXPECT_EQ(c.tm.index, 5u);
+    EXPECT_EQ(c.tm.tag, 0x55u);
+    EXPECT_EQ(c.tm.msg_len, 3u * 4096);
+    drv::wc d = wait(drv::wc_opcode::tm_rndv_done);
+    EXPECT_EQ(d.tm.index, 5u);
+    EXPECT_FALSE(d.tm.failed);
+    EXPECT_FALSE(d.tm.truncated);
+    EXPECT_EQ(check_pattern(slot(5), 3 * 4096, 18), -1);
+    // The FIN reaches the sender as a NO_TAG-style receive carrying its
+    // app_ctx.
+    ASSERT_TRUE(progress_until([&] { return !a.recv_wcs.empty(); }));
+    const drv::wc &f = a.recv_wcs[0];
+    EXPECT_EQ(f.status, drv::wc_status::success);
+    ib::tmh fin;
+    std::memcpy(&fin, fin_buf.data() + 64 * (f.wr_id - 200), sizeof(fin));
+    EXPECT_EQ(fin.opcode, uint8_t(ib::tmh_opcode::fin));
+    EXPECT_EQ(fin.app_ctx.get(), 0x4321u);
+    EXPECT_EQ(b.counter(dev::counter::tm_expected_rndv), 1u);
+    EXPECT_EQ(b.counter(dev::counter::tm_rndv_done), 1u);
+    EXPECT_EQ(b.send_wcs.size(), 0u) << "the device's own WQEs raise no CQEs";
+}
+
+TEST_F(tm_device, UnmatchedRendezvousGoesToSoftwareWithItsHeaders)
+{
+    send_rndv(0x56, 1000, 1);
+    drv::wc w = wait(drv::wc_opcode::tm_unexpected);
+    const uint8_t *buf = srq_bufs.data() + 4096 * (w.wr_id - 100);
+    ib::rvh r;
+    std::memcpy(&r, buf + sizeof(ib::tmh), sizeof(r));
+    EXPECT_EQ(buf[0], uint8_t(ib::tmh_opcode::rndv));
+    EXPECT_EQ(r.len.get(), 1000u);
+    EXPECT_EQ(r.rkey.get(), om->rkey());
+    EXPECT_EQ(w.byte_len, 32u + 18u);
+    EXPECT_EQ(b.counter(dev::counter::tm_unexpected_rndv), 1u);
+}
+
+TEST_F(tm_device, RendezvousLongerThanTheReceiveIsTruncated)
+{
+    fill_pattern(out.data() + 32768, 8192, 19);
+    append(1, 0x57, full_mask, 1000);
+    slot(1)[1000] = 0xee;
+    send_rndv(0x57, 8192, 2);
+    wait(drv::wc_opcode::tm_consumed);
+    drv::wc d = wait(drv::wc_opcode::tm_rndv_done);
+    EXPECT_TRUE(d.tm.truncated);
+    EXPECT_EQ(check_pattern(slot(1), 1000, 19), -1);
+    EXPECT_EQ(slot(1)[1000], 0xee);
+}
+
+// E26-style: the device's READ meets a bad R_Key at the sender; the
+// posted receive completes as failed and no FIN is sent.
+TEST_F(tm_device, RendezvousWithABadRkeyFailsTheReceive)
+{
+    append(0, 0x58);
+    send_rndv(0x58, 100, 3, om->rkey() ^ 0x100);
+    wait(drv::wc_opcode::tm_consumed);
+    drv::wc d = wait(drv::wc_opcode::tm_rndv_done);
+    EXPECT_TRUE(d.tm.failed);
+    EXPECT_EQ(b.counter(dev::counter::tm_rndv_done), 0u);
+}
+
+// Bad input: a tagged message too short for its tmh is an invalid request
+// (IBA 9.7.5.2.4), reported to the sender; nothing is matched.
+TEST_F(tm_device, TaggedMessageShorterThanItsHeaderIsAnInvalidRequest)
+{
+    append(0, 0);
+    uint8_t shortmsg[8] = {uint8_t(ib::tmh_opcode::eager)};
+    std::memcpy(out.data(), shortmsg, sizeof(shortmsg));
+    ASSERT_EQ(a.post_send(9, out.data(), sizeof(shortmsg), om->lkey()), status::ok);
+    ASSERT_TRUE(progress_until([&] { return !a.send_wcs.empty(); }));
+    EXPECT_EQ(a.send_wcs[0].status, drv::wc_status::remote_inval_req_err);
+    EXPECT_EQ(b.counter(dev::counter::tm_expected_eager), 0u);
+}
+
+TEST_F(tm_device, DriverRefusesToPostOnTheDeviceOwnedSendQueue)
+{
+    EXPECT_EQ(b.post_send(1, srq_bufs.data(), 8, sm->lkey()), status::invalid_param);
+    drv::tm_op o;
+    EXPECT_EQ(b.qp->post_tm_op(o), status::invalid_param);
+}
+
+} // namespace
+} // namespace mlx4x::test
