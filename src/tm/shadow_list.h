@@ -14,6 +14,7 @@
 
 #include "hca/base/status.h"
 
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -26,6 +27,7 @@ public:
         uint64_t tag = 0, mask = 0;
         const void *buffer = nullptr;
         uint64_t cookie = 0;   ///< the upper layer's context (UCT ctx)
+        size_t   length = 0;   ///< of the buffer
     };
 
     /// How a cancel ended on the software side.

@@ -31,6 +31,8 @@ typedef struct uct_mlx4x_iface_config {
     double             conn_timeout;
     unsigned           conn_retries;
     int                counters;
+    int                tm_enable;
+    unsigned           tm_list_size;
 } uct_mlx4x_iface_config_t;
 
 typedef struct uct_mlx4x_iface {
@@ -119,6 +121,34 @@ ucs_status_t uct_mlx4x_ep_atomic_cswap64(uct_ep_h ep, uint64_t compare,
                                          uct_completion_t *comp);
 ucs_status_t uct_mlx4x_ep_flush(uct_ep_h ep, unsigned flags,
                                 uct_completion_t *comp);
+ucs_status_t uct_mlx4x_ep_tag_eager_short(uct_ep_h ep, uct_tag_t tag,
+                                         const void *data, size_t length);
+ssize_t      uct_mlx4x_ep_tag_eager_bcopy(uct_ep_h ep, uct_tag_t tag,
+                                          uint64_t imm,
+                                          uct_pack_callback_t pack_cb,
+                                          void *arg, unsigned flags);
+ucs_status_t uct_mlx4x_ep_tag_eager_zcopy(uct_ep_h ep, uct_tag_t tag,
+                                          uint64_t imm, const uct_iov_t *iov,
+                                          size_t iovcnt, unsigned flags,
+                                          uct_completion_t *comp);
+ucs_status_ptr_t uct_mlx4x_ep_tag_rndv_zcopy(uct_ep_h ep, uct_tag_t tag,
+                                             const void *header,
+                                             unsigned header_length,
+                                             const uct_iov_t *iov,
+                                             size_t iovcnt, unsigned flags,
+                                             uct_completion_t *comp);
+ucs_status_t uct_mlx4x_ep_tag_rndv_cancel(uct_ep_h ep, void *op);
+ucs_status_t uct_mlx4x_ep_tag_rndv_request(uct_ep_h ep, uct_tag_t tag,
+                                           const void *header,
+                                           unsigned header_length,
+                                           unsigned flags);
+ucs_status_t uct_mlx4x_iface_tag_recv_zcopy(uct_iface_h iface, uct_tag_t tag,
+                                            uct_tag_t tag_mask,
+                                            const uct_iov_t *iov,
+                                            size_t iovcnt,
+                                            uct_tag_context_t *ctx);
+ucs_status_t uct_mlx4x_iface_tag_recv_cancel(uct_iface_h iface,
+                                             uct_tag_context_t *ctx, int force);
 ucs_status_t uct_mlx4x_ep_pending_add(uct_ep_h ep, uct_pending_req_t *req,
                                       unsigned flags);
 void         uct_mlx4x_ep_pending_purge(uct_ep_h ep,

@@ -84,11 +84,11 @@ status endpoint::connect(const device_addr &dev, const iface_addr &ifa)
     interface &i = iface_;
     drv::qp_caps caps;
     caps.max_send_wr  = i.config().tx_queue_len;
-    caps.max_recv_wr  = 1;   // this QP only sends; the peer answers on its own
     caps.max_send_sge = max_iov;
     caps.max_inline   = i.max_inline();
+    // Its receive side takes what the peer sends back: FINs of rendezvous.
     auto q = drv::qp::create(i.ctx(), i.domain().pd(), drv::qp_type::rc,
-                             i.send_cq(), i.recv_cq(), caps);
+                             i.send_cq(), i.recv_cq(), caps, &i.srq());
     if (!q.ok()) {
         return q.error();
     }
@@ -164,7 +164,7 @@ interface::interface(uct_mlx4x_iface_t *uct, memory_domain &m, const uct_mlx4x_i
 {
 }
 
-status interface::init()
+status interface::init(const uct_iface_params_t &params)
 {
     if (seg_size_ < 64 || seg_size_ > (size_t{1} << 20) || !cfg_.tx_queue_len ||
         !cfg_.rx_queue_len) {
@@ -181,6 +181,35 @@ status interface::init()
     send_cq_    = scq.take();
     recv_cq_    = rcq.take();
     tx_credits_ = send_cq_->size();
+
+    bool tm = cfg_.tm_enable && (params.field_mask & UCT_IFACE_PARAM_FIELD_HW_TM_EAGER_CB) &&
+              (params.field_mask & UCT_IFACE_PARAM_FIELD_HW_TM_RNDV_CB);
+    if (tm && (cfg_.tm_list_size == 0 || cfg_.tm_list_size > prm::max_tm_list_size)) {
+        MLX4X_ERROR("UCX_MLX4X_TM_LIST_SIZE must be 1..%u", prm::max_tm_list_size);
+        return status::invalid_param;
+    }
+    auto sr = drv::srq::create(ctx(), md_.pd(), cfg_.rx_queue_len, 1,
+                               tm ? cfg_.tm_list_size : 0);
+    if (!sr.ok()) {
+        MLX4X_ERROR("cannot create the receive queue (UCX_MLX4X_RX_QUEUE_LEN %u): %s",
+                    cfg_.rx_queue_len, to_string(sr.error()));
+        return sr.error();
+    }
+    srq_ = sr.take();
+    if (status s = make_slots(ctx(), md_.pd(), rx_bufs_, cfg_.rx_queue_len, seg_size_);
+        s != status::ok) {
+        return s;
+    }
+    for (uint32_t i = 0; i < cfg_.rx_queue_len; ++i) {
+        if (status s = post_rx(i); s != status::ok) {
+            return s;
+        }
+    }
+    if (tm) {
+        if (status s = init_tm(params); s != status::ok) {
+            return s;
+        }
+    }
 
     drv::qp_caps caps;
     caps.max_send_wr = 64;
@@ -223,14 +252,24 @@ status interface::init()
 interface::~interface()
 {
     if (cfg_.counters) {
+        auto print = [](const char *name, uint64_t v) {
+            std::fprintf(stderr, "%s %llu\n", name, static_cast<unsigned long long>(v));
+        };
         const dev::device &d = ctx().device();
         for (unsigned c = 0; c < unsigned(dev::counter::count_); ++c) {
-            std::fprintf(stderr, "%s %llu\n",
-                         dev::counter_name(dev::counter(c)),
-                         static_cast<unsigned long long>(d.get(dev::counter(c))));
+            print(dev::counter_name(dev::counter(c)), d.get(dev::counter(c)));
+        }
+        if (tm_) {
+            print("tm_recv_posted", tm_->posted);
+            print("tm_recv_sw_fallback", tm_->exceeds_limit);
+            print("tm_recv_canceled", tm_->canceled);
         }
     }
+    // QPs before the SRQ they receive from.
     rx_by_qpn_.clear();
+    if (tm_) {
+        tm_->cmd.reset();
+    }
 }
 
 uint32_t interface::add_ep(endpoint *e)
@@ -255,11 +294,11 @@ status interface::post_conn_recv(uint32_t slot)
     return conn_qp_->post_recv(slot, {&s, 1});
 }
 
-status interface::post_rx(rx_conn &c, uint32_t slot)
+status interface::post_rx(uint32_t slot)
 {
-    drv::sge s{reinterpret_cast<uint64_t>(c.bufs.slot(slot)),
-               uint32_t(c.bufs.slot_size), c.bufs.mr->lkey()};
-    return c.qp->post_recv(slot, {&s, 1});
+    drv::sge s{reinterpret_cast<uint64_t>(rx_bufs_.slot(slot)),
+               uint32_t(rx_bufs_.slot_size), rx_bufs_.mr->lkey()};
+    return srq_->post_recv(slot, {&s, 1});
 }
 
 status interface::send_conn_msg(uint16_t dlid, uint32_t dqpn, const conn_msg &m)
@@ -355,35 +394,52 @@ void interface::poll_recv()
             }
             continue;
         }
-        auto it = rx_by_qpn_.find(w.qpn);
-        if (it == rx_by_qpn_.end()) {
-            continue;
-        }
-        rx_conn &c = *it->second;
-        if (w.status == drv::wc_status::success) {
-            on_am(c, w);
-            (void)post_rx(c, uint32_t(w.wr_id));
-        } else if (w.status != drv::wc_status::wr_flush_err) {
-            MLX4X_ERROR("receive on qp 0x%x failed: %s", w.qpn,
-                        drv::to_string(w.status));
-        }
+        on_receive(w);
     }
 }
 
-void interface::on_am(rx_conn &c, const drv::wc &w)
+/// A completion from the SRQ every RC QP receives from.
+void interface::on_receive(const drv::wc &w)
 {
-    uint8_t *buf = c.bufs.slot(w.wr_id);
-    if (w.byte_len < 1) {
+    if (w.opcode >= drv::wc_opcode::tm_expected && w.status == drv::wc_status::success) {
+        on_tm_completion(w);
         return;
     }
-    uint8_t id = buf[0];
-    if (id >= UCT_AM_ID_MAX) {
-        MLX4X_ERROR("dropping active message with invalid id %u", id);
+    if (w.status != drv::wc_status::success) {
+        if (w.status != drv::wc_status::wr_flush_err) {
+            MLX4X_ERROR("receive on qp 0x%x failed: %s", w.qpn,
+                        drv::to_string(w.status));
+        }
+        if (w.opcode != drv::wc_opcode::tm_list_op) {
+            (void)post_rx(uint32_t(w.wr_id));   // the SRQ WQE is free again
+        }
+        return;
+    }
+    const uint8_t *buf = rx_bufs_.slot(w.wr_id);
+    auto op = w.byte_len ? static_cast<ib::tmh_opcode>(buf[0]) : ib::tmh_opcode::rndv;
+    if (op == ib::tmh_opcode::no_tag && w.byte_len >= sizeof(am_hdr)) {
+        on_am(buf, w.byte_len);
+    } else if (op == ib::tmh_opcode::fin) {
+        on_fin(buf, w.byte_len);
+    } else {
+        MLX4X_ERROR("dropping a %u-byte message of tmh opcode %u from qp 0x%x",
+                    w.byte_len, unsigned(op), w.qpn);
+    }
+    (void)post_rx(uint32_t(w.wr_id));
+}
+
+void interface::on_am(const uint8_t *buf, uint32_t len)
+{
+    am_hdr h;
+    std::memcpy(&h, buf, sizeof(h));
+    if (h.am_id >= UCT_AM_ID_MAX) {
+        MLX4X_ERROR("dropping active message with invalid id %u", h.am_id);
         return;
     }
     // No UCT_CB_PARAM_FLAG_DESC: the buffer is reposted right away, so the
     // handler copies what it keeps.
-    uct_iface_invoke_am(&uct_->super, id, buf + 1, w.byte_len - 1, 0);
+    uct_iface_invoke_am(&uct_->super, h.am_id,
+                        const_cast<uint8_t *>(buf) + sizeof(h), len - sizeof(h), 0);
 }
 
 void interface::on_conn_msg(const conn_msg &m, uint16_t slid)
@@ -419,11 +475,12 @@ void interface::on_req(const conn_msg &m, uint16_t slid)
     }
     auto c = std::make_unique<rx_conn>();
     drv::qp_caps caps;
-    caps.max_send_wr  = 1;
-    caps.max_recv_wr  = cfg_.rx_queue_len;
-    caps.max_recv_sge = 1;
+    // With tag matching the device posts the READ and FIN of each matched
+    // rendezvous on this QP: room for that many at a time.
+    caps.max_send_wr     = tm_ ? 64 : 1;
+    caps.device_owned_sq = tm_ != nullptr;
     auto q = drv::qp::create(ctx(), md_.pd(), drv::qp_type::rc, *send_cq_,
-                             *recv_cq_, caps);
+                             *recv_cq_, caps, srq_.get());
     if (!q.ok()) {
         MLX4X_ERROR("cannot accept connection from lid %d: %s", slid,
                     to_string(q.error()));
@@ -436,13 +493,8 @@ void interface::on_req(const conn_msg &m, uint16_t slid)
     a.rq_psn     = m.psn.get();
     a.sq_psn     = random_psn();
     a.mtu        = ctx().port().mtu;
-    if (c->qp->to_init(all_access) != status::ok ||
-        make_slots(ctx(), md_.pd(), c->bufs, cfg_.rx_queue_len, seg_size_ + 1) !=
-            status::ok) {
+    if (c->qp->to_init(all_access) != status::ok) {
         return;
-    }
-    for (uint32_t s = 0; s < cfg_.rx_queue_len; ++s) {
-        (void)post_rx(*c, s);
     }
     if (c->qp->to_rtr(a) != status::ok || c->qp->to_rts(a) != status::ok) {
         return;

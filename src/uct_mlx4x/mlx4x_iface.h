@@ -7,6 +7,8 @@
 #include "uct_mlx4x/mlx4x_abi.h"
 #include "uct_mlx4x/mlx4x_conn.h"
 #include "hca/drv/verbs.h"
+#include "hca/ib/ib_tm.h"
+#include "tm/shadow_list.h"
 
 #include <deque>
 #include <map>
@@ -21,6 +23,18 @@ constexpr unsigned max_iov = 8;
 constexpr size_t max_rdma_zcopy = size_t{1} << 30;
 /// Largest user header of an AM zcopy (copied into the bounce slot).
 constexpr unsigned max_am_zcopy_hdr = 128;
+/// Largest user header of a rendezvous (after the tmh and rvh).
+constexpr unsigned max_rndv_hdr = 128;
+
+/// Every SEND starts with a tmh opcode byte (ib::tmh_opcode), so tagged
+/// and untagged messages share one receive queue: an active message is
+/// {no_tag, AM id, payload} (as rc_mlx5 frames them), tagged messages carry
+/// the full 16-byte ib::tmh.
+struct am_hdr {
+    uint8_t tmh_opcode;   ///< ib::tmh_opcode::no_tag
+    uint8_t am_id;
+};
+static_assert(sizeof(am_hdr) == 2);
 
 /// Device address: where the port is on the fabric.
 struct __attribute__((packed)) device_addr {
@@ -30,6 +44,37 @@ struct __attribute__((packed)) device_addr {
 /// Interface address: the UD QP of its connection service.
 struct __attribute__((packed)) iface_addr {
     uint32_t conn_qpn;
+};
+
+/// Hardware tag matching state of an interface (DESIGN decision 10): the
+/// TM SRQ's command QP, the shadow list, UCP's unexpected-message
+/// callbacks, and the sender's outstanding rendezvous by tmh.app_ctx.
+struct tag_offload {
+    tag_offload(uint32_t list_size, uint32_t max_ops)
+        : shadow(list_size, max_ops, sync_every) {}
+    /// A NOP reports the unexpected count after this many messages.
+    static constexpr uint32_t sync_every = 16;
+
+    std::unique_ptr<drv::qp>  cmd;
+    tm::shadow_list           shadow;
+    uct_tag_unexp_eager_cb_t  eager_cb  = nullptr;
+    void                     *eager_arg = nullptr;
+    uct_tag_unexp_rndv_cb_t   rndv_cb   = nullptr;
+    void                     *rndv_arg  = nullptr;
+    /// A rendezvous send waiting for its FIN.
+    struct rndv_send {
+        bool                     active = false;
+        uct_completion_t        *comp = nullptr;
+        std::unique_ptr<drv::mr> mr;   ///< registered for it, if UCP had none
+    };
+    std::vector<rndv_send>    rndvs;   ///< by app_ctx - 1
+    std::vector<uint32_t>     rndv_free;
+    uint64_t                  posted = 0, exceeds_limit = 0, canceled = 0;
+
+    /// Keeps a rendezvous send until its FIN; returns its app_ctx (never 0).
+    uint32_t add_rndv(uct_completion_t *comp, std::unique_ptr<drv::mr> mr);
+    /// Forgets it (FIN or cancel); false if unknown.
+    bool take_rndv(uint32_t app_ctx, uct_completion_t *&comp);
 };
 
 class memory_domain {
@@ -111,11 +156,10 @@ private:
     std::unique_ptr<drv::qp>     qp_;
 };
 
-/// Incoming side of a connection: an RC QP whose receive queue delivers
-/// active messages to this interface.
+/// Incoming side of a connection: an RC QP receiving from the interface's
+/// SRQ; with tag matching, the device owns its send queue (rendezvous).
 struct rx_conn {
     std::unique_ptr<drv::qp> qp;
-    slot_area                bufs;
     conn_msg                 rep;      ///< answer, resent on duplicate REQ
 };
 
@@ -123,7 +167,7 @@ class interface {
 public:
     interface(uct_mlx4x_iface_t *uct, memory_domain &m, const uct_mlx4x_iface_config_t &cfg);
     ~interface();
-    status init();
+    status init(const uct_iface_params_t &params);
 
     unsigned progress();
     drv::context &ctx() { return md_.ctx(); }
@@ -132,6 +176,8 @@ public:
     uint32_t conn_qpn() const { return conn_qp_->qpn(); }
     drv::cq &send_cq() { return *send_cq_; }
     drv::cq &recv_cq() { return *recv_cq_; }
+    drv::srq &srq() { return *srq_; }
+    tag_offload *tm() { return tm_.get(); }
     size_t seg_size() const { return seg_size_; }
     uint32_t max_inline() const { return max_inline_; }
     const uct_mlx4x_iface_config_t &config() const { return cfg_; }
@@ -148,16 +194,32 @@ public:
     void     tx_credit_return() { ++tx_credits_; }
     bool     all_flushed() const;
 
+    // tag matching (mlx4x_tag.cc)
+    ucs_status_t tag_recv(uint64_t tag, uint64_t mask, const uct_iov_t &iov,
+                          uct_tag_context_t *ctx);
+    ucs_status_t tag_recv_cancel(uct_tag_context_t *ctx, bool force);
+
 private:
     void poll_send();
     void poll_recv();
     void on_conn_msg(const conn_msg &m, uint16_t slid);
     void on_req(const conn_msg &m, uint16_t slid);
-    void on_am(rx_conn &c, const drv::wc &w);
+    void on_receive(const drv::wc &w);
+    void on_am(const uint8_t *buf, uint32_t len);
+    // tag matching (mlx4x_tag.cc)
+    status init_tm(const uct_iface_params_t &params);
+    void on_tm_completion(const drv::wc &w);
+    void on_unexpected(const uint8_t *buf, const drv::wc &w);
+    void on_fin(const uint8_t *buf, uint32_t len);
+    void on_list_op(const drv::wc &w);
+    void tm_note_unexpected();
+    status post_list_op(prm::tm_list_op op, uint32_t index,
+                        const tm::shadow_list::receive *r = nullptr,
+                        uint32_t lkey = 0);
     void progress_connections();
     void dispatch_pending();
     status post_conn_recv(uint32_t slot);
-    status post_rx(rx_conn &c, uint32_t slot);
+    status post_rx(uint32_t slot);
 
     uct_mlx4x_iface_t             *uct_;
     memory_domain                            &md_;
@@ -165,6 +227,9 @@ private:
     size_t                         seg_size_;
     uint32_t                       max_inline_ = 0;
     std::unique_ptr<drv::cq>       send_cq_, recv_cq_;
+    std::unique_ptr<drv::srq>      srq_;       ///< every RC QP receives here
+    slot_area                      rx_bufs_;   ///< its buffers, seg_size each
+    std::unique_ptr<tag_offload>   tm_;        ///< null: tag matching off
     std::unique_ptr<drv::qp>       conn_qp_;
     std::map<uint16_t, std::unique_ptr<drv::ah>> conn_ahs_;   ///< by LID
     slot_area                      conn_bufs_;

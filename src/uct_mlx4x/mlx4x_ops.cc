@@ -3,6 +3,7 @@
 // interface and endpoint operations.
 #include "uct_mlx4x/mlx4x_boundary.h"
 #include "uct_mlx4x/mlx4x_iface.h"
+#include "uct_mlx4x/mlx4x_post.h"
 #include "hca/base/log.h"
 
 #include <climits>
@@ -14,12 +15,6 @@ using namespace mlx4x::uct;
 namespace {
 
 memory_domain &md_of(uct_md_h h) { return *static_cast<memory_domain *>(reinterpret_cast<uct_mlx4x_md_t *>(h)->impl); }
-interface &iface_of(uct_iface_h h)
-{
-    return *static_cast<interface *>(reinterpret_cast<uct_mlx4x_iface_t *>(h)->impl);
-}
-endpoint &ep_of(uct_ep_h h) { return *static_cast<endpoint *>(reinterpret_cast<uct_mlx4x_ep_t *>(h)->impl); }
-
 void ucs_sink(log_level l, const char *file, int line, const char *msg)
 {
     ucs_log_level_t lvl = l == log_level::error ? UCS_LOG_LEVEL_ERROR
@@ -39,51 +34,6 @@ void install_log_sink()
     set_log_level(ucs_log_is_enabled(UCS_LOG_LEVEL_DEBUG) ? log_level::debug
                   : ucs_log_is_enabled(UCS_LOG_LEVEL_INFO) ? log_level::info
                                                           : log_level::warn);
-}
-
-/// Shared by every op that posts: connected, a free WQE and a CQ credit.
-ucs_status_t tx_check(endpoint &e)
-{
-    if (e.state() == ep_state::failed) [[unlikely]] {
-        return UCS_ERR_CONNECTION_RESET;
-    }
-    if (!e.can_send() || !e.owner().tx_credit_take()) [[unlikely]] {
-        return UCS_ERR_NO_RESOURCE;
-    }
-    return UCS_OK;
-}
-
-/// Posts one signalled WQE; `op` says what to do when it completes.
-ucs_status_t post(endpoint &e, drv::send_wr &wr, const tx_op &op = {})
-{
-    wr.wr_id = e.posted;
-    e.op(e.posted) = op;
-    status s = e.qp().post_send(wr);
-    if (s != status::ok) [[unlikely]] {
-        e.op(e.posted) = tx_op{};
-        e.owner().tx_credit_return();
-        return to_ucs(s);
-    }
-    ++e.posted;
-    return UCS_OK;
-}
-
-/// UCT iov -> scatter/gather list (no strided entries).
-bool to_sge(endpoint &e, const uct_iov_t *iov, size_t iovcnt, drv::sge *sg,
-            size_t &total)
-{
-    total = 0;
-    for (size_t i = 0; i < iovcnt; ++i) {
-        if (iov[i].count > 1) {
-            return false;
-        }
-        size_t len = iov[i].count ? iov[i].length : 0;
-        auto *memh = static_cast<drv::mr *>(iov[i].memh);
-        sg[i] = {reinterpret_cast<uint64_t>(iov[i].buffer), uint32_t(len),
-                 memh ? memh->lkey() : e.owner().domain().local_lkey()};
-        total += len;
-    }
-    return true;
 }
 
 ucs_status_t rdma_zcopy(uct_ep_h h, drv::wr_opcode opcode, const uct_iov_t *iov,
@@ -234,14 +184,14 @@ extern "C" ucs_status_t uct_mlx4x_query_devices(uct_md_h memory_domain,
 // ---- iface -------------------------------------------------------------------
 
 extern "C" ucs_status_t uct_mlx4x_iface_init(uct_mlx4x_iface_t *u,
-                                             const uct_iface_params_t *,
+                                             const uct_iface_params_t *params,
                                              const uct_mlx4x_iface_config_t *cfg)
 {
     return c_entry([&] {
         memory_domain  &m = *static_cast<memory_domain *>(
             reinterpret_cast<uct_mlx4x_md_t *>(u->super.md)->impl);
         auto i = std::make_unique<interface>(u, m, *cfg);
-        if (status s = i->init(); s != status::ok) {
+        if (status s = i->init(*params); s != status::ok) {
             return to_ucs(s);
         }
         u->impl = i.release();
@@ -266,10 +216,10 @@ extern "C" ucs_status_t uct_mlx4x_iface_query(uct_iface_h h, uct_iface_attr_t *a
                       UCT_IFACE_FLAG_CB_SYNC | UCT_IFACE_FLAG_CONNECT_TO_IFACE;
     attr->cap.event_flags     = 0;
     size_t mtu                = i.ctx().port().mtu;
-    attr->cap.am.max_short    = i.max_inline() - 1 - sizeof(uint64_t);
-    attr->cap.am.max_bcopy    = i.seg_size() - 1;
+    attr->cap.am.max_short    = i.max_inline() - sizeof(am_hdr) - sizeof(uint64_t);
+    attr->cap.am.max_bcopy    = i.seg_size() - sizeof(am_hdr);
     attr->cap.am.min_zcopy    = 0;
-    attr->cap.am.max_zcopy    = i.seg_size() - 1 - max_am_zcopy_hdr;
+    attr->cap.am.max_zcopy    = i.seg_size() - sizeof(am_hdr) - max_am_zcopy_hdr;
     attr->cap.am.max_hdr      = max_am_zcopy_hdr;
     attr->cap.am.max_iov      = max_iov - 1;   // one entry carries the header
     attr->cap.am.opt_zcopy_align = 1;
@@ -291,6 +241,24 @@ extern "C" ucs_status_t uct_mlx4x_iface_query(uct_iface_h h, uct_iface_attr_t *a
     attr->cap.atomic64.op_flags  = UCS_BIT(UCT_ATOMIC_OP_ADD);
     attr->cap.atomic64.fop_flags = UCS_BIT(UCT_ATOMIC_OP_ADD) |
                                    UCS_BIT(UCT_ATOMIC_OP_CSWAP);
+    if (i.tm()) {
+        attr->cap.flags |= UCT_IFACE_FLAG_TAG_EAGER_SHORT |
+                           UCT_IFACE_FLAG_TAG_EAGER_BCOPY |
+                           UCT_IFACE_FLAG_TAG_EAGER_ZCOPY |
+                           UCT_IFACE_FLAG_TAG_RNDV_ZCOPY;
+        auto &t = attr->cap.tag;
+        t.recv.min_recv        = 0;
+        t.recv.max_zcopy       = max_rdma_zcopy;
+        t.recv.max_iov         = 1;
+        t.recv.max_outstanding = i.srq().tm_list_size();
+        t.eager.max_short      = i.max_inline() - sizeof(ib::tmh);
+        t.eager.max_bcopy      = i.seg_size() - sizeof(ib::tmh);
+        t.eager.max_zcopy      = i.seg_size() - sizeof(ib::tmh);
+        t.eager.max_iov        = max_iov - 1;   // one entry carries the tmh
+        t.rndv.max_zcopy       = max_rdma_zcopy;
+        t.rndv.max_hdr         = max_rndv_hdr;
+        t.rndv.max_iov         = 1;
+    }
     attr->device_addr_len     = sizeof(device_addr);
     attr->iface_addr_len      = sizeof(iface_addr);
     attr->ep_addr_len         = 0;
@@ -381,7 +349,8 @@ extern "C" ucs_status_t uct_mlx4x_ep_am_short(uct_ep_h h, uint8_t id,
     if (ucs_status_t st = tx_check(e); st != UCS_OK) {
         return st;
     }
-    drv::sge sg[3] = {{reinterpret_cast<uint64_t>(&id), 1, 0},
+    am_hdr hdr{uint8_t(ib::tmh_opcode::no_tag), id};
+    drv::sge sg[3] = {{reinterpret_cast<uint64_t>(&hdr), sizeof(hdr), 0},
                       {reinterpret_cast<uint64_t>(&header), sizeof(header), 0},
                       {reinterpret_cast<uint64_t>(payload), length, 0}};
     drv::send_wr wr;
@@ -399,9 +368,10 @@ extern "C" ssize_t uct_mlx4x_ep_am_bcopy(uct_ep_h h, uint8_t id,
         return st;
     }
     uint8_t *buf = e.bounce.slot(e.posted % e.qp().caps().max_send_wr);
-    buf[0]       = id;
-    size_t len   = pack_cb(buf + 1, arg);
-    drv::sge sg{reinterpret_cast<uint64_t>(buf), uint32_t(len + 1),
+    buf[0]       = uint8_t(ib::tmh_opcode::no_tag);
+    buf[1]       = id;
+    size_t len   = pack_cb(buf + sizeof(am_hdr), arg);
+    drv::sge sg{reinterpret_cast<uint64_t>(buf), uint32_t(len + sizeof(am_hdr)),
                 e.bounce.mr->lkey()};
     drv::send_wr wr;
     wr.sg = {&sg, 1};
@@ -507,7 +477,7 @@ extern "C" ucs_status_t uct_mlx4x_ep_am_zcopy(uct_ep_h h, uint8_t id,
     size_t    total;
     if (id >= UCT_AM_ID_MAX || header_length > max_am_zcopy_hdr ||
         iovcnt > max_iov - 1 || !to_sge(e, iov, iovcnt, sg + 1, total) ||
-        1 + header_length + total > e.owner().seg_size()) {
+        sizeof(am_hdr) + header_length + total > e.owner().seg_size()) {
         return UCS_ERR_INVALID_PARAM;
     }
     if (ucs_status_t st = tx_check(e); st != UCS_OK) {
@@ -515,9 +485,10 @@ extern "C" ucs_status_t uct_mlx4x_ep_am_zcopy(uct_ep_h h, uint8_t id,
     }
     // AM id and user header from the bounce slot, the payload in place.
     uint8_t *buf = e.bounce.slot(e.posted % e.qp().caps().max_send_wr);
-    buf[0] = id;
-    std::memcpy(buf + 1, header, header_length);
-    sg[0] = {reinterpret_cast<uint64_t>(buf), 1 + header_length,
+    buf[0] = uint8_t(ib::tmh_opcode::no_tag);
+    buf[1] = id;
+    std::memcpy(buf + sizeof(am_hdr), header, header_length);
+    sg[0] = {reinterpret_cast<uint64_t>(buf), uint32_t(sizeof(am_hdr) + header_length),
              e.bounce.mr->lkey()};
     drv::send_wr wr;
     wr.sg = {sg, iovcnt + 1};

@@ -34,8 +34,9 @@ static ucs_config_field_t uct_mlx4x_iface_config_table[] = {
      "Send queue length of each connection (work requests in flight).",
      ucs_offsetof(uct_mlx4x_iface_config_t, tx_queue_len), UCS_CONFIG_TYPE_UINT},
 
-    {"RX_QUEUE_LEN", "128",
-     "Receive buffers posted on each incoming connection.",
+    {"RX_QUEUE_LEN", "1024",
+     "Receive buffers (of SEG_SIZE bytes) in the interface's shared receive\n"
+     "queue, which every connection receives from.",
      ucs_offsetof(uct_mlx4x_iface_config_t, rx_queue_len), UCS_CONFIG_TYPE_UINT},
 
     {"MAX_INLINE", "220",
@@ -49,6 +50,15 @@ static ucs_config_field_t uct_mlx4x_iface_config_table[] = {
     {"CONN_RETRIES", "30",
      "Connection requests sent before the peer is declared unreachable.",
      ucs_offsetof(uct_mlx4x_iface_config_t, conn_retries), UCS_CONFIG_TYPE_UINT},
+
+    {"TM_ENABLE", "y",
+     "Match tagged messages in the device (hardware tag matching with a\n"
+     "software shadow list). Used when UCP asks for tag matching.",
+     ucs_offsetof(uct_mlx4x_iface_config_t, tm_enable), UCS_CONFIG_TYPE_BOOL},
+
+    {"TM_LIST_SIZE", "1024",
+     "Receives the device's tag list holds; more are matched in software.",
+     ucs_offsetof(uct_mlx4x_iface_config_t, tm_list_size), UCS_CONFIG_TYPE_UINT},
 
     {"COUNTERS", "n",
      "Print the device's counters (name value per line) to stderr when an\n"
@@ -93,6 +103,14 @@ static uct_iface_ops_t uct_mlx4x_iface_ops = {
     .ep_atomic64_post         = uct_mlx4x_ep_atomic64_post,
     .ep_atomic64_fetch        = uct_mlx4x_ep_atomic64_fetch,
     .ep_atomic_cswap64        = uct_mlx4x_ep_atomic_cswap64,
+    .ep_tag_eager_short       = uct_mlx4x_ep_tag_eager_short,
+    .ep_tag_eager_bcopy       = uct_mlx4x_ep_tag_eager_bcopy,
+    .ep_tag_eager_zcopy       = uct_mlx4x_ep_tag_eager_zcopy,
+    .ep_tag_rndv_zcopy        = uct_mlx4x_ep_tag_rndv_zcopy,
+    .ep_tag_rndv_cancel       = uct_mlx4x_ep_tag_rndv_cancel,
+    .ep_tag_rndv_request      = uct_mlx4x_ep_tag_rndv_request,
+    .iface_tag_recv_zcopy     = uct_mlx4x_iface_tag_recv_zcopy,
+    .iface_tag_recv_cancel    = uct_mlx4x_iface_tag_recv_cancel,
     .ep_pending_add           = uct_mlx4x_ep_pending_add,
     .ep_pending_purge         = uct_mlx4x_ep_pending_purge,
     .ep_flush                 = uct_mlx4x_ep_flush,

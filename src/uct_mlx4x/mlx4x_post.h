@@ -1,0 +1,63 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// What every posting UCT operation shares (mlx4x_ops.cc, mlx4x_tag.cc):
+// handle conversion, the resource check, posting one signalled WQE with its
+// completion action, and iov conversion. Inline: this is the data path.
+#pragma once
+
+#include "uct_mlx4x/mlx4x_boundary.h"
+#include "uct_mlx4x/mlx4x_iface.h"
+
+namespace mlx4x::uct {
+
+inline interface &iface_of(uct_iface_h h)
+{
+    return *static_cast<interface *>(reinterpret_cast<uct_mlx4x_iface_t *>(h)->impl);
+}
+inline endpoint &ep_of(uct_ep_h h) { return *static_cast<endpoint *>(reinterpret_cast<uct_mlx4x_ep_t *>(h)->impl); }
+
+/// Shared by every op that posts: connected, a free WQE and a CQ credit.
+inline ucs_status_t tx_check(endpoint &e)
+{
+    if (e.state() == ep_state::failed) [[unlikely]] {
+        return UCS_ERR_CONNECTION_RESET;
+    }
+    if (!e.can_send() || !e.owner().tx_credit_take()) [[unlikely]] {
+        return UCS_ERR_NO_RESOURCE;
+    }
+    return UCS_OK;
+}
+
+/// Posts one signalled WQE; `op` says what to do when it completes.
+inline ucs_status_t post(endpoint &e, drv::send_wr &wr, const tx_op &op = {})
+{
+    wr.wr_id = e.posted;
+    e.op(e.posted) = op;
+    status s = e.qp().post_send(wr);
+    if (s != status::ok) [[unlikely]] {
+        e.op(e.posted) = tx_op{};
+        e.owner().tx_credit_return();
+        return to_ucs(s);
+    }
+    ++e.posted;
+    return UCS_OK;
+}
+
+/// UCT iov -> scatter/gather list (no strided entries).
+inline bool to_sge(endpoint &e, const uct_iov_t *iov, size_t iovcnt, drv::sge *sg,
+            size_t &total)
+{
+    total = 0;
+    for (size_t i = 0; i < iovcnt; ++i) {
+        if (iov[i].count > 1) {
+            return false;
+        }
+        size_t len = iov[i].count ? iov[i].length : 0;
+        auto *memh = static_cast<drv::mr *>(iov[i].memh);
+        sg[i] = {reinterpret_cast<uint64_t>(iov[i].buffer), uint32_t(len),
+                 memh ? memh->lkey() : e.owner().domain().local_lkey()};
+        total += len;
+    }
+    return true;
+}
+
+} // namespace mlx4x::uct

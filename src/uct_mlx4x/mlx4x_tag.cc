@@ -1,0 +1,497 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// The UCT tag API over the device's tag matching (DESIGN decision 10,
+// prm_tm.h): tagged sends carry an ib::tmh; posted receives go to the TM
+// SRQ's list through the shadow list; completions come back as TM CQEs.
+// Semantics follow UCX's rc_mlx5 (docs/design-notes.md "Tag matching in
+// UCT" lists where and why mlx4x differs).
+#include "uct_mlx4x/mlx4x_boundary.h"
+#include "uct_mlx4x/mlx4x_iface.h"
+#include "uct_mlx4x/mlx4x_post.h"
+#include "hca/base/log.h"
+
+#include <algorithm>
+#include <cstring>
+
+using namespace mlx4x;
+using namespace mlx4x::uct;
+
+namespace {
+
+/// What uct_tag_context_t::priv holds while the receive is posted.
+struct recv_priv {
+    uint32_t index;   ///< list entry (shadow slot)
+};
+static_assert(sizeof(recv_priv) <= UCT_TAG_PRIV_LEN);
+
+recv_priv &priv_of(uct_tag_context_t *ctx)
+{
+    return *reinterpret_cast<recv_priv *>(ctx->priv);
+}
+
+ib::tmh make_tmh(ib::tmh_opcode op, uint64_t tag, uint32_t app_ctx = 0)
+{
+    ib::tmh h{};
+    h.opcode = uint8_t(op);
+    h.app_ctx.set(app_ctx);
+    h.tag.set(tag);
+    return h;
+}
+
+/// UCT's 64-bit immediate: the low half travels as the SEND's immediate,
+/// the high half as tmh.app_ctx (rc_mlx5 splits it the same way).
+void set_imm(drv::send_wr &wr, ib::tmh &h, uint64_t imm)
+{
+    if (imm) {
+        wr.opcode = drv::wr_opcode::send_imm;
+        wr.imm    = uint32_t(imm);
+        h.app_ctx.set(uint32_t(imm >> 32));
+    }
+}
+
+uint8_t *bounce_slot(endpoint &e)
+{
+    return e.bounce.slot(e.posted % e.qp().caps().max_send_wr);
+}
+
+} // namespace
+
+// ---- sender ------------------------------------------------------------
+
+extern "C" ucs_status_t uct_mlx4x_ep_tag_eager_short(uct_ep_h h, uct_tag_t tag,
+                                                     const void *data,
+                                                     size_t length)
+{
+    endpoint &e = ep_of(h);
+    if (ucs_status_t st = tx_check(e); st != UCS_OK) {
+        return st;
+    }
+    ib::tmh  tmh = make_tmh(ib::tmh_opcode::eager, tag);
+    drv::sge sg[2] = {{reinterpret_cast<uint64_t>(&tmh), sizeof(tmh), 0},
+                      {reinterpret_cast<uint64_t>(data), uint32_t(length), 0}};
+    drv::send_wr wr;
+    wr.flags = drv::send_signaled | drv::send_inline;
+    wr.sg    = {sg, 2};
+    return post(e, wr);
+}
+
+extern "C" ssize_t uct_mlx4x_ep_tag_eager_bcopy(uct_ep_h h, uct_tag_t tag,
+                                                uint64_t imm,
+                                                uct_pack_callback_t pack_cb,
+                                                void *arg, unsigned)
+{
+    endpoint &e = ep_of(h);
+    if (ucs_status_t st = tx_check(e); st != UCS_OK) {
+        return st;
+    }
+    uint8_t *buf = bounce_slot(e);
+    size_t   len = pack_cb(buf + sizeof(ib::tmh), arg);
+    drv::sge sg{reinterpret_cast<uint64_t>(buf), uint32_t(sizeof(ib::tmh) + len),
+                e.bounce.mr->lkey()};
+    drv::send_wr wr;
+    wr.sg = {&sg, 1};
+    ib::tmh tmh = make_tmh(ib::tmh_opcode::eager, tag);
+    set_imm(wr, tmh, imm);
+    std::memcpy(buf, &tmh, sizeof(tmh));
+    ucs_status_t st = post(e, wr);
+    return st == UCS_OK ? ssize_t(len) : ssize_t(st);
+}
+
+extern "C" ucs_status_t uct_mlx4x_ep_tag_eager_zcopy(uct_ep_h h, uct_tag_t tag,
+                                                     uint64_t imm,
+                                                     const uct_iov_t *iov,
+                                                     size_t iovcnt, unsigned,
+                                                     uct_completion_t *comp)
+{
+    endpoint &e = ep_of(h);
+    drv::sge  sg[max_iov];
+    size_t    total;
+    if (iovcnt > max_iov - 1 || !to_sge(e, iov, iovcnt, sg + 1, total) ||
+        sizeof(ib::tmh) + total > e.owner().seg_size()) {
+        return UCS_ERR_INVALID_PARAM;
+    }
+    if (ucs_status_t st = tx_check(e); st != UCS_OK) {
+        return st;
+    }
+    uint8_t *buf = bounce_slot(e);
+    sg[0] = {reinterpret_cast<uint64_t>(buf), sizeof(ib::tmh), e.bounce.mr->lkey()};
+    drv::send_wr wr;
+    wr.sg = {sg, iovcnt + 1};
+    ib::tmh tmh = make_tmh(ib::tmh_opcode::eager, tag);
+    set_imm(wr, tmh, imm);
+    std::memcpy(buf, &tmh, sizeof(tmh));
+    ucs_status_t st = post(e, wr, {.comp = comp});
+    return st == UCS_OK ? UCS_INPROGRESS : st;
+}
+
+/// The rendezvous header: tmh + rvh + the user header, from the bounce
+/// slot. The receiver's device reads the data if the tag is posted there;
+/// otherwise UCP gets the header as an unexpected rendezvous.
+extern "C" ucs_status_ptr_t uct_mlx4x_ep_tag_rndv_zcopy(uct_ep_h h, uct_tag_t tag,
+                                                        const void *header,
+                                                        unsigned header_length,
+                                                        const uct_iov_t *iov,
+                                                        size_t iovcnt, unsigned,
+                                                        uct_completion_t *comp)
+{
+    endpoint &e = ep_of(h);
+    tag_offload *tm = e.owner().tm();
+    if (!tm || iovcnt != 1 || iov[0].count != 1 || header_length > max_rndv_hdr ||
+        iov[0].length > max_rdma_zcopy) {
+        return UCS_STATUS_PTR(UCS_ERR_INVALID_PARAM);
+    }
+    if (ucs_status_t st = tx_check(e); st != UCS_OK) {
+        return UCS_STATUS_PTR(st);
+    }
+    // The receiver's device reads the data with an R_Key. UCP passes no
+    // memory handle (our MD does not ask for one: local access uses the
+    // DMA MR), so the buffer is registered for this transfer.
+    std::unique_ptr<drv::mr> own;
+    auto *memh = static_cast<drv::mr *>(iov[0].memh);
+    if (!memh) {
+        auto r = drv::mr::reg(e.owner().ctx(), e.owner().domain().pd(),
+                              iov[0].buffer, iov[0].length,
+                              drv::access_local_write | drv::access_remote_read);
+        if (!r.ok()) {
+            e.owner().tx_credit_return();
+            return UCS_STATUS_PTR(to_ucs(r.error()));
+        }
+        own  = r.take();
+        memh = own.get();
+    }
+    uint32_t app_ctx = tm->add_rndv(comp, std::move(own));
+    uint8_t *buf = bounce_slot(e);
+    ib::tmh tmh = make_tmh(ib::tmh_opcode::rndv, tag, app_ctx);
+    ib::rvh rvh{};
+    rvh.va.set(reinterpret_cast<uint64_t>(iov[0].buffer));
+    rvh.rkey.set(memh->rkey());
+    rvh.len.set(uint32_t(iov[0].length));
+    std::memcpy(buf, &tmh, sizeof(tmh));
+    std::memcpy(buf + sizeof(tmh), &rvh, sizeof(rvh));
+    std::memcpy(buf + sizeof(tmh) + sizeof(rvh), header, header_length);
+    drv::sge sg{reinterpret_cast<uint64_t>(buf),
+                uint32_t(sizeof(tmh) + sizeof(rvh) + header_length),
+                e.bounce.mr->lkey()};
+    drv::send_wr wr;
+    wr.sg = {&sg, 1};
+    if (ucs_status_t st = post(e, wr); st != UCS_OK) {
+        uct_completion_t *unused;
+        (void)tm->take_rndv(app_ctx, unused);
+        return UCS_STATUS_PTR(st);
+    }
+    // The handle UCP cancels with; never NULL (app_ctx starts at 1).
+    return reinterpret_cast<ucs_status_ptr_t>(uintptr_t(app_ctx));
+}
+
+/// UCP completed the rendezvous in software: forget it (no callback).
+extern "C" ucs_status_t uct_mlx4x_ep_tag_rndv_cancel(uct_ep_h h, void *op)
+{
+    tag_offload *tm = ep_of(h).owner().tm();
+    uct_completion_t *unused;
+    if (!tm || !tm->take_rndv(uint32_t(reinterpret_cast<uintptr_t>(op)), unused)) {
+        return UCS_ERR_NO_ELEM;
+    }
+    return UCS_OK;
+}
+
+/// A software rendezvous request: an eager tagged SEND with immediate 0,
+/// carrying UCP's RTS as data (rc_mlx5's convention).
+extern "C" ucs_status_t uct_mlx4x_ep_tag_rndv_request(uct_ep_h h, uct_tag_t tag,
+                                                      const void *header,
+                                                      unsigned header_length,
+                                                      unsigned)
+{
+    endpoint &e = ep_of(h);
+    if (sizeof(ib::tmh) + header_length > e.owner().seg_size()) {
+        return UCS_ERR_INVALID_PARAM;
+    }
+    if (ucs_status_t st = tx_check(e); st != UCS_OK) {
+        return st;
+    }
+    uint8_t *buf = bounce_slot(e);
+    ib::tmh tmh = make_tmh(ib::tmh_opcode::eager, tag);
+    std::memcpy(buf, &tmh, sizeof(tmh));
+    std::memcpy(buf + sizeof(tmh), header, header_length);
+    drv::sge sg{reinterpret_cast<uint64_t>(buf), uint32_t(sizeof(tmh) + header_length),
+                e.bounce.mr->lkey()};
+    drv::send_wr wr;
+    wr.opcode = drv::wr_opcode::send_imm;
+    wr.imm    = 0;
+    wr.sg     = {&sg, 1};
+    return post(e, wr);
+}
+
+// ---- receiver: posting and cancel ------------------------------------------
+
+extern "C" ucs_status_t uct_mlx4x_iface_tag_recv_zcopy(uct_iface_h h, uct_tag_t tag,
+                                                       uct_tag_t tag_mask,
+                                                       const uct_iov_t *iov,
+                                                       size_t iovcnt,
+                                                       uct_tag_context_t *ctx)
+{
+    if (iovcnt != 1 || iov[0].count > 1) {
+        return UCS_ERR_INVALID_PARAM;
+    }
+    return iface_of(h).tag_recv(tag, tag_mask, iov[0], ctx);
+}
+
+extern "C" ucs_status_t uct_mlx4x_iface_tag_recv_cancel(uct_iface_h h,
+                                                        uct_tag_context_t *ctx,
+                                                        int force)
+{
+    return iface_of(h).tag_recv_cancel(ctx, force != 0);
+}
+
+namespace mlx4x::uct {
+
+uint32_t tag_offload::add_rndv(uct_completion_t *comp, std::unique_ptr<drv::mr> mr)
+{
+    uint32_t i;
+    if (rndv_free.empty()) {
+        i = uint32_t(rndvs.size());
+        rndvs.emplace_back();
+    } else {
+        i = rndv_free.back();
+        rndv_free.pop_back();
+    }
+    rndvs[i] = {true, comp, std::move(mr)};
+    return i + 1;
+}
+
+bool tag_offload::take_rndv(uint32_t app_ctx, uct_completion_t *&comp)
+{
+    if (app_ctx == 0 || app_ctx > rndvs.size() || !rndvs[app_ctx - 1].active) {
+        return false;   // unknown or already cancelled
+    }
+    rndv_send &r = rndvs[app_ctx - 1];
+    comp = r.comp;
+    r = rndv_send{};   // deregisters a buffer registered for it
+    rndv_free.push_back(app_ctx - 1);
+    return true;
+}
+
+status interface::init_tm(const uct_iface_params_t &params)
+{
+    uint32_t list = srq_->tm_list_size();
+    // Every posted receive may need an APPEND and a REMOVE, plus syncs.
+    uint32_t max_ops = 2 * list + 2;
+    tm_ = std::make_unique<tag_offload>(list, max_ops);
+    tm_->eager_cb  = params.eager_cb;
+    tm_->eager_arg = params.eager_arg;
+    tm_->rndv_cb   = params.rndv_cb;
+    tm_->rndv_arg  = params.rndv_arg;
+    drv::qp_caps caps;
+    caps.max_send_wr = max_ops;
+    // List-op completions go to the receive CQ, in order with the matches.
+    auto q = drv::qp::create(ctx(), md_.pd(), drv::qp_type::tm_cmd, *recv_cq_,
+                             *recv_cq_, caps, srq_.get());
+    if (!q.ok()) {
+        return q.error();
+    }
+    tm_->cmd = q.take();
+    if (status s = tm_->cmd->to_init(0); s != status::ok) {
+        return s;
+    }
+    return tm_->cmd->to_ud_rts();
+}
+
+status interface::post_list_op(prm::tm_list_op op, uint32_t index,
+                               const tm::shadow_list::receive *r, uint32_t lkey)
+{
+    drv::tm_op o;
+    o.op     = op;
+    o.index  = uint16_t(index);
+    o.sw_cnt = uint16_t(tm_->shadow.sw_unexpected());
+    if (r) {
+        o.tag    = r->tag;
+        o.mask   = r->mask;
+        o.buffer = {reinterpret_cast<uint64_t>(r->buffer), uint32_t(r->length),
+                    lkey};
+    }
+    return tm_->cmd->post_tm_op(o);
+}
+
+ucs_status_t interface::tag_recv(uint64_t tag, uint64_t mask, const uct_iov_t &iov,
+                                 uct_tag_context_t *ctx)
+{
+    if (!tm_) {
+        return UCS_ERR_UNSUPPORTED;
+    }
+    size_t len = iov.count ? iov.length : 0;
+    if (len > max_rdma_zcopy) {
+        return UCS_ERR_INVALID_PARAM;
+    }
+    tm::shadow_list::receive r{tag, mask, iov.buffer, reinterpret_cast<uint64_t>(ctx),
+                               len};
+    uint32_t index;
+    if (status s = tm_->shadow.post(r, index); s != status::ok) {
+        // exceeds_limit: UCP keeps matching this receive in software.
+        tm_->exceeds_limit += s == status::exceeds_limit;
+        return to_ucs(s);
+    }
+    auto *memh = static_cast<drv::mr *>(iov.memh);
+    status s = post_list_op(prm::tm_list_op::append, index, &r,
+                            memh ? memh->lkey() : md_.local_lkey());
+    if (s != status::ok) {
+        tm_->shadow.on_append_done(index, false);
+        return to_ucs(s);
+    }
+    priv_of(ctx).index = index;
+    ++tm_->posted;
+    return UCS_OK;
+}
+
+ucs_status_t interface::tag_recv_cancel(uct_tag_context_t *ctx, bool force)
+{
+    if (!tm_) {
+        return UCS_ERR_UNSUPPORTED;
+    }
+    uint32_t index = priv_of(ctx).index;
+    tm::shadow_list::cancel_result how;
+    if (status s = tm_->shadow.cancel(index, force, how); s != status::ok) {
+        return to_ucs(s);
+    }
+    if (status s = post_list_op(prm::tm_list_op::remove, index); s != status::ok) {
+        MLX4X_ERROR("cannot post the REMOVE of tag list entry %u: %s", index,
+                    to_string(s));
+        return to_ucs(s);
+    }
+    ++tm_->canceled;
+    // Forced: done now, no callback (UCT contract). Otherwise completed_cb
+    // reports CANCELED or, if a match won the race, the match.
+    return UCS_OK;
+}
+
+// ---- receiver: completions ---------------------------------------------------
+
+void interface::on_tm_completion(const drv::wc &w)
+{
+
+    if (w.opcode == drv::wc_opcode::tm_list_op) {
+        on_list_op(w);
+        return;
+    }
+    if (w.opcode == drv::wc_opcode::tm_unexpected) {
+        on_unexpected(rx_bufs_.slot(w.wr_id), w);
+        (void)post_rx(uint32_t(w.wr_id));
+        return;
+    }
+    if (!tm_) {
+        return;   // a TM CQE without tag matching: cannot happen
+    }
+    tm::shadow_list::receive r;
+    const drv::wc_tm &t = w.tm;
+    if (w.opcode == drv::wc_opcode::tm_consumed) {
+        if (tm_->shadow.on_consumed(t.index, r)) {
+            auto *ctx = reinterpret_cast<uct_tag_context_t *>(r.cookie);
+            ctx->tag_consumed_cb(ctx);
+        }
+        return;
+    }
+    bool rndv = w.opcode == drv::wc_opcode::tm_rndv_done;
+    if (!tm_->shadow.on_match(t.index, r)) {
+        return;   // cancelled by force: the upper layer is done with it
+    }
+    auto *ctx = reinterpret_cast<uct_tag_context_t *>(r.cookie);
+    if (!rndv) {
+        ctx->tag_consumed_cb(ctx);
+    }
+    ucs_status_t st = t.failed      ? UCS_ERR_IO_ERROR
+                      : t.truncated ? UCS_ERR_MESSAGE_TRUNCATED
+                                    : UCS_OK;
+    if (!rndv && t.with_imm && w.imm == 0 && t.app_ctx == 0) {
+        // A software rendezvous request (tag_rndv_request) matched: its RTS
+        // is in the posted buffer.
+        ctx->rndv_cb(ctx, t.tag, r.buffer, unsigned(std::min<size_t>(w.byte_len, r.length)),
+                     st, 0);
+        return;
+    }
+    uint64_t imm = t.with_imm ? (uint64_t(t.app_ctx) << 32) | w.imm : 0;
+    ctx->completed_cb(ctx, t.tag, imm, rndv ? t.msg_len : w.byte_len, nullptr, st);
+}
+
+/// A tagged message no posted receive matched: UCP matches it in software.
+/// The data is not kept (no UCT_CB_PARAM_FLAG_DESC): UCP copies it.
+void interface::on_unexpected(const uint8_t *buf, const drv::wc &w)
+{
+    ib::tmh h;
+    if (w.byte_len < sizeof(h) || !tm_) {
+        return;
+    }
+    std::memcpy(&h, buf, sizeof(h));
+    const uint8_t *data = buf + sizeof(h);
+    uint32_t len = w.byte_len - uint32_t(sizeof(h));
+    if (h.opcode == uint8_t(ib::tmh_opcode::rndv)) {
+        ib::rvh r;
+        if (len < sizeof(r)) {
+            return;
+        }
+        std::memcpy(&r, data, sizeof(r));
+        uint64_t rkey = r.rkey.get();   // the packed form rkey_unpack reads
+        (void)tm_->rndv_cb(tm_->rndv_arg, 0, h.tag.get(), data + sizeof(r),
+                           len - unsigned(sizeof(r)), r.va.get(), r.len.get(), &rkey);
+    } else if (w.tm.with_imm && w.imm == 0 && h.app_ctx.get() == 0) {
+        // Software rendezvous request: remote_addr 0, the RTS as header.
+        (void)tm_->rndv_cb(tm_->rndv_arg, 0, h.tag.get(), data, len, 0, 0, nullptr);
+    } else {
+        uint64_t imm = w.tm.with_imm ? (uint64_t(h.app_ctx.get()) << 32) | w.imm : 0;
+        void *context = nullptr;
+        (void)tm_->eager_cb(tm_->eager_arg, const_cast<uint8_t *>(data), len,
+                            UCT_CB_PARAM_FLAG_FIRST, h.tag.get(), imm, &context);
+    }
+    tm_note_unexpected();
+}
+
+/// Counts a handled unexpected message; every sync_every of them a NOP
+/// reports the count, so tags posted meanwhile join matching (E63).
+void interface::tm_note_unexpected()
+{
+    if (tm_->shadow.note_unexpected() && tm_->shadow.reserve_op()) {
+        if (post_list_op(prm::tm_list_op::nop, 0) != status::ok) {
+            tm_->shadow.op_done();
+        }
+    }
+}
+
+void interface::on_list_op(const drv::wc &w)
+{
+    if (!tm_) {
+        return;
+    }
+    const drv::wc_tm &t = w.tm;
+    switch (t.op) {
+    case prm::tm_list_op::append:
+        if (t.failed) {
+            MLX4X_ERROR("the device refused tag list entry %u (result %u)", t.index,
+                        unsigned(t.result));
+        }
+        tm_->shadow.on_append_done(t.index, !t.failed);
+        break;
+    case prm::tm_list_op::remove: {
+        tm::shadow_list::receive r;
+        if (tm_->shadow.on_remove_done(t.index, !t.failed, r)) {
+            auto *ctx = reinterpret_cast<uct_tag_context_t *>(r.cookie);
+            ctx->completed_cb(ctx, r.tag, 0, 0, nullptr, UCS_ERR_CANCELED);
+        }
+        break;
+    }
+    case prm::tm_list_op::nop:
+        tm_->shadow.op_done();
+        break;
+    }
+}
+
+/// The receiver's device finished a rendezvous we started.
+void interface::on_fin(const uint8_t *buf, uint32_t len)
+{
+    ib::tmh h;
+    if (len < sizeof(h) || !tm_) {
+        return;
+    }
+    std::memcpy(&h, buf, sizeof(h));
+    uct_completion_t *comp;
+    if (tm_->take_rndv(h.app_ctx.get(), comp) && comp) {
+        uct_invoke_completion(comp, UCS_OK);
+    }
+}
+
+} // namespace mlx4x::uct
