@@ -49,6 +49,25 @@ for np in 2 4; do
     fi
 done
 
+# Tag matching offload (issue 6): receives posted before their messages are
+# matched by the device, rendezvous data read by it; the counters of rank 1
+# must show it (DESIGN decision 10).
+timeout 300 mpirun --allow-run-as-root --oversubscribe -np 2 \
+    -x UCX_MLX4X_COUNTERS=y -x UCX_MLX4X_FABRIC -x MLX4X_LIB \
+    "$RUN" "$top_builddir/test/mpi/mpi_tm_offload" >"$log" 2>&1
+rc=$?
+sum() { awk -v n="$1" '$1 == n { t += $2 } END { print t + 0 }' "$log"; }
+exp_eager=$(sum tm_expected_eager); exp_rndv=$(sum tm_expected_rndv)
+rndv_done=$(sum tm_rndv_done)
+if [ $rc -eq 0 ] && grep -q "^# tm offload: 32 messages, 0 data errors" "$log" &&
+   [ "$exp_rndv" -gt 0 ] && [ "$rndv_done" -eq "$exp_rndv" ] &&
+   [ $((exp_eager + exp_rndv)) -ge 16 ]; then
+    ok "device tag matching in MPI: $exp_eager eager + $exp_rndv rendezvous matched, $rndv_done read by the device"
+else
+    fail "tag matching offload in MPI (exit $rc, expected eager $exp_eager, rndv $exp_rndv, done $rndv_done)"
+    grep -E '^(#|tm_)' "$log"
+fi
+
 # Without the plugin, UCX_TLS=mlx4x,self cannot reach the peer: the job must
 # fail rather than silently use another path.
 timeout 120 env MLX4X_LIB=/nonexistent/libuct_mlx4x.so mpirun --allow-run-as-root \

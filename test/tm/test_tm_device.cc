@@ -2,8 +2,8 @@
 // Tag matching in the device, driven through the driver exactly as the UCT
 // layer drives it: a TM SRQ, list operations on its command QP, tagged
 // SENDs (ibv_tmh / ibv_rvh) from a peer, and the TM CQEs (prm_tm.h).
-// Checklist: C69/C70 and E63-E65 (docs/seeds-digest.md); seed 002 §5's
-// matching rules TM1-TM4 as docs/conformance.md numbers them.
+// Checklist: E63-E65 and the tag matching rules TM2 (ordering), TM5
+// (rendezvous), TM7 (arrival) of docs/seeds-digest.md §3.3.
 #include "../hca/hca_fixture.h"
 #include "hca/ib/ib_tm.h"
 
@@ -160,7 +160,7 @@ protected:
     uint32_t send_off = 0;
 };
 
-TEST_F(tm_device, AppendThenMatchingEagerLandsInPostedBuffer)
+TEST_F(tm_device, append_then_a_matching_eager_lands_in_the_posted_buffer)
 {
     drv::wc l = append(3, 0x1234);
     EXPECT_EQ(l.status, drv::wc_status::success);
@@ -178,7 +178,7 @@ TEST_F(tm_device, AppendThenMatchingEagerLandsInPostedBuffer)
     EXPECT_EQ(b.counter(dev::counter::tm_expected_eager), 1u);
 }
 
-TEST_F(tm_device, UnmatchedEagerIsUnexpectedWithItsTmhInAnSrqBuffer)
+TEST_F(tm_device, TM7_unmatched_eager_is_unexpected_with_its_tmh_in_an_srq_buffer)
 {
     append(0, 0x1);
     send_eager(0x2, 300, 2);
@@ -194,7 +194,7 @@ TEST_F(tm_device, UnmatchedEagerIsUnexpectedWithItsTmhInAnSrqBuffer)
     EXPECT_EQ(b.counter(dev::counter::tm_unexpected_eager), 1u);
 }
 
-TEST_F(tm_device, NoTagMessagesAreOrdinaryReceives)
+TEST_F(tm_device, no_tag_messages_are_ordinary_receives)
 {
     send_eager(0, 40, 3, ib::tmh_opcode::no_tag);
     drv::wc w = wait(drv::wc_opcode::recv);
@@ -202,9 +202,9 @@ TEST_F(tm_device, NoTagMessagesAreOrdinaryReceives)
     EXPECT_EQ(b.counter(dev::counter::tm_unexpected_eager), 0u);
 }
 
-// Seed 002 TM2: the earliest posted matching receive wins, wildcards in
+// TM2: the earliest posted matching receive wins, wildcards in
 // the mask included; a later entry matches when earlier ones cannot.
-TEST_F(tm_device, EarliestPostedMatchingReceiveWinsWithWildcards)
+TEST_F(tm_device, TM2_earliest_posted_matching_receive_wins_with_wildcards)
 {
     append(5, 0, 0);                 // wildcard: any tag
     append(2, 0x77);
@@ -218,8 +218,8 @@ TEST_F(tm_device, EarliestPostedMatchingReceiveWinsWithWildcards)
     EXPECT_EQ(wait(drv::wc_opcode::tm_expected).tm.index, 2u);
 }
 
-// Seed 002 TM1: messages are matched in the order they were sent.
-TEST_F(tm_device, EarliestSentMessageTakesTheReceive)
+// TM2: messages are matched in the order they were sent.
+TEST_F(tm_device, TM2_earliest_sent_message_takes_the_receive)
 {
     append(1, 0x9);
     send_eager(0x9, 16, 7);
@@ -233,7 +233,7 @@ TEST_F(tm_device, EarliestSentMessageTakesTheReceive)
 
 // E63: a receive posted while an unexpected message is on its way to
 // software must not match until software has counted that message.
-TEST_F(tm_device, TagPostedWithStaleUnexpectedCountWaitsForSync)
+TEST_F(tm_device, E63_tag_posted_with_a_stale_unexpected_count_waits_for_sync)
 {
     send_eager(0x5, 16, 9);
     wait(drv::wc_opcode::tm_unexpected);   // device count 1, software's 0
@@ -251,7 +251,7 @@ TEST_F(tm_device, TagPostedWithStaleUnexpectedCountWaitsForSync)
     EXPECT_EQ(check_pattern(slot(0), 16, 11), -1);
 }
 
-TEST_F(tm_device, TagPostedInSyncMatchesAtOnce)
+TEST_F(tm_device, E63_tag_posted_in_sync_matches_at_once)
 {
     send_eager(0x5, 16, 12);
     wait(drv::wc_opcode::tm_unexpected);
@@ -261,7 +261,7 @@ TEST_F(tm_device, TagPostedInSyncMatchesAtOnce)
     EXPECT_EQ(wait(drv::wc_opcode::tm_expected).tm.index, 0u);
 }
 
-TEST_F(tm_device, LongerMessageIsTruncatedToThePostedBuffer)
+TEST_F(tm_device, longer_message_is_truncated_to_the_posted_buffer)
 {
     append(4, 0x44, full_mask, 100);
     slot(4)[100] = 0xee;
@@ -273,7 +273,7 @@ TEST_F(tm_device, LongerMessageIsTruncatedToThePostedBuffer)
     EXPECT_EQ(slot(4)[100], 0xee) << "nothing written past the buffer";
 }
 
-TEST_F(tm_device, MultiPacketEagerIsPlacedWhole)
+TEST_F(tm_device, multi_packet_eager_is_placed_whole)
 {
     append(6, 0x66, full_mask, 8192);   // entries 6 and 7: one buffer
     // Two packets at the fixture's 4 KiB path MTU; the tmh is only in the
@@ -284,7 +284,7 @@ TEST_F(tm_device, MultiPacketEagerIsPlacedWhole)
     EXPECT_EQ(check_pattern(slot(6), 8000, 15), -1);
 }
 
-TEST_F(tm_device, RemoveDropsTheTagAndASecondRemoveFindsNothing)
+TEST_F(tm_device, remove_drops_the_tag_and_a_second_remove_finds_nothing)
 {
     append(2, 0x22);
     drv::wc r = list_op(prm::tm_list_op::remove, 2);
@@ -298,7 +298,7 @@ TEST_F(tm_device, RemoveDropsTheTagAndASecondRemoveFindsNothing)
 
 // E64: a cancel that loses the race to a match finds nothing; the match's
 // CQE is the receive's completion.
-TEST_F(tm_device, RemoveAfterMatchReportsNotFound)
+TEST_F(tm_device, E64_remove_after_a_match_reports_not_found)
 {
     append(3, 0x33);
     send_eager(0x33, 8, 17);
@@ -308,7 +308,7 @@ TEST_F(tm_device, RemoveAfterMatchReportsNotFound)
     EXPECT_TRUE(r.tm.failed);
 }
 
-TEST_F(tm_device, AppendOutsideTheListOrOnAUsedEntryIsRefused)
+TEST_F(tm_device, append_outside_the_list_or_on_a_used_entry_is_refused)
 {
     EXPECT_EQ(append(list_size, 0x1).tm.result, prm::tm_list_result::bad_index);
     append(1, 0x1);
@@ -317,7 +317,7 @@ TEST_F(tm_device, AppendOutsideTheListOrOnAUsedEntryIsRefused)
     EXPECT_TRUE(w.tm.failed);
 }
 
-TEST_F(tm_device, MatchedRendezvousIsReadByTheDeviceAndFinIsSent)
+TEST_F(tm_device, TM5_matched_rendezvous_is_read_by_the_device_and_fin_is_sent)
 {
     fill_pattern(out.data() + 32768, 20000, 18);
     append(5, 0x55, full_mask, 4096 * 3);   // entries 5..7 are one buffer
@@ -345,7 +345,7 @@ TEST_F(tm_device, MatchedRendezvousIsReadByTheDeviceAndFinIsSent)
     EXPECT_EQ(b.send_wcs.size(), 0u) << "the device's own WQEs raise no CQEs";
 }
 
-TEST_F(tm_device, UnmatchedRendezvousGoesToSoftwareWithItsHeaders)
+TEST_F(tm_device, unmatched_rendezvous_goes_to_software_with_its_headers)
 {
     send_rndv(0x56, 1000, 1);
     drv::wc w = wait(drv::wc_opcode::tm_unexpected);
@@ -359,7 +359,7 @@ TEST_F(tm_device, UnmatchedRendezvousGoesToSoftwareWithItsHeaders)
     EXPECT_EQ(b.counter(dev::counter::tm_unexpected_rndv), 1u);
 }
 
-TEST_F(tm_device, RendezvousLongerThanTheReceiveIsTruncated)
+TEST_F(tm_device, rendezvous_longer_than_the_receive_is_truncated)
 {
     fill_pattern(out.data() + 32768, 8192, 19);
     append(1, 0x57, full_mask, 1000);
@@ -374,7 +374,7 @@ TEST_F(tm_device, RendezvousLongerThanTheReceiveIsTruncated)
 
 // E26-style: the device's READ meets a bad R_Key at the sender; the
 // posted receive completes as failed and no FIN is sent.
-TEST_F(tm_device, RendezvousWithABadRkeyFailsTheReceive)
+TEST_F(tm_device, E26_rendezvous_with_a_bad_rkey_fails_the_receive)
 {
     append(0, 0x58);
     send_rndv(0x58, 100, 3, om->rkey() ^ 0x100);
@@ -386,7 +386,7 @@ TEST_F(tm_device, RendezvousWithABadRkeyFailsTheReceive)
 
 // Bad input: a tagged message too short for its tmh is an invalid request
 // (IBA 9.7.5.2.4), reported to the sender; nothing is matched.
-TEST_F(tm_device, TaggedMessageShorterThanItsHeaderIsAnInvalidRequest)
+TEST_F(tm_device, tagged_message_shorter_than_its_header_is_an_invalid_request)
 {
     append(0, 0);
     uint8_t shortmsg[8] = {uint8_t(ib::tmh_opcode::eager)};
@@ -397,7 +397,7 @@ TEST_F(tm_device, TaggedMessageShorterThanItsHeaderIsAnInvalidRequest)
     EXPECT_EQ(b.counter(dev::counter::tm_expected_eager), 0u);
 }
 
-TEST_F(tm_device, DriverRefusesToPostOnTheDeviceOwnedSendQueue)
+TEST_F(tm_device, driver_refuses_to_post_on_the_device_owned_send_queue)
 {
     EXPECT_EQ(b.post_send(1, srq_bufs.data(), 8, sm->lkey()), status::invalid_param);
     drv::tm_op o;
