@@ -8,6 +8,7 @@
 // still carry correct traffic afterwards.
 #include "hca_fixture.h"
 #include "hca/ib/ib_opcode.h"
+#include "hca/ib/ib_tm.h"
 
 #include <random>
 
@@ -19,6 +20,7 @@ struct frame_builder {
     uint16_t        dlid, slid;
     uint32_t        rc_qpn, ud_qpn, rkey;
     uint64_t        va;
+    uint32_t        next_psn = 0;   ///< tagged(): mostly in sequence
 
     uint32_t any(uint32_t n) { return uint32_t(rng() % n); }
 
@@ -80,6 +82,54 @@ struct frame_builder {
         }
         for (size_t i = sizeof(ib::lrh) + info.hdr_len; i < f.size(); ++i) {
             f[i] = uint8_t(rng());
+        }
+        return f;
+    }
+
+    /// A SEND whose payload starts with a tag matching header of any
+    /// opcode (and an rvh for rendezvous), often with tags and keys that
+    /// match what the receiver posted.
+    std::vector<uint8_t> tagged()
+    {
+        static const ib::opcode ops[] = {
+            ib::opcode::rc_send_only, ib::opcode::rc_send_only_imm,
+            ib::opcode::rc_send_first, ib::opcode::rc_send_last};
+        ib::opcode op = ops[any(std::size(ops))];
+        const ib::opcode_info &info = ib::info(op);
+        size_t payload = any(4) == 0 ? any(40) : 32 + any(4000);
+        std::vector<uint8_t> f(sizeof(ib::lrh) + info.hdr_len + payload);
+        ib::lrh l{};
+        l.sl_lnh = ib::lnh_iba_local;
+        l.dlid.set(dlid);
+        l.slid.set(slid);
+        l.pkt_len.set(uint16_t(f.size() / 4));
+        std::memcpy(f.data(), &l, sizeof(l));
+        ib::bth b{};
+        b.opcode = uint8_t(op);
+        b.pkey.set(0xffff);
+        b.dest_qp.set(rc_qpn);
+        ib::bth_psn::set(b.apsn, any(8) ? next_psn++ & 0xffffff : uint32_t(rng()));
+        std::memcpy(f.data() + sizeof(l), &b, sizeof(b));
+        uint8_t *pl = f.data() + sizeof(l) + info.hdr_len;
+        for (size_t i = 0; i < payload; ++i) {
+            pl[i] = uint8_t(rng());
+        }
+        if (payload >= sizeof(ib::tmh) + sizeof(ib::rvh)) {
+            ib::tmh h{};
+            h.opcode = uint8_t(any(5));   // no_tag, rndv, fin, eager, unknown
+            h.tag.set(any(2) ? any(8) : any(2) ? 0x100 + any(512) : rng());
+            ib::rvh r{};
+            r.va.set(any(2) ? va + any(8192) : rng());
+            r.rkey.set(any(2) ? rkey : uint32_t(rng()));
+            r.len.set(any(2) ? any(16384) : uint32_t(rng()));
+            std::memcpy(pl, &h, sizeof(h));
+            std::memcpy(pl + sizeof(h), &r, sizeof(r));
+        }
+        if (info.hdrs & ib::hdr_immdt) {
+            ib::immdt im;
+            im.imm.set(uint32_t(any(2) ? 0 : rng()));
+            std::memcpy(f.data() + sizeof(l) + ib::ext_offset(info, ib::hdr_immdt),
+                        &im, sizeof(im));
         }
         return f;
     }
@@ -205,6 +255,92 @@ TEST_F(rc_pair, fuzz_ingress_never_crashes_and_traffic_survives)
     }
     ASSERT_TRUE(done);
     EXPECT_EQ(check_pattern(dst.data(), dst.size(), 77), -1);
+}
+
+// Bad input aimed at tag matching (E63-E65 paths): tagged SENDs with every
+// tmh opcode, short headers, foreign rkeys and lengths, to a QP on a TM SRQ
+// whose list is kept full of tags, some matching. Nothing may crash or
+// write outside the posted buffers (ASan), and the list keeps working.
+TEST_F(rc_pair, fuzz_tagged_ingress_never_crashes)
+{
+    start();
+    constexpr uint32_t list = 64;
+    auto srq = drv::srq::create(*b.ctx, b.pd, 255, 1, list);
+    ASSERT_TRUE(srq.ok());
+    drv::qp_caps cmd_caps;
+    cmd_caps.max_send_wr = 256;
+    auto cmd = drv::qp::create(*b.ctx, b.pd, drv::qp_type::tm_cmd, *b.rcq, *b.rcq,
+                               cmd_caps, (*srq).get());
+    ASSERT_TRUE(cmd.ok());
+    ASSERT_EQ((*cmd)->to_init(0), status::ok);
+    ASSERT_EQ((*cmd)->to_ud_rts(), status::ok);
+    std::vector<uint8_t> region(64 * 1024), bufs(256 * 4096), posted(list * 4096);
+    auto &rm = a.reg(region.data(), region.size(),
+                     drv::access_local_write | drv::access_remote_read);
+    auto &bm = b.reg(bufs.data(), bufs.size());
+    auto &pm = b.reg(posted.data(), posted.size());
+    drv::qp_caps caps;
+    caps.device_owned_sq = true;
+    auto fresh_target = [&] {
+        b.qp.reset();
+        auto q = drv::qp::create(*b.ctx, b.pd, drv::qp_type::rc, *b.scq, *b.rcq,
+                                 caps, (*srq).get());
+        ASSERT_TRUE(q.ok());
+        b.qp = q.take();
+        ASSERT_NO_FATAL_FAILURE(connect_one(b, a));
+    };
+    uint16_t next_slot = 0;
+    auto refill = [&] {
+        b.recv_wcs.clear();
+        while ((*srq)->posted() < 255) {
+            uint32_t i = (*srq)->posted();
+            drv::sge g{reinterpret_cast<uint64_t>(bufs.data() + 4096 * i), 4096,
+                       bm.lkey()};
+            if ((*srq)->post_recv(i, {&g, 1}) != status::ok) break;
+        }
+        for (unsigned k = 0; k < 8; ++k, next_slot = uint16_t((next_slot + 1) % list)) {
+            drv::tm_op o;
+            o.op     = prm::tm_list_op::append;   // refused while still in use
+            o.index  = next_slot;
+            bool masked = next_slot % 5 == 0;   // matches tags 0x100..0x1ff
+            o.tag    = masked ? 0x100 : next_slot % 8;
+            o.mask   = masked ? 0xff00 : ~uint64_t{0};
+            o.buffer = {reinterpret_cast<uint64_t>(posted.data() + 4096 * next_slot),
+                        4096, pm.lkey()};
+            (void)(*cmd)->post_tm_op(o);
+        }
+    };
+    frame_builder fb{std::mt19937_64(20261122), b.ctx->port().lid,
+                     a.ctx->port().lid, b.qp->qpn(), 0, rm.rkey(),
+                     reinterpret_cast<uint64_t>(region.data())};
+    auto raw = fab.attach();
+    ASSERT_TRUE(raw.ok());
+    constexpr unsigned frames = 100000;
+    for (unsigned i = 0; i < frames; ++i) {
+        if (i % 1000 == 0) {
+            ASSERT_NO_FATAL_FAILURE(fresh_target());
+            fb.rc_qpn   = b.qp->qpn();
+            fb.next_psn = 0xffff00u + (a.ctx->port().lid & 0x3f);   // connect_one's
+        }
+        std::vector<uint8_t> f = fb.any(4) ? fb.tagged() : fb.mutate(fb.tagged());
+        f[2] = uint8_t(fb.dlid >> 8);
+        f[3] = uint8_t(fb.dlid);
+        (void)(*raw)->send({f.data(), 4}, {f.data() + 4, f.size() - 4});
+        if (i % 32 == 0) {
+            b.ctx->progress(256);
+            a.ctx->progress(256);
+            b.poll();
+            a.poll();
+            refill();
+        }
+    }
+    progress_rounds(50);
+    EXPECT_GT(b.counter(dev::counter::tm_expected_eager) +
+                  b.counter(dev::counter::tm_expected_rndv), 0u);
+    EXPECT_GT(b.counter(dev::counter::tm_unexpected_eager), 0u);
+    EXPECT_GT(b.counter(dev::counter::bad_packets), 0u);
+    b.qp.reset();
+    (*cmd).reset();
 }
 
 } // namespace
