@@ -410,7 +410,9 @@ void interface::on_receive(const drv::wc &w)
             MLX4X_ERROR("receive on qp 0x%x failed: %s", w.qpn,
                         drv::to_string(w.status));
         }
-        if (w.opcode != drv::wc_opcode::tm_list_op) {
+        if (tm_ && w.qpn == tm_->cmd->qpn()) {
+            tm_->shadow.op_done();   // a list operation the device refused
+        } else {
             (void)post_rx(uint32_t(w.wr_id));   // the SRQ WQE is free again
         }
         return;
