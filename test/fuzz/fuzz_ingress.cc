@@ -24,6 +24,31 @@ struct frame_builder {
 
     uint32_t any(uint32_t n) { return uint32_t(rng() % n); }
 
+    /// LRH + BTH of `op` for QP `dqpn` at `psn`, extended headers zeroed
+    /// (the caller fills them), then `payload` random bytes.
+    std::vector<uint8_t> frame(ib::opcode op, size_t payload, uint32_t dqpn,
+                               uint32_t psn)
+    {
+        const ib::opcode_info &info = ib::info(op);
+        std::vector<uint8_t> f(sizeof(ib::lrh) + info.hdr_len + payload);
+        ib::lrh l{};
+        l.sl_lnh = ib::lnh_iba_local;
+        l.dlid.set(dlid);
+        l.slid.set(slid);
+        l.pkt_len.set(uint16_t(f.size() / 4));
+        std::memcpy(f.data(), &l, sizeof(l));
+        ib::bth b{};
+        b.opcode = uint8_t(op);
+        b.pkey.set(0xffff);
+        b.dest_qp.set(dqpn);
+        ib::bth_psn::set(b.apsn, psn);
+        std::memcpy(f.data() + sizeof(l), &b, sizeof(b));
+        for (size_t i = sizeof(ib::lrh) + info.hdr_len; i < f.size(); ++i) {
+            f[i] = uint8_t(rng());
+        }
+        return f;
+    }
+
     /// A well-formed frame for a random known opcode.
     std::vector<uint8_t> valid()
     {
@@ -40,20 +65,10 @@ struct frame_builder {
         ib::opcode op = ops[any(std::size(ops))];
         const ib::opcode_info &info = ib::info(op);
         size_t payload = any(4) == 0 ? any(4200) : any(64);
-        std::vector<uint8_t> f(sizeof(ib::lrh) + info.hdr_len + payload);
-        ib::lrh l{};
-        l.sl_lnh = ib::lnh_iba_local;
-        l.dlid.set(dlid);
-        l.slid.set(slid);
-        l.pkt_len.set(uint16_t(f.size() / 4));
-        std::memcpy(f.data(), &l, sizeof(l));
-        ib::bth b{};
-        b.opcode = uint8_t(op);
-        b.pkey.set(0xffff);
-        b.dest_qp.set(info.kind & ib::kind_ud ? ud_qpn : rc_qpn);
-        ib::bth_psn::set(b.apsn, any(8) ? any(16) : uint32_t(rng()));
-        std::memcpy(f.data() + sizeof(l), &b, sizeof(b));
-        uint8_t *ext = f.data() + sizeof(l);
+        std::vector<uint8_t> f =
+            frame(op, payload, info.kind & ib::kind_ud ? ud_qpn : rc_qpn,
+                  any(8) ? any(16) : uint32_t(rng()));
+        uint8_t *ext = f.data() + sizeof(ib::lrh);
         if (info.hdrs & ib::hdr_reth) {
             ib::reth r;
             r.va.set(any(2) ? va + any(8192) : rng());
@@ -80,9 +95,6 @@ struct frame_builder {
             a.syn_msn.set(uint32_t(rng()));
             std::memcpy(ext + ib::ext_offset(info, ib::hdr_aeth), &a, sizeof(a));
         }
-        for (size_t i = sizeof(ib::lrh) + info.hdr_len; i < f.size(); ++i) {
-            f[i] = uint8_t(rng());
-        }
         return f;
     }
 
@@ -97,23 +109,9 @@ struct frame_builder {
         ib::opcode op = ops[any(std::size(ops))];
         const ib::opcode_info &info = ib::info(op);
         size_t payload = any(4) == 0 ? any(40) : 32 + any(4000);
-        std::vector<uint8_t> f(sizeof(ib::lrh) + info.hdr_len + payload);
-        ib::lrh l{};
-        l.sl_lnh = ib::lnh_iba_local;
-        l.dlid.set(dlid);
-        l.slid.set(slid);
-        l.pkt_len.set(uint16_t(f.size() / 4));
-        std::memcpy(f.data(), &l, sizeof(l));
-        ib::bth b{};
-        b.opcode = uint8_t(op);
-        b.pkey.set(0xffff);
-        b.dest_qp.set(rc_qpn);
-        ib::bth_psn::set(b.apsn, any(8) ? next_psn++ & 0xffffff : uint32_t(rng()));
-        std::memcpy(f.data() + sizeof(l), &b, sizeof(b));
-        uint8_t *pl = f.data() + sizeof(l) + info.hdr_len;
-        for (size_t i = 0; i < payload; ++i) {
-            pl[i] = uint8_t(rng());
-        }
+        std::vector<uint8_t> f =
+            frame(op, payload, rc_qpn, any(8) ? next_psn++ & 0xffffff : uint32_t(rng()));
+        uint8_t *pl = f.data() + sizeof(ib::lrh) + info.hdr_len;
         if (payload >= sizeof(ib::tmh) + sizeof(ib::rvh)) {
             ib::tmh h{};
             h.opcode = uint8_t(any(5));   // no_tag, rndv, fin, eager, unknown
@@ -128,7 +126,7 @@ struct frame_builder {
         if (info.hdrs & ib::hdr_immdt) {
             ib::immdt im;
             im.imm.set(uint32_t(any(2) ? 0 : rng()));
-            std::memcpy(f.data() + sizeof(l) + ib::ext_offset(info, ib::hdr_immdt),
+            std::memcpy(f.data() + sizeof(ib::lrh) + ib::ext_offset(info, ib::hdr_immdt),
                         &im, sizeof(im));
         }
         return f;

@@ -207,6 +207,8 @@ private:
     void     tm_start_rndv(qp &q, srq &s, uint32_t index, const ib::tmh &h,
                            const ib::rvh &r);
     void     tm_finish_rndv(qp &q, const tm_rndv &op, bool ok);
+    void     tm_rndv_cqe(qp &q, const tm_rndv &op, prm::tm_cqe_opcode opcode,
+                         uint32_t byte_cnt, uint8_t flags);
     void     tm_dev_wqe_done(qp &q, uint32_t index, bool error);
     void     tm_post_dev_wqe(qp &q, prm::send_opcode op, bool signalled,
                              std::span<const uint8_t> segs, const tm_rndv &what);

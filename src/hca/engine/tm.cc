@@ -232,16 +232,7 @@ void device::tm_start_rndv(qp &q, srq &s, uint32_t index, const ib::tmh &h,
                .app_ctx   = h.app_ctx.get(),
                .msg_len   = r.len.get(),
                .truncated = r.len.get() > cap};
-    prm::cqe c{};
-    c.vlan_my_qpn.set(q.qpn);
-    c.g_mlpath_rqpn.set(q.remote_qpn);
-    c.owner_sr_opcode = uint8_t(prm::tm_cqe_opcode::consumed);
-    prm::tm_cqe x{};
-    x.tag.set(op.tag);
-    x.app_ctx.set(op.app_ctx);
-    x.index.set(index);
-    x.msg_len.set(op.msg_len);
-    write_cqe(q, false, c, false, &x);
+    tm_rndv_cqe(q, op, prm::tm_cqe_opcode::consumed, 0, 0);
 
     uint32_t len = std::min(op.msg_len, cap);
     if (len == 0) {
@@ -265,19 +256,9 @@ void device::tm_start_rndv(qp &q, srq &s, uint32_t index, const ib::tmh &h,
 /// receive is done, and the sender gets its FIN.
 void device::tm_finish_rndv(qp &q, const tm_rndv &op, bool ok)
 {
-    prm::cqe c{};
-    c.vlan_my_qpn.set(q.qpn);
-    c.byte_cnt.set(op.msg_len);
-    c.g_mlpath_rqpn.set(q.remote_qpn);
-    c.owner_sr_opcode = uint8_t(prm::tm_cqe_opcode::rndv_done);
-    prm::tm_cqe x{};
-    x.tag.set(op.tag);
-    x.app_ctx.set(op.app_ctx);
-    x.index.set(op.index);
-    x.msg_len.set(op.msg_len);
-    x.flags = uint8_t((op.truncated ? prm::tm_cqe_truncated : 0) |
-                      (ok ? 0 : prm::tm_cqe_failed));
-    write_cqe(q, false, c, false, &x);
+    tm_rndv_cqe(q, op, prm::tm_cqe_opcode::rndv_done, op.msg_len,
+                uint8_t((op.truncated ? prm::tm_cqe_truncated : 0) |
+                        (ok ? 0 : prm::tm_cqe_failed)));
     if (!ok) {
         return;   // the QP is in ERROR: the sender's side fails by itself
     }
@@ -293,6 +274,25 @@ void device::tm_finish_rndv(qp &q, const tm_rndv &op, bool ok)
     fin.is_fin  = true;
     tm_post_dev_wqe(q, prm::send_opcode::send, false,
                     {reinterpret_cast<const uint8_t *>(&segs), sizeof(segs)}, fin);
+}
+
+/// The CQE of a rendezvous step: "consumed" at the match, "done" after the
+/// READ.
+void device::tm_rndv_cqe(qp &q, const tm_rndv &op, prm::tm_cqe_opcode opcode,
+                         uint32_t byte_cnt, uint8_t flags)
+{
+    prm::cqe c{};
+    c.vlan_my_qpn.set(q.qpn);
+    c.byte_cnt.set(byte_cnt);
+    c.g_mlpath_rqpn.set(q.remote_qpn);
+    c.owner_sr_opcode = uint8_t(opcode);
+    prm::tm_cqe x{};
+    x.tag.set(op.tag);
+    x.app_ctx.set(op.app_ctx);
+    x.index.set(op.index);
+    x.msg_len.set(op.msg_len);
+    x.flags = flags;
+    write_cqe(q, false, c, false, &x);
 }
 
 /// A WQE of a device-owned send queue completed (`index` in posting order).
