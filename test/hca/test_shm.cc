@@ -9,6 +9,7 @@
 
 #include <gtest/gtest.h>
 
+#include <array>
 #include <chrono>
 #include <cstring>
 #include <cerrno>
@@ -577,6 +578,81 @@ TEST_F(shm_test, reopening_a_valid_segment_shares_the_port_table)
     EXPECT_FALSE((*p1)->peer_alive(l2));
     EXPECT_FALSE((*p1)->peer_alive(0));
     EXPECT_FALSE((*p1)->peer_alive(fabric::shm::max_ports + 1));
+}
+
+// ---- wake-up line -------------------------------------------------------------
+
+/// A frame is a minimal LRH addressed to `dlid` (the fabric routes by it).
+static std::array<uint8_t, 8> frame_to(uint16_t dlid)
+{
+    return {0xf0, 0x02, uint8_t(dlid >> 8), uint8_t(dlid), 0, 2, 0, 0};
+}
+
+static bool readable(int fd, int timeout_ms)
+{
+    pollfd p{fd, POLLIN, 0};
+    return poll(&p, 1, timeout_ms) == 1;
+}
+
+struct drop_frames final : fabric::frame_sink {
+    unsigned n = 0;
+    void on_frame(std::span<const uint8_t>) override { ++n; }
+};
+
+TEST_F(shm_test, armed_port_is_woken_by_the_next_frame_only)
+{
+    auto f = shm_fabric::open(name);
+    ASSERT_TRUE(f.ok());
+    auto rx = (*f)->attach(), tx = (*f)->attach();
+    ASSERT_TRUE(rx.ok() && tx.ok());
+    fabric::port &r = **rx;
+    int fd = r.wakeup_fd();
+    ASSERT_GE(fd, 0);
+    auto fr = frame_to(r.lid());
+
+    // Not armed: a frame does not signal (senders pay nothing).
+    ASSERT_EQ((*tx)->send(fr, {}), status::ok);
+    EXPECT_FALSE(readable(fd, 0));
+    // A frame already waiting: arming refuses, the owner must not sleep.
+    EXPECT_FALSE(r.arm_wakeup());
+    drop_frames sink;
+    EXPECT_EQ(r.poll(sink, 16), 1u);
+
+    // Armed and empty: the next frame makes the line readable, once.
+    ASSERT_TRUE(r.arm_wakeup());
+    EXPECT_FALSE(readable(fd, 0));
+    ASSERT_EQ((*tx)->send(fr, {}), status::ok);
+    EXPECT_TRUE(readable(fd, 1000));
+    ASSERT_EQ((*tx)->send(fr, {}), status::ok);
+    // Re-arming clears the old wake-up; frames are waiting, so it refuses.
+    EXPECT_FALSE(r.arm_wakeup());
+    EXPECT_FALSE(readable(fd, 0));
+    EXPECT_EQ(r.poll(sink, 16), 2u);
+}
+
+TEST_F(shm_test, sleeping_process_is_woken_by_a_frame_from_another)
+{
+    auto f = shm_fabric::open(name);
+    ASSERT_TRUE(f.ok());
+    auto rx = (*f)->attach();
+    ASSERT_TRUE(rx.ok());
+    ASSERT_TRUE((*rx)->arm_wakeup());
+    uint16_t lid = (*rx)->lid();
+    child = fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+        auto cf = shm_fabric::open(name);
+        if (!cf.ok()) _exit(10);
+        auto port = (*cf)->attach();
+        if (!port.ok()) _exit(11);
+        usleep(50 * 1000);   // the parent is asleep by now
+        auto fr = frame_to(lid);
+        _exit((*port)->send(fr, {}) == status::ok ? 0 : 12);
+    }
+    EXPECT_TRUE(readable((*rx)->wakeup_fd(), 10000));
+    EXPECT_EQ(wait_child(10), 0);
+    drop_frames sink;
+    EXPECT_EQ((*rx)->poll(sink, 16), 1u);
 }
 
 // ---- stale ports ------------------------------------------------------------

@@ -45,6 +45,15 @@ public:
     /// back instead). A missing ACK from a live peer then means the peer is
     /// not progressing, not that a packet was lost.
     virtual bool lossless() const = 0;
+
+    // The fabric's interrupt line, for a device that sleeps when idle (the
+    // engine thread, or a driver blocked in interrupt mode).
+    /// A descriptor that becomes readable when a frame arrives after
+    /// arm_wakeup(); -1 if this fabric has none (then never sleep on it).
+    virtual int wakeup_fd() const { return -1; }
+    /// Clears old wake-ups and asks senders to signal wakeup_fd() at the
+    /// next frame. False when a frame is already waiting: do not sleep.
+    virtual bool arm_wakeup() { return false; }
 };
 
 class fabric {

@@ -11,6 +11,8 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/stat.h>
 #include <thread>
 #include <unistd.h>
@@ -61,6 +63,25 @@ bool owner_alive(const port_entry &e)
     }
     uint64_t st = process_start_time(e.pid);
     return st == 0 || st == e.start_time;
+}
+
+/// Abstract-namespace address of a port's wake-up socket: the fabric, the
+/// LID and the attach generation name it, so a datagram never reaches a
+/// later owner of the same LID.
+socklen_t wakeup_address(sockaddr_un &a, const std::string &fabric,
+                         uint32_t lid, uint32_t generation)
+{
+    a = {};
+    a.sun_family = AF_UNIX;
+    int n = std::snprintf(a.sun_path + 1, sizeof(a.sun_path) - 1, "mlx4x:%s:%u:%u",
+                          fabric.c_str(), lid, generation);
+    n = std::min<int>(n, sizeof(a.sun_path) - 2);
+    return static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + n);
+}
+
+int wakeup_socket()
+{
+    return socket(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 }
 
 class mutex_guard {
@@ -225,13 +246,26 @@ shm_fabric::~shm_fabric() { munmap(base_, total_size); }
 
 class shm_fabric::shm_port final : public port {
 public:
-    shm_port(region_header *h, uint32_t index, uint64_t guid)
-        : h_(h), index_(index), guid_(guid)
+    shm_port(region_header *h, const std::string &fabric, uint32_t index,
+             uint64_t guid)
+        : h_(h), fabric_(fabric), index_(index), guid_(guid)
     {
+        // The port's interrupt line; without it the owner never sleeps.
+        wake_rx_ = wakeup_socket();
+        sockaddr_un a;
+        socklen_t   len = wakeup_address(a, fabric_, lid(), ports(h_)[index_].generation);
+        if (wake_rx_ >= 0 && bind(wake_rx_, reinterpret_cast<sockaddr *>(&a), len) != 0) {
+            MLX4X_WARN("fabric %s lid %u: no wake-up socket (%m); the port "
+                       "cannot sleep", fabric_.c_str(), lid());
+            close(wake_rx_);
+            wake_rx_ = -1;
+        }
     }
 
     ~shm_port() override
     {
+        if (wake_rx_ >= 0) close(wake_rx_);
+        if (wake_tx_ >= 0) close(wake_tx_);
         mutex_guard g(&h_->lock);
         port_entry &e = ports(h_)[index_];
         e.pid = 0;
@@ -279,7 +313,37 @@ public:
         s->len = static_cast<uint32_t>(len);
         // Orders the frame bytes before the slot becomes visible as full.
         s->seq.store(pos + 1, std::memory_order_release);
+        // Dekker with arm_wakeup(): either the owner sees this frame, or we
+        // see its sleeping flag.
+        std::atomic_thread_fence(std::memory_order_seq_cst);
+        if (e.sleeping.load(std::memory_order_relaxed) &&
+            e.sleeping.exchange(0, std::memory_order_relaxed)) {
+            wake(dlid, e.generation);
+        }
         return status::ok;
+    }
+
+    int wakeup_fd() const override { return wake_rx_; }
+
+    bool arm_wakeup() override
+    {
+        if (wake_rx_ < 0) {
+            return false;
+        }
+        char buf[16];
+        while (recv(wake_rx_, buf, sizeof(buf), 0) > 0) {
+        }
+        port_entry &e = ports(h_)[index_];
+        e.sleeping.store(1, std::memory_order_relaxed);
+        std::atomic_thread_fence(std::memory_order_seq_cst);
+        ring &r = rings(h_)[index_];
+        uint64_t pos = r.head.load(std::memory_order_relaxed);
+        if (r.slots[pos & (ring_slots - 1)].seq.load(std::memory_order_acquire) ==
+            pos + 1) {
+            e.sleeping.store(0, std::memory_order_relaxed);
+            return false;   // a frame is already here
+        }
+        return true;
     }
 
     unsigned poll(frame_sink &sink, unsigned budget) override
@@ -319,9 +383,26 @@ public:
     bool lossless() const override { return true; }
 
 private:
+    /// One datagram to a sleeping port's wake-up socket; a full socket
+    /// buffer already holds a wake-up, so EAGAIN is fine.
+    void wake(uint16_t dlid, uint32_t generation)
+    {
+        if (wake_tx_ < 0 && (wake_tx_ = wakeup_socket()) < 0) {
+            return;
+        }
+        sockaddr_un a;
+        socklen_t   len = wakeup_address(a, fabric_, dlid, generation);
+        char        one = 1;
+        (void)sendto(wake_tx_, &one, 1, MSG_DONTWAIT | MSG_NOSIGNAL,
+                     reinterpret_cast<sockaddr *>(&a), len);
+    }
+
     region_header *h_;
+    std::string    fabric_;
     uint32_t       index_;
     uint64_t       guid_;
+    int            wake_rx_ = -1;   ///< bound: this port's interrupt line
+    int            wake_tx_ = -1;   ///< unbound: wakes other ports
 };
 
 result<std::unique_ptr<port>> shm_fabric::attach()
@@ -353,6 +434,7 @@ result<std::unique_ptr<port>> shm_fabric::attach()
         e.start_time = process_start_time(e.pid);
         e.port_guid  = 0x0002c90300000000ull | h->next_guid++;
         ++e.generation;
+        e.sleeping.store(0, std::memory_order_relaxed);
         ring &r = rings(h)[i];
         for (uint32_t s = 0; s < ring_slots; ++s) {
             r.slots[s].seq.store(s, std::memory_order_relaxed);
@@ -362,7 +444,7 @@ result<std::unique_ptr<port>> shm_fabric::attach()
         // Ring reset is visible before any sender sees the port active.
         e.state.store(static_cast<uint32_t>(port_state::active),
                       std::memory_order_release);
-        return std::unique_ptr<port>(new shm_port(h, i, e.port_guid));
+        return std::unique_ptr<port>(new shm_port(h, name_, i, e.port_guid));
     }
     MLX4X_ERROR("fabric %s is full: %u ports in use", name_.c_str(), max_ports);
     return status::exceeds_limit;

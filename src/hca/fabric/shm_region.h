@@ -22,7 +22,7 @@
 namespace mlx4x::fabric::shm {
 
 constexpr uint64_t region_magic   = 0x6d6c783478666162ull; // "mlx4xfab"
-constexpr uint32_t region_version = 1;
+constexpr uint32_t region_version = 2;   ///< 2: port_entry.sleeping
 constexpr uint32_t max_ports      = 64;
 constexpr uint32_t ring_slots     = 256;   ///< power of two
 constexpr size_t   slot_data_size = max_frame_size;
@@ -53,7 +53,11 @@ struct alignas(64) port_entry {
     uint64_t              start_time;   ///< /proc/<pid>/stat starttime
     uint64_t              port_guid;
     uint32_t              generation;   ///< bumped at every attach
+    /// Set by an owner about to sleep: the next sender clears it and sends
+    /// a datagram to the port's wake-up socket (shm_fabric.cc).
+    std::atomic<uint32_t> sleeping;
 };
+static_assert(sizeof(port_entry) == 64);
 
 struct region_header {
     uint64_t        magic;         ///< written last, with release order
