@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <unistd.h>
 
 namespace mlx4x::dev {
 
@@ -37,7 +38,7 @@ const char *counter_name(counter c)
         "cq_overruns", "eq_overflows", "events", "interrupts", "fabric_busy",
         "tm_expected_eager", "tm_expected_rndv", "tm_unexpected_eager",
         "tm_unexpected_rndv", "tm_rndv_done", "tm_list_ops", "tm_syncs",
-        "tm_cancels"};
+        "tm_cancels", "engine_sleeps", "engine_doorbell_wakeups"};
     static_assert(std::size(names) == static_cast<size_t>(counter::count_));
     return names[static_cast<unsigned>(c)];
 }
@@ -50,25 +51,45 @@ device::device(fabric::fabric &fab, clock_fn clock, std::unique_ptr<sma_hook> sm
     interrupt_fds_.fill(-1);
 }
 
-device::~device() = default;
+device::~device() { stop_engine_thread(); }
 
 // ---- MMIO -----------------------------------------------------------------
 
 void device::mmio_write32(uint32_t offset, uint32_t be_value)
 {
-    if (offset >= prm::hcr_base && offset < prm::hcr_base + sizeof(prm::hcr)) {
+    uint32_t in_page = offset & (prm::uar_page_size - 1);
+    bool     is_hcr  = offset >= prm::hcr_base &&
+                  offset < prm::hcr_base + sizeof(prm::hcr);
+    if (!is_hcr && in_page == prm::uar_send_doorbell) {
+        // Send doorbell: qpn << 8. Like hardware, the device starts sending
+        // now, not at the driver's next progress call: a process that posts
+        // and then computes (or sleeps) must not hold its message back.
+        if (!thread_.joinable()) {
+            if (qp *q = find_qp(byteswap_if_little(be_value) >> 8)) {
+                run_requester(*q);
+            }
+            return;
+        }
+        // The engine thread finds the WQE by its owner bit; a sleeping one
+        // is woken (Dekker with engine_sleep(): it sees the WQE or we see
+        // the flag).
+        std::atomic_thread_fence(std::memory_order_seq_cst);
+        if (engine_sleeping_.load(std::memory_order_relaxed) &&
+            engine_sleeping_.exchange(false)) {
+            count(counter::engine_doorbell_wakeups);
+            uint64_t one = 1;
+            (void)!write(doorbell_fd_, &one, sizeof(one));
+        }
+        return;
+    }
+    auto lock = engine_lock();
+    if (is_hcr) {
         std::memcpy(reinterpret_cast<uint8_t *>(&hcr_) + (offset - prm::hcr_base),
                     &be_value, sizeof(be_value));
         if (offset == prm::hcr_base + offsetof(prm::hcr, go_opcode) &&
             prm::hcr_go::get(hcr_.go_opcode)) {
             execute_command();
         }
-        return;
-    }
-    uint32_t in_page = offset & (prm::uar_page_size - 1);
-    if (in_page == prm::uar_send_doorbell) {
-        // Send doorbell: qpn << 8. The requester picks the work up in
-        // progress(); WQE validity is decided by the owner bit, not here.
         return;
     }
     if (in_page == prm::uar_cq_doorbell) {

@@ -17,9 +17,13 @@
 #include "hca/prm/prm_tm.h"
 
 #include <array>
+#include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <mutex>
 #include <span>
+#include <thread>
 #include <vector>
 
 namespace mlx4x::engine { struct send_wqe; struct pkt; }
@@ -61,6 +65,9 @@ enum class counter : unsigned {
     tm_list_ops,          ///< APPEND / REMOVE / NOP executed
     tm_syncs,             ///< NOPs (unexpected-count syncs)
     tm_cancels,           ///< REMOVEs that found their tag
+    // engine thread (engine_thread.cc)
+    engine_sleeps,            ///< times the idle thread went to sleep
+    engine_doorbell_wakeups,  ///< times a send doorbell woke it
     count_
 };
 const char *counter_name(counter c);
@@ -81,7 +88,29 @@ public:
     void     mmio_write32(uint32_t offset, uint32_t be_value);
     uint32_t mmio_read32(uint32_t offset) const;
 
+    /// One time slice: frames received + packets and list operations sent
+    /// (0: nothing to do). Does nothing while the engine thread runs.
     unsigned progress(unsigned budget);
+
+    /// Runs the device on a thread of its own (DESIGN decision 5: the same
+    /// time slice, called by the device instead of the driver's progress),
+    /// so matching and rendezvous go on while the application computes.
+    /// `on_start` runs first on the new thread (placement). The thread
+    /// spins while there is work, then sleeps on the fabric's wake-up
+    /// line, a send doorbell, or the timer tick.
+    status start_engine_thread(std::function<void()> on_start = {});
+    void   stop_engine_thread();
+    bool   engine_threaded() const { return thread_.joinable(); }
+
+    // Progress-driven mode, for a driver about to block (interrupt mode):
+    // nothing runs the device while its process sleeps, so the fabric's
+    // wake-up line must wake the process, and the timers must be kept.
+    /// The port's wake-up line; -1 without one (then never block).
+    int  wakeup_fd() const { return port_ ? port_->wakeup_fd() : -1; }
+    /// Arms it; false when a frame is already waiting.
+    bool arm_wakeup() { return port_ && port_->arm_wakeup(); }
+    /// Earliest transport timer deadline (the device clock, ns); 0: none.
+    uint64_t next_timer_ns() const;
 
     uint64_t get(counter c) const { return counters_[static_cast<unsigned>(c)]; }
 
@@ -153,7 +182,24 @@ private:
         std::span<const uint8_t> ext;       ///< extended headers after BTH
         std::span<const uint8_t> payload;
     };
-    void     run_requesters();
+    unsigned run(unsigned budget);   ///< progress() without the thread check
+    void     engine_loop(const std::function<void()> &on_start);
+    void     engine_sleep();
+    /// Held around the device's work while the engine thread runs: MMIO
+    /// from the driver (commands, CQ/EQ doorbells) against the thread. The
+    /// thread lets a waiting driver in between its time slices.
+    std::unique_lock<std::mutex> engine_lock()
+    {
+        if (!thread_.joinable()) {
+            return {};
+        }
+        mmio_waiters_.fetch_add(1, std::memory_order_relaxed);
+        std::unique_lock g(engine_mu_);
+        mmio_waiters_.fetch_sub(1, std::memory_order_relaxed);
+        return g;
+    }
+    unsigned run_requesters();
+    unsigned run_requester(qp &q);   ///< one QP's burst
     bool     send_one_packet(qp &q);
     bool     send_rd_atomic_request(qp &q, const engine::send_wqe &w, bool fresh);
     bool     gather_payload(qp &q, const engine::send_wqe &w, uint32_t offset,
@@ -176,7 +222,7 @@ private:
     bool take_resource(qp &q, const resp_resource &r);
     void queue_response(qp &q, uint32_t idx);
     resp_resource *find_resource(qp &q, uint32_t psn);
-    void run_responders();
+    unsigned run_responders();
     bool send_response_packet(qp &q);
     status send_atomic_ack(qp &q, const resp_resource &r);
     // receive WQEs, from the QP's RQ or its SRQ (srq.cc)
@@ -271,6 +317,14 @@ private:
     std::vector<uint32_t>          ack_list_;
     std::array<uint8_t, fabric::max_frame_size> staging_{};
     std::array<uint64_t, static_cast<unsigned>(counter::count_)> counters_{};
+
+    // engine thread (engine_thread.cc)
+    std::thread       thread_;
+    std::mutex        engine_mu_;
+    std::atomic<bool> engine_stop_{false};
+    std::atomic<bool> engine_sleeping_{false};   ///< a doorbell must wake it
+    std::atomic<unsigned> mmio_waiters_{0};      ///< driver threads at the lock
+    int               doorbell_fd_ = -1;          ///< eventfd: "work posted"
 };
 
 } // namespace mlx4x::dev

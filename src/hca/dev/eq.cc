@@ -21,6 +21,7 @@ constexpr uint32_t max_log_eq_size = 16;
 
 void device::connect_interrupt(uint8_t vector, int eventfd)
 {
+    auto lock = engine_lock();
     if (vector < interrupt_fds_.size()) {
         interrupt_fds_[vector] = eventfd;
     }

@@ -92,6 +92,20 @@ public:
 
     /// Gives the device its time slice (DESIGN decision 5).
     unsigned progress(unsigned budget = 64) { return dev_->progress(budget); }
+    /// Lets the device run on a thread of its own instead; progress() then
+    /// does nothing (dev::device::start_engine_thread).
+    status start_engine_thread(std::function<void()> on_start = {})
+    {
+        return dev_->start_engine_thread(std::move(on_start));
+    }
+    /// Back to progress-driven: work in flight continues in progress().
+    void stop_engine_thread() { dev_->stop_engine_thread(); }
+    bool engine_threaded() const { return dev_->engine_threaded(); }
+    /// For blocking in progress-driven mode (dev::device::wakeup_fd):
+    /// readable when a frame arrived after arm_wakeup().
+    int      wakeup_fd() const { return dev_->wakeup_fd(); }
+    bool     arm_wakeup() { return dev_->arm_wakeup(); }
+    uint64_t next_timer_ns() const { return dev_->next_timer_ns(); }
 
     // ---- events (C11-C13, C66-C68) ----
     /// eventfds the completion / async EQs' interrupts signal (readable
@@ -291,6 +305,8 @@ public:
     /// solicited one). A CQE the caller has not polled yet raises it at
     /// once, so "poll until empty, arm" misses nothing (C66, C67).
     void arm(bool solicited_only = false);
+    /// True when a CQE waits to be polled (nothing is consumed).
+    inline bool ready() const;
     /// Polls up to wcs.size() completions; returns how many were written.
     inline unsigned poll(std::span<wc> wcs);
     /// Removes the unpolled CQEs of QP `qpn` (mlx4_ib_cq_clean): used when

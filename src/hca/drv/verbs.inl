@@ -331,6 +331,14 @@ inline status srq::post_recv(uint64_t wr_id, std::span<const sge> sg)
     return status::ok;
 }
 
+inline bool cq::ready() const
+{
+    const uint8_t *entry = buf_ + size_t(cons_index_ & (size_ - 1)) * prm::cqe_stride +
+                           prm::cqe_offset_in_entry;
+    uint8_t owner = __atomic_load_n(&entry[31], __ATOMIC_ACQUIRE);
+    return bool(owner & prm::cqe_owner_mask) == bool(cons_index_ & size_);
+}
+
 inline unsigned cq::poll(std::span<wc> wcs)
 {
     unsigned n = 0;

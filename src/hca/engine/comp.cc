@@ -28,6 +28,11 @@ uint64_t rnr_timer_ns(uint8_t field)
 
 unsigned device::progress(unsigned budget)
 {
+    return thread_.joinable() ? 0 : run(budget);
+}
+
+unsigned device::run(unsigned budget)
+{
     if (!port_) {
         if (catastrophic_) {
             flush_all();   // work posted after the failure completes flushed
@@ -40,11 +45,11 @@ unsigned device::progress(unsigned budget)
         flush_all();
         return n;
     }
-    run_responders();
+    n += run_responders();
     if (!ack_list_.empty()) {
         flush_acks();
     }
-    run_requesters();
+    n += run_requesters();
     run_timers();
     return n;
 }
@@ -263,6 +268,18 @@ void device::complete_wqe(qp &q, uint32_t index, prm::cqe_syndrome syndrome,
     c.wqe_index.set(uint16_t(index));
     c.owner_sr_opcode = uint8_t(prm::cqe_is_send_mask | opcode);
     write_cqe(q, true, c);
+}
+
+uint64_t device::next_timer_ns() const
+{
+    uint64_t next = 0;
+    for (uint32_t qpn : active_qpns_) {
+        const qp *q = qpn < qps_.size() ? qps_[qpn].get() : nullptr;
+        if (q && q->timer_deadline && (!next || q->timer_deadline < next)) {
+            next = q->timer_deadline;
+        }
+    }
+    return next;
 }
 
 void device::run_timers()

@@ -84,35 +84,42 @@ status device::emit(const tx_packet &p)
     return s;
 }
 
-void device::run_requesters()
+unsigned device::run_requesters()
 {
+    unsigned work = 0;
     for (uint32_t qpn : active_qpns_) {
-        qp *q = find_qp(qpn);
-        if (!q) {
-            continue;
-        }
-        if (q->state == prm::qp_state::err) {
-            flush_queues(*q);   // WQEs posted in ERROR complete as flushed
-            continue;
-        }
-        if (q->state == prm::qp_state::sqer) {
-            flush_sq(*q);       // and in SQE, those of the send queue (E4)
-            continue;
-        }
-        if (q->st == prm::qp_st::tm_cmd) {
-            for (unsigned i = 0; i < burst_per_qp && run_tm_command(*q); ++i) {
-            }
-            continue;
-        }
-        for (unsigned i = 0; i < burst_per_qp && send_one_packet(*q); ++i) {
-        }
-        if (q->state == prm::qp_state::sqd && !q->drained_sent && !q->sending &&
-            q->sq_tail == q->sq_head) {
-            // SQD reached: nothing in flight any more (IBA 11.6.3).
-            q->drained_sent = true;
-            async_event(prm::eqe_type::sq_drained, q->qpn);
+        if (qp *q = find_qp(qpn)) {
+            work += run_requester(*q);
         }
     }
+    return work;
+}
+
+unsigned device::run_requester(qp &q)
+{
+    if (q.state == prm::qp_state::err) {
+        flush_queues(q);   // WQEs posted in ERROR complete as flushed
+        return 0;
+    }
+    if (q.state == prm::qp_state::sqer) {
+        flush_sq(q);       // and in SQE, those of the send queue (E4)
+        return 0;
+    }
+    unsigned work = 0;
+    if (q.st == prm::qp_st::tm_cmd) {
+        for (; work < burst_per_qp && run_tm_command(q); ++work) {
+        }
+        return work;
+    }
+    for (; work < burst_per_qp && send_one_packet(q); ++work) {
+    }
+    if (q.state == prm::qp_state::sqd && !q.drained_sent && !q.sending &&
+        q.sq_tail == q.sq_head) {
+        // SQD reached: nothing in flight any more (IBA 11.6.3).
+        q.drained_sent = true;
+        async_event(prm::eqe_type::sq_drained, q.qpn);
+    }
+    return work;
 }
 
 bool device::send_one_packet(qp &q)

@@ -264,16 +264,19 @@ status device::send_atomic_ack(qp &q, const resp_resource &r)
 
 /// Sends pending READ responses and atomic ACKs, in PSN order, until the
 /// fabric pushes back.
-void device::run_responders()
+unsigned device::run_responders()
 {
+    unsigned work = 0;
     for (uint32_t qpn : active_qpns_) {
         qp *q = find_qp(qpn);
         if (!q || !q->responses_pending()) {
             continue;
         }
         while (q->responses_pending() && send_response_packet(*q)) {
+            ++work;
         }
     }
+    return work;
 }
 
 bool device::send_response_packet(qp &q)

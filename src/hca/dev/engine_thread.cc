@@ -1,0 +1,113 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// The device on a thread of its own (UCX_MLX4X_ENGINE=thread): the same
+// time slice as the progress-driven mode (DESIGN decision 5), called in a
+// loop. It spins while there is work and for a short grace period after,
+// then sleeps until a frame arrives (the fabric's wake-up line), the driver
+// rings a send doorbell, or the timer tick is due (retransmission, RNR).
+#include "hca/dev/device.h"
+#include "hca/base/log.h"
+
+#include <chrono>
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+namespace mlx4x::dev {
+
+namespace {
+/// Empty time slices before sleeping, each followed by a yield: short, so
+/// an idle device does not take the CPU from the application (whose cores
+/// it often shares), long enough to catch the next packet of a burst.
+constexpr unsigned idle_spins = 200;
+/// Longest sleep: the granularity of the device's timers while idle.
+constexpr int tick_ms = 1;
+} // namespace
+
+status device::start_engine_thread(std::function<void()> on_start)
+{
+    if (thread_.joinable()) {
+        return status::ok;
+    }
+    doorbell_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (doorbell_fd_ < 0) {
+        MLX4X_ERROR("engine thread: eventfd: %m");
+        return status::no_memory;
+    }
+    engine_stop_.store(false);
+    // Work the driver started so far is the thread's from now on: take the
+    // lock before the thread exists so nothing runs twice.
+    std::lock_guard g(engine_mu_);
+    thread_ = std::thread([this, on_start = std::move(on_start)] {
+        engine_loop(on_start);
+    });
+    return status::ok;
+}
+
+void device::stop_engine_thread()
+{
+    if (!thread_.joinable()) {
+        return;
+    }
+    engine_stop_.store(true);
+    uint64_t one = 1;
+    (void)!write(doorbell_fd_, &one, sizeof(one));
+    thread_.join();
+    close(doorbell_fd_);
+    doorbell_fd_ = -1;
+}
+
+void device::engine_loop(const std::function<void()> &on_start)
+{
+    if (on_start) {
+        on_start();
+    }
+    unsigned idle = 0;
+    while (!engine_stop_.load(std::memory_order_relaxed)) {
+        unsigned n;
+        {
+            std::lock_guard g(engine_mu_);
+            n = run(64);
+        }
+        // The mutex is not fair: without this, a driver's command or CQ
+        // arm could wait for as long as the thread spins.
+        while (mmio_waiters_.load(std::memory_order_relaxed) != 0) {
+            std::this_thread::yield();
+        }
+        if (n != 0) {
+            idle = 0;
+        } else if (++idle >= idle_spins) {
+            engine_sleep();
+            idle = 0;
+        } else {
+            std::this_thread::yield();
+        }
+    }
+}
+
+void device::engine_sleep()
+{
+    engine_sleeping_.store(true, std::memory_order_relaxed);
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    bool frames_armed = port_ && port_->arm_wakeup();
+    // A WQE posted or a frame sent before the flags were visible is found
+    // by this slice; then there is no sleeping.
+    unsigned n;
+    {
+        std::lock_guard g(engine_mu_);
+        n = run(64);
+    }
+    if (n == 0 && !engine_stop_.load(std::memory_order_relaxed)) {
+        count(counter::engine_sleeps);
+        pollfd fds[2] = {{doorbell_fd_, POLLIN, 0}, {-1, POLLIN, 0}};
+        if (frames_armed) {
+            fds[1].fd = port_->wakeup_fd();
+        }
+        // Without a wake-up line (loopback fabric) only a short nap.
+        (void)poll(fds, 2, frames_armed ? tick_ms : 0);
+    }
+    engine_sleeping_.store(false, std::memory_order_relaxed);
+    uint64_t v;
+    (void)!read(doorbell_fd_, &v, sizeof(v));
+}
+
+} // namespace mlx4x::dev
