@@ -138,11 +138,11 @@ bool device::tm_first_packet(qp &q, srq &s, const engine::pkt &p, bool last)
         return false;
     }
     if (rndv && q.dev_sq.empty()) {
-        // Rendezvous is only offered to QPs whose send queue the device
-        // owns (the driver asked for it with qpc_tm_dev_sq).
-        count(counter::bad_packets);
-        responder_error(q, ib::nak_code::invalid_request);
-        return false;
+        // The device serves a rendezvous only on a QP whose send queue it
+        // owns (qpc_tm_dev_sq); on one the driver sends on, the header goes
+        // to software as unexpected, which fetches the data itself.
+        q.recv_unexpected = true;
+        return true;
     }
     if (rndv && tm_dev_sq_room(q) < 2) {
         // No room for the READ and FIN: not ready, the sender retries.
