@@ -18,8 +18,18 @@ typedef struct uct_mlx4x_md {
     void    *impl;     /* mlx4x::uct::md */
 } uct_mlx4x_md_t;
 
+/* Who runs the device: the UCT progress (lowest latency) or a thread of
+ * its own (matching and rendezvous progress while the application
+ * computes). */
+typedef enum {
+    UCT_MLX4X_ENGINE_PROGRESS,
+    UCT_MLX4X_ENGINE_THREAD,
+    UCT_MLX4X_ENGINE_LAST
+} uct_mlx4x_engine_t;
+
 typedef struct uct_mlx4x_md_config {
-    uct_md_config_t super;
+    uct_md_config_t    super;
+    uct_mlx4x_engine_t engine;
 } uct_mlx4x_md_config_t;
 
 typedef struct uct_mlx4x_iface_config {
@@ -33,6 +43,7 @@ typedef struct uct_mlx4x_iface_config {
     int                counters;
     int                tm_enable;
     unsigned           tm_list_size;
+    int                connect_to_ep;
 } uct_mlx4x_iface_config_t;
 
 typedef struct uct_mlx4x_iface {
@@ -46,7 +57,8 @@ typedef struct uct_mlx4x_ep {
 } uct_mlx4x_ep_t;
 
 /* md */
-ucs_status_t uct_mlx4x_md_init(uct_mlx4x_md_t *md);
+ucs_status_t uct_mlx4x_md_init(uct_mlx4x_md_t *m,
+                               const uct_mlx4x_md_config_t *configd);
 void         uct_mlx4x_md_close(uct_md_h md);
 ucs_status_t uct_mlx4x_md_query(uct_md_h md, uct_md_attr_t *attr);
 ucs_status_t uct_mlx4x_mem_reg(uct_md_h md, void *address, size_t length,
@@ -77,6 +89,8 @@ int          uct_mlx4x_iface_is_reachable(const uct_iface_h iface,
                                           const uct_device_addr_t *dev_addr,
                                           const uct_iface_addr_t *iface_addr);
 unsigned     uct_mlx4x_iface_progress(uct_iface_h iface);
+ucs_status_t uct_mlx4x_iface_event_fd_get(uct_iface_h iface, int *fd_p);
+ucs_status_t uct_mlx4x_iface_event_arm(uct_iface_h iface, unsigned events);
 ucs_status_t uct_mlx4x_iface_flush(uct_iface_h iface, unsigned flags,
                                    uct_completion_t *comp);
 
@@ -85,6 +99,11 @@ ucs_status_t uct_mlx4x_ep_init(uct_mlx4x_ep_t *ep, const uct_ep_params_t *params
 void         uct_mlx4x_ep_cleanup(uct_mlx4x_ep_t *ep);
 ucs_status_t uct_mlx4x_ep_am_short(uct_ep_h ep, uint8_t id, uint64_t header,
                                    const void *payload, unsigned length);
+ucs_status_t uct_mlx4x_ep_get_address(uct_ep_h ep, uct_ep_addr_t *addr);
+ucs_status_t uct_mlx4x_ep_connect_to_ep(uct_ep_h ep, const uct_device_addr_t *dev_addr,
+                                        const uct_ep_addr_t *ep_addr);
+ucs_status_t uct_mlx4x_ep_am_short_iov(uct_ep_h ep, uint8_t id,
+                                       const uct_iov_t *iov, size_t iovcnt);
 ssize_t      uct_mlx4x_ep_am_bcopy(uct_ep_h ep, uint8_t id,
                                    uct_pack_callback_t pack_cb, void *arg,
                                    unsigned flags);

@@ -1,12 +1,17 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // Interface, endpoint and memory domain of the mlx4x UCT transport.
 #include "uct_mlx4x/mlx4x_iface.h"
+#include "uct_mlx4x/mlx4x_locality.h"
 #include "uct_mlx4x/mlx4x_boundary.h"
 #include "hca/base/log.h"
 #include "hca/fabric/shm_fabric.h"
 #include "mad/device_sma.h"
 
 #include <chrono>
+#include <sched.h>
+#include <sys/epoll.h>
+#include <sys/timerfd.h>
+#include <unistd.h>
 #include <cstring>
 #include <random>
 
@@ -51,7 +56,7 @@ status make_slots(drv::context &ctx, uint32_t pd, slot_area &a, size_t n,
 
 // ---- md ----------------------------------------------------------------------
 
-result<std::unique_ptr<memory_domain>> memory_domain::open()
+result<std::unique_ptr<memory_domain>> memory_domain::open(bool engine_thread)
 {
     auto m = std::make_unique<memory_domain>();
     auto f = fabric::shm_fabric::open(fabric::shm_fabric::default_name());
@@ -72,6 +77,12 @@ result<std::unique_ptr<memory_domain>> memory_domain::open()
         return dma.error();
     }
     m->dma_mr_ = dma.take();
+    if (engine_thread) {
+        if (status s = m->ctx_->start_engine_thread(place_engine_thread);
+            s != status::ok) {
+            return s;
+        }
+    }
     MLX4X_DEBUG("mlx4x_0 port 1 up: lid %d guid 0x%llx", m->ctx_->port().lid,
                 static_cast<unsigned long long>(m->ctx_->port().port_guid));
     return m;
@@ -79,7 +90,39 @@ result<std::unique_ptr<memory_domain>> memory_domain::open()
 
 // ---- ep ----------------------------------------------------------------------
 
+status endpoint::create_p2p()
+{
+    state_ = ep_state::unconnected;
+    return create_qp();
+}
+
+ep_addr endpoint::address() const { return {qp_->qpn(), sq_psn}; }
+
+status endpoint::connect_to_ep(const device_addr &dev, const ep_addr &peer)
+{
+    if (state_ != ep_state::unconnected) {
+        return status::invalid_param;
+    }
+    peer_lid = dev.lid;
+    if (status s = to_rts(peer.qpn, peer.psn); s != status::ok) {
+        return s;
+    }
+    state_ = ep_state::connected;
+    return status::ok;
+}
+
 status endpoint::connect(const device_addr &dev, const iface_addr &ifa)
+{
+    if (status s = create_qp(); s != status::ok) {
+        return s;
+    }
+    peer_lid      = dev.lid;
+    peer_conn_qpn = ifa.conn_qpn;
+    next_req_ns   = 0;   // send the REQ on the next progress
+    return status::ok;
+}
+
+status endpoint::create_qp()
 {
     interface &i = iface_;
     drv::qp_caps caps;
@@ -102,11 +145,8 @@ status endpoint::connect(const device_addr &dev, const iface_addr &ifa)
         return s;
     }
     ops.assign(qp_->caps().max_send_wr, tx_op{});
-    peer_lid      = dev.lid;
-    peer_conn_qpn = ifa.conn_qpn;
-    sq_psn        = random_psn();
-    conn_id       = i.add_ep(this);
-    next_req_ns   = 0;   // send the REQ on the next progress
+    sq_psn  = random_psn();
+    conn_id = i.add_ep(this);
     return status::ok;
 }
 
@@ -120,19 +160,30 @@ void endpoint::on_established(const conn_msg &rep)
     if (state_ != ep_state::connecting) {
         return;   // duplicate REP
     }
-    drv::rc_connect_attr a{};
-    a.remote_qpn = rep.rc_qpn.get();
-    a.dlid       = peer_lid;
-    a.rq_psn     = rep.psn.get();
-    a.sq_psn     = sq_psn;
-    a.mtu        = iface_.ctx().port().mtu;
-    if (qp_->to_rtr(a) != status::ok || qp_->to_rts(a) != status::ok) {
+    if (to_rts(rep.rc_qpn.get(), rep.psn.get()) != status::ok) {
         fail(UCS_ERR_IO_ERROR);
         return;
     }
     state_ = ep_state::connected;
+}
+
+status endpoint::to_rts(uint32_t remote_qpn, uint32_t remote_psn)
+{
+    drv::rc_connect_attr a{};
+    a.remote_qpn = remote_qpn;
+    a.dlid       = peer_lid;
+    a.rq_psn     = remote_psn;
+    a.sq_psn     = sq_psn;
+    a.mtu        = iface_.ctx().port().mtu;
+    if (status s = qp_->to_rtr(a); s != status::ok) {
+        return s;
+    }
+    if (status s = qp_->to_rts(a); s != status::ok) {
+        return s;
+    }
     MLX4X_DEBUG("endpoint %u: qp 0x%x connected to lid %d qp 0x%x", conn_id,
-                qp_->qpn(), peer_lid, a.remote_qpn);
+                qp_->qpn(), peer_lid, remote_qpn);
+    return status::ok;
 }
 
 void endpoint::complete_next(ucs_status_t st)
@@ -246,11 +297,100 @@ status interface::init(const uct_iface_params_t &params)
         return pq.error();
     }
     max_inline_ = (*pq)->max_inline();
+    return init_events();
+}
+
+// ---- interrupt mode ---------------------------------------------------------
+// The descriptor UCX sleeps on is an epoll set of: the completion EQ's
+// interrupt (armed CQs), a timer for the transport and connection timers,
+// and, when nobody else runs the device (progress-driven mode), the
+// fabric's wake-up line, so that an arriving frame wakes the process whose
+// progress then runs the device.
+
+status interface::init_events()
+{
+    event_fd_ = epoll_create1(EPOLL_CLOEXEC);
+    timer_fd_ = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+    if (event_fd_ < 0 || timer_fd_ < 0) {
+        MLX4X_ERROR("interrupt mode: %m");
+        return status::no_memory;
+    }
+    std::vector<int> fds{ctx().completion_fd(), timer_fd_};
+    if (!ctx().engine_threaded() && ctx().wakeup_fd() >= 0) {
+        fds.push_back(ctx().wakeup_fd());
+    }
+    for (int fd : fds) {
+        epoll_event ev{};
+        ev.events  = EPOLLIN;
+        ev.data.fd = fd;
+        if (epoll_ctl(event_fd_, EPOLL_CTL_ADD, fd, &ev) != 0) {
+            MLX4X_ERROR("interrupt mode: epoll_ctl: %m");
+            return status::no_memory;
+        }
+    }
     return status::ok;
+}
+
+/// Earliest time (device clock) something must run without any frame
+/// arriving: a connection request to resend, or, when nobody else runs the
+/// device, a transport timer (the engine thread keeps its own).
+uint64_t interface::next_deadline_ns() const
+{
+    drv::context &c    = md_.ctx();
+    uint64_t      next = c.engine_threaded() ? 0 : c.next_timer_ns();
+    for (const endpoint *e : eps_) {
+        if (e && e->state() == ep_state::connecting &&
+            (!next || e->next_req_ns < next)) {
+            next = e->next_req_ns;
+        }
+    }
+    return next;
+}
+
+ucs_status_t interface::event_arm(unsigned)
+{
+    // Work that needs no peer is done now, not slept through.
+    if (!ctx().engine_threaded()) {
+        for (unsigned i = 0; i < 16 && ctx().progress(64); ++i) {
+        }
+    }
+    if (send_cq_->ready() || recv_cq_->ready()) {
+        return UCS_ERR_BUSY;
+    }
+    // Old interrupts are consumed; the CQs and the EQ ask for the next. A
+    // CQE written between the check above and arm() raises it at once (C66).
+    uint64_t v;
+    (void)!read(ctx().completion_fd(), &v, sizeof(v));
+    (void)!read(timer_fd_, &v, sizeof(v));
+    uint32_t cqns[16];
+    while (ctx().poll_completion_events(cqns)) {
+    }
+    if (!ctx().engine_threaded() && ctx().wakeup_fd() >= 0 && !ctx().arm_wakeup()) {
+        return UCS_ERR_BUSY;   // a frame is already waiting for the device
+    }
+    // The set itself still reports what was just drained: UCP waits on it
+    // edge-triggered, so a stale entry would swallow the next wake-up.
+    epoll_event evs[4];
+    while (epoll_wait(event_fd_, evs, 4, 0) > 0) {
+    }
+    send_cq_->arm();
+    recv_cq_->arm();
+    ctx().arm_completion_events();
+    itimerspec t{};
+    if (uint64_t d = next_deadline_ns()) {
+        // Device clock = CLOCK_MONOTONIC; 0 would disarm: at least 1 ns.
+        d = std::max<uint64_t>(d, 1);
+        t.it_value.tv_sec  = time_t(d / 1000000000);
+        t.it_value.tv_nsec = long(d % 1000000000);
+    }
+    timerfd_settime(timer_fd_, TFD_TIMER_ABSTIME, &t, nullptr);
+    return UCS_OK;
 }
 
 interface::~interface()
 {
+    if (event_fd_ >= 0) close(event_fd_);
+    if (timer_fd_ >= 0) close(timer_fd_);
     if (cfg_.counters) {
         auto print = [](const char *name, uint64_t v) {
             std::fprintf(stderr, "%s %llu\n", name, static_cast<unsigned long long>(v));
@@ -332,15 +472,22 @@ status interface::send_conn_msg(uint16_t dlid, uint32_t dqpn, const conn_msg &m)
 
 unsigned interface::progress()
 {
+    // Events for UCX: device work done here and completions handled (with
+    // the engine thread, only the latter).
     unsigned n = ctx().progress(64);
-    poll_send();
-    poll_recv();
+    n += poll_send();
+    n += poll_recv();
     progress_connections();
     dispatch_pending();
+    if (n == 0 && ctx().engine_threaded()) {
+        // Nothing for us yet: the device thread may need this core (MPI
+        // ranks are often bound one per core).
+        sched_yield();
+    }
     return n;
 }
 
-void interface::poll_send()
+unsigned interface::poll_send()
 {
     drv::wc wcs[poll_batch];
     unsigned n = send_cq_->poll(wcs);
@@ -374,9 +521,10 @@ void interface::poll_send()
             e.flushes.pop_front();
         }
     }
+    return n;
 }
 
-void interface::poll_recv()
+unsigned interface::poll_recv()
 {
     drv::wc wcs[poll_batch];
     unsigned n = recv_cq_->poll(wcs);
@@ -396,6 +544,7 @@ void interface::poll_recv()
         }
         on_receive(w);
     }
+    return n;
 }
 
 /// A completion from the SRQ every RC QP receives from.

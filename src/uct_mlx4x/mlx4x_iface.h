@@ -45,6 +45,11 @@ struct __attribute__((packed)) device_addr {
 struct __attribute__((packed)) iface_addr {
     uint32_t conn_qpn;
 };
+/// Endpoint address (CONNECT_TO_EP): the RC QP and its first send PSN.
+struct __attribute__((packed)) ep_addr {
+    uint32_t qpn;
+    uint32_t psn;
+};
 
 /// Hardware tag matching state of an interface (DESIGN decision 10): the
 /// TM SRQ's command QP, the shadow list, UCP's unexpected-message
@@ -79,7 +84,9 @@ struct tag_offload {
 
 class memory_domain {
 public:
-    static result<std::unique_ptr<memory_domain>> open();
+    /// `engine_thread`: the device runs on its own thread (placed with
+    /// hwloc, mlx4x_locality.cc).
+    static result<std::unique_ptr<memory_domain>> open(bool engine_thread);
     drv::context &ctx() { return *ctx_; }
     uint32_t pd() const { return pd_; }
     /// L_Key of the whole address space for local access (the "DMA MR"
@@ -102,7 +109,9 @@ struct slot_area {
     uint8_t *slot(size_t i) { return mem.data() + i * slot_size; }
 };
 
-enum class ep_state : uint8_t { connecting, connected, failed };
+/// connecting: REQ/REP handshake with a remote interface under way;
+/// unconnected: a point-to-point endpoint waiting for connect_to_ep.
+enum class ep_state : uint8_t { connecting, unconnected, connected, failed };
 
 /// What to do when a send WQE completes (one per SQ slot, in order).
 struct tx_op {
@@ -116,7 +125,14 @@ struct tx_op {
 class endpoint {
 public:
     endpoint(interface &i, uct_mlx4x_ep_t *uct_ep) : iface_(i), uct_ep_(uct_ep) {}
+    /// To a remote interface: a REQ/REP handshake with its connection
+    /// service (the peer must progress).
     status connect(const device_addr &dev, const iface_addr &ifa);
+    /// Point-to-point (CONNECT_TO_EP): a QP now, connected by
+    /// connect_to_ep() with the peer endpoint's address; no handshake.
+    status create_p2p();
+    ep_addr address() const;
+    status connect_to_ep(const device_addr &dev, const ep_addr &peer);
     ~endpoint();
 
     interface           &owner() { return iface_; }
@@ -147,10 +163,14 @@ public:
     void complete_next(ucs_status_t st);
 
     void on_established(const conn_msg &rep);
+    /// RESET/INIT -> RTR -> RTS towards the peer's QP.
+    status to_rts(uint32_t remote_qpn, uint32_t remote_psn);
     void fail(ucs_status_t why);
     ep_state state_ = ep_state::connecting;
 
 private:
+    status create_qp();
+
     interface                       &iface_;
     uct_mlx4x_ep_t              *uct_ep_;
     std::unique_ptr<drv::qp>     qp_;
@@ -182,6 +202,10 @@ public:
     uint32_t max_inline() const { return max_inline_; }
     const uct_mlx4x_iface_config_t &config() const { return cfg_; }
 
+    // interrupt mode (UCT event fd)
+    int          event_fd() const { return event_fd_; }
+    ucs_status_t event_arm(unsigned events);
+
     uint32_t add_ep(endpoint *e);
     void     remove_ep(endpoint *e);
     status   send_conn_msg(uint16_t dlid, uint32_t dqpn, const conn_msg &m);
@@ -200,8 +224,8 @@ public:
     ucs_status_t tag_recv_cancel(uct_tag_context_t *ctx, bool force);
 
 private:
-    void poll_send();
-    void poll_recv();
+    unsigned poll_send();   ///< completions handled
+    unsigned poll_recv();
     void on_conn_msg(const conn_msg &m, uint16_t slid);
     void on_req(const conn_msg &m, uint16_t slid);
     void on_receive(const drv::wc &w);
@@ -220,6 +244,8 @@ private:
     void dispatch_pending();
     status post_conn_recv(uint32_t slot);
     status post_rx(uint32_t slot);
+    status init_events();
+    uint64_t next_deadline_ns() const;
 
     uct_mlx4x_iface_t             *uct_;
     memory_domain                            &md_;
@@ -239,6 +265,8 @@ private:
     std::map<uint32_t, std::unique_ptr<rx_conn>> rx_by_qpn_;
     std::map<conn_key, uint32_t>   rx_by_key_;   ///< -> rx qpn
     size_t                         pending_cursor_ = 0;
+    int                            event_fd_ = -1;   ///< epoll set UCX sleeps on
+    int                            timer_fd_ = -1;   ///< next_deadline_ns()
 };
 
 } // namespace mlx4x::uct

@@ -87,11 +87,12 @@ ucs_status_t atomic64(uct_ep_h h, drv::wr_opcode opcode, uint64_t compare_add,
 
 // ---- md ----------------------------------------------------------------------
 
-extern "C" ucs_status_t uct_mlx4x_md_init(uct_mlx4x_md_t *m)
+extern "C" ucs_status_t uct_mlx4x_md_init(uct_mlx4x_md_t *m,
+                                          const uct_mlx4x_md_config_t *config)
 {
     return c_entry([&] {
         install_log_sink();
-        auto r = memory_domain::open();
+        auto r = memory_domain::open(config->engine == UCT_MLX4X_ENGINE_THREAD);
         if (!r.ok()) {
             return to_ucs(r.error());
         }
@@ -148,6 +149,10 @@ extern "C" ucs_status_t uct_mlx4x_mem_dereg(uct_md_h,
 {
     if (!(p->field_mask & UCT_MD_MEM_DEREG_FIELD_MEMH)) {
         return UCS_ERR_INVALID_PARAM;
+    }
+    if ((p->field_mask & UCT_MD_MEM_DEREG_FIELD_FLAGS) &&
+        (p->flags & UCT_MD_MEM_DEREG_FLAG_INVALIDATE)) {
+        return UCS_ERR_UNSUPPORTED;   // no UCT_MD_FLAG_INVALIDATE
     }
     delete static_cast<drv::mr *>(p->memh);
     return UCS_OK;
@@ -214,7 +219,9 @@ extern "C" ucs_status_t uct_mlx4x_iface_query(uct_iface_h h, uct_iface_attr_t *a
                       UCT_IFACE_FLAG_GET_BCOPY | UCT_IFACE_FLAG_GET_ZCOPY |
                       UCT_IFACE_FLAG_ATOMIC_DEVICE | UCT_IFACE_FLAG_PENDING |
                       UCT_IFACE_FLAG_CB_SYNC | UCT_IFACE_FLAG_CONNECT_TO_IFACE;
-    attr->cap.event_flags     = 0;
+    attr->cap.event_flags     = UCT_IFACE_FLAG_EVENT_SEND_COMP |
+                                UCT_IFACE_FLAG_EVENT_RECV |
+                                UCT_IFACE_FLAG_EVENT_FD;
     size_t mtu                = i.ctx().port().mtu;
     attr->cap.am.max_short    = i.max_inline() - sizeof(am_hdr) - sizeof(uint64_t);
     attr->cap.am.max_bcopy    = i.seg_size() - sizeof(am_hdr);
@@ -261,7 +268,10 @@ extern "C" ucs_status_t uct_mlx4x_iface_query(uct_iface_h h, uct_iface_attr_t *a
     }
     attr->device_addr_len     = sizeof(device_addr);
     attr->iface_addr_len      = sizeof(iface_addr);
-    attr->ep_addr_len         = 0;
+    attr->ep_addr_len         = i.config().connect_to_ep ? sizeof(ep_addr) : 0;
+    if (i.config().connect_to_ep) {
+        attr->cap.flags |= UCT_IFACE_FLAG_CONNECT_TO_EP;
+    }
     attr->max_conn_priv       = 0;
     attr->latency             = ucs_linear_func_make(1e-6, 0);
     attr->bandwidth.dedicated = 0;
@@ -302,6 +312,17 @@ extern "C" unsigned uct_mlx4x_iface_progress(uct_iface_h h)
     return iface_of(h).progress();
 }
 
+extern "C" ucs_status_t uct_mlx4x_iface_event_fd_get(uct_iface_h h, int *fd_p)
+{
+    *fd_p = iface_of(h).event_fd();
+    return UCS_OK;
+}
+
+extern "C" ucs_status_t uct_mlx4x_iface_event_arm(uct_iface_h h, unsigned events)
+{
+    return iface_of(h).event_arm(events);
+}
+
 extern "C" ucs_status_t uct_mlx4x_iface_flush(uct_iface_h h, unsigned,
                                               uct_completion_t *comp)
 {
@@ -317,22 +338,50 @@ extern "C" ucs_status_t uct_mlx4x_ep_init(uct_mlx4x_ep_t *u,
                                           const uct_ep_params_t *params)
 {
     return c_entry([&] {
-        if (!(params->field_mask & UCT_EP_PARAM_FIELD_DEV_ADDR) ||
-            !(params->field_mask & UCT_EP_PARAM_FIELD_IFACE_ADDR)) {
-            ucs_error("mlx4x: endpoints connect to an interface address only");
+        interface &i = iface_of(params->iface);
+        auto e = std::make_unique<endpoint>(i, u);
+        bool to_iface = (params->field_mask & UCT_EP_PARAM_FIELD_DEV_ADDR) &&
+                        (params->field_mask & UCT_EP_PARAM_FIELD_IFACE_ADDR);
+        if (!to_iface && !i.config().connect_to_ep) {
+            ucs_error("mlx4x: endpoints connect to an interface address "
+                      "(point-to-point endpoints need UCX_MLX4X_CONNECT_TO_EP=y)");
             return UCS_ERR_INVALID_PARAM;
         }
-        interface &i = iface_of(params->iface);
-        device_addr d;
-        iface_addr  a;
-        std::memcpy(&d, params->dev_addr, sizeof(d));
-        std::memcpy(&a, params->iface_addr, sizeof(a));
-        auto e = std::make_unique<endpoint>(i, u);
-        if (status s = e->connect(d, a); s != status::ok) {
+        status s;
+        if (to_iface) {
+            device_addr d;
+            iface_addr  a;
+            std::memcpy(&d, params->dev_addr, sizeof(d));
+            std::memcpy(&a, params->iface_addr, sizeof(a));
+            s = e->connect(d, a);
+        } else {
+            s = e->create_p2p();
+        }
+        if (s != status::ok) {
             return to_ucs(s);
         }
         u->impl = e.release();
         return UCS_OK;
+    });
+}
+
+extern "C" ucs_status_t uct_mlx4x_ep_get_address(uct_ep_h h, uct_ep_addr_t *addr)
+{
+    ep_addr a = ep_of(h).address();
+    std::memcpy(addr, &a, sizeof(a));
+    return UCS_OK;
+}
+
+extern "C" ucs_status_t uct_mlx4x_ep_connect_to_ep(uct_ep_h h,
+                                                  const uct_device_addr_t *dev_addr,
+                                                  const uct_ep_addr_t *ep_address)
+{
+    return c_entry([&] {
+        device_addr d;
+        ep_addr     a;
+        std::memcpy(&d, dev_addr, sizeof(d));
+        std::memcpy(&a, ep_address, sizeof(a));
+        return to_ucs(ep_of(h).connect_to_ep(d, a));
     });
 }
 
@@ -356,6 +405,27 @@ extern "C" ucs_status_t uct_mlx4x_ep_am_short(uct_ep_h h, uint8_t id,
     drv::send_wr wr;
     wr.flags = drv::send_signaled | drv::send_inline;
     wr.sg    = {sg, 3};
+    return post(e, wr);
+}
+
+extern "C" ucs_status_t uct_mlx4x_ep_am_short_iov(uct_ep_h h, uint8_t id,
+                                                  const uct_iov_t *iov, size_t iovcnt)
+{
+    endpoint &e = ep_of(h);
+    drv::sge  sg[max_iov];
+    size_t    total;
+    am_hdr    hdr{uint8_t(ib::tmh_opcode::no_tag), id};
+    sg[0] = {reinterpret_cast<uint64_t>(&hdr), sizeof(hdr), 0};
+    if (iovcnt > max_iov - 1 || !to_sge(e, iov, iovcnt, sg + 1, total) ||
+        total + sizeof(hdr) > e.owner().max_inline()) [[unlikely]] {
+        return UCS_ERR_INVALID_PARAM;
+    }
+    if (ucs_status_t st = tx_check(e); st != UCS_OK) {
+        return st;
+    }
+    drv::send_wr wr;
+    wr.flags = drv::send_signaled | drv::send_inline;
+    wr.sg    = {sg, iovcnt + 1};
     return post(e, wr);
 }
 

@@ -15,9 +15,25 @@
 #include <dlfcn.h>
 #include <stdio.h>
 
+static const char *uct_mlx4x_engine_names[] = {
+    [UCT_MLX4X_ENGINE_PROGRESS] = "progress",
+    [UCT_MLX4X_ENGINE_THREAD]   = "thread",
+    [UCT_MLX4X_ENGINE_LAST]     = NULL
+};
+
 static ucs_config_field_t uct_mlx4x_md_config_table[] = {
     {"", "", NULL, ucs_offsetof(uct_mlx4x_md_config_t, super),
      UCS_CONFIG_TYPE_TABLE(uct_md_config_table)},
+
+    {"ENGINE", "progress",
+     "Who runs the device:\n"
+     " progress - UCX's progress calls (lowest latency)\n"
+     " thread   - a thread of its own, placed with hwloc on cores the process\n"
+     "            is not bound to when there are any, so tag matching and\n"
+     "            rendezvous transfers go on while the application computes",
+     ucs_offsetof(uct_mlx4x_md_config_t, engine),
+     UCS_CONFIG_TYPE_ENUM(uct_mlx4x_engine_names)},
+
     {NULL}
 };
 
@@ -60,6 +76,15 @@ static ucs_config_field_t uct_mlx4x_iface_config_table[] = {
      "Receives the device's tag list holds; more are matched in software.",
      ucs_offsetof(uct_mlx4x_iface_config_t, tm_list_size), UCS_CONFIG_TYPE_UINT},
 
+    {"CONNECT_TO_EP", "n",
+     "Also offer point-to-point endpoints (UCT_IFACE_FLAG_CONNECT_TO_EP):\n"
+     "connected by exchanging endpoint addresses, with no handshake the peer\n"
+     "must progress. UCT-level tests and tools that exchange endpoint\n"
+     "addresses use them. Leave it off for UCP: UCP would then treat mlx4x as\n"
+     "a point-to-point transport needing a second, auxiliary transport, and\n"
+     "rendezvous on such endpoints is not served by the device's tag matching.",
+     ucs_offsetof(uct_mlx4x_iface_config_t, connect_to_ep), UCS_CONFIG_TYPE_BOOL},
+
     {"COUNTERS", "n",
      "Print the device's counters (name value per line) to stderr when an\n"
      "interface closes.",
@@ -93,6 +118,7 @@ static void uct_mlx4x_iface_close(uct_iface_h tl_iface);
 
 static uct_iface_ops_t uct_mlx4x_iface_ops = {
     .ep_am_short              = uct_mlx4x_ep_am_short,
+    .ep_am_short_iov          = uct_mlx4x_ep_am_short_iov,
     .ep_am_bcopy              = uct_mlx4x_ep_am_bcopy,
     .ep_put_short             = uct_mlx4x_ep_put_short,
     .ep_put_bcopy             = uct_mlx4x_ep_put_bcopy,
@@ -116,6 +142,8 @@ static uct_iface_ops_t uct_mlx4x_iface_ops = {
     .ep_flush                 = uct_mlx4x_ep_flush,
     .ep_fence                 = uct_base_ep_fence,
     .ep_check                 = (uct_ep_check_func_t)ucs_empty_function_return_unsupported,
+    .ep_get_address           = uct_mlx4x_ep_get_address,
+    .ep_connect_to_ep         = uct_mlx4x_ep_connect_to_ep,
     .ep_create                = UCS_CLASS_NEW_FUNC_NAME(uct_mlx4x_ep_t),
     .ep_destroy               = UCS_CLASS_DELETE_FUNC_NAME(uct_mlx4x_ep_t),
     .iface_flush              = uct_mlx4x_iface_flush,
@@ -123,6 +151,8 @@ static uct_iface_ops_t uct_mlx4x_iface_ops = {
     .iface_progress_enable    = uct_base_iface_progress_enable,
     .iface_progress_disable   = uct_base_iface_progress_disable,
     .iface_progress           = uct_mlx4x_iface_progress,
+    .iface_event_fd_get       = uct_mlx4x_iface_event_fd_get,
+    .iface_event_arm          = uct_mlx4x_iface_event_arm,
     .iface_close              = uct_mlx4x_iface_close,
     .iface_query              = uct_mlx4x_iface_query,
     .iface_get_device_address = uct_mlx4x_iface_get_device_address,
@@ -189,7 +219,7 @@ static ucs_status_t uct_mlx4x_md_open(uct_component_t *component,
     }
     md->super.ops       = &uct_mlx4x_md_ops;
     md->super.component = &uct_mlx4x_component;
-    status = uct_mlx4x_md_init(md);
+    status = uct_mlx4x_md_init(md, ucs_derived_of(config, uct_mlx4x_md_config_t));
     if (status != UCS_OK) {
         ucs_free(md);
         return status;
