@@ -105,6 +105,12 @@ void device::respond(qp &q, const pkt &p)
 const mpt *device::check_rkey(const qp &q, uint32_t rkey, uint64_t va,
                               uint64_t len, uint32_t perm) const
 {
+    static const mpt zero_length{};
+    if (len == 0) {
+        // A zero-length RDMA transfer touches no memory: its R_Key and VA
+        // are not validated (IBA 9.4.4 / 9.4.5, DMA Length 0).
+        return &zero_length;
+    }
     const mpt *m = find_mpt(rkey);
     bool qp_allows = perm == prm::mpt_perm_remote_write  ? q.remote_write
                      : perm == prm::mpt_perm_remote_read ? q.remote_read
