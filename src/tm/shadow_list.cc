@@ -24,9 +24,12 @@ bool shadow_list::reserve_op()
 status shadow_list::post(const receive &r, uint32_t &index)
 {
     // The same buffer twice would let two matches write one buffer. A scan
-    // of the posted slots is what the device's own list walk costs too.
+    // of the posted slots is what the device's own list walk costs too. A
+    // force-cancelled receive gave its buffer back already (UCT contract:
+    // it may be posted again at once; the old entry's match is dropped).
     for (const slot &s : slots_) {
-        if (s.state != slot_state::free && s.r.buffer == r.buffer) {
+        if (s.state != slot_state::free && !(s.cancel_requested && s.forced) &&
+            s.r.buffer == r.buffer) {
             return status::already_exists;
         }
     }

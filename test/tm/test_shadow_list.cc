@@ -51,6 +51,23 @@ TEST(shadow_list, the_same_buffer_posted_twice_is_rejected)
     EXPECT_EQ(s.posted(), 1u);
 }
 
+TEST(shadow_list, a_buffer_may_be_posted_again_right_after_a_forced_cancel_only)
+{
+    shadow_list s(4, 8);
+    uint32_t a, b, c;
+    ASSERT_EQ(s.post(recv(0), a), status::ok);
+    s.on_append_done(a, true);
+    shadow_list::cancel_result how;
+    ASSERT_EQ(s.cancel(a, false, how), status::ok);
+    EXPECT_EQ(s.post(recv(0), b), status::already_exists)
+        << "not forced: the buffer is the device's until the REMOVE answers";
+    ASSERT_EQ(s.post(recv(1), b), status::ok);
+    s.on_append_done(b, true);
+    ASSERT_EQ(s.cancel(b, true, how), status::ok);
+    EXPECT_EQ(s.post(recv(1), c), status::ok) << "forced: given back at once";
+    EXPECT_NE(b, c);
+}
+
 TEST(shadow_list, a_match_frees_the_slot_and_reports_the_receive)
 {
     shadow_list s(1, 4);
