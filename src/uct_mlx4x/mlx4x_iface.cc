@@ -93,10 +93,19 @@ result<std::unique_ptr<memory_domain>> memory_domain::open(bool engine_thread)
 status endpoint::create_p2p()
 {
     state_ = ep_state::unconnected;
+    auto rx = iface_.create_rx_qp();
+    if (!rx.ok()) {
+        return rx.error();
+    }
+    rx_qp_  = rx.take();
+    rx_psn_ = random_psn();
     return create_qp();
 }
 
-ep_addr endpoint::address() const { return {qp_->qpn(), sq_psn}; }
+ep_addr endpoint::address() const
+{
+    return {qp_->qpn(), sq_psn, rx_qp_ ? rx_qp_->qpn() : 0, rx_psn_};
+}
 
 status endpoint::connect_to_ep(const device_addr &dev, const ep_addr &peer)
 {
@@ -104,7 +113,19 @@ status endpoint::connect_to_ep(const device_addr &dev, const ep_addr &peer)
         return status::invalid_param;
     }
     peer_lid = dev.lid;
-    if (status s = to_rts(peer.qpn, peer.psn); s != status::ok) {
+    if (status s = to_rts(peer.rx_qpn, peer.rx_psn); s != status::ok) {
+        return s;
+    }
+    drv::rc_connect_attr a{};
+    a.remote_qpn = peer.qpn;
+    a.dlid       = peer_lid;
+    a.rq_psn     = peer.psn;
+    a.sq_psn     = rx_psn_;
+    a.mtu        = iface_.ctx().port().mtu;
+    if (status s = rx_qp_->to_rtr(a); s != status::ok) {
+        return s;
+    }
+    if (status s = rx_qp_->to_rts(a); s != status::ok) {
         return s;
     }
     state_ = ep_state::connected;
@@ -220,6 +241,18 @@ status interface::init(const uct_iface_params_t &params)
     if (seg_size_ < 64 || seg_size_ > (size_t{1} << 20) || !cfg_.tx_queue_len ||
         !cfg_.rx_queue_len) {
         MLX4X_ERROR("invalid UCX_MLX4X_SEG_SIZE/TX_QUEUE_LEN/RX_QUEUE_LEN");
+        return status::invalid_param;
+    }
+    // AM alignment requests are checked as UCT defines them (an offset
+    // without an alignment, or an alignment that is not a power of two, is
+    // the caller's error).
+    size_t align, align_offset;
+    if (uct_iface_param_am_alignment(&params, seg_size_, 0, sizeof(am_hdr), &align,
+                                     &align_offset) != UCS_OK) {
+        return status::invalid_param;
+    }
+    if (align == 0 || (align & (align - 1)) != 0) {
+        MLX4X_ERROR("invalid AM alignment %zu: must be a power of two", align);
         return status::invalid_param;
     }
     // The send CQ covers every WQE in flight on every endpoint: a credit is
@@ -625,13 +658,7 @@ void interface::on_req(const conn_msg &m, uint16_t slid)
         return;
     }
     auto c = std::make_unique<rx_conn>();
-    drv::qp_caps caps;
-    // With tag matching the device posts the READ and FIN of each matched
-    // rendezvous on this QP: room for that many at a time.
-    caps.max_send_wr     = tm_ ? 64 : 1;
-    caps.device_owned_sq = tm_ != nullptr;
-    auto q = drv::qp::create(ctx(), md_.pd(), drv::qp_type::rc, *send_cq_,
-                             *recv_cq_, caps, srq_.get());
+    auto q = create_rx_qp();
     if (!q.ok()) {
         MLX4X_ERROR("cannot accept connection from lid %d: %s", slid,
                     to_string(q.error()));
@@ -644,9 +671,6 @@ void interface::on_req(const conn_msg &m, uint16_t slid)
     a.rq_psn     = m.psn.get();
     a.sq_psn     = random_psn();
     a.mtu        = ctx().port().mtu;
-    if (c->qp->to_init(all_access) != status::ok) {
-        return;
-    }
     if (c->qp->to_rtr(a) != status::ok || c->qp->to_rts(a) != status::ok) {
         return;
     }
@@ -661,6 +685,24 @@ void interface::on_req(const conn_msg &m, uint16_t slid)
     (void)send_conn_msg(slid, key.conn_qpn, c->rep);
     rx_by_key_[key] = qpn;
     rx_by_qpn_[qpn] = std::move(c);
+}
+
+result<std::unique_ptr<drv::qp>> interface::create_rx_qp()
+{
+    drv::qp_caps caps;
+    // With tag matching the device posts the READ and FIN of each matched
+    // rendezvous on this QP: room for that many at a time.
+    caps.max_send_wr     = tm_ ? 64 : 1;
+    caps.device_owned_sq = tm_ != nullptr;
+    auto q = drv::qp::create(ctx(), md_.pd(), drv::qp_type::rc, *send_cq_,
+                             *recv_cq_, caps, srq_.get());
+    if (!q.ok()) {
+        return q.error();
+    }
+    if (status s = (*q)->to_init(all_access); s != status::ok) {
+        return s;
+    }
+    return q;
 }
 
 void interface::progress_connections()

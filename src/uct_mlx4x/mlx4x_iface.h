@@ -45,10 +45,15 @@ struct __attribute__((packed)) device_addr {
 struct __attribute__((packed)) iface_addr {
     uint32_t conn_qpn;
 };
-/// Endpoint address (CONNECT_TO_EP): the RC QP and its first send PSN.
+/// Endpoint address (CONNECT_TO_EP): the endpoint's two RC QPs, each with
+/// its first send PSN. Like an interface connection, each direction has
+/// its own QP: the endpoint sends on `qpn` to the peer's `rx_qpn`, whose
+/// send queue the device may own (rendezvous READ and FIN).
 struct __attribute__((packed)) ep_addr {
     uint32_t qpn;
     uint32_t psn;
+    uint32_t rx_qpn;
+    uint32_t rx_psn;
 };
 
 /// Hardware tag matching state of an interface (DESIGN decision 10): the
@@ -163,7 +168,7 @@ public:
     void complete_next(ucs_status_t st);
 
     void on_established(const conn_msg &rep);
-    /// RESET/INIT -> RTR -> RTS towards the peer's QP.
+    /// INIT -> RTR -> RTS towards the peer's QP.
     status to_rts(uint32_t remote_qpn, uint32_t remote_psn);
     void fail(ucs_status_t why);
     ep_state state_ = ep_state::connecting;
@@ -174,6 +179,8 @@ private:
     interface                       &iface_;
     uct_mlx4x_ep_t              *uct_ep_;
     std::unique_ptr<drv::qp>     qp_;
+    std::unique_ptr<drv::qp>     rx_qp_;      ///< point-to-point only
+    uint32_t                     rx_psn_ = 0;
 };
 
 /// Incoming side of a connection: an RC QP receiving from the interface's
@@ -205,6 +212,10 @@ public:
     // interrupt mode (UCT event fd)
     int          event_fd() const { return event_fd_; }
     ucs_status_t event_arm(unsigned events);
+
+    /// The receiving QP of a connection (from the SRQ; with tag matching
+    /// the device owns its send queue), in INIT.
+    result<std::unique_ptr<drv::qp>> create_rx_qp();
 
     uint32_t add_ep(endpoint *e);
     void     remove_ep(endpoint *e);

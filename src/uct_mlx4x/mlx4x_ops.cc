@@ -115,7 +115,9 @@ extern "C" ucs_status_t uct_mlx4x_md_query(uct_md_h, uct_md_attr_t *attr)
     attr->cap.alloc_mem_types  = 0;
     attr->cap.detect_mem_types = 0;
     attr->cap.access_mem_types = UCS_BIT(UCS_MEMORY_TYPE_HOST);
-    attr->cap.max_alloc        = 0;
+    // No allocation (no UCT_MD_FLAG_ALLOC); UCX's IB MD reports "no limit"
+    // here too, and its tests size their buffers by it.
+    attr->cap.max_alloc        = ULONG_MAX;
     attr->cap.max_reg          = ULONG_MAX;
     attr->rkey_packed_size     = sizeof(uint64_t);
     attr->reg_cost             = ucs_linear_func_make(1e-6, 0);
@@ -223,7 +225,8 @@ extern "C" ucs_status_t uct_mlx4x_iface_query(uct_iface_h h, uct_iface_attr_t *a
                                 UCT_IFACE_FLAG_EVENT_RECV |
                                 UCT_IFACE_FLAG_EVENT_FD;
     size_t mtu                = i.ctx().port().mtu;
-    attr->cap.am.max_short    = i.max_inline() - sizeof(am_hdr) - sizeof(uint64_t);
+    // UCT counts the 8-byte am_short header in max_short.
+    attr->cap.am.max_short    = i.max_inline() - sizeof(am_hdr);
     attr->cap.am.max_bcopy    = i.seg_size() - sizeof(am_hdr);
     attr->cap.am.min_zcopy    = 0;
     attr->cap.am.max_zcopy    = i.seg_size() - sizeof(am_hdr) - max_am_zcopy_hdr;
@@ -395,6 +398,10 @@ extern "C" ucs_status_t uct_mlx4x_ep_am_short(uct_ep_h h, uint8_t id,
                                               unsigned length)
 {
     endpoint &e = ep_of(h);
+    if (!am_id_ok(id) ||
+        !inline_fits(e, length, sizeof(am_hdr) + sizeof(header), "am_short")) {
+        return UCS_ERR_INVALID_PARAM;
+    }
     if (ucs_status_t st = tx_check(e); st != UCS_OK) {
         return st;
     }
@@ -416,8 +423,8 @@ extern "C" ucs_status_t uct_mlx4x_ep_am_short_iov(uct_ep_h h, uint8_t id,
     size_t    total;
     am_hdr    hdr{uint8_t(ib::tmh_opcode::no_tag), id};
     sg[0] = {reinterpret_cast<uint64_t>(&hdr), sizeof(hdr), 0};
-    if (iovcnt > max_iov - 1 || !to_sge(e, iov, iovcnt, sg + 1, total) ||
-        total + sizeof(hdr) > e.owner().max_inline()) [[unlikely]] {
+    if (!am_id_ok(id) || iovcnt > max_iov - 1 || !to_sge(e, iov, iovcnt, sg + 1, total) ||
+        !inline_fits(e, total, sizeof(hdr), "am_short_iov")) [[unlikely]] {
         return UCS_ERR_INVALID_PARAM;
     }
     if (ucs_status_t st = tx_check(e); st != UCS_OK) {
@@ -434,6 +441,9 @@ extern "C" ssize_t uct_mlx4x_ep_am_bcopy(uct_ep_h h, uint8_t id,
                                          unsigned)
 {
     endpoint &e = ep_of(h);
+    if (!am_id_ok(id)) {
+        return UCS_ERR_INVALID_PARAM;
+    }
     if (ucs_status_t st = tx_check(e); st != UCS_OK) {
         return st;
     }
@@ -455,6 +465,9 @@ extern "C" ucs_status_t uct_mlx4x_ep_put_short(uct_ep_h h, const void *buffer,
                                                uct_rkey_t rkey)
 {
     endpoint &e = ep_of(h);
+    if (!inline_fits(e, length, 0, "put_short")) {
+        return UCS_ERR_INVALID_PARAM;
+    }
     if (ucs_status_t st = tx_check(e); st != UCS_OK) {
         return st;
     }
@@ -545,8 +558,15 @@ extern "C" ucs_status_t uct_mlx4x_ep_am_zcopy(uct_ep_h h, uint8_t id,
     endpoint &e = ep_of(h);
     drv::sge  sg[max_iov];
     size_t    total;
-    if (id >= UCT_AM_ID_MAX || header_length > max_am_zcopy_hdr ||
-        iovcnt > max_iov - 1 || !to_sge(e, iov, iovcnt, sg + 1, total) ||
+    if (!am_id_ok(id)) {
+        return UCS_ERR_INVALID_PARAM;
+    }
+    if (header_length > max_am_zcopy_hdr) {
+        ucs_error("mlx4x: invalid am_zcopy header length %u (at most %u)",
+                  header_length, max_am_zcopy_hdr);
+        return UCS_ERR_INVALID_PARAM;
+    }
+    if (iovcnt > max_iov - 1 || !to_sge(e, iov, iovcnt, sg + 1, total) ||
         sizeof(am_hdr) + header_length + total > e.owner().seg_size()) {
         return UCS_ERR_INVALID_PARAM;
     }

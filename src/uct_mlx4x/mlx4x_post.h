@@ -27,6 +27,31 @@ inline ucs_status_t tx_check(endpoint &e)
     return UCS_OK;
 }
 
+/// Inline operations: an over-long request is the caller's error, refused
+/// with a log line naming it (UCT_CHECK_LENGTH's contract), never truncated.
+inline bool inline_fits(endpoint &e, size_t length, size_t headers,
+                        const char *op)
+{
+    size_t max = e.owner().max_inline();
+    if (length + headers <= max) [[likely]] {
+        return true;
+    }
+    ucs_error("mlx4x: invalid %s length %zu (at most %zu)", op, length,
+              max - headers);
+    return false;
+}
+
+/// Active message ids beyond UCT's range are the caller's error, logged.
+inline bool am_id_ok(uint8_t id)
+{
+    if (id < UCT_AM_ID_MAX) [[likely]] {
+        return true;
+    }
+    ucs_error("mlx4x: invalid active message id %u (valid: 0..%d)", id,
+              int(UCT_AM_ID_MAX) - 1);
+    return false;
+}
+
 /// Posts one signalled WQE; `op` says what to do when it completes.
 inline ucs_status_t post(endpoint &e, drv::send_wr &wr, const tx_op &op = {})
 {

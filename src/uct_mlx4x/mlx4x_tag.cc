@@ -62,6 +62,9 @@ extern "C" ucs_status_t uct_mlx4x_ep_tag_eager_short(uct_ep_h h, uct_tag_t tag,
                                                      size_t length)
 {
     endpoint &e = ep_of(h);
+    if (!inline_fits(e, length, sizeof(ib::tmh), "tag_eager_short")) {
+        return UCS_ERR_INVALID_PARAM;
+    }
     if (ucs_status_t st = tx_check(e); st != UCS_OK) {
         return st;
     }
@@ -470,7 +473,8 @@ void interface::on_list_op(const drv::wc &w)
         tm::shadow_list::receive r;
         if (tm_->shadow.on_remove_done(t.index, !t.failed, r)) {
             auto *ctx = reinterpret_cast<uct_tag_context_t *>(r.cookie);
-            ctx->completed_cb(ctx, r.tag, 0, 0, nullptr, UCS_ERR_CANCELED);
+            // As rc_mlx5 reports it: the posted tag and buffer length.
+            ctx->completed_cb(ctx, r.tag, 0, r.length, nullptr, UCS_ERR_CANCELED);
         }
         break;
     }
