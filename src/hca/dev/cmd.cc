@@ -61,18 +61,22 @@ void device::mmio_write32(uint32_t offset, uint32_t be_value)
     bool     is_hcr  = offset >= prm::hcr_base &&
                   offset < prm::hcr_base + sizeof(prm::hcr);
     if (!is_hcr && in_page == prm::uar_send_doorbell) {
-        // Send doorbell: qpn << 8. Like hardware, the device starts sending
-        // now, not at the driver's next progress call: a process that posts
-        // and then computes (or sleeps) must not hold its message back.
-        if (!thread_.joinable()) {
+        // Send doorbell: qpn << 8. Like hardware, the device starts on the
+        // doorbell: the QP's requester runs now (under the device lock when
+        // the engine thread runs), so a posted message leaves, and a tag
+        // list operation is in force, before the post returns.
+        {
+            auto lock = engine_lock();
             if (qp *q = find_qp(byteswap_if_little(be_value) >> 8)) {
                 run_requester(*q);
             }
+        }
+        if (!thread_.joinable()) {
             return;
         }
-        // The engine thread finds the WQE by its owner bit; a sleeping one
-        // is woken (Dekker with engine_sleep(): it sees the WQE or we see
-        // the flag).
+        // The rest of a long message is the thread's: a sleeping one is
+        // woken (Dekker with engine_sleep(): it sees the WQE or we see the
+        // flag).
         std::atomic_thread_fence(std::memory_order_seq_cst);
         if (engine_sleeping_.load(std::memory_order_relaxed) &&
             engine_sleeping_.exchange(false)) {
