@@ -113,19 +113,14 @@ status endpoint::connect_to_ep(const device_addr &dev, const ep_addr &peer)
         return status::invalid_param;
     }
     peer_lid = dev.lid;
-    if (status s = to_rts(peer.rx_qpn, peer.rx_psn); s != status::ok) {
+    // Ours sends to the peer's receiving QP; our receiving QP answers the
+    // peer's sending one.
+    if (status s = iface_.connect_rc(*qp_, peer_lid, peer.rx_qpn, peer.rx_psn, sq_psn);
+        s != status::ok) {
         return s;
     }
-    drv::rc_connect_attr a{};
-    a.remote_qpn = peer.qpn;
-    a.dlid       = peer_lid;
-    a.rq_psn     = peer.psn;
-    a.sq_psn     = rx_psn_;
-    a.mtu        = iface_.ctx().port().mtu;
-    if (status s = rx_qp_->to_rtr(a); s != status::ok) {
-        return s;
-    }
-    if (status s = rx_qp_->to_rts(a); s != status::ok) {
+    if (status s = iface_.connect_rc(*rx_qp_, peer_lid, peer.qpn, peer.psn, rx_psn_);
+        s != status::ok) {
         return s;
     }
     state_ = ep_state::connected;
@@ -181,29 +176,30 @@ void endpoint::on_established(const conn_msg &rep)
     if (state_ != ep_state::connecting) {
         return;   // duplicate REP
     }
-    if (to_rts(rep.rc_qpn.get(), rep.psn.get()) != status::ok) {
+    if (iface_.connect_rc(*qp_, peer_lid, rep.rc_qpn.get(), rep.psn.get(), sq_psn) !=
+        status::ok) {
         fail(UCS_ERR_IO_ERROR);
         return;
     }
     state_ = ep_state::connected;
 }
 
-status endpoint::to_rts(uint32_t remote_qpn, uint32_t remote_psn)
+status interface::connect_rc(drv::qp &q, uint16_t dlid, uint32_t remote_qpn,
+                             uint32_t rq_psn, uint32_t sq_psn)
 {
     drv::rc_connect_attr a{};
     a.remote_qpn = remote_qpn;
-    a.dlid       = peer_lid;
-    a.rq_psn     = remote_psn;
+    a.dlid       = dlid;
+    a.rq_psn     = rq_psn;
     a.sq_psn     = sq_psn;
-    a.mtu        = iface_.ctx().port().mtu;
-    if (status s = qp_->to_rtr(a); s != status::ok) {
+    a.mtu        = ctx().port().mtu;
+    if (status s = q.to_rtr(a); s != status::ok) {
         return s;
     }
-    if (status s = qp_->to_rts(a); s != status::ok) {
+    if (status s = q.to_rts(a); s != status::ok) {
         return s;
     }
-    MLX4X_DEBUG("endpoint %u: qp 0x%x connected to lid %d qp 0x%x", conn_id,
-                qp_->qpn(), peer_lid, remote_qpn);
+    MLX4X_DEBUG("qp 0x%x connected to lid %d qp 0x%x", q.qpn(), dlid, remote_qpn);
     return status::ok;
 }
 
@@ -665,13 +661,8 @@ void interface::on_req(const conn_msg &m, uint16_t slid)
         return;
     }
     c->qp = q.take();
-    drv::rc_connect_attr a{};
-    a.remote_qpn = m.rc_qpn.get();
-    a.dlid       = slid;
-    a.rq_psn     = m.psn.get();
-    a.sq_psn     = random_psn();
-    a.mtu        = ctx().port().mtu;
-    if (c->qp->to_rtr(a) != status::ok || c->qp->to_rts(a) != status::ok) {
+    uint32_t sq_psn = random_psn();
+    if (connect_rc(*c->qp, slid, m.rc_qpn.get(), m.psn.get(), sq_psn) != status::ok) {
         return;
     }
     c->rep.type    = uint8_t(conn_type::rep);
@@ -680,7 +671,7 @@ void interface::on_req(const conn_msg &m, uint16_t slid)
     c->rep.src_conn_qpn.set(conn_qp_->qpn());
     c->rep.conn_id = m.conn_id;
     c->rep.rc_qpn.set(c->qp->qpn());
-    c->rep.psn.set(a.sq_psn);
+    c->rep.psn.set(sq_psn);
     uint32_t qpn = c->qp->qpn();
     (void)send_conn_msg(slid, key.conn_qpn, c->rep);
     rx_by_key_[key] = qpn;

@@ -168,8 +168,6 @@ public:
     void complete_next(ucs_status_t st);
 
     void on_established(const conn_msg &rep);
-    /// INIT -> RTR -> RTS towards the peer's QP.
-    status to_rts(uint32_t remote_qpn, uint32_t remote_psn);
     void fail(ucs_status_t why);
     ep_state state_ = ep_state::connecting;
 
@@ -216,6 +214,9 @@ public:
     /// The receiving QP of a connection (from the SRQ; with tag matching
     /// the device owns its send queue), in INIT.
     result<std::unique_ptr<drv::qp>> create_rx_qp();
+    /// INIT -> RTR -> RTS of an RC QP towards (dlid, remote_qpn).
+    status connect_rc(drv::qp &q, uint16_t dlid, uint32_t remote_qpn,
+                      uint32_t rq_psn, uint32_t sq_psn);
 
     uint32_t add_ep(endpoint *e);
     void     remove_ep(endpoint *e);
