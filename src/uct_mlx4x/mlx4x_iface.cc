@@ -345,7 +345,7 @@ status interface::init_events()
         return status::no_memory;
     }
     std::vector<int> fds{ctx().completion_fd(), timer_fd_};
-    if (!ctx().engine_threaded() && ctx().wakeup_fd() >= 0) {
+    if (woken_by_frames()) {
         fds.push_back(ctx().wakeup_fd());
     }
     for (int fd : fds) {
@@ -394,7 +394,7 @@ ucs_status_t interface::event_arm(unsigned)
     uint32_t cqns[16];
     while (ctx().poll_completion_events(cqns)) {
     }
-    if (!ctx().engine_threaded() && ctx().wakeup_fd() >= 0 && !ctx().arm_wakeup()) {
+    if (woken_by_frames() && !ctx().arm_wakeup()) {
         return UCS_ERR_BUSY;   // a frame is already waiting for the device
     }
     // The set itself still reports what was just drained: UCP waits on it

@@ -257,6 +257,9 @@ private:
     status post_conn_recv(uint32_t slot);
     status post_rx(uint32_t slot);
     status init_events();
+    /// Progress-driven with a fabric wake-up line: a sleeping process is
+    /// woken by arriving frames, since nothing else runs its device.
+    bool woken_by_frames() { return !ctx().engine_threaded() && ctx().wakeup_fd() >= 0; }
     uint64_t next_deadline_ns() const;
 
     uct_mlx4x_iface_t             *uct_;

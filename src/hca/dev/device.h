@@ -183,6 +183,7 @@ private:
         std::span<const uint8_t> payload;
     };
     unsigned run(unsigned budget);   ///< progress() without the thread check
+    unsigned run_slice();            ///< the engine thread's run(), locked
     void     engine_loop(const std::function<void()> &on_start);
     void     engine_sleep();
     /// Held around the device's work while the engine thread runs: MMIO

@@ -56,6 +56,12 @@ void device::stop_engine_thread()
     doorbell_fd_ = -1;
 }
 
+unsigned device::run_slice()
+{
+    std::lock_guard g(engine_mu_);
+    return run(64);
+}
+
 void device::engine_loop(const std::function<void()> &on_start)
 {
     if (on_start) {
@@ -63,11 +69,7 @@ void device::engine_loop(const std::function<void()> &on_start)
     }
     unsigned idle = 0;
     while (!engine_stop_.load(std::memory_order_relaxed)) {
-        unsigned n;
-        {
-            std::lock_guard g(engine_mu_);
-            n = run(64);
-        }
+        unsigned n = run_slice();
         // The mutex is not fair: without this, a driver's command or CQ
         // arm could wait for as long as the thread spins.
         while (mmio_waiters_.load(std::memory_order_relaxed) != 0) {
@@ -91,11 +93,7 @@ void device::engine_sleep()
     bool frames_armed = port_ && port_->arm_wakeup();
     // A WQE posted or a frame sent before the flags were visible is found
     // by this slice; then there is no sleeping.
-    unsigned n;
-    {
-        std::lock_guard g(engine_mu_);
-        n = run(64);
-    }
+    unsigned n = run_slice();
     if (n == 0 && !engine_stop_.load(std::memory_order_relaxed)) {
         count(counter::engine_sleeps);
         pollfd fds[2] = {{doorbell_fd_, POLLIN, 0}, {-1, POLLIN, 0}};

@@ -615,16 +615,8 @@ void cq::arm(bool solicited_only)
 
 void cq::clean(uint32_t qpn, srq *shared_rq)
 {
-    auto at = [this](uint32_t i) {
-        return buf_ + size_t(i & (size_ - 1)) * prm::cqe_stride +
-               prm::cqe_offset_in_entry;
-    };
-    auto valid = [&](uint32_t i) {
-        uint8_t owner = __atomic_load_n(&at(i)[31], __ATOMIC_ACQUIRE);
-        return bool(owner & prm::cqe_owner_mask) == bool(i & size_);
-    };
     uint32_t prod = cons_index_;
-    while (prod - cons_index_ < size_ && valid(prod)) {
+    while (prod - cons_index_ < size_ && sw_owned(owner_of(cqe_at(prod)), prod)) {
         ++prod;
     }
     // From the newest back: drop the QP's CQEs, move the others up over the
@@ -632,7 +624,7 @@ void cq::clean(uint32_t qpn, srq *shared_rq)
     uint32_t freed = 0;
     for (uint32_t i = prod; i-- != cons_index_;) {
         prm::cqe c;
-        std::memcpy(&c, at(i), sizeof(c));
+        std::memcpy(&c, cqe_at(i), sizeof(c));
         if ((c.vlan_my_qpn.get() & prm::cqe_qpn_mask) == qpn) {
             // Tag matching CQEs of a dropped QP are lost with it, like the
             // rest: its posted receives are the upper layer's to cancel.
@@ -642,10 +634,10 @@ void cq::clean(uint32_t qpn, srq *shared_rq)
             ++freed;
         } else if (freed) {
             // The whole entry moves: TM CQEs use its first half (prm_tm.h).
-            uint8_t *dst   = at(i + freed);
+            uint8_t *dst   = cqe_at(i + freed);
             uint8_t  owner = dst[31] & prm::cqe_owner_mask;
             std::memcpy(dst - prm::cqe_offset_in_entry,
-                        at(i) - prm::cqe_offset_in_entry, prm::cqe_stride - 1);
+                        cqe_at(i) - prm::cqe_offset_in_entry, prm::cqe_stride - 1);
             dst[31] = uint8_t((c.owner_sr_opcode & ~prm::cqe_owner_mask) | owner);
         }
     }

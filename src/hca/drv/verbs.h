@@ -320,6 +320,23 @@ public:
 
 private:
     cq(context &c) : ctx_(c) {}
+    /// The CQE (second half of its 64-byte entry) at consumer index `i`.
+    uint8_t *cqe_at(uint32_t i) const
+    {
+        return buf_ + size_t(i & (size_ - 1)) * prm::cqe_stride +
+               prm::cqe_offset_in_entry;
+    }
+    /// Its owner byte; acquire pairs with the device's release of the CQE.
+    static uint8_t owner_of(const uint8_t *cqe)
+    {
+        return __atomic_load_n(&cqe[31], __ATOMIC_ACQUIRE);
+    }
+    /// Whether the CQE at `i` is software's: the owner bit flips each pass.
+    bool sw_owned(uint8_t owner, uint32_t i) const
+    {
+        return bool(owner & prm::cqe_owner_mask) == bool(i & size_);
+    }
+
     context &ctx_;
     uint32_t cqn_ = 0, size_ = 0, cons_index_ = 0, arm_sn_ = 0;
     uint8_t *buf_ = nullptr;

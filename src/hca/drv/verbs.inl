@@ -333,21 +333,16 @@ inline status srq::post_recv(uint64_t wr_id, std::span<const sge> sg)
 
 inline bool cq::ready() const
 {
-    const uint8_t *entry = buf_ + size_t(cons_index_ & (size_ - 1)) * prm::cqe_stride +
-                           prm::cqe_offset_in_entry;
-    uint8_t owner = __atomic_load_n(&entry[31], __ATOMIC_ACQUIRE);
-    return bool(owner & prm::cqe_owner_mask) == bool(cons_index_ & size_);
+    return sw_owned(owner_of(cqe_at(cons_index_)), cons_index_);
 }
 
 inline unsigned cq::poll(std::span<wc> wcs)
 {
     unsigned n = 0;
     for (; n < wcs.size(); ++n) {
-        uint8_t *entry = buf_ + size_t(cons_index_ & (size_ - 1)) * prm::cqe_stride +
-                         prm::cqe_offset_in_entry;
-        uint8_t owner = std::atomic_ref<uint8_t>(entry[31]).load(
-            std::memory_order_acquire);
-        if (bool(owner & prm::cqe_owner_mask) != bool(cons_index_ & size_)) {
+        uint8_t *entry = cqe_at(cons_index_);
+        uint8_t  owner = owner_of(entry);
+        if (!sw_owned(owner, cons_index_)) {
             break;   // still owned by the device
         }
         prm::cqe c;

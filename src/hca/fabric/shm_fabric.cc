@@ -111,6 +111,13 @@ ring *rings(region_header *h)
                                     h->rings_offset);
 }
 
+/// The ring's slot at `pos` holds a published frame. Acquire pairs with
+/// the producer's release of the frame bytes.
+bool frame_ready(const slot &s, uint64_t pos)
+{
+    return s.seq.load(std::memory_order_acquire) == pos + 1;
+}
+
 void init_region(region_header *h)
 {
     h->version      = region_version;
@@ -338,8 +345,7 @@ public:
         std::atomic_thread_fence(std::memory_order_seq_cst);
         ring &r = rings(h_)[index_];
         uint64_t pos = r.head.load(std::memory_order_relaxed);
-        if (r.slots[pos & (ring_slots - 1)].seq.load(std::memory_order_acquire) ==
-            pos + 1) {
+        if (frame_ready(r.slots[pos & (ring_slots - 1)], pos)) {
             e.sleeping.store(0, std::memory_order_relaxed);
             return false;   // a frame is already here
         }
@@ -353,8 +359,7 @@ public:
         uint64_t pos = r.head.load(std::memory_order_relaxed);
         while (n < budget) {
             slot &s = r.slots[pos & (ring_slots - 1)];
-            // Acquire pairs with the producer's release of the frame bytes.
-            if (s.seq.load(std::memory_order_acquire) != pos + 1) {
+            if (!frame_ready(s, pos)) {
                 break;
             }
             uint32_t len = s.len;
