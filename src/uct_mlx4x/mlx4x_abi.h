@@ -40,6 +40,9 @@ typedef struct uct_mlx4x_iface_config {
     unsigned           max_inline;
     double             conn_timeout;
     unsigned           conn_retries;
+    double             timeout;
+    unsigned           retry_count;
+    unsigned           rnr_retry_count;
     int                counters;
     int                tm_enable;
     unsigned           tm_list_size;
@@ -138,6 +141,8 @@ ucs_status_t uct_mlx4x_ep_atomic_cswap64(uct_ep_h ep, uint64_t compare,
                                          uint64_t swap, uint64_t remote_addr,
                                          uct_rkey_t rkey, uint64_t *result,
                                          uct_completion_t *comp);
+ucs_status_t uct_mlx4x_ep_check(uct_ep_h ep, unsigned flags,
+                               uct_completion_t *comp);
 ucs_status_t uct_mlx4x_ep_flush(uct_ep_h ep, unsigned flags,
                                 uct_completion_t *comp);
 ucs_status_t uct_mlx4x_ep_tag_eager_short(uct_ep_h ep, uct_tag_t tag,

@@ -52,6 +52,17 @@ status make_slots(drv::context &ctx, uint32_t pd, slot_area &a, size_t n,
     return status::ok;
 }
 
+/// IBA 9.7.6.1.3: the local ACK timeout is 4.096 us x 2^n; the smallest n
+/// not shorter than `seconds` (n = 0 would mean "infinite").
+uint8_t ack_timeout_exponent(double seconds)
+{
+    uint8_t n = 1;
+    while (n < 31 && 4.096e-6 * double(uint64_t{1} << n) < seconds) {
+        ++n;
+    }
+    return n;
+}
+
 } // namespace
 
 // ---- md ----------------------------------------------------------------------
@@ -193,6 +204,9 @@ status interface::connect_rc(drv::qp &q, uint16_t dlid, uint32_t remote_qpn,
     a.rq_psn     = rq_psn;
     a.sq_psn     = sq_psn;
     a.mtu        = ctx().port().mtu;
+    a.retry_cnt   = uint8_t(cfg_.retry_count);
+    a.rnr_retry   = uint8_t(cfg_.rnr_retry_count);
+    a.ack_timeout = ack_timeout_;
     if (status s = q.to_rtr(a); s != status::ok) {
         return s;
     }
@@ -239,6 +253,12 @@ status interface::init(const uct_iface_params_t &params)
         MLX4X_ERROR("invalid UCX_MLX4X_SEG_SIZE/TX_QUEUE_LEN/RX_QUEUE_LEN");
         return status::invalid_param;
     }
+    if (cfg_.retry_count > 7 || cfg_.rnr_retry_count > 7 || !(cfg_.timeout > 0)) {
+        MLX4X_ERROR("invalid UCX_MLX4X_TIMEOUT/RETRY_COUNT/RNR_RETRY_COUNT "
+                    "(a positive time; counts 0..7, IBA 9.7.5.2.8)");
+        return status::invalid_param;
+    }
+    ack_timeout_ = ack_timeout_exponent(cfg_.timeout);
     // AM alignment requests are checked as UCT defines them (an offset
     // without an alignment, or an alignment that is not a power of two, is
     // the caller's error).

@@ -267,6 +267,7 @@ private:
     uct_mlx4x_iface_config_t       cfg_;
     size_t                         seg_size_;
     uint32_t                       max_inline_ = 0;
+    uint8_t                        ack_timeout_ = 18;   ///< IBA exponent
     std::unique_ptr<drv::cq>       send_cq_, recv_cq_;
     std::unique_ptr<drv::srq>      srq_;       ///< every RC QP receives here
     slot_area                      rx_bufs_;   ///< its buffers, seg_size each

@@ -110,7 +110,8 @@ extern "C" void uct_mlx4x_md_close(uct_md_h h)
 
 extern "C" ucs_status_t uct_mlx4x_md_query(uct_md_h, uct_md_attr_t *attr)
 {
-    attr->cap.flags            = UCT_MD_FLAG_REG | UCT_MD_FLAG_NEED_RKEY;
+    attr->cap.flags            = UCT_MD_FLAG_REG | UCT_MD_FLAG_NEED_RKEY |
+                                 UCT_MD_FLAG_INVALIDATE;
     attr->cap.reg_mem_types    = UCS_BIT(UCS_MEMORY_TYPE_HOST);
     attr->cap.alloc_mem_types  = 0;
     attr->cap.detect_mem_types = 0;
@@ -152,11 +153,18 @@ extern "C" ucs_status_t uct_mlx4x_mem_dereg(uct_md_h,
     if (!(p->field_mask & UCT_MD_MEM_DEREG_FIELD_MEMH)) {
         return UCS_ERR_INVALID_PARAM;
     }
-    if ((p->field_mask & UCT_MD_MEM_DEREG_FIELD_FLAGS) &&
-        (p->flags & UCT_MD_MEM_DEREG_FLAG_INVALIDATE)) {
-        return UCS_ERR_UNSUPPORTED;   // no UCT_MD_FLAG_INVALIDATE
+    bool invalidate = (p->field_mask & UCT_MD_MEM_DEREG_FIELD_FLAGS) &&
+                      (p->flags & UCT_MD_MEM_DEREG_FLAG_INVALIDATE);
+    if (invalidate && !(p->field_mask & UCT_MD_MEM_DEREG_FIELD_COMPLETION)) {
+        return UCS_ERR_INVALID_PARAM;
     }
+    // HW2SW_MPT returns once the device has let go of the region: the rkey
+    // fails every later access (an RDMA in progress runs under the device
+    // lock the command takes), so invalidation is complete here.
     delete static_cast<drv::mr *>(p->memh);
+    if (invalidate) {
+        uct_invoke_completion(p->comp, UCS_OK);
+    }
     return UCS_OK;
 }
 
@@ -220,7 +228,9 @@ extern "C" ucs_status_t uct_mlx4x_iface_query(uct_iface_h h, uct_iface_attr_t *a
                       UCT_IFACE_FLAG_PUT_BCOPY | UCT_IFACE_FLAG_PUT_ZCOPY |
                       UCT_IFACE_FLAG_GET_BCOPY | UCT_IFACE_FLAG_GET_ZCOPY |
                       UCT_IFACE_FLAG_ATOMIC_DEVICE | UCT_IFACE_FLAG_PENDING |
-                      UCT_IFACE_FLAG_CB_SYNC | UCT_IFACE_FLAG_CONNECT_TO_IFACE;
+                      UCT_IFACE_FLAG_CB_SYNC | UCT_IFACE_FLAG_CONNECT_TO_IFACE |
+                      UCT_IFACE_FLAG_ERRHANDLE_PEER_FAILURE |
+                      UCT_IFACE_FLAG_EP_CHECK;
     attr->cap.event_flags     = UCT_IFACE_FLAG_EVENT_SEND_COMP |
                                 UCT_IFACE_FLAG_EVENT_RECV |
                                 UCT_IFACE_FLAG_EVENT_FD;
@@ -640,6 +650,29 @@ extern "C" ucs_status_t uct_mlx4x_ep_flush(uct_ep_h h, unsigned flags,
         e.flushes.push_back({e.posted, comp});
     }
     return UCS_INPROGRESS;
+}
+
+/// Keepalive probe: a zero-length RDMA WRITE (no rkey check, IBA 9.7.5.2.3)
+/// the peer's responder must acknowledge; a dead peer exhausts the retries
+/// and the endpoint fails through uct_iface_handle_ep_err. An endpoint with
+/// operations in flight, still connecting, or out of send resources is being
+/// probed already (by those operations, the handshake's retries, or the
+/// WQEs holding the resources), so nothing more is posted.
+extern "C" ucs_status_t uct_mlx4x_ep_check(uct_ep_h h, unsigned flags,
+                                           uct_completion_t *comp)
+{
+    if (flags != 0 || comp != nullptr) {
+        return UCS_ERR_INVALID_PARAM;   // UCT 1.13: both reserved
+    }
+    endpoint &e = ep_of(h);
+    if (e.state() != ep_state::connected || e.posted != e.completed ||
+        tx_check(e) != UCS_OK) {
+        return UCS_OK;
+    }
+    drv::send_wr wr;
+    wr.opcode = drv::wr_opcode::rdma_write;
+    ucs_status_t st = post(e, wr);
+    return st == UCS_ERR_NO_RESOURCE ? UCS_OK : st;
 }
 
 extern "C" ucs_status_t uct_mlx4x_ep_pending_add(uct_ep_h h, uct_pending_req_t *r,

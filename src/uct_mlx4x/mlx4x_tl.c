@@ -67,6 +67,22 @@ static ucs_config_field_t uct_mlx4x_iface_config_table[] = {
      "Connection requests sent before the peer is declared unreachable.",
      ucs_offsetof(uct_mlx4x_iface_config_t, conn_retries), UCS_CONFIG_TYPE_UINT},
 
+    {"TIMEOUT", "1s",
+     "Local ACK timeout of each connection: how long an unacknowledged\n"
+     "request waits before it is sent again. Rounded up to the IBA's\n"
+     "4.096 us x 2^n steps (at most 2^31).",
+     ucs_offsetof(uct_mlx4x_iface_config_t, timeout), UCS_CONFIG_TYPE_TIME},
+
+    {"RETRY_COUNT", "7",
+     "Transport retries (0-7) before a connection fails with a timeout. A\n"
+     "dead or unreachable peer is reported to UCX after about\n"
+     "(RETRY_COUNT + 1) x TIMEOUT.",
+     ucs_offsetof(uct_mlx4x_iface_config_t, retry_count), UCS_CONFIG_TYPE_UINT},
+
+    {"RNR_RETRY_COUNT", "7",
+     "Receiver-not-ready retries (0-7); 7 means retry for ever, as in IBA.",
+     ucs_offsetof(uct_mlx4x_iface_config_t, rnr_retry_count), UCS_CONFIG_TYPE_UINT},
+
     {"TM_ENABLE", "y",
      "Match tagged messages in the device (hardware tag matching with a\n"
      "software shadow list). Used when UCP asks for tag matching.",
@@ -141,7 +157,7 @@ static uct_iface_ops_t uct_mlx4x_iface_ops = {
     .ep_pending_purge         = uct_mlx4x_ep_pending_purge,
     .ep_flush                 = uct_mlx4x_ep_flush,
     .ep_fence                 = uct_base_ep_fence,
-    .ep_check                 = (uct_ep_check_func_t)ucs_empty_function_return_unsupported,
+    .ep_check                 = uct_mlx4x_ep_check,
     .ep_get_address           = uct_mlx4x_ep_get_address,
     .ep_connect_to_ep         = uct_mlx4x_ep_connect_to_ep,
     .ep_create                = UCS_CLASS_NEW_FUNC_NAME(uct_mlx4x_ep_t),

@@ -2,7 +2,8 @@
 // The shared-memory fabric across processes: an RC connection between a
 // parent and a forked child moving a 1 MiB SEND and a 64 KiB WRITE; a
 // corrupt segment refused with status::shmem_segment; ports of dead
-// processes reclaimed; a dead peer process ending in retry_exc_err.
+// processes reclaimed, their full rings dropping frames; a dead peer
+// process ending in retry_exc_err.
 #include "hca_fixture.h"
 #include "hca/fabric/shm_fabric.h"
 #include "hca/fabric/shm_region.h"
@@ -656,6 +657,50 @@ TEST_F(shm_test, sleeping_process_is_woken_by_a_frame_from_another)
 }
 
 // ---- stale ports ------------------------------------------------------------
+TEST_F(shm_test, full_ring_of_a_dead_process_drops_instead_of_pushing_back)
+{
+    // A live owner that does not drain its ring pushes back; once it is
+    // dead the frames are lost on the wire (unreachable), so the sender's
+    // transport retries and fails instead of waiting for ever (issue 5).
+    auto f = shm_fabric::open(name);
+    ASSERT_TRUE(f.ok());
+    auto tx = (*f)->attach();
+    ASSERT_TRUE(tx.ok());
+    int p[2];
+    ASSERT_EQ(pipe(p), 0);
+    child = fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+        close(p[0]);
+        auto cf = shm_fabric::open(name);
+        if (!cf.ok()) _exit(10);
+        auto port = (*cf)->attach();
+        if (!port.ok()) _exit(11);
+        uint16_t lid = (*port)->lid();
+        write_all(p[1], &lid, sizeof(lid));
+        pause();   // alive, never polls
+        _exit(0);
+    }
+    close(p[1]);
+    uint16_t lid = 0;
+    ASSERT_TRUE(read_all(p[0], &lid, sizeof(lid), 10000));
+    close(p[0]);
+    auto fr = frame_to(lid);
+    for (uint32_t i = 0; i < fabric::shm::ring_slots; ++i) {
+        ASSERT_EQ((*tx)->send(fr, {}), status::ok) << "frame " << i;
+    }
+    EXPECT_EQ((*tx)->send(fr, {}), status::no_resource);   // alive: wait
+    kill(child, SIGKILL);
+    waitpid(child, nullptr, 0);
+    child = 0;
+    status s = status::no_resource;
+    for (auto deadline = clk::now() + std::chrono::seconds(2);
+         s == status::no_resource && clk::now() < deadline;) {
+        s = (*tx)->send(fr, {});
+    }
+    EXPECT_EQ(s, status::unreachable);
+}
+
 
 TEST_F(shm_test, port_of_a_dead_process_is_reclaimed)
 {

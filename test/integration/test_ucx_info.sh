@@ -10,14 +10,26 @@ echo "$out" | grep -A3 "Transport: mlx4x" | grep -q "Device: mlx4x_0:1" \
 caps=$(echo "$out" | sed -n '/Transport: mlx4x/,/error handling/p')
 for c in am_short am_bcopy am_zcopy put_short put_bcopy put_zcopy get_bcopy \
          get_zcopy "atomic_add: 64 bit" "atomic_fadd: 64 bit" "atomic_cswap: 64 bit" \
-         "connection: to iface"; do
+         "connection: to iface" "error handling: peer failure, ep_check"; do
     echo "$caps" | grep -q "$c" && ok "advertises $c" || fail "does not advertise $c"
 done
 # Not implemented yet, so not advertised.
-for c in "atomic_and" "atomic_or" "atomic_xor" "atomic_swap" "32 bit" tag_eager \
-         tag_rndv "event"; do
+for c in "atomic_and" "atomic_or" "atomic_xor" "atomic_swap" "32 bit"; do
     echo "$caps" | grep -q "$c" && fail "advertises unimplemented $c" || ok "does not claim $c"
 done
+# Tag matching is offered only to a user that passes the tag callbacks
+# (UCP does; ucx_info does not).
+for c in tag_eager tag_rndv; do
+    echo "$caps" | grep -q "$c" && fail "advertises $c without callbacks" || ok "no $c without callbacks"
+done
 out=$(timeout 60 "$RUN" ucx_info -c 2>&1)
-echo "$out" | grep -q "UCX_MLX4X_SEG_SIZE" && ok "config UCX_MLX4X_* documented" || fail "no UCX_MLX4X_ config"
+for v in SEG_SIZE TX_QUEUE_LEN RX_QUEUE_LEN MAX_INLINE TIMEOUT RETRY_COUNT \
+         RNR_RETRY_COUNT TM_ENABLE TM_LIST_SIZE; do
+    echo "$out" | grep -q "^UCX_MLX4X_$v=" && ok "config UCX_MLX4X_$v documented" \
+        || fail "no UCX_MLX4X_$v in ucx_info -c"
+done
+# Out-of-range transport settings are refused with a message, not clamped.
+out=$(UCX_MLX4X_RETRY_COUNT=8 timeout 60 "$RUN" ucx_info -u t -e 2>&1)
+echo "$out" | grep -q "invalid UCX_MLX4X_TIMEOUT/RETRY_COUNT/RNR_RETRY_COUNT" \
+    && ok "RETRY_COUNT=8 refused with a message" || fail "RETRY_COUNT=8 not refused"
 finish

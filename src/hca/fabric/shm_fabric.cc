@@ -308,7 +308,9 @@ public:
                     break;
                 }
             } else if (seq < pos) {
-                return status::no_resource;   // full: back-pressure
+                // Full: back-pressure, unless nobody will ever drain it.
+                return owner_gone(dlid, e) ? status::unreachable
+                                           : status::no_resource;
             } else {
                 pos = r.tail.load(std::memory_order_relaxed);
             }
@@ -388,6 +390,24 @@ public:
     bool lossless() const override { return true; }
 
 private:
+    /// A full ring whose owner died is never drained: its frames are lost
+    /// on the wire, as on a link to a dead node, so the sender's transport
+    /// (retries, then an error) takes over instead of pushing for ever.
+    /// Checked at most once per millisecond per destination: it costs
+    /// system calls, and a live but busy owner is the common case.
+    bool owner_gone(uint16_t dlid, const port_entry &e)
+    {
+        uint64_t now = uint64_t(std::chrono::steady_clock::now().time_since_epoch() /
+                                std::chrono::microseconds(1));
+        uint64_t &last = last_liveness_check_us_[dlid - 1];
+        if (now - last < 1000) {
+            return gone_[dlid - 1];
+        }
+        last = now;
+        gone_[dlid - 1] = !owner_alive(e);
+        return gone_[dlid - 1];
+    }
+
     /// One datagram to a sleeping port's wake-up socket; a full socket
     /// buffer already holds a wake-up, so EAGAIN is fine.
     void wake(uint16_t dlid, uint32_t generation)
@@ -408,6 +428,8 @@ private:
     uint64_t       guid_;
     int            wake_rx_ = -1;   ///< bound: this port's interrupt line
     int            wake_tx_ = -1;   ///< unbound: wakes other ports
+    uint64_t       last_liveness_check_us_[max_ports] = {};
+    bool           gone_[max_ports] = {};
 };
 
 result<std::unique_ptr<port>> shm_fabric::attach()
