@@ -177,9 +177,34 @@ status endpoint::create_qp()
     return status::ok;
 }
 
+/// UCT: operations still outstanding when an endpoint is destroyed complete
+/// (UCS_ERR_CANCELED) before it is gone. Destroying the QP first removes
+/// its CQEs from the send CQ (C40), so each such operation's CQ credit is
+/// returned here instead of by poll_send().
 endpoint::~endpoint()
 {
     iface_.remove_ep(this);
+    qp_.reset();
+    rx_qp_.reset();
+    for (uint32_t n = posted - completed; n > 0; --n) {
+        iface_.tx_credit_return();
+        complete_next(UCS_ERR_CANCELED);
+    }
+    for (const flush_waiter &f : flushes) {
+        uct_invoke_completion(f.comp, UCS_ERR_CANCELED);
+    }
+}
+
+/// UCT_FLUSH_FLAG_CANCEL: the QP goes to ERROR, the device flushes every
+/// outstanding WQE (IBA 10.3.1: completed in order with "flushed"), and
+/// those complete as UCS_ERR_CANCELED, not as a failure of the peer.
+status endpoint::cancel_outstanding()
+{
+    if (state_ == ep_state::canceled) {
+        return status::ok;
+    }
+    state_ = ep_state::canceled;
+    return qp_ ? qp_->to_error() : status::ok;
 }
 
 void endpoint::on_established(const conn_msg &rep)
@@ -549,7 +574,9 @@ unsigned interface::poll_send()
         }
         endpoint &e = *it->second;
         ucs_status_t st = UCS_OK;
-        if (w.status != drv::wc_status::success) {
+        if (e.state() == ep_state::canceled) {
+            st = w.status == drv::wc_status::success ? UCS_OK : UCS_ERR_CANCELED;
+        } else if (w.status != drv::wc_status::success) {
             if (w.status != drv::wc_status::wr_flush_err) {
                 MLX4X_ERROR("endpoint %u to lid %d: send failed: %s", e.conn_id,
                             e.peer_lid, drv::to_string(w.status));
@@ -559,7 +586,7 @@ unsigned interface::poll_send()
                      : UCS_ERR_IO_ERROR;
         }
         e.complete_next(st);
-        if (st != UCS_OK) {
+        if (st != UCS_OK && st != UCS_ERR_CANCELED) {
             e.fail(st);
         }
         while (!e.flushes.empty() &&
@@ -766,7 +793,9 @@ void interface::dispatch_pending()
         while (!e->pending.empty() && e->can_send() && tx_credits_) {
             // UCT contract: OK = done, remove it; INPROGRESS = partly sent,
             // keep it and go on; anything else = keep it and stop here.
+            e->dispatching_pending = true;
             ucs_status_t st = e->pending.front()->func(e->pending.front());
+            e->dispatching_pending = false;
             if (st == UCS_OK) {
                 e->pending.pop_front();
             } else if (st != UCS_INPROGRESS) {

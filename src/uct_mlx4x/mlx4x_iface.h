@@ -116,7 +116,8 @@ struct slot_area {
 
 /// connecting: REQ/REP handshake with a remote interface under way;
 /// unconnected: a point-to-point endpoint waiting for connect_to_ep.
-enum class ep_state : uint8_t { connecting, unconnected, connected, failed };
+/// canceled: flushed with UCT_FLUSH_FLAG_CANCEL, only destroy may follow.
+enum class ep_state : uint8_t { connecting, unconnected, connected, failed, canceled };
 
 /// What to do when a send WQE completes (one per SQ slot, in order).
 struct tx_op {
@@ -157,6 +158,7 @@ public:
     unsigned   req_sent = 0;
     slot_area  bounce;
     std::deque<uct_pending_req_t *> pending;
+    bool       dispatching_pending = false;   ///< in a pending request's func
     struct flush_waiter { uint32_t until; uct_completion_t *comp; };
     std::deque<flush_waiter> flushes;
     uint32_t   posted = 0, completed = 0;   ///< WQE counters for flush
@@ -169,6 +171,7 @@ public:
 
     void on_established(const conn_msg &rep);
     void fail(ucs_status_t why);
+    status cancel_outstanding();
     ep_state state_ = ep_state::connecting;
 
 private:
@@ -219,6 +222,7 @@ public:
                       uint32_t rq_psn, uint32_t sq_psn);
 
     uint32_t add_ep(endpoint *e);
+    size_t   endpoint_count() const { return ep_by_qpn_.size(); }
     void     remove_ep(endpoint *e);
     status   send_conn_msg(uint16_t dlid, uint32_t dqpn, const conn_msg &m);
     bool     tx_credit_take()

@@ -371,6 +371,8 @@ extern "C" ucs_status_t uct_mlx4x_ep_init(uct_mlx4x_ep_t *u,
             s = e->create_p2p();
         }
         if (s != status::ok) {
+            ucs_error("mlx4x: cannot create an endpoint (%zu open): %s",
+                      i.endpoint_count(), to_string(s));
             return to_ucs(s);
         }
         u->impl = e.release();
@@ -640,11 +642,13 @@ extern "C" ucs_status_t uct_mlx4x_ep_flush(uct_ep_h h, unsigned flags,
     if (e.state() == ep_state::failed) {
         return UCS_ERR_CONNECTION_RESET;
     }
-    if (flags & UCT_FLUSH_FLAG_CANCEL) {
-        return UCS_ERR_UNSUPPORTED;
-    }
     if (e.posted == e.completed) {
         return UCS_OK;
+    }
+    if (flags & UCT_FLUSH_FLAG_CANCEL) {
+        if (status s = e.cancel_outstanding(); s != status::ok) {
+            return to_ucs(s);
+        }
     }
     if (comp) {
         e.flushes.push_back({e.posted, comp});

@@ -15,13 +15,20 @@ inline interface &iface_of(uct_iface_h h)
 }
 inline endpoint &ep_of(uct_ep_h h) { return *static_cast<endpoint *>(reinterpret_cast<uct_mlx4x_ep_t *>(h)->impl); }
 
-/// Shared by every op that posts: connected, a free WQE and a CQ credit.
+/// Shared by every op that posts: connected, a free WQE, no earlier pending
+/// request, and a CQ credit.
 inline ucs_status_t tx_check(endpoint &e)
 {
     if (e.state() == ep_state::failed) [[unlikely]] {
         return UCS_ERR_CONNECTION_RESET;
     }
-    if (!e.can_send() || !e.owner().tx_credit_take()) [[unlikely]] {
+    if (e.state() == ep_state::canceled) [[unlikely]] {
+        return UCS_ERR_CANCELED;
+    }
+    // Requests waiting in the pending queue go first: a send from anywhere
+    // else (e.g. a completion callback) must not overtake them.
+    if (!e.can_send() || (!e.pending.empty() && !e.dispatching_pending) ||
+        !e.owner().tx_credit_take()) [[unlikely]] {
         return UCS_ERR_NO_RESOURCE;
     }
     return UCS_OK;

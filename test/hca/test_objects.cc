@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // Object operations: CQ resize keeps unpolled CQEs (C48) and refuses a ring
 // too small for them (E16); MR reregistration (C55) with its access check;
-// QUERY_MPT / QUERY_CQ / QUERY_ADAPTER answers.
+// QUERY_MPT / QUERY_CQ / QUERY_ADAPTER answers; number spaces bounded by
+// QUERY_DEV_CAP (C7).
 #include "hca_fixture.h"
 
 namespace mlx4x::test {
@@ -147,6 +148,47 @@ TEST_F(objects, no_registration_ever_gets_the_invalid_lkey)
         ASSERT_TRUE(m.ok());
         ASSERT_NE((*m)->lkey(), prm::invalid_lkey) << i;
     }
+}
+
+} // namespace
+} // namespace mlx4x::test
+
+namespace mlx4x::test {
+namespace {
+
+// The driver's number spaces are the device's, read from QUERY_DEV_CAP
+// (C7): creating more CQs than log_max_cq allows fails with exceeds_limit
+// (not a firmware "bad parameter" for a number the device has no room
+// for), and a freed number is handed out again.
+TEST_F(objects, C7_number_spaces_end_where_query_dev_cap_says)
+{
+    endpoint fresh;
+    fresh.open(fab);
+    uint64_t out = reinterpret_cast<uintptr_t>(fresh.ctx->mailbox());
+    ASSERT_EQ(fresh.ctx->command(prm::cmd_opcode::query_dev_cap, 0, 0, &out),
+              status::ok);
+    const auto *cap = static_cast<const prm::dev_cap_outbox *>(fresh.ctx->mailbox());
+    const uint32_t max_cq = 1u << (cap->log_max_cq & 0x1f);
+    ASSERT_GE(max_cq, 64u);
+
+    std::vector<std::unique_ptr<drv::cq>> cqs;
+    for (;;) {
+        auto c = drv::cq::create(*fresh.ctx, 1);
+        if (!c.ok()) {
+            EXPECT_EQ(c.error(), status::exceeds_limit);
+            break;
+        }
+        ASSERT_LT((*c)->cqn(), max_cq);
+        cqs.push_back(c.take());
+        ASSERT_LE(cqs.size(), max_cq);
+    }
+    // CQN 0 is never handed out; the endpoint holds two CQs of its own.
+    EXPECT_EQ(cqs.size() + 1 + 2, max_cq);
+    uint32_t freed = cqs.back()->cqn();
+    cqs.pop_back();
+    auto again = drv::cq::create(*fresh.ctx, 1);
+    ASSERT_TRUE(again.ok());
+    EXPECT_EQ((*again)->cqn(), freed);
 }
 
 } // namespace

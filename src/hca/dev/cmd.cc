@@ -45,8 +45,9 @@ const char *counter_name(counter c)
 
 device::device(fabric::fabric &fab, clock_fn clock, std::unique_ptr<sma_hook> sma)
     : fabric_(fab), clock_(clock ? clock : steady_ns), sma_(std::move(sma)),
-      mtts_(size_t{1} << 16), mpts_(size_t{1} << 12), cqs_(size_t{1} << 10),
-      eqs_(32), srqs_(size_t{1} << 8), qps_(size_t{1} << 12)
+      mtts_(size_t{1} << limits::log_max_mtt), mpts_(size_t{1} << limits::log_max_mpt),
+      cqs_(size_t{1} << limits::log_max_cq), eqs_(32),
+      srqs_(size_t{1} << limits::log_max_srq), qps_(size_t{1} << limits::log_max_qp)
 {
     interrupt_fds_.fill(-1);
 }
@@ -206,6 +207,8 @@ cmd_status device::cmd_query_dev_cap(uint64_t outbox)
     o->log_max_cq     = limits::log_max_cq;
     o->log_max_cq_sz  = limits::log_max_cq_sz;
     o->log_max_mpts   = limits::log_max_mpt;
+    o->log_max_srqs   = limits::log_max_srq;
+    o->log_max_mtts   = limits::log_max_mtt;
     o->max_sg_sq      = limits::max_sg;
     o->max_sg_rq      = limits::max_sg;
     o->max_desc_sz_sq.set(limits::max_desc_sz);

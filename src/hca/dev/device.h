@@ -40,9 +40,12 @@ template <typename T> T *dma(uint64_t addr)
 
 /// Device capabilities (reported by QUERY_DEV_CAP).
 struct limits {
+    // Table sizes: the device holds exactly what QUERY_DEV_CAP reports.
     static constexpr uint32_t log_max_qp   = 16;
-    static constexpr uint32_t log_max_cq   = 16;
-    static constexpr uint32_t log_max_mpt  = 17;
+    static constexpr uint32_t log_max_cq   = 12;
+    static constexpr uint32_t log_max_srq  = 8;
+    static constexpr uint32_t log_max_mpt  = 16;
+    static constexpr uint32_t log_max_mtt  = 16;   ///< one per queue buffer
     static constexpr uint32_t log_max_qp_sz = 15;
     static constexpr uint32_t log_max_cq_sz = 22;
     static constexpr uint32_t max_sg       = 32;

@@ -55,9 +55,25 @@ const char *to_string(wc_status s)
 // ---- context ------------------------------------------------------------
 
 context::context(std::unique_ptr<dev::device> d)
-    : dev_(std::move(d)), mailbox_(alloc_dma(prm::mailbox_size)),
-      qps_(size_t{1} << dev::limits::log_max_qp, nullptr)
+    : dev_(std::move(d)), mailbox_(alloc_dma(prm::mailbox_size))
 {
+}
+
+/// C7: the number spaces are the device's, as QUERY_DEV_CAP reports them.
+status context::query_dev_cap()
+{
+    if (status s = command(prm::cmd_opcode::query_dev_cap, 0, 0, nullptr);
+        s != status::ok) {
+        return s;
+    }
+    const auto *o = static_cast<const prm::dev_cap_outbox *>(mailbox());
+    qpns_.limit  = uint32_t{1} << (o->log_max_qp & 0x1f);
+    srqns_.limit = uint32_t{1} << (o->log_max_srqs & 0x1f);
+    cqns_.limit  = uint32_t{1} << (o->log_max_cq & 0x1f);
+    mpts_.limit  = uint32_t{1} << (o->log_max_mpts & 0x3f);
+    mtts_.limit  = uint32_t{1} << (o->log_max_mtts & 0x3f);
+    qps_.assign(qpns_.limit, nullptr);
+    return status::ok;
 }
 
 result<std::unique_ptr<context>> context::open(fabric::fabric &fab,
@@ -70,8 +86,7 @@ result<std::unique_ptr<context>> context::open(fabric::fabric &fab,
         return status::no_memory;
     }
     // C7: query capabilities, initialise the HCA, then bring the port up.
-    if (status s = c->command(prm::cmd_opcode::query_dev_cap, 0, 0, nullptr);
-        s != status::ok) {
+    if (status s = c->query_dev_cap(); s != status::ok) {
         return s;
     }
     if (status s = c->command(prm::cmd_opcode::init_hca, 0); s != status::ok) {
@@ -439,37 +454,20 @@ result<std::unique_ptr<ah>> ah::create(context &ctx, uint32_t pd, const attr &a)
 
 ah::~ah() { ctx_.release_pd(pd_); }
 
-namespace {
-uint32_t take(std::vector<uint32_t> &free_list, uint32_t &next)
-{
-    if (!free_list.empty()) {
-        uint32_t n = free_list.back();
-        free_list.pop_back();
-        return n;
-    }
-    return next++;
-}
-} // namespace
-
-uint32_t context::alloc_cqn() { return take(free_cqns_, next_cqn_); }
-void     context::free_cqn(uint32_t n) { free_cqns_.push_back(n); }
-uint32_t context::alloc_qpn() { return take(free_qpns_, next_qpn_); }
-void     context::free_qpn(uint32_t n) { free_qpns_.push_back(n); }
-uint32_t context::alloc_srqn() { return take(free_srqns_, next_srqn_); }
-void     context::free_srqn(uint32_t n) { free_srqns_.push_back(n); }
-uint32_t context::alloc_mpt() { return take(free_mpts_, next_mpt_); }
-void     context::free_mpt(uint32_t n) { free_mpts_.push_back(n); }
-
 result<uint64_t> context::map_buffer(void *buf)
 {
-    uint32_t idx = take(free_mtts_, next_mtt_);
+    auto taken = mtts_.take();
+    if (!taken.ok()) {
+        return taken.error();
+    }
+    uint32_t idx = *taken;
     auto *in = static_cast<prm::write_mtt_inbox *>(mailbox());
     in->mtt_offset.set(uint64_t{idx} * sizeof(uint64_t));
     in->reserved.set(0);
     in->entries[0].set(dma_addr(buf) | prm::mtt_flag_present);
     if (status s = command(prm::cmd_opcode::write_mtt, 1, dma_addr(in));
         s != status::ok) {
-        free_mtts_.push_back(idx);
+        mtts_.give(idx);
         return s;
     }
     return uint64_t{idx} * sizeof(uint64_t);
@@ -477,7 +475,7 @@ result<uint64_t> context::map_buffer(void *buf)
 
 void context::unmap_buffer(uint64_t mtt_offset)
 {
-    free_mtts_.push_back(uint32_t(mtt_offset / sizeof(uint64_t)));
+    mtts_.give(uint32_t(mtt_offset / sizeof(uint64_t)));
 }
 
 // ---- mr -----------------------------------------------------------------
@@ -507,7 +505,12 @@ result<std::unique_ptr<mr>> mr::reg(context &ctx, uint32_t pd, void *addr,
     if (status s = ctx.hold_pd(pd); s != status::ok) {
         return s;
     }
-    uint32_t idx = ctx.alloc_mpt();
+    auto taken = ctx.alloc_mpt();
+    if (!taken.ok()) {
+        ctx.release_pd(pd);
+        return taken.error();
+    }
+    uint32_t idx = *taken;
     // A fresh tag per registration, so a stale key of a reused index fails.
     // Tag 0 is never used: index 1 with tag 0 would be 0x100, the invalid
     // L_Key that ends a receive scatter list.
@@ -583,7 +586,11 @@ result<std::unique_ptr<cq>> cq::create(context &ctx, uint32_t entries)
         return mtt.error();
     }
     c->mtt_ = *mtt;
-    c->cqn_ = ctx.alloc_cqn();
+    auto cqn = ctx.alloc_cqn();
+    if (!cqn.ok()) {
+        return cqn.error();
+    }
+    c->cqn_ = *cqn;
     auto *cc = static_cast<prm::cq_context *>(ctx.mailbox());
     std::memset(cc, 0, sizeof(*cc));
     prm::cqc_log_size::set(cc->logsize_usrpage, log);
@@ -745,7 +752,11 @@ result<std::unique_ptr<srq>> srq::create(context &ctx, uint32_t pd,
         return mtt.error();
     }
     s->mtt_  = *mtt;
-    s->srqn_ = ctx.alloc_srqn();
+    auto srqn = ctx.alloc_srqn();
+    if (!srqn.ok()) {
+        return srqn.error();
+    }
+    s->srqn_ = *srqn;
     auto *c = static_cast<prm::srq_context *>(ctx.mailbox());
     std::memset(c, 0, sizeof(*c));
     c->state_logsize_srqn.set(s->srqn_);
@@ -870,7 +881,11 @@ result<std::unique_ptr<qp>> qp::create(context &ctx, uint32_t pd, qp_type type,
     q->mtt_ = *mtt;
     q->sq_wrid_.assign(q->sq_size_, 0);
     q->rq_wrid_.assign(q->rq_size_, 0);
-    q->qpn_ = ctx.alloc_qpn();
+    auto qpn = ctx.alloc_qpn();
+    if (!qpn.ok()) {
+        return qpn.error();
+    }
+    q->qpn_ = *qpn;
     ctx.register_qp(q->qpn_, q.get());
     return q;
 }

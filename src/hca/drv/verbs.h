@@ -138,15 +138,16 @@ public:
                            byteswap_if_little(qpn << 8));
     }
 
-    // number allocation (the driver owns the number spaces, as mlx4_core)
-    uint32_t alloc_cqn();
-    void     free_cqn(uint32_t n);
-    uint32_t alloc_qpn();
-    void     free_qpn(uint32_t n);
-    uint32_t alloc_mpt();
-    void     free_mpt(uint32_t n);
-    uint32_t alloc_srqn();
-    void     free_srqn(uint32_t n);
+    // number allocation (the driver owns the number spaces, as mlx4_core),
+    // bounded by what QUERY_DEV_CAP reported: exceeds_limit beyond it.
+    result<uint32_t> alloc_cqn() { return cqns_.take(); }
+    void             free_cqn(uint32_t n) { cqns_.give(n); }
+    result<uint32_t> alloc_qpn() { return qpns_.take(); }
+    void             free_qpn(uint32_t n) { qpns_.give(n); }
+    result<uint32_t> alloc_mpt() { return mpts_.take(); }
+    void             free_mpt(uint32_t n) { mpts_.give(n); }
+    result<uint32_t> alloc_srqn() { return srqns_.take(); }
+    void             free_srqn(uint32_t n) { srqns_.give(n); }
     /// Describes a contiguous DMA buffer with one MTT entry (WRITE_MTT);
     /// returns the entry's byte offset in the MTT for object contexts.
     result<uint64_t> map_buffer(void *buf);
@@ -163,6 +164,7 @@ public:
 
 private:
     explicit context(std::unique_ptr<dev::device> d);
+    status query_dev_cap();
     result<port_attr> query_port_cmd();
     status create_eq(event_queue &eq, uint32_t eqn, uint32_t entries,
                      uint8_t vector, uint64_t async_mask);
@@ -177,11 +179,28 @@ private:
     port_attr                            port_;
     uint32_t                             next_pd_ = 1;
     std::map<uint32_t, uint32_t>         pd_refs_;   ///< allocated PD -> users
-    std::vector<uint32_t>                free_cqns_, free_qpns_, free_mpts_,
-                                         free_mtts_, free_srqns_;
-    uint32_t                             next_cqn_ = 1, next_qpn_ = 0x40,
-                                         next_mpt_ = 1, next_mtt_ = 0,
-                                         next_srqn_ = 1;
+    /// Numbers [first, limit): freed ones first, then never-used ones.
+    struct number_space {
+        uint32_t              next, limit = 0;
+        std::vector<uint32_t> freed;
+        result<uint32_t> take()
+        {
+            if (!freed.empty()) {
+                uint32_t n = freed.back();
+                freed.pop_back();
+                return n;
+            }
+            if (next >= limit) {
+                return status::exceeds_limit;
+            }
+            return next++;
+        }
+        void give(uint32_t n) { freed.push_back(n); }
+    };
+    // 0x40 QPNs reserved (mlx4: special QPs and proxies); number 0 of the
+    // others never handed out.
+    number_space                         cqns_{1}, qpns_{0x40}, mpts_{1},
+                                         mtts_{0}, srqns_{1};
     std::vector<qp *>                    qps_;
     event_queue                          comp_eq_, async_eq_;
     int                                  comp_fd_ = -1, async_fd_ = -1;
@@ -389,7 +408,7 @@ private:
 
     context &ctx_;
     bool     pd_held_ = false;
-    uint32_t srqn_ = 0, pd_ = 0, size_ = 0, log_stride_ = 0, max_sge_ = 0;
+    uint32_t srqn_ = ~0u, pd_ = 0, size_ = 0, log_stride_ = 0, max_sge_ = 0;
     uint32_t tm_list_size_ = 0;
     uint16_t head_ = 0, tail_ = 0, counter_ = 0;
     uint32_t posted_ = 0;

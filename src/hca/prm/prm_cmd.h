@@ -117,13 +117,17 @@ struct dev_cap_outbox {
     uint8_t log_max_qp_sz;          ///< 0x11
     uint8_t reserved1;
     uint8_t log_max_qp;             ///< 0x13: [4:0]
-    uint8_t reserved2[0x19 - 0x14];
+    uint8_t reserved2a;
+    uint8_t log_max_srqs;           ///< 0x15: [4:0]
+    uint8_t reserved2[0x19 - 0x16];
     uint8_t log_max_cq_sz;          ///< 0x19
     uint8_t reserved3;
     uint8_t log_max_cq;             ///< 0x1b
     uint8_t reserved4[0x3b - 0x1c];
     uint8_t log_max_mpts;           ///< 0x3b: [5:0]
-    uint8_t reserved5[0x44 - 0x3c];
+    uint8_t reserved5a[0x3f - 0x3c];
+    uint8_t log_max_mtts;           ///< 0x3f: [5:0] (MTT entries here)
+    uint8_t reserved5[0x44 - 0x40];
     be32    flags;                  ///< placeholder word for dev flags
     uint8_t reserved6[0x50 - 0x48];
     uint8_t max_sg_sq;              ///< 0x50
@@ -136,6 +140,11 @@ struct dev_cap_outbox {
 };
 static_assert(sizeof(dev_cap_outbox) == 0x100);
 static_assert(offsetof(dev_cap_outbox, max_sg_sq) == 0x50);
+static_assert(offsetof(dev_cap_outbox, log_max_qp) == 0x13);
+static_assert(offsetof(dev_cap_outbox, log_max_srqs) == 0x15);
+static_assert(offsetof(dev_cap_outbox, log_max_cq) == 0x1b);
+static_assert(offsetof(dev_cap_outbox, log_max_mpts) == 0x3b);
+static_assert(offsetof(dev_cap_outbox, log_max_mtts) == 0x3f);
 
 /// QUERY_ADAPTER outbox (mlx4 fw.c: INTA pin at 0x10, the vital product
 /// data block at 0x20; mlx4x puts its board id at the start of the VSD).
