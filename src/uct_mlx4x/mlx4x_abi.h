@@ -28,8 +28,10 @@ typedef enum {
 } uct_mlx4x_engine_t;
 
 typedef struct uct_mlx4x_md_config {
-    uct_md_config_t    super;
-    uct_mlx4x_engine_t engine;
+    uct_md_config_t        super;
+    uct_mlx4x_engine_t     engine;
+    int                    rcache_enable;
+    uct_md_rcache_config_t rcache;
 } uct_mlx4x_md_config_t;
 
 typedef struct uct_mlx4x_iface_config {
@@ -140,6 +142,17 @@ ucs_status_t uct_mlx4x_ep_atomic64_fetch(uct_ep_h ep, unsigned opcode,
 ucs_status_t uct_mlx4x_ep_atomic_cswap64(uct_ep_h ep, uint64_t compare,
                                          uint64_t swap, uint64_t remote_addr,
                                          uct_rkey_t rkey, uint64_t *result,
+                                         uct_completion_t *comp);
+ucs_status_t uct_mlx4x_ep_atomic32_post(uct_ep_h ep, unsigned opcode,
+                                        uint32_t value, uint64_t remote_addr,
+                                        uct_rkey_t rkey);
+ucs_status_t uct_mlx4x_ep_atomic32_fetch(uct_ep_h ep, unsigned opcode,
+                                         uint32_t value, uint32_t *result,
+                                         uint64_t remote_addr, uct_rkey_t rkey,
+                                         uct_completion_t *comp);
+ucs_status_t uct_mlx4x_ep_atomic_cswap32(uct_ep_h ep, uint32_t compare,
+                                         uint32_t swap, uint64_t remote_addr,
+                                         uct_rkey_t rkey, uint32_t *result,
                                          uct_completion_t *comp);
 ucs_status_t uct_mlx4x_ep_check(uct_ep_h ep, unsigned flags,
                                uct_completion_t *comp);

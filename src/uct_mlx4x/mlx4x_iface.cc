@@ -67,7 +67,8 @@ uint8_t ack_timeout_exponent(double seconds)
 
 // ---- md ----------------------------------------------------------------------
 
-result<std::unique_ptr<memory_domain>> memory_domain::open(bool engine_thread)
+result<std::unique_ptr<memory_domain>>
+memory_domain::open(bool engine_thread, const uct_md_rcache_config_t *rcache)
 {
     auto m = std::make_unique<memory_domain>();
     auto f = fabric::shm_fabric::open(fabric::shm_fabric::default_name());
@@ -88,6 +89,11 @@ result<std::unique_ptr<memory_domain>> memory_domain::open(bool engine_thread)
         return dma.error();
     }
     m->dma_mr_ = dma.take();
+    if (rcache) {
+        if (status s = m->create_rcache(*rcache); s != status::ok) {
+            return s;
+        }
+    }
     if (engine_thread) {
         if (status s = m->ctx_->start_engine_thread(place_engine_thread);
             s != status::ok) {

@@ -87,21 +87,51 @@ struct tag_offload {
     bool take_rndv(uint32_t app_ctx, uct_completion_t *&comp);
 };
 
+/// A registration as UCT holds it (uct_mem_h): a region of UCS's
+/// registration cache, or a plain one (the same layout) with the cache off.
+struct mem_handle {
+    ucs_rcache_region_t region;
+    drv::mr            *mr = nullptr;
+};
+inline drv::mr *mr_of(uct_mem_h h)
+{
+    return h ? static_cast<mem_handle *>(h)->mr : nullptr;
+}
+
 class memory_domain {
 public:
     /// `engine_thread`: the device runs on its own thread (placed with
-    /// hwloc, mlx4x_locality.cc).
-    static result<std::unique_ptr<memory_domain>> open(bool engine_thread);
+    /// hwloc, mlx4x_locality.cc); `rcache`: registrations are cached.
+    static result<std::unique_ptr<memory_domain>>
+    open(bool engine_thread, const uct_md_rcache_config_t *rcache);
+    ~memory_domain();
     drv::context &ctx() { return *ctx_; }
     uint32_t pd() const { return pd_; }
     /// L_Key of the whole address space for local access (the "DMA MR"
     /// kernel drivers have): used where UCT passes no memory handle.
     uint32_t local_lkey() const { return dma_mr_->lkey(); }
+
+    // memory registration (mlx4x_mem.cc)
+    ucs_status_t reg(void *address, size_t length, uct_mem_h *memh);
+    /// `invalidated`: completed once no registration of the region is left
+    /// (UCT_MD_MEM_DEREG_FLAG_INVALIDATE), or null.
+    void dereg(uct_mem_h memh, uct_completion_t *invalidated);
+    bool cached() const { return rcache_ != nullptr; }
+
 private:
+    status create_rcache(const uct_md_rcache_config_t &cfg);
+    result<drv::mr *> register_region(uintptr_t start, uintptr_t end);
+    static ucs_status_t rcache_reg(void *md, ucs_rcache_t *, void *,
+                                   ucs_rcache_region_t *region, uint16_t flags);
+    static void rcache_dereg(void *md, ucs_rcache_t *, ucs_rcache_region_t *region);
+    static void rcache_dump(void *md, ucs_rcache_t *, ucs_rcache_region_t *region,
+                            char *buf, size_t max);
+
     std::unique_ptr<fabric::fabric> fabric_;
     std::unique_ptr<drv::context>   ctx_;
     uint32_t                        pd_ = 0;
     std::unique_ptr<drv::mr>        dma_mr_;
+    ucs_rcache_t                   *rcache_ = nullptr;
 };
 
 class interface;

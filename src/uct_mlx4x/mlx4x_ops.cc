@@ -59,28 +59,110 @@ ucs_status_t rdma_zcopy(uct_ep_h h, drv::wr_opcode opcode, const uct_iov_t *iov,
     return st == UCS_OK ? UCS_INPROGRESS : st;
 }
 
-ucs_status_t atomic64(uct_ep_h h, drv::wr_opcode opcode, uint64_t compare_add,
-                      uint64_t swap, uint64_t remote_addr, uct_rkey_t rkey,
-                      uint64_t *result, uct_completion_t *comp)
+/// One atomic WQE: IBA compare-and-swap / fetch-and-add (64-bit), or an
+/// mlx4x masked atomic of 4 or 8 bytes. `result` (or the endpoint's sink,
+/// for a post) receives the old value.
+ucs_status_t post_atomic(uct_ep_h h, drv::send_wr &wr, void *result,
+                         uint64_t remote_addr, uct_rkey_t rkey,
+                         uct_completion_t *comp)
 {
     endpoint &e = ep_of(h);
     if (ucs_status_t st = tx_check(e); st != UCS_OK) {
         return st;
     }
-    uint64_t *dst = result ? result : &e.atomic_sink;
-    drv::sge  sg{reinterpret_cast<uint64_t>(dst), sizeof(uint64_t),
-                e.owner().domain().local_lkey()};
-    drv::send_wr wr;
-    wr.opcode      = opcode;
+    void    *dst  = result ? result : &e.atomic_sink;
+    uint32_t size = wr.opcode == drv::wr_opcode::masked_atomic_cs ||
+                            wr.opcode == drv::wr_opcode::masked_atomic_fa
+                        ? wr.atomic_size
+                        : uint32_t(sizeof(uint64_t));
+    drv::sge sg{reinterpret_cast<uint64_t>(dst), size, e.owner().domain().local_lkey()};
     wr.sg          = {&sg, 1};
     wr.remote_addr = remote_addr;
     wr.rkey        = uint32_t(rkey);
-    wr.compare_add = compare_add;
-    wr.swap        = swap;
     ucs_status_t st = post(e, wr, {.comp = comp});
     // A post is done for UCT once handed over; a fetch when its result is
     // in place.
     return st != UCS_OK ? st : result ? UCS_INPROGRESS : UCS_OK;
+}
+
+/// UCT's atomic operations as device atomics (no initiator-side emulation):
+/// 64-bit add and compare-and-swap are mlx4's IBA atomics; the others are
+/// masked atomics (ConnectX-3's, widened by mlx4x to 4-byte operands):
+///   add  = masked fetch-add, one field      xor = fetch-add, 1-bit fields
+///   and  = masked swap writing 0 where the operand has 0
+///   or   = masked swap writing 1 where the operand has 1
+///   swap = masked swap of every bit      cswap = compare and swap all bits
+drv::send_wr atomic_wr(uct_atomic_op_t op, size_t size, uint64_t value,
+                       uint64_t compare = 0)
+{
+    const uint64_t all = size == 4 ? 0xffffffffull : ~0ull;
+    drv::send_wr wr;
+    wr.atomic_size = uint8_t(size);
+    switch (op) {
+    case UCT_ATOMIC_OP_ADD:
+        if (size == 8) {
+            wr.opcode      = drv::wr_opcode::atomic_fa;
+            wr.compare_add = value;
+            return wr;
+        }
+        wr.opcode      = drv::wr_opcode::masked_atomic_fa;
+        wr.compare_add = value;
+        return wr;
+    case UCT_ATOMIC_OP_XOR:
+        wr.opcode      = drv::wr_opcode::masked_atomic_fa;
+        wr.compare_add = value;
+        wr.swap_mask   = all;
+        return wr;
+    case UCT_ATOMIC_OP_AND:
+        wr.opcode    = drv::wr_opcode::masked_atomic_cs;
+        wr.swap      = 0;
+        wr.swap_mask = ~value & all;
+        return wr;
+    case UCT_ATOMIC_OP_OR:
+        wr.opcode    = drv::wr_opcode::masked_atomic_cs;
+        wr.swap      = value;
+        wr.swap_mask = value & all;
+        return wr;
+    case UCT_ATOMIC_OP_SWAP:
+        wr.opcode    = drv::wr_opcode::masked_atomic_cs;
+        wr.swap      = value;
+        wr.swap_mask = all;
+        return wr;
+    case UCT_ATOMIC_OP_CSWAP:
+        if (size == 8) {
+            wr.opcode      = drv::wr_opcode::atomic_cs;
+            wr.compare_add = compare;
+            wr.swap        = value;
+            return wr;
+        }
+        wr.opcode       = drv::wr_opcode::masked_atomic_cs;
+        wr.compare_add  = compare;
+        wr.compare_mask = all;
+        wr.swap         = value;
+        wr.swap_mask    = all;
+        return wr;
+    default:
+        break;
+    }
+    wr.opcode = drv::wr_opcode::send;   // not an atomic: refused by callers
+    return wr;
+}
+
+/// Operations UCT may post (no result) and fetch.
+constexpr uint64_t atomic_post_ops = UCS_BIT(UCT_ATOMIC_OP_ADD) | UCS_BIT(UCT_ATOMIC_OP_AND) |
+                                     UCS_BIT(UCT_ATOMIC_OP_OR) | UCS_BIT(UCT_ATOMIC_OP_XOR);
+constexpr uint64_t atomic_fetch_ops = atomic_post_ops | UCS_BIT(UCT_ATOMIC_OP_SWAP) |
+                                      UCS_BIT(UCT_ATOMIC_OP_CSWAP);
+
+ucs_status_t atomic_op(uct_ep_h h, unsigned op, size_t size, uint64_t value,
+                       uint64_t compare, void *result, uint64_t remote_addr,
+                       uct_rkey_t rkey, uct_completion_t *comp, uint64_t allowed)
+{
+    if (op >= UCT_ATOMIC_OP_LAST || !(allowed & UCS_BIT(op))) {
+        return UCS_ERR_UNSUPPORTED;
+    }
+    drv::send_wr wr = atomic_wr(uct_atomic_op_t(op), size, value, compare);
+    return post_atomic(h, wr, result, remote_addr, rkey, comp);
 }
 
 } // namespace
@@ -92,7 +174,8 @@ extern "C" ucs_status_t uct_mlx4x_md_init(uct_mlx4x_md_t *m,
 {
     return c_entry([&] {
         install_log_sink();
-        auto r = memory_domain::open(config->engine == UCT_MLX4X_ENGINE_THREAD);
+        auto r = memory_domain::open(config->engine == UCT_MLX4X_ENGINE_THREAD,
+                                     config->rcache_enable ? &config->rcache : nullptr);
         if (!r.ok()) {
             return to_ucs(r.error());
         }
@@ -108,8 +191,9 @@ extern "C" void uct_mlx4x_md_close(uct_md_h h)
     ucs_free(m);
 }
 
-extern "C" ucs_status_t uct_mlx4x_md_query(uct_md_h, uct_md_attr_t *attr)
+extern "C" ucs_status_t uct_mlx4x_md_query(uct_md_h h, uct_md_attr_t *attr)
 {
+    const memory_domain &m = md_of(h);
     attr->cap.flags            = UCT_MD_FLAG_REG | UCT_MD_FLAG_NEED_RKEY |
                                  UCT_MD_FLAG_INVALIDATE;
     attr->cap.reg_mem_types    = UCS_BIT(UCS_MEMORY_TYPE_HOST);
@@ -121,7 +205,10 @@ extern "C" ucs_status_t uct_mlx4x_md_query(uct_md_h, uct_md_attr_t *attr)
     attr->cap.max_alloc        = ULONG_MAX;
     attr->cap.max_reg          = ULONG_MAX;
     attr->rkey_packed_size     = sizeof(uint64_t);
-    attr->reg_cost             = ucs_linear_func_make(1e-6, 0);
+    // A cache hit costs a lookup (UCX's figure for its IB cache); a miss,
+    // the device command.
+    attr->reg_cost             = m.cached() ? ucs_linear_func_make(180e-9, 0)
+                                            : ucs_linear_func_make(1e-6, 0);
     std::strncpy(attr->component_name, UCT_MLX4X_NAME, UCT_COMPONENT_NAME_MAX);
     std::memset(&attr->local_cpus, 0xff, sizeof(attr->local_cpus));
     return UCS_OK;
@@ -131,23 +218,10 @@ extern "C" ucs_status_t uct_mlx4x_mem_reg(uct_md_h h, void *address,
                                           size_t length, unsigned,
                                           uct_mem_h *memh_p)
 {
-    return c_entry([&] {
-        memory_domain &m  = md_of(h);
-        auto r = drv::mr::reg(m.ctx(), m.pd(), address, length,
-                              drv::access_local_write | drv::access_remote_write |
-                                  drv::access_remote_read |
-                                  drv::access_remote_atomic);
-        if (!r.ok()) {
-            ucs_error("mlx4x: failed to register %p length %zu: %s", address,
-                      length, to_string(r.error()));
-            return to_ucs(r.error());
-        }
-        *memh_p = r.take().release();
-        return UCS_OK;
-    });
+    return c_entry([&] { return md_of(h).reg(address, length, memh_p); });
 }
 
-extern "C" ucs_status_t uct_mlx4x_mem_dereg(uct_md_h,
+extern "C" ucs_status_t uct_mlx4x_mem_dereg(uct_md_h h,
                                             const uct_md_mem_dereg_params_t *p)
 {
     if (!(p->field_mask & UCT_MD_MEM_DEREG_FIELD_MEMH)) {
@@ -158,13 +232,7 @@ extern "C" ucs_status_t uct_mlx4x_mem_dereg(uct_md_h,
     if (invalidate && !(p->field_mask & UCT_MD_MEM_DEREG_FIELD_COMPLETION)) {
         return UCS_ERR_INVALID_PARAM;
     }
-    // HW2SW_MPT returns once the device has let go of the region: the rkey
-    // fails every later access (an RDMA in progress runs under the device
-    // lock the command takes), so invalidation is complete here.
-    delete static_cast<drv::mr *>(p->memh);
-    if (invalidate) {
-        uct_invoke_completion(p->comp, UCS_OK);
-    }
+    md_of(h).dereg(p->memh, invalidate ? p->comp : nullptr);
     return UCS_OK;
 }
 
@@ -172,7 +240,7 @@ extern "C" ucs_status_t uct_mlx4x_mkey_pack(uct_md_h, uct_mem_h memh,
                                             const uct_md_mkey_pack_params_t *,
                                             void *rkey_buffer)
 {
-    uint64_t rkey = static_cast<drv::mr *>(memh)->rkey();
+    uint64_t rkey = mr_of(memh)->rkey();
     std::memcpy(rkey_buffer, &rkey, sizeof(rkey));
     return UCS_OK;
 }
@@ -257,10 +325,11 @@ extern "C" ucs_status_t uct_mlx4x_iface_query(uct_iface_h h, uct_iface_attr_t *a
     attr->cap.get.max_iov     = max_iov;
     attr->cap.get.opt_zcopy_align = 1;
     attr->cap.get.align_mtu   = mtu;
-    // mlx4 hardware atomics: 64-bit fetch-and-add and compare-and-swap.
-    attr->cap.atomic64.op_flags  = UCS_BIT(UCT_ATOMIC_OP_ADD);
-    attr->cap.atomic64.fop_flags = UCS_BIT(UCT_ATOMIC_OP_ADD) |
-                                   UCS_BIT(UCT_ATOMIC_OP_CSWAP);
+    // Device atomics, 32- and 64-bit: mlx4's IBA ones and the masked ones.
+    attr->cap.atomic64.op_flags  = atomic_post_ops;
+    attr->cap.atomic64.fop_flags = atomic_fetch_ops;
+    attr->cap.atomic32.op_flags  = atomic_post_ops;
+    attr->cap.atomic32.fop_flags = atomic_fetch_ops;
     if (i.tm()) {
         attr->cap.flags |= UCT_IFACE_FLAG_TAG_EAGER_SHORT |
                            UCT_IFACE_FLAG_TAG_EAGER_BCOPY |
@@ -603,11 +672,17 @@ extern "C" ucs_status_t uct_mlx4x_ep_atomic64_post(uct_ep_h h, unsigned opcode,
                                                    uint64_t remote_addr,
                                                    uct_rkey_t rkey)
 {
-    if (opcode != UCT_ATOMIC_OP_ADD) {
-        return UCS_ERR_UNSUPPORTED;
-    }
-    return atomic64(h, drv::wr_opcode::atomic_fa, value, 0, remote_addr, rkey,
-                    nullptr, nullptr);
+    return atomic_op(h, opcode, 8, value, 0, nullptr, remote_addr, rkey, nullptr,
+                     atomic_post_ops);
+}
+
+extern "C" ucs_status_t uct_mlx4x_ep_atomic32_post(uct_ep_h h, unsigned opcode,
+                                                   uint32_t value,
+                                                   uint64_t remote_addr,
+                                                   uct_rkey_t rkey)
+{
+    return atomic_op(h, opcode, 4, value, 0, nullptr, remote_addr, rkey, nullptr,
+                     atomic_post_ops);
 }
 
 extern "C" ucs_status_t uct_mlx4x_ep_atomic64_fetch(uct_ep_h h, unsigned opcode,
@@ -617,11 +692,19 @@ extern "C" ucs_status_t uct_mlx4x_ep_atomic64_fetch(uct_ep_h h, unsigned opcode,
                                                     uct_rkey_t rkey,
                                                     uct_completion_t *comp)
 {
-    if (opcode != UCT_ATOMIC_OP_ADD) {
-        return UCS_ERR_UNSUPPORTED;
-    }
-    return atomic64(h, drv::wr_opcode::atomic_fa, value, 0, remote_addr, rkey,
-                    result, comp);
+    return atomic_op(h, opcode, 8, value, 0, result, remote_addr, rkey, comp,
+                     atomic_fetch_ops & ~UCS_BIT(UCT_ATOMIC_OP_CSWAP));
+}
+
+extern "C" ucs_status_t uct_mlx4x_ep_atomic32_fetch(uct_ep_h h, unsigned opcode,
+                                                    uint32_t value,
+                                                    uint32_t *result,
+                                                    uint64_t remote_addr,
+                                                    uct_rkey_t rkey,
+                                                    uct_completion_t *comp)
+{
+    return atomic_op(h, opcode, 4, value, 0, result, remote_addr, rkey, comp,
+                     atomic_fetch_ops & ~UCS_BIT(UCT_ATOMIC_OP_CSWAP));
 }
 
 extern "C" ucs_status_t uct_mlx4x_ep_atomic_cswap64(uct_ep_h h, uint64_t compare,
@@ -631,8 +714,19 @@ extern "C" ucs_status_t uct_mlx4x_ep_atomic_cswap64(uct_ep_h h, uint64_t compare
                                                     uint64_t *result,
                                                     uct_completion_t *comp)
 {
-    return atomic64(h, drv::wr_opcode::atomic_cs, compare, swap, remote_addr,
-                    rkey, result, comp);
+    return atomic_op(h, UCT_ATOMIC_OP_CSWAP, 8, swap, compare, result, remote_addr,
+                     rkey, comp, atomic_fetch_ops);
+}
+
+extern "C" ucs_status_t uct_mlx4x_ep_atomic_cswap32(uct_ep_h h, uint32_t compare,
+                                                    uint32_t swap,
+                                                    uint64_t remote_addr,
+                                                    uct_rkey_t rkey,
+                                                    uint32_t *result,
+                                                    uct_completion_t *comp)
+{
+    return atomic_op(h, UCT_ATOMIC_OP_CSWAP, 4, swap, compare, result, remote_addr,
+                     rkey, comp, atomic_fetch_ops);
 }
 
 extern "C" ucs_status_t uct_mlx4x_ep_flush(uct_ep_h h, unsigned flags,

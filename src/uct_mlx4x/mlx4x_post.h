@@ -84,7 +84,7 @@ inline bool to_sge(endpoint &e, const uct_iov_t *iov, size_t iovcnt, drv::sge *s
             return false;
         }
         size_t len = iov[i].count ? iov[i].length : 0;
-        auto *memh = static_cast<drv::mr *>(iov[i].memh);
+        drv::mr *memh = mr_of(iov[i].memh);
         sg[i] = {reinterpret_cast<uint64_t>(iov[i].buffer), uint32_t(len),
                  memh ? memh->lkey() : e.owner().domain().local_lkey()};
         total += len;

@@ -149,7 +149,7 @@ extern "C" ucs_status_ptr_t uct_mlx4x_ep_tag_rndv_zcopy(uct_ep_h h, uct_tag_t ta
     // memory handle (our MD does not ask for one: local access uses the
     // DMA MR), so the buffer is registered for this transfer.
     std::unique_ptr<drv::mr> own;
-    auto *memh = static_cast<drv::mr *>(iov[0].memh);
+    drv::mr *memh = mr_of(iov[0].memh);
     if (!memh) {
         auto r = drv::mr::reg(e.owner().ctx(), e.owner().domain().pd(),
                               iov[0].buffer, iov[0].length,
@@ -331,7 +331,7 @@ ucs_status_t interface::tag_recv(uint64_t tag, uint64_t mask, const uct_iov_t &i
         tm_->exceeds_limit += s == status::exceeds_limit;
         return to_ucs(s);
     }
-    auto *memh = static_cast<drv::mr *>(iov.memh);
+    drv::mr *memh = mr_of(iov.memh);
     status s = post_list_op(prm::tm_list_op::append, index, &r,
                             memh ? memh->lkey() : md_.local_lkey());
     if (s != status::ok) {

@@ -34,6 +34,16 @@ static ucs_config_field_t uct_mlx4x_md_config_table[] = {
      ucs_offsetof(uct_mlx4x_md_config_t, engine),
      UCS_CONFIG_TYPE_ENUM(uct_mlx4x_engine_names)},
 
+    {"RCACHE", "y",
+     "Keep memory registrations in UCX's registration cache: registering a\n"
+     "buffer again (each rendezvous of an MPI_Send from the same buffer) finds\n"
+     "the cached region instead of asking the device; unmapped memory drops\n"
+     "out of the cache. The UCX_MLX4X_RCACHE_* settings tune it.",
+     ucs_offsetof(uct_mlx4x_md_config_t, rcache_enable), UCS_CONFIG_TYPE_BOOL},
+
+    {"", "", NULL, ucs_offsetof(uct_mlx4x_md_config_t, rcache),
+     UCS_CONFIG_TYPE_TABLE(uct_md_config_rcache_table)},
+
     {NULL}
 };
 
@@ -145,6 +155,9 @@ static uct_iface_ops_t uct_mlx4x_iface_ops = {
     .ep_atomic64_post         = uct_mlx4x_ep_atomic64_post,
     .ep_atomic64_fetch        = uct_mlx4x_ep_atomic64_fetch,
     .ep_atomic_cswap64        = uct_mlx4x_ep_atomic_cswap64,
+    .ep_atomic32_post         = uct_mlx4x_ep_atomic32_post,
+    .ep_atomic32_fetch        = uct_mlx4x_ep_atomic32_fetch,
+    .ep_atomic_cswap32        = uct_mlx4x_ep_atomic_cswap32,
     .ep_tag_eager_short       = uct_mlx4x_ep_tag_eager_short,
     .ep_tag_eager_bcopy       = uct_mlx4x_ep_tag_eager_bcopy,
     .ep_tag_eager_zcopy       = uct_mlx4x_ep_tag_eager_zcopy,

@@ -5,6 +5,8 @@
 // QUERY_DEV_CAP (C7).
 #include "hca_fixture.h"
 
+#include <set>
+
 namespace mlx4x::test {
 namespace {
 
@@ -133,20 +135,24 @@ TEST_F(objects, C56_query_mpt_and_cq_and_adapter)
 namespace mlx4x::test {
 namespace {
 
-// Keys carry an 8-bit tag that changes per registration; after it wraps no
-// key may equal the invalid L_Key (0x100) that ends a receive list, or a
-// receive into that MR would scatter nothing.
-TEST_F(objects, no_registration_ever_gets_the_invalid_lkey)
+// Keys carry an 8-bit tag that changes per registration; tag 0 is never
+// used, so no key may equal the invalid L_Key (0x100: index 1, tag 0) that
+// ends a receive list. And MPT indexes are reused as late as possible
+// (mlx4_core's round robin): a peer holding an old rkey must not reach a
+// new registration, so 600 registrations get 600 different keys.
+TEST_F(objects, no_registration_ever_gets_the_invalid_lkey_or_an_old_key)
 {
-    endpoint fresh;   // MPT index 1 free: every registration below reuses it
+    endpoint fresh;
     fresh.open(fab);
     std::vector<uint8_t> page(64);
+    std::set<uint32_t> keys;
     for (int i = 0; i < 600; ++i) {
         auto m = drv::mr::reg(*fresh.ctx, fresh.pd, page.data(), page.size(),
                               drv::access_local_write);
-        ASSERT_EQ(prm::mkey_index((*m)->lkey()), 1u);
         ASSERT_TRUE(m.ok());
         ASSERT_NE((*m)->lkey(), prm::invalid_lkey) << i;
+        ASSERT_NE((*m)->lkey() & 0xff, 0u) << i;
+        ASSERT_TRUE(keys.insert((*m)->lkey()).second) << i;
     }
 }
 

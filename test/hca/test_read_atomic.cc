@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// RDMA READ, atomics (compare-and-swap, fetch-and-add), fences and RDMA
+// RDMA READ, atomics (compare-and-swap, fetch-and-add, and mlx4x's 4- and
+// 8-byte masked atomics), fences and RDMA
 // WRITE with immediate over the loopback fabric: data, completion order,
 // depth limits, remote access checks and recovery from lost packets.
 #include "hca_fixture.h"
@@ -258,6 +259,176 @@ TEST_F(read_atomic, write_with_immediate_consumes_a_receive_and_reports_length)
     EXPECT_EQ(check_pattern(dst.data(), dst.size(), 9), -1);
 }
 
+// ---- mlx4x masked atomics (ConnectX-3 masked CS/FA, 4- and 8-byte) ----------
+
+class masked_atomic : public read_atomic {
+protected:
+    /// One masked atomic on `target` (4 or 8 bytes); returns the old value
+    /// the completion delivered, or ~0 on failure (with a test failure).
+    template <typename T>
+    uint64_t run(drv::wr_opcode op, T &target, uint64_t compare_add,
+                 uint64_t compare_mask, uint64_t swap, uint64_t swap_mask)
+    {
+        auto &tm = b.reg(&target, sizeof(T), all_local);
+        alignas(8) T result = T(~T{0});
+        auto &rm = a.reg(&result, sizeof(T), all_local);
+        drv::sge s{reinterpret_cast<uint64_t>(&result), sizeof(T), rm.lkey()};
+        drv::send_wr wr;
+        wr.wr_id        = a.send_wcs.size();
+        wr.opcode       = op;
+        wr.sg           = {&s, 1};
+        wr.remote_addr  = reinterpret_cast<uint64_t>(&target);
+        wr.rkey         = tm.rkey();
+        wr.compare_add  = compare_add;
+        wr.compare_mask = compare_mask;
+        wr.swap         = swap;
+        wr.swap_mask    = swap_mask;
+        wr.atomic_size  = sizeof(T);
+        size_t before = a.send_wcs.size();
+        EXPECT_EQ(a.qp->post_send(wr), status::ok);
+        EXPECT_TRUE(sends_done(before + 1));
+        if (a.send_wcs.size() <= before) {
+            return ~0ull;
+        }
+        EXPECT_EQ(a.send_wcs[before].status, drv::wc_status::success);
+        EXPECT_EQ(a.send_wcs[before].opcode,
+                  op == drv::wr_opcode::masked_atomic_cs ? drv::wc_opcode::masked_atomic_cs
+                                                         : drv::wc_opcode::masked_atomic_fa);
+        return result;
+    }
+};
+
+// Masked compare-and-swap: only the compare_mask bits are compared, only
+// the swap_mask bits written; the old value always comes back. UCT's
+// swap, and, or and 32-bit compare-and-swap are this operation.
+TEST_F(masked_atomic, C60_masked_compare_swap_8_and_4_bytes)
+{
+    start();
+    alignas(8) uint64_t t64 = 0x1122334455667788ull;
+    // Compare on the low byte only (0x88 matches), write the high half.
+    EXPECT_EQ(run(drv::wr_opcode::masked_atomic_cs, t64, 0xff88, 0xff,
+                  0xaaaaaaaa00000000ull, 0xffffffff00000000ull),
+              0x1122334455667788ull);
+    EXPECT_EQ(t64, 0xaaaaaaaa55667788ull);
+    // A mismatch in a compared bit: nothing written.
+    EXPECT_EQ(run(drv::wr_opcode::masked_atomic_cs, t64, 0x87, 0xff, 0, ~0ull),
+              0xaaaaaaaa55667788ull);
+    EXPECT_EQ(t64, 0xaaaaaaaa55667788ull);
+    // Swap: nothing compared, everything written.
+    EXPECT_EQ(run(drv::wr_opcode::masked_atomic_cs, t64, 0, 0, 42, ~0ull),
+              0xaaaaaaaa55667788ull);
+    EXPECT_EQ(t64, 42u);
+
+    // 4 bytes: the neighbouring word is never touched.
+    alignas(8) uint32_t t32[2] = {0xf0f0f0f0u, 0x5a5a5a5au};
+    // OR 0x0000ffff: write ones where the mask says.
+    EXPECT_EQ(run(drv::wr_opcode::masked_atomic_cs, t32[0], 0, 0, 0xffffffffu,
+                  0x0000ffffu),
+              0xf0f0f0f0u);
+    EXPECT_EQ(t32[0], 0xf0f0ffffu);
+    // AND 0xff00ff00: write zeros where the operand has zeros.
+    EXPECT_EQ(run(drv::wr_opcode::masked_atomic_cs, t32[0], 0, 0, 0,
+                  ~0xff00ff00u & 0xffffffffu),
+              0xf0f0ffffu);
+    EXPECT_EQ(t32[0], 0xf000ff00u);
+    // Full 32-bit compare-and-swap, matching then not.
+    EXPECT_EQ(run(drv::wr_opcode::masked_atomic_cs, t32[0], 0xf000ff00u, 0xffffffffu,
+                  7, 0xffffffffu),
+              0xf000ff00u);
+    EXPECT_EQ(t32[0], 7u);
+    EXPECT_EQ(run(drv::wr_opcode::masked_atomic_cs, t32[0], 8, 0xffffffffu, 9,
+                  0xffffffffu),
+              7u);
+    EXPECT_EQ(t32[0], 7u);
+    EXPECT_EQ(t32[1], 0x5a5a5a5au);
+}
+
+// Masked fetch-and-add: the mask marks each field's top bit, where a carry
+// stops. No mask: a plain add (UCT's 32-bit add); every bit its own field:
+// exclusive or (UCT's xor).
+TEST_F(masked_atomic, C60_masked_fetch_add_fields_plain_add_and_xor)
+{
+    start();
+    alignas(8) uint64_t t64 = 0x00ff00ff00ff00ffull;
+    // Four 16-bit fields: 0x00ff + 0xff01 = 0x0000 with the carry dropped.
+    EXPECT_EQ(run(drv::wr_opcode::masked_atomic_fa, t64, 0xff01ff01ff01ff01ull, 0, 0,
+                  0x8000800080008000ull),
+              0x00ff00ff00ff00ffull);
+    EXPECT_EQ(t64, 0u);
+    // XOR: every bit a field.
+    t64 = 0x0f0f0f0f0f0f0f0full;
+    EXPECT_EQ(run(drv::wr_opcode::masked_atomic_fa, t64, 0xff00ff00ff00ff00ull, 0, 0,
+                  ~0ull),
+              0x0f0f0f0f0f0f0f0full);
+    EXPECT_EQ(t64, 0xf00ff00ff00ff00full);
+
+    alignas(8) uint32_t t32[2] = {0xfffffffeu, 0x11111111u};
+    // 32-bit add wraps within the word, never carrying into the next one.
+    EXPECT_EQ(run(drv::wr_opcode::masked_atomic_fa, t32[0], 3, 0, 0, 0), 0xfffffffeu);
+    EXPECT_EQ(t32[0], 1u);
+    EXPECT_EQ(t32[1], 0x11111111u);
+    EXPECT_EQ(run(drv::wr_opcode::masked_atomic_fa, t32[1], 0x10101010u, 0, 0,
+                  0xffffffffu),
+              0x11111111u);
+    EXPECT_EQ(t32[1], 0x01010101u);
+}
+
+// The responder's checks apply to masked atomics at their own size: a
+// 4-byte operand must be inside the region (C53) and 4-byte aligned.
+class masked_atomic_refused : public masked_atomic {
+protected:
+    alignas(8) uint32_t target[3] = {1, 2, 3};
+    alignas(8) uint32_t result    = 0;
+
+    drv::wc_status fetch_add_at(size_t byte_offset)
+    {
+        start();
+        auto &tm = b.reg(&target[0], 2 * sizeof(uint32_t), all_local);
+        auto &rm = a.reg(&result, sizeof(result), all_local);
+        drv::sge s{reinterpret_cast<uint64_t>(&result), 4, rm.lkey()};
+        drv::send_wr wr;
+        wr.opcode      = drv::wr_opcode::masked_atomic_fa;
+        wr.sg          = {&s, 1};
+        wr.remote_addr = reinterpret_cast<uint64_t>(&target[0]) + byte_offset;
+        wr.rkey        = tm.rkey();
+        wr.compare_add = 1;
+        wr.atomic_size = 4;
+        EXPECT_EQ(a.qp->post_send(wr), status::ok);
+        EXPECT_TRUE(sends_done(1));
+        return a.send_wcs.empty() ? drv::wc_status::success : a.send_wcs[0].status;
+    }
+};
+
+TEST_F(masked_atomic_refused, C53_outside_the_region)
+{
+    EXPECT_EQ(fetch_add_at(8), drv::wc_status::remote_access_err);
+    EXPECT_EQ(target[2], 3u);   // never touched
+}
+
+TEST_F(masked_atomic_refused, misaligned_for_its_size)
+{
+    EXPECT_EQ(fetch_add_at(2), drv::wc_status::remote_inval_req_err);
+    EXPECT_EQ(target[0], 1u);
+    EXPECT_EQ(target[1], 2u);
+}
+
+// The driver refuses a result buffer that does not match the operand size.
+TEST_F(masked_atomic, result_buffer_must_match_the_operand_size)
+{
+    start();
+    alignas(8) uint64_t result = 0;
+    auto &rm = a.reg(&result, sizeof(result), all_local);
+    drv::sge s{reinterpret_cast<uint64_t>(&result), 8, rm.lkey()};
+    drv::send_wr wr;
+    wr.opcode      = drv::wr_opcode::masked_atomic_cs;
+    wr.sg          = {&s, 1};
+    wr.atomic_size = 4;
+    EXPECT_EQ(a.qp->post_send(wr), status::invalid_param);
+    wr.atomic_size = 2;
+    s.length       = 2;
+    EXPECT_EQ(a.qp->post_send(wr), status::invalid_param);
+}
+
 // Lost and duplicated packets: READ responses go missing and are asked for
 // again from the first missing PSN; duplicated atomics are not executed
 // twice (their saved result is returned).
@@ -286,11 +457,34 @@ TEST_P(read_atomic_faults, reads_and_atomics_complete_exactly_once)
                               resm.lkey(), reinterpret_cast<uint64_t>(&counter),
                               cm.rkey(), 1), status::ok);
     }
-    ASSERT_TRUE(sends_done(1 + results.size())) << dump(a.send_wcs);
+    // 4-byte masked fetch-adds too: answered from the saved result when
+    // duplicated, like the IBA atomics.
+    alignas(8) uint32_t counter32 = 0;
+    std::vector<uint32_t> results32(10, ~0u);
+    auto &cm32   = b.reg(&counter32, sizeof(counter32), all_local);
+    auto &resm32 = a.reg(results32.data(), results32.size() * 4, all_local);
+    for (size_t i = 0; i < results32.size(); ++i) {
+        drv::sge sg{reinterpret_cast<uint64_t>(&results32[i]), 4, resm32.lkey()};
+        drv::send_wr wr;
+        wr.wr_id       = 1000 + i;
+        wr.opcode      = drv::wr_opcode::masked_atomic_fa;
+        wr.sg          = {&sg, 1};
+        wr.remote_addr = reinterpret_cast<uint64_t>(&counter32);
+        wr.rkey        = cm32.rkey();
+        wr.compare_add = 1;
+        wr.atomic_size = 4;
+        ASSERT_EQ(a.qp->post_send(wr), status::ok);
+    }
+    ASSERT_TRUE(sends_done(1 + results.size() + results32.size())) << dump(a.send_wcs);
     for (const drv::wc &w : a.send_wcs) {
         EXPECT_EQ(w.status, drv::wc_status::success) << dump(a.send_wcs);
     }
     EXPECT_EQ(check_pattern(local.data(), local.size(), 11), -1);
+    EXPECT_EQ(counter32, results32.size());
+    std::sort(results32.begin(), results32.end());
+    for (size_t i = 0; i < results32.size(); ++i) {
+        EXPECT_EQ(results32[i], i);
+    }
     EXPECT_EQ(counter, results.size());   // each fetch-add executed once
     std::vector<uint64_t> sorted = results;
     std::sort(sorted.begin(), sorted.end());

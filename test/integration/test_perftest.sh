@@ -1,6 +1,7 @@
 #!/bin/sh
-# ucx_perftest server/client pairs over mlx4x: the UCT tests of the
-# foundation (-x mlx4x -d mlx4x_0:1) and UCP tag tests with UCX_TLS=mlx4x,self.
+# ucx_perftest server/client pairs over mlx4x: the UCT tests mlx4x advertises
+# (-x mlx4x -d mlx4x_0:1) and UCP tag, RMA, stream and atomic tests with
+# UCX_TLS=mlx4x,self.
 . "$(dirname "$0")/lib.sh"
 
 uct="-x mlx4x -d mlx4x_0:1"
@@ -19,6 +20,13 @@ perftest_pair "get zcopy 1 MiB"     60 -t get     -D zcopy -s 1048576 -n 500 $uc
 perftest_pair "add_lat"             60 -t add_lat -n 5000 $uct
 perftest_pair "fadd"                60 -t fadd    -n 5000 $uct
 perftest_pair "cswap"               60 -t cswap   -n 5000 $uct
+perftest_pair "swap"                60 -t swap    -n 5000 $uct
+perftest_pair "add_mr"              60 -t add_mr  -n 5000 $uct
+# -s 4: the 32-bit forms (mlx4x masked atomics in the device).
+perftest_pair "add_lat 32-bit"      60 -t add_lat -s 4 -n 5000 $uct
+perftest_pair "fadd 32-bit"         60 -t fadd    -s 4 -n 5000 $uct
+perftest_pair "swap 32-bit"         60 -t swap    -s 4 -n 5000 $uct
+perftest_pair "cswap 32-bit"        60 -t cswap   -s 4 -n 5000 $uct
 
 export UCX_TLS=mlx4x,self
 perftest_pair "tag_lat 8"           60 -t tag_lat -s 8 -n 20000
@@ -28,4 +36,8 @@ perftest_pair "tag_bw 4 MiB"        90 -t tag_bw  -s 4194304 -n 100
 perftest_pair "ucp_get 1 MiB"       60 -t ucp_get -s 1048576 -n 200
 perftest_pair "ucp_put_bw 1 MiB"    60 -t ucp_put_bw -s 1048576 -n 200
 perftest_pair "stream_bw 64 KiB"    60 -t stream_bw -s 65536 -n 2000
+perftest_pair "ucp_add"             60 -t ucp_add   -n 5000
+perftest_pair "ucp_fadd"            60 -t ucp_fadd  -n 5000
+perftest_pair "ucp_swap 32-bit"     60 -t ucp_swap  -s 4 -n 5000
+perftest_pair "ucp_cswap"           60 -t ucp_cswap -n 5000
 finish

@@ -16,6 +16,7 @@
 #include "hca/prm/prm_wqe.h"
 
 #include <atomic>
+#include <deque>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -179,27 +180,35 @@ private:
     port_attr                            port_;
     uint32_t                             next_pd_ = 1;
     std::map<uint32_t, uint32_t>         pd_refs_;   ///< allocated PD -> users
-    /// Numbers [first, limit): freed ones first, then never-used ones.
+    /// Numbers [first, limit). Queue numbers: a freed one is handed out
+    /// again first (stale events of its old owner are drained before, E11).
+    /// MPT indexes (`late_reuse`): never-used ones first, then freed ones
+    /// oldest first, like mlx4_core's round-robin bitmap, because a remote
+    /// peer may still hold an old rkey: with the 8-bit tag, keys stay
+    /// unique over index space x 255 registrations.
     struct number_space {
-        uint32_t              next, limit = 0;
-        std::vector<uint32_t> freed;
+        uint32_t             next;
+        bool                 late_reuse = false;
+        uint32_t             limit = 0;
+        std::deque<uint32_t> freed;
         result<uint32_t> take()
         {
-            if (!freed.empty()) {
-                uint32_t n = freed.back();
-                freed.pop_back();
-                return n;
-            }
-            if (next >= limit) {
+            bool fresh = next < limit && (late_reuse || freed.empty());
+            if (!fresh && freed.empty()) {
                 return status::exceeds_limit;
             }
-            return next++;
+            if (fresh) {
+                return next++;
+            }
+            uint32_t n = late_reuse ? freed.front() : freed.back();
+            late_reuse ? freed.pop_front() : freed.pop_back();
+            return n;
         }
         void give(uint32_t n) { freed.push_back(n); }
     };
     // 0x40 QPNs reserved (mlx4: special QPs and proxies); number 0 of the
     // others never handed out.
-    number_space                         cqns_{1}, qpns_{0x40}, mpts_{1},
+    number_space                         cqns_{1}, qpns_{0x40}, mpts_{1, true},
                                          mtts_{0}, srqns_{1};
     std::vector<qp *>                    qps_;
     event_queue                          comp_eq_, async_eq_;
@@ -278,7 +287,8 @@ enum class wc_status : uint8_t {
 const char *to_string(wc_status s);
 
 enum class wc_opcode : uint8_t {
-    send, rdma_write, rdma_read, atomic_cs, atomic_fa, recv, recv_imm,
+    send, rdma_write, rdma_read, atomic_cs, atomic_fa, masked_atomic_cs,
+    masked_atomic_fa, recv, recv_imm,
     recv_rdma_imm,
     // tag matching (prm_tm.h): receive side of a TM SRQ ...
     tm_expected,     ///< eager message placed in posted receive tm.index
@@ -452,6 +462,12 @@ enum class wr_opcode : uint8_t {
     rdma_read,   ///< sg: where the data lands
     atomic_cs,   ///< compare_add = compare, swap = swap; sg: 8-byte result
     atomic_fa,   ///< compare_add = addend; sg: 8-byte result
+    /// Masked atomics (ConnectX-3; 4-byte operands are mlx4x's), on
+    /// atomic_size bytes, sg: a result of that size. Compare-and-swap:
+    /// compare_add/compare_mask select, swap/swap_mask write; fetch-and-add:
+    /// compare_add is added per field, swap_mask has each field's top bit.
+    masked_atomic_cs,
+    masked_atomic_fa,
 };
 
 enum send_flags : uint32_t {
@@ -471,6 +487,9 @@ struct send_wr {
     uint32_t               rkey = 0;
     uint64_t               compare_add = 0;  ///< atomics
     uint64_t               swap = 0;
+    uint64_t               compare_mask = 0; ///< masked atomics
+    uint64_t               swap_mask = 0;
+    uint8_t                atomic_size = 8;  ///< masked atomics: 4 or 8
     const ah              *ud_ah = nullptr;  ///< UD destination
     uint32_t               ud_dqpn = 0;
     uint32_t               ud_qkey = 0;

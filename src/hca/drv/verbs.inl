@@ -19,6 +19,8 @@ inline prm::send_opcode to_prm(wr_opcode op)
     case wr_opcode::rdma_read:      return prm::send_opcode::rdma_read;
     case wr_opcode::atomic_cs:      return prm::send_opcode::atomic_cs;
     case wr_opcode::atomic_fa:      return prm::send_opcode::atomic_fa;
+    case wr_opcode::masked_atomic_cs: return prm::send_opcode::masked_atomic_cs;
+    case wr_opcode::masked_atomic_fa: return prm::send_opcode::masked_atomic_fa;
     }
     return prm::send_opcode::nop;
 }
@@ -65,6 +67,8 @@ inline wc_opcode send_wc_opcode(uint8_t op)
     case prm::send_opcode::rdma_read:      return wc_opcode::rdma_read;
     case prm::send_opcode::atomic_cs:      return wc_opcode::atomic_cs;
     case prm::send_opcode::atomic_fa:      return wc_opcode::atomic_fa;
+    case prm::send_opcode::masked_atomic_cs: return wc_opcode::masked_atomic_cs;
+    case prm::send_opcode::masked_atomic_fa: return wc_opcode::masked_atomic_fa;
     case prm::send_opcode::tag_matching:   return wc_opcode::tm_list_op;
     default:                               return wc_opcode::send;
     }
@@ -139,6 +143,7 @@ inline status qp::post_send(const send_wr &wr)
         return status::invalid_param;
     }
     uint32_t idx    = sq_head_;
+    uint32_t opmod  = 0;
     uint8_t *wqe    = buf_ + (size_t(idx & (sq_size_ - 1)) << sq_log_stride_);
     size_t   stride = size_t{1} << sq_log_stride_;
     size_t   off    = sizeof(prm::wqe_ctrl_seg);
@@ -162,7 +167,23 @@ inline status qp::post_send(const send_wr &wr)
         r.rkey.set(wr.rkey);
         std::memcpy(wqe + off, &r, sizeof(r));
         off += sizeof(r);
-        if (wr.opcode == wr_opcode::atomic_cs || wr.opcode == wr_opcode::atomic_fa) {
+        if (wr.opcode == wr_opcode::masked_atomic_cs ||
+            wr.opcode == wr_opcode::masked_atomic_fa) {
+            // One result buffer of the operand's size (4 or 8 bytes).
+            if (inl || wr.sg.size() != 1 || wr.sg[0].length != wr.atomic_size ||
+                (wr.atomic_size != 4 && wr.atomic_size != 8)) {
+                return status::invalid_param;
+            }
+            prm::wqe_masked_atomic_seg a{};
+            bool cs = wr.opcode == wr_opcode::masked_atomic_cs;
+            a.swap_add.set(cs ? wr.swap : wr.compare_add);
+            a.compare.set(cs ? wr.compare_add : 0);
+            a.swap_add_mask.set(wr.swap_mask);
+            a.compare_mask.set(cs ? wr.compare_mask : 0);
+            std::memcpy(wqe + off, &a, sizeof(a));
+            off += sizeof(a);
+            opmod = wr.atomic_size == 4 ? 2 : 3;
+        } else if (wr.opcode == wr_opcode::atomic_cs || wr.opcode == wr_opcode::atomic_fa) {
             // C60: atomics on RC only, one 8-byte result buffer.
             if (inl || wr.sg.size() != 1 || wr.sg[0].length != sizeof(uint64_t)) {
                 return status::invalid_param;
@@ -211,6 +232,7 @@ inline status qp::post_send(const send_wr &wr)
     std::memcpy(wqe + 4, reinterpret_cast<uint8_t *>(&ctrl) + 4, sizeof(ctrl) - 4);
     sq_wrid_[idx & (sq_size_ - 1)] = wr.wr_id;
     uint32_t owner_opcode = uint32_t(detail::to_prm(wr.opcode)) |
+                            opmod << prm::wqe_opmod_shift |
                             ((idx & sq_size_) ? prm::wqe_owner_bit : 0);
     // ...then ownership: the device may start on the WQE as soon as the
     // owner bit is right, so the release orders the descriptor before it.

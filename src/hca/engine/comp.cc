@@ -108,11 +108,16 @@ void device::complete_response(qp &q, const engine::pkt &p)
         if (!p.has(ib::kind_atomic)) {
             return;
         }
-        // The original value lands in local memory in host order.
+        // The original value lands in local memory in host order, as wide
+        // as the operand (a 4-byte one came zero-extended).
         uint64_t orig = p.ext<ib::atomic_ack_eth>(ib::hdr_atomic_ack).orig.get();
+        uint32_t orig32 = uint32_t(orig);
+        std::span<const uint8_t> value =
+            w.log_size == 2
+                ? std::span<const uint8_t>{reinterpret_cast<const uint8_t *>(&orig32), 4}
+                : std::span<const uint8_t>{reinterpret_cast<const uint8_t *>(&orig), 8};
         placed = scatter_segs(q, w.segs, w.segs_len / sizeof(prm::wqe_data_seg), 0,
-                              {reinterpret_cast<const uint8_t *>(&orig),
-                               sizeof(orig)}) == scatter_result::ok;
+                              value) == scatter_result::ok;
     }
     if (!placed) {
         while (q.sq_tail != index) {

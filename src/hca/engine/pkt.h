@@ -30,6 +30,7 @@ struct pkt {
         return v;
     }
     bool has(uint16_t kind) const { return (info->kind & kind) == kind; }
+    bool has_hdr(ib::hdr_bits h) const { return (info->hdrs & h) != 0; }
 };
 
 /// Ingress checks (IBA 9.6 header validation): LRH version and next header,

@@ -296,7 +296,7 @@ bool device::send_rd_atomic_request(qp &q, const send_wqe &w, bool fresh)
 {
     uint32_t psn = q.next_psn;
     uint32_t npackets;
-    std::array<uint8_t, sizeof(ib::atomic_eth)> ext;
+    std::array<uint8_t, sizeof(ib::x_atomic_eth)> ext;
     size_t   ext_len;
     uint8_t  op;
     if (engine::is_read(w.opcode)) {
@@ -310,6 +310,21 @@ bool device::send_rd_atomic_request(qp &q, const send_wqe &w, bool fresh)
         ext_len  = sizeof(r);
         op       = uint8_t(opcode::rc_rdma_read_request);
         npackets = packets_of(len, q.mtu);
+    } else if (engine::is_masked_atomic(w.opcode)) {
+        ib::x_atomic_eth a{};
+        a.va.set(w.raddr);
+        a.rkey.set(w.rkey);
+        a.log_size = w.log_size;
+        a.swap_add.set(w.swap_add);
+        a.compare.set(w.compare);
+        a.swap_add_mask.set(w.swap_add_mask);
+        a.compare_mask.set(w.compare_mask);
+        std::memcpy(ext.data(), &a, sizeof(a));
+        ext_len  = sizeof(a);
+        op       = uint8_t(w.opcode == prm::send_opcode::masked_atomic_cs
+                               ? opcode::x_masked_compare_swap
+                               : opcode::x_masked_fetch_add);
+        npackets = 1;
     } else {
         ib::atomic_eth a;
         a.va.set(w.raddr);

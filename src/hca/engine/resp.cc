@@ -200,15 +200,92 @@ void device::respond_read(qp &q, const pkt &p, bool duplicate)
     q.msn  = ib::psn_add(q.msn, 1);
 }
 
+namespace {
+
+/// An atomic request, from AtomicETH or the mlx4x masked-atomic header.
+struct atomic_req {
+    uint64_t va = 0;
+    uint32_t rkey = 0;
+    size_t   size = sizeof(uint64_t);
+    bool     compare_swap = false;
+    bool     masked = false;
+    uint64_t swap_add = 0, compare = 0, swap_add_mask = 0, compare_mask = 0;
+};
+
+atomic_req decode_atomic(const pkt &p)
+{
+    atomic_req r;
+    if (p.has_hdr(ib::hdr_x_atomic_eth)) {
+        auto a = p.ext<ib::x_atomic_eth>(ib::hdr_x_atomic_eth);
+        r.va            = a.va.get();
+        r.rkey          = a.rkey.get();
+        r.size          = a.log_size == 2 ? 4 : a.log_size == 3 ? 8 : 0;
+        r.compare_swap  = p.opcode == uint8_t(ib::opcode::x_masked_compare_swap);
+        r.masked        = true;
+        r.swap_add      = a.swap_add.get();
+        r.compare       = a.compare.get();
+        r.swap_add_mask = a.swap_add_mask.get();
+        r.compare_mask  = a.compare_mask.get();
+    } else {
+        auto a = p.ext<ib::atomic_eth>(ib::hdr_atomic_eth);
+        r.va           = a.va.get();
+        r.rkey         = a.rkey.get();
+        r.compare_swap = p.opcode == uint8_t(ib::opcode::rc_compare_swap);
+        r.swap_add     = a.swap_add.get();
+        r.compare      = a.compare.get();
+    }
+    return r;
+}
+
+/// Executes the request on `target` with the host's atomics (other agents
+/// of the process may use the same word) and returns the old value.
+/// Masked compare-and-swap writes (old & ~swap_mask) | (swap & swap_mask)
+/// when (old ^ compare) & compare_mask is 0; masked fetch-and-add adds per
+/// field, the mask holding each field's top bit, where a carry stops.
+template <typename T> uint64_t execute_atomic(T *target, const atomic_req &r)
+{
+    const T swap_add = T(r.swap_add), compare = T(r.compare);
+    if (!r.masked) {
+        if (!r.compare_swap) {
+            return __atomic_fetch_add(target, swap_add, __ATOMIC_SEQ_CST);
+        }
+        T old = compare;
+        __atomic_compare_exchange_n(target, &old, swap_add, false,
+                                    __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+        return old;
+    }
+    const T swap_mask = T(r.swap_add_mask), compare_mask = T(r.compare_mask);
+    T old = __atomic_load_n(target, __ATOMIC_SEQ_CST);
+    T next;
+    do {
+        if (r.compare_swap) {
+            if ((old ^ compare) & compare_mask) {
+                return old;   // no match: nothing written
+            }
+            next = T((old & ~swap_mask) | (swap_add & swap_mask));
+        } else {
+            next = T(((old & ~swap_mask) + (swap_add & ~swap_mask)) ^
+                     ((old ^ swap_add) & swap_mask));
+        }
+    } while (!__atomic_compare_exchange_n(target, &old, next, false,
+                                          __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST));
+    return old;
+}
+
+} // namespace
+
 void device::respond_atomic(qp &q, const pkt &p)
 {
-    ib::atomic_eth a = p.ext<ib::atomic_eth>(ib::hdr_atomic_eth);
-    uint64_t va = a.va.get();
-    if (!check_rkey(q, a.rkey.get(), va, sizeof(uint64_t), prm::mpt_perm_atomic)) {
+    const atomic_req r = decode_atomic(p);
+    if (r.size == 0) {
+        responder_error(q, ib::nak_code::invalid_request);   // bad operand size
+        return;
+    }
+    if (!check_rkey(q, r.rkey, r.va, r.size, prm::mpt_perm_atomic)) {
         responder_error(q, ib::nak_code::remote_access);
         return;
     }
-    if (va % sizeof(uint64_t)) {
+    if (r.va % r.size) {
         responder_error(q, ib::nak_code::invalid_request);   // misaligned
         return;
     }
@@ -221,16 +298,9 @@ void device::respond_atomic(qp &q, const pkt &p)
         responder_error(q, ib::nak_code::invalid_request);   // depth exceeded
         return;
     }
-    // The target may be shared with other agents of the process: use the
-    // host's atomics on it.
-    auto *target = reinterpret_cast<uint64_t *>(static_cast<uintptr_t>(va));
-    if (p.opcode == uint8_t(ib::opcode::rc_compare_swap)) {
-        res.orig = a.compare.get();
-        __atomic_compare_exchange_n(target, &res.orig, a.swap_add.get(), false,
-                                    __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
-    } else {
-        res.orig = __atomic_fetch_add(target, a.swap_add.get(), __ATOMIC_SEQ_CST);
-    }
+    void *target = reinterpret_cast<void *>(static_cast<uintptr_t>(r.va));
+    res.orig = r.size == 4 ? execute_atomic(static_cast<uint32_t *>(target), r)
+                           : execute_atomic(static_cast<uint64_t *>(target), r);
     (void)take_resource(q, res);
     q.epsn = ib::psn_add(q.epsn, 1);
     q.msn  = ib::psn_add(q.msn, 1);

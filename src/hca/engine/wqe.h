@@ -19,6 +19,8 @@ struct send_wqe {
     uint64_t raddr = 0;
     uint32_t rkey  = 0;
     uint64_t swap_add = 0, compare = 0;   ///< atomics
+    uint64_t swap_add_mask = 0, compare_mask = 0;   ///< masked atomics
+    uint8_t  log_size = 3;   ///< atomic operand: 2 = 4 bytes, 3 = 8 bytes
     uint16_t ud_dlid = 0;
     uint8_t  ud_port = 0;
     uint32_t ud_pd = 0, ud_dqpn = 0, ud_qkey = 0;
@@ -28,9 +30,15 @@ struct send_wqe {
     uint32_t total_len = 0;
 };
 
+constexpr bool is_masked_atomic(prm::send_opcode op)
+{
+    return op == prm::send_opcode::masked_atomic_cs ||
+           op == prm::send_opcode::masked_atomic_fa;
+}
 constexpr bool is_atomic(prm::send_opcode op)
 {
-    return op == prm::send_opcode::atomic_cs || op == prm::send_opcode::atomic_fa;
+    return op == prm::send_opcode::atomic_cs || op == prm::send_opcode::atomic_fa ||
+           is_masked_atomic(op);
 }
 constexpr bool is_read(prm::send_opcode op)
 {
@@ -95,6 +103,8 @@ inline bool decode_send_wqe(const dev::qp &q, uint32_t index, send_wqe &w)
         return false;
     }
     w.opcode    = static_cast<prm::send_opcode>(ctrl.owner_opcode.get() & 0x1f);
+    uint32_t opmod = (ctrl.owner_opcode.get() & prm::wqe_opmod_mask) >>
+                     prm::wqe_opmod_shift;
     w.signaled  = (ctrl.srcrb_flags.get() & prm::ctrl_cq_update) != 0;
     w.solicited = (ctrl.srcrb_flags.get() & prm::ctrl_solicited) != 0;
     w.fence     = (ctrl.fence_size & prm::ctrl_fence) != 0;
@@ -117,7 +127,18 @@ inline bool decode_send_wqe(const dev::qp &q, uint32_t index, send_wqe &w)
         w.raddr = r.raddr.get();
         w.rkey  = r.rkey.get();
         off += sizeof(r);
-        if (is_atomic(w.opcode)) {
+        if (is_masked_atomic(w.opcode)) {
+            if (off + sizeof(prm::wqe_masked_atomic_seg) > size) return false;
+            if (opmod != 0 && opmod != 2 && opmod != 3) return false;
+            prm::wqe_masked_atomic_seg a;
+            std::memcpy(&a, p + off, sizeof(a));
+            w.swap_add      = a.swap_add.get();
+            w.compare       = a.compare.get();
+            w.swap_add_mask = a.swap_add_mask.get();
+            w.compare_mask  = a.compare_mask.get();
+            w.log_size      = opmod ? uint8_t(opmod) : 3;
+            off += sizeof(a);
+        } else if (is_atomic(w.opcode)) {
             if (off + sizeof(prm::wqe_atomic_seg) > size) return false;
             prm::wqe_atomic_seg a;
             std::memcpy(&a, p + off, sizeof(a));

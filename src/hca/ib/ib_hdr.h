@@ -81,6 +81,24 @@ struct atomic_eth {
 };
 static_assert(sizeof(atomic_eth) == 28);
 
+/// mlx4x masked atomic header (manufacturer-specific opcodes, IBA 9.2):
+/// AtomicETH's fields plus the operand size and both masks, 48 bytes. The
+/// answer is a normal ATOMIC ACKNOWLEDGE; a 4-byte original value travels
+/// zero-extended in AtomicAckETH.
+struct x_atomic_eth {
+    be64_split va;
+    be32       rkey;
+    uint8_t    log_size;       ///< 2: 4 bytes, 3: 8 bytes
+    uint8_t    reserved[3];
+    be64_split swap_add;
+    be64_split compare;
+    be64_split swap_add_mask;
+    be64_split compare_mask;
+};
+static_assert(sizeof(x_atomic_eth) == 48);
+static_assert(offsetof(x_atomic_eth, log_size) == 12);
+static_assert(offsetof(x_atomic_eth, swap_add) == 16);
+
 /// Atomic ACK Extended Transport Header (IBA 9.3.6): the original value.
 struct atomic_ack_eth {
     be64_split orig;

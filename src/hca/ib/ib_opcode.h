@@ -33,6 +33,10 @@ enum class opcode : uint8_t {
     rc_atomic_acknowledge        = 0x12,
     rc_compare_swap              = 0x13,
     rc_fetch_add                 = 0x14,
+    // mlx4x extension, in the manufacturer-specific range 0xc0-0xff (IBA
+    // 9.2): masked atomics (see x_atomic_eth), RC semantics.
+    x_masked_compare_swap        = 0xc0,
+    x_masked_fetch_add           = 0xc1,
     ud_send_only                 = 0x64,
     ud_send_only_imm             = 0x65,
 };
@@ -45,6 +49,7 @@ enum hdr_bits : uint8_t {
     hdr_aeth         = 1 << 3,
     hdr_atomic_ack   = 1 << 4,
     hdr_immdt        = 1 << 5,
+    hdr_x_atomic_eth = 1 << 6,   ///< mlx4x, in AtomicETH's place
 };
 
 /// What a packet means; kept apart from the header set on purpose (rxe once
@@ -89,7 +94,8 @@ struct ext_hdr {
 };
 constexpr ext_hdr ext_order[] = {
     {hdr_deth, sizeof(deth)},           {hdr_reth, sizeof(reth)},
-    {hdr_atomic_eth, sizeof(atomic_eth)}, {hdr_aeth, sizeof(aeth)},
+    {hdr_atomic_eth, sizeof(atomic_eth)}, {hdr_x_atomic_eth, sizeof(x_atomic_eth)},
+    {hdr_aeth, sizeof(aeth)},
     {hdr_atomic_ack, sizeof(atomic_ack_eth)}, {hdr_immdt, sizeof(immdt)},
 };
 
@@ -145,6 +151,10 @@ constexpr row rows[] = {
      R | kind_atomic | kind_first | kind_last, "RC_COMPARE_SWAP"},
     {opcode::rc_fetch_add, hdr_atomic_eth,
      R | kind_atomic | kind_first | kind_last, "RC_FETCH_ADD"},
+    {opcode::x_masked_compare_swap, hdr_x_atomic_eth,
+     R | kind_atomic | kind_first | kind_last, "X_MASKED_COMPARE_SWAP"},
+    {opcode::x_masked_fetch_add, hdr_x_atomic_eth,
+     R | kind_atomic | kind_first | kind_last, "X_MASKED_FETCH_ADD"},
     {opcode::ud_send_only, hdr_deth,
      R | kind_send | kind_first | kind_last | kind_ud, "UD_SEND_ONLY"},
     {opcode::ud_send_only_imm, hdr_deth | hdr_immdt,
@@ -195,6 +205,7 @@ constexpr size_t ext_offset(const opcode_info &i, hdr_bits h)
 }
 static_assert(ext_offset(info(opcode::rc_rdma_write_only_imm), hdr_immdt) == 28);
 static_assert(info(opcode::rc_compare_swap).hdr_len == 12 + 28);
+static_assert(info(opcode::x_masked_fetch_add).hdr_len == 12 + 48);
 static_assert(ext_offset(info(opcode::rc_atomic_acknowledge), hdr_atomic_ack) ==
               12 + 4);
 static_assert(info(opcode::rc_rdma_read_response_middle).hdr_len == 12);

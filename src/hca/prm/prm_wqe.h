@@ -27,6 +27,8 @@ enum class send_opcode : uint8_t {
     rdma_read      = 0x10,
     atomic_cs      = 0x11,
     atomic_fa      = 0x12,
+    masked_atomic_cs = 0x14,   ///< ConnectX-3 masked atomics (mlx4dv.h)
+    masked_atomic_fa = 0x15,
     tag_matching   = 0x1c,   ///< mlx4x: TM list operation (prm_tm.h)
 };
 
@@ -39,6 +41,11 @@ enum class recv_opcode : uint8_t {
 };
 
 constexpr uint32_t wqe_owner_bit   = 1u << 31;   ///< in ctrl.owner_opcode
+/// mlx4x: ctrl.owner_opcode [11:8] of a masked atomic = log2 of its operand
+/// size (2: 4 bytes, 3: 8 bytes; 0 = 8 bytes as on ConnectX-3). As mlx5's
+/// extended atomics carry log_arg_sz in their opcode modifier.
+constexpr unsigned wqe_opmod_shift = 8;
+constexpr uint32_t wqe_opmod_mask  = 0xfu << wqe_opmod_shift;
 constexpr uint8_t  ctrl_fence      = 1u << 6;    ///< in ctrl.fence_size
 constexpr uint8_t  ctrl_ds_mask    = 0x3f;       ///< size in 16-byte units
 constexpr uint32_t ctrl_cq_update  = 3u << 2;    ///< srcrb_flags: signalled
@@ -84,6 +91,19 @@ struct wqe_atomic_seg {
     be64 compare;
 };
 static_assert(sizeof(wqe_atomic_seg) == 16);
+
+/// mlx4_wqe_masked_atomic_seg. Compare-and-swap: when
+/// ((old ^ compare) & compare_mask) == 0 the target becomes
+/// (old & ~swap_add_mask) | (swap_add & swap_add_mask). Fetch-and-add:
+/// swap_add is added field by field; swap_add_mask has the top bit of each
+/// field set (no carry leaves a field). The old value is returned either way.
+struct wqe_masked_atomic_seg {
+    be64 swap_add;
+    be64 compare;
+    be64 swap_add_mask;
+    be64 compare_mask;
+};
+static_assert(sizeof(wqe_masked_atomic_seg) == 32);
 
 /// UD address vector + destination (mlx4_wqe_datagram_seg).
 struct wqe_datagram_seg {
