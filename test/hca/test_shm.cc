@@ -556,6 +556,38 @@ TEST_F(shm_test, segment_of_another_version_is_refused)
     expect_refused_with_one_error_line(name);
 }
 
+// An older version's segment is replaced when no live process is attached
+// to it (upgrading mlx4x needs no manual clean-up), refused while one is.
+TEST_F(shm_test, older_segment_is_recreated_only_when_nobody_uses_it)
+{
+    constexpr size_t v2_ports_offset = 4096, v2_max_ports = 64;
+    constexpr size_t v2_size = v2_ports_offset + v2_max_ports * 64 + 4096;
+    for (bool owner_alive : {true, false}) {
+        shm_unlink(("/" + name).c_str());
+        std::vector<uint8_t> head(v2_ports_offset + v2_max_ports * 64);
+        auto *h = reinterpret_cast<fabric::shm::region_header *>(head.data());
+        h->magic        = fabric::shm::region_magic;
+        h->version      = 2;
+        h->header_size  = sizeof(*h);
+        h->total_size   = v2_size;
+        h->max_ports    = v2_max_ports;
+        h->ports_offset = v2_ports_offset;
+        auto *e = reinterpret_cast<fabric::shm::port_entry *>(head.data() +
+                                                              v2_ports_offset);
+        e->state.store(uint32_t(fabric::shm::port_state::active));
+        e->pid        = owner_alive ? getpid() : 0;   // pid 0: nobody
+        e->start_time = fabric::shm::process_start_time(getpid());
+        ASSERT_NO_FATAL_FAILURE(make_segment(name, v2_size, head));
+        if (owner_alive) {
+            expect_refused_with_one_error_line(name);
+            continue;
+        }
+        auto f = shm_fabric::open(name);
+        ASSERT_TRUE(f.ok());
+        EXPECT_TRUE((*f)->attach().ok());
+    }
+}
+
 TEST_F(shm_test, segment_of_the_wrong_size_is_refused)
 {
     std::vector<uint8_t> garbage(4096, 0x5a);

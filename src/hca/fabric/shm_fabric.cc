@@ -21,11 +21,9 @@ namespace mlx4x::fabric {
 
 using namespace shm;
 
-namespace {
-
 /// Process start time (field 22 of /proc/<pid>/stat), to tell a live owner
 /// from a new process that reused a dead owner's pid. 0 if unknown.
-uint64_t process_start_time(int pid)
+uint64_t shm::process_start_time(int pid)
 {
     char path[64];
     std::snprintf(path, sizeof(path), "/proc/%d/stat", pid);
@@ -52,6 +50,8 @@ uint64_t process_start_time(int pid)
     }
     return start;
 }
+
+namespace {
 
 bool owner_alive(const port_entry &e)
 {
@@ -150,6 +150,29 @@ bool layout_matches(const region_header *h)
            h->rings_offset == shm::rings_offset;
 }
 
+/// Whether a segment of an older layout version has no live port owner.
+/// Versions 2 and up keep the header's fields and the 64-byte port entry
+/// with state, pid and start time; nothing beyond the file is read. A newer
+/// version's segment is never judged (its layout is unknown here).
+bool nobody_attached(const region_header *h, size_t file_size)
+{
+    if (h->version < 2 || h->version >= region_version || h->max_ports == 0 ||
+        h->ports_offset > file_size ||
+        h->max_ports > (file_size - h->ports_offset) / sizeof(port_entry)) {
+        return false;   // not a layout we can judge: leave it alone
+    }
+    const auto *tab = reinterpret_cast<const port_entry *>(
+        reinterpret_cast<const char *>(h) + h->ports_offset);
+    for (uint32_t i = 0; i < h->max_ports; ++i) {
+        if (tab[i].state.load(std::memory_order_acquire) !=
+                static_cast<uint32_t>(port_state::free) &&
+            owner_alive(tab[i])) {
+            return false;
+        }
+    }
+    return true;
+}
+
 } // namespace
 
 std::string shm_fabric::default_name()
@@ -228,7 +251,17 @@ result<std::unique_ptr<shm_fabric>> shm_fabric::open(const std::string &name)
         if (magic == region_magic && size_ok && layout_matches(h)) {
             return std::unique_ptr<shm_fabric>(new shm_fabric(name, base));
         }
+        bool abandoned = magic == region_magic && !layout_matches(h) &&
+                         nobody_attached(h, size_t(now.st_size));
         munmap(base, total_size);
+        if (abandoned && attempt == 0) {
+            // Left by another mlx4x version and no live process attached:
+            // nobody can be using it.
+            MLX4X_WARN("fabric segment /dev/shm/%s has another layout and no "
+                       "live ports, recreating it", name.c_str());
+            shm_unlink(shm_name.c_str());
+            continue;
+        }
         if (magic == 0 && attempt == 0) {
             // Its creator died before initialising it: nobody can be using
             // it, so start over with a fresh segment.

@@ -22,8 +22,8 @@
 namespace mlx4x::fabric::shm {
 
 constexpr uint64_t region_magic   = 0x6d6c783478666162ull; // "mlx4xfab"
-constexpr uint32_t region_version = 2;   ///< 2: port_entry.sleeping
-constexpr uint32_t max_ports      = 64;
+constexpr uint32_t region_version = 3;   ///< 2: port_entry.sleeping; 3: 256 ports
+constexpr uint32_t max_ports      = 256;
 constexpr uint32_t ring_slots     = 256;   ///< power of two
 constexpr size_t   slot_data_size = max_frame_size;
 
@@ -73,6 +73,11 @@ struct region_header {
     uint64_t        next_guid;
     pthread_mutex_t lock;          ///< robust + process-shared
 };
+
+/// Process start time (field 22 of /proc/<pid>/stat): a port entry's owner
+/// is alive when its pid runs and started then (pids are reused). 0 if
+/// unknown.
+uint64_t process_start_time(int pid);
 
 constexpr size_t align_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
 constexpr size_t ports_offset = align_up(sizeof(region_header), 4096);
