@@ -36,15 +36,19 @@ void device_sma::port_down()
     agent_.reset();
 }
 
-bool device_sma::process(const uint8_t *in, uint8_t *out, bool local)
+bool device_sma::process(const uint8_t *in, uint8_t *out, bool local,
+                         uint16_t requester_lid)
 {
     if (!agent_) {
         return false;   // port down: no SMA answers (MAD_IFC outbox empty)
     }
     mad request, response;
     std::memcpy(&request, in, sizeof(request));
-    if (agent_->process(request, response, local) != status::ok) {
+    if (agent_->process(request, response, local, requester_lid) != status::ok) {
         return false;
+    }
+    if (!local && dr_response_is_local(response)) {
+        return false;   // E44: for this node's own SM, never on the wire
     }
     std::memcpy(out, &response, sizeof(response));
     return true;

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // The device's firmware SMA: plugs mad::sma into the device's sma_hook so
-// MAD_IFC (and later QP0) reach it. The fabric stands in for the subnet
+// MAD_IFC and SMPs on QP0 reach it. The fabric stands in for the subnet
 // manager: when the link comes up it has already assigned the LID, and the
 // agent applies it as an SM would (IBA 14.4: Set PortInfo LID, then
 // PortState ARMED and ACTIVE), through the same state machine SMPs drive.
@@ -17,7 +17,8 @@ class device_sma final : public dev::sma_hook {
 public:
     void port_up(uint16_t lid, uint64_t port_guid) override;
     void port_down() override;
-    bool process(const uint8_t *in, uint8_t *out, bool local) override;
+    bool process(const uint8_t *in, uint8_t *out, bool local,
+                 uint16_t requester_lid) override;
 
     /// The agent while the port is up, else nullptr.
     const sma *agent() const { return agent_.get(); }

@@ -182,6 +182,7 @@ private:
         uint32_t psn;
         bool     ackreq;
         bool     solicited = false;           ///< BTH SE bit
+        uint8_t  vl = 0;                      ///< 15: subnet management
         std::span<const uint8_t> ext;       ///< extended headers after BTH
         std::span<const uint8_t> payload;
     };
@@ -216,6 +217,9 @@ private:
     void on_frame(std::span<const uint8_t> frame) override;
     void respond(qp &q, const engine::pkt &p);
     void respond_ud(qp &q, const engine::pkt &p);
+    void receive_smp(const engine::pkt &p);
+    void deliver_datagram(qp &q, const engine::pkt &p);
+    qp  *qp0();
     void respond_send(qp &q, const engine::pkt &p);
     void respond_write(qp &q, const engine::pkt &p);
     void respond_read(qp &q, const engine::pkt &p, bool duplicate);

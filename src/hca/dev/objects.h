@@ -146,6 +146,9 @@ struct qp {
     uint8_t      min_rnr_timer = 1;
     bool         remote_write = false, remote_read = false, remote_atomic = false;
 
+    /// UD, or QP0 (st mlx): datagrams with a DETH, no PSN sequence.
+    bool datagram() const { return st == prm::qp_st::ud || st == prm::qp_st::mlx; }
+
     // Work queues in host memory.
     uint8_t     *sq_buf = nullptr;  uint32_t sq_log_size = 0, sq_log_stride = 0;
     uint8_t     *rq_buf = nullptr;  uint32_t rq_log_size = 0, rq_log_stride = 0;

@@ -2,7 +2,7 @@
 // Where the subnet management agent plugs into the device's firmware: the
 // SMA lives above the device (src/mad/) and is handed to it by whoever
 // builds the device, so dependencies keep pointing down. MAD_IFC reaches
-// it, as SMPs on QP0 will.
+// it, and so do SMPs other ports send to QP0.
 #pragma once
 
 #include <cstdint>
@@ -16,8 +16,10 @@ public:
     virtual void port_up(uint16_t lid, uint64_t port_guid) = 0;
     virtual void port_down() = 0;
     /// One 256-byte MAD; true when `out` holds the response. `local` means
-    /// MAD_IFC with the ignore-M_Key op_modifier (mlx4 op_mod bit 0).
-    virtual bool process(const uint8_t *in, uint8_t *out, bool local) = 0;
+    /// MAD_IFC with the ignore-M_Key op_modifier (mlx4 op_mod bit 0);
+    /// `requester_lid` is the SLID of an SMP that came on QP0 (0 if none).
+    virtual bool process(const uint8_t *in, uint8_t *out, bool local,
+                         uint16_t requester_lid = 0) = 0;
 };
 
 } // namespace mlx4x::dev

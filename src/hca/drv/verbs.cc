@@ -847,7 +847,8 @@ result<std::unique_ptr<qp>> qp::create(context &ctx, uint32_t pd, qp_type type,
     q->recv_cq_  = &recv_cq;
     // Send WQE: ctrl + (datagram | raddr | tm) + max(gather list, inline).
     size_t fixed  = sizeof(prm::wqe_ctrl_seg) +
-                    (type == qp_type::ud       ? sizeof(prm::wqe_datagram_seg)
+                    (type == qp_type::ud || type == qp_type::smi
+                                               ? sizeof(prm::wqe_datagram_seg)
                      : type == qp_type::tm_cmd ? sizeof(prm::wqe_tm_seg)
                                                : sizeof(prm::wqe_raddr_seg));
     size_t gather = caps.max_send_sge * sizeof(prm::wqe_data_seg);
@@ -881,7 +882,7 @@ result<std::unique_ptr<qp>> qp::create(context &ctx, uint32_t pd, qp_type type,
     q->mtt_ = *mtt;
     q->sq_wrid_.assign(q->sq_size_, 0);
     q->rq_wrid_.assign(q->rq_size_, 0);
-    auto qpn = ctx.alloc_qpn();
+    auto qpn = type == qp_type::smi ? ctx.claim_special_qpn(0) : ctx.alloc_qpn();
     if (!qpn.ok()) {
         return qpn.error();
     }
@@ -902,7 +903,9 @@ qp::~qp()
         clean_cqs();
         ctx_.register_qp(qpn_, nullptr);
         ctx_.drain_events_of(false, qpn_);   // E11: before reuse
-        ctx_.free_qpn(qpn_);
+        if (qpn_ >= context::first_regular_qpn) {
+            ctx_.free_qpn(qpn_);
+        }
     }
     if (mtt_ != ~uint64_t{0}) {
         ctx_.unmap_buffer(mtt_);
@@ -933,9 +936,10 @@ prm::qp_modify_mailbox qp::base_mailbox() const
 {
     prm::qp_modify_mailbox mb{};
     prm::qp_context &c = mb.context;
-    prm::qpc_st::set(c.flags, uint8_t(type_ == qp_type::rc ? prm::qp_st::rc
-                                      : type_ == qp_type::ud ? prm::qp_st::ud
-                                                             : prm::qp_st::tm_cmd));
+    prm::qpc_st::set(c.flags, uint8_t(type_ == qp_type::rc    ? prm::qp_st::rc
+                                      : type_ == qp_type::ud  ? prm::qp_st::ud
+                                      : type_ == qp_type::smi ? prm::qp_st::mlx
+                                                              : prm::qp_st::tm_cmd));
     prm::qpc_tm_dev_sq::set(c.param3, caps_.device_owned_sq);
     c.pd.set(pd_);
     c.local_qpn.set(qpn_);

@@ -144,6 +144,16 @@ public:
     result<uint32_t> alloc_cqn() { return cqns_.take(); }
     void             free_cqn(uint32_t n) { cqns_.give(n); }
     result<uint32_t> alloc_qpn() { return qpns_.take(); }
+    /// QPNs below this are special (QP0, QP1; mlx4 reserves the range).
+    static constexpr uint32_t first_regular_qpn = 0x40;
+    /// A special QPN (0: QP0) if no QP holds it yet.
+    result<uint32_t> claim_special_qpn(uint32_t n)
+    {
+        if (n >= first_regular_qpn || qp_by_num(n)) {
+            return status::busy;
+        }
+        return n;
+    }
     void             free_qpn(uint32_t n) { qpns_.give(n); }
     result<uint32_t> alloc_mpt() { return mpts_.take(); }
     void             free_mpt(uint32_t n) { mpts_.give(n); }
@@ -206,9 +216,9 @@ private:
         }
         void give(uint32_t n) { freed.push_back(n); }
     };
-    // 0x40 QPNs reserved (mlx4: special QPs and proxies); number 0 of the
-    // others never handed out.
-    number_space                         cqns_{1}, qpns_{0x40}, mpts_{1, true},
+    // QPNs below first_regular_qpn are special (claim_special_qpn); number 0
+    // of the others is never handed out.
+    number_space                         cqns_{1}, qpns_{first_regular_qpn}, mpts_{1, true},
                                          mtts_{0}, srqns_{1};
     std::vector<qp *>                    qps_;
     event_queue                          comp_eq_, async_eq_;
@@ -433,6 +443,10 @@ private:
 enum class qp_type : uint8_t {
     rc, ud,
     tm_cmd,   ///< list operations of a TM SRQ (post_tm_op only)
+    /// QP0, the subnet management interface (IBA 14.2): the special QP
+    /// number 0, datagrams on VL15 to other ports' QP0 (SMPs). One per
+    /// context; posted like UD (dqpn 0, Q_Key 0).
+    smi,
 };
 
 struct qp_caps {

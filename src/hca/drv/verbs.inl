@@ -134,7 +134,8 @@ inline status qp::post_send(const send_wr &wr)
     if (sq_outstanding() >= sq_size_) {
         return status::no_resource;   // C62: never overwrite a WQE
     }
-    if (type_ == qp_type::ud && wr.opcode != wr_opcode::send &&
+    bool datagram = type_ == qp_type::ud || type_ == qp_type::smi;
+    if (datagram && wr.opcode != wr_opcode::send &&
         wr.opcode != wr_opcode::send_imm) {
         return status::invalid_param;   // E6: UD carries SENDs only
     }
@@ -148,7 +149,7 @@ inline status qp::post_send(const send_wr &wr)
     size_t   stride = size_t{1} << sq_log_stride_;
     size_t   off    = sizeof(prm::wqe_ctrl_seg);
 
-    if (type_ == qp_type::ud) {
+    if (datagram) {
         if (!wr.ud_ah) {
             return status::invalid_param;
         }

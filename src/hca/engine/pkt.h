@@ -19,6 +19,7 @@ struct pkt {
     uint32_t dest_qp;
     uint32_t psn;
     uint16_t pkey;
+    uint8_t  vl;                      ///< LRH virtual lane (15: QP0 only)
     bool     ackreq;
     const uint8_t *bth;               ///< start of the BTH
     std::span<const uint8_t> payload;
@@ -60,6 +61,7 @@ inline std::optional<pkt> parse(std::span<const uint8_t> frame)
     p.dest_qp = ib::bth_qpn::get(bh.dest_qp);
     p.psn     = ib::bth_psn::get(bh.apsn);
     p.pkey    = bh.pkey.get();
+    p.vl      = uint8_t(l.vl_lver >> 4);
     p.ackreq  = ib::bth_ackreq::get(bh.apsn);
     p.bth     = b;
     p.payload = {b + i.hdr_len, after_lrh - i.hdr_len};

@@ -55,7 +55,7 @@ status device::emit(const tx_packet &p)
     size_t total   = hdr_len + payload.size() + ib::icrc_size;
 
     ib::lrh l{};
-    l.vl_lver = 0;
+    l.vl_lver = uint8_t(p.vl << 4);
     l.sl_lnh  = ib::lnh_iba_local;
     l.dlid.set(p.dlid);
     l.pkt_len.set(static_cast<uint16_t>(((total + 3) / 4) & 0x7ff));
@@ -133,7 +133,7 @@ bool device::send_one_packet(qp &q)
     if (!q.sending && !engine::sq_wqe_ready(q, q.cur_wqe)) {
         return false;   // nothing posted
     }
-    bool ud = q.st == prm::qp_st::ud;
+    bool ud = q.datagram();
     if (!ud) {
         if (q.rnr_until && now() < q.rnr_until) {
             return false;
@@ -155,7 +155,7 @@ bool device::send_one_packet(qp &q)
         if (int32_t(q.sq_tail - q.sq_head) > 0) {
             q.sq_head = q.sq_tail;
         }
-        if (q.st == prm::qp_st::ud) {
+        if (q.datagram()) {
             // IBA 10.3.1: a UD send error stops only the send queue (SQE);
             // receives go on, SQERR2RTS resumes.
             q.state = prm::qp_state::sqer;
@@ -247,6 +247,7 @@ bool device::send_one_packet(qp &q)
                      .psn     = psn,
                      .ackreq  = ackreq,
                      .solicited = last && w.solicited,
+                     .vl      = uint8_t(q.st == prm::qp_st::mlx ? 15 : 0),
                      .ext     = {ext.data(), ext_len},
                      .payload = payload});
     if (s == status::no_resource) {

@@ -4,6 +4,7 @@
 // coalesced ACKs / NAKs.
 #include "hca/dev/device.h"
 #include "hca/engine/pkt.h"
+#include "hca/ib/ib_mad.h"
 #include "hca/ib/ib_psn.h"
 #include "hca/ib/ib_tm.h"
 #include "hca/prm/prm_wqe.h"
@@ -24,6 +25,14 @@ void device::on_frame(std::span<const uint8_t> frame)
         return;
     }
     count(counter::rx_bytes, p->payload.size());
+    if (p->dest_qp == 0) {
+        receive_smp(*p);   // QP0: no P_Key or Q_Key check (IBA 9.6.1.1)
+        return;
+    }
+    if (p->vl == 15) {
+        count(counter::bad_packets);   // VL15 carries only QP0 traffic (7.6.4)
+        return;
+    }
     qp *q = find_qp(p->dest_qp);
     if (!q || q->st == prm::qp_st::tm_cmd ||
         (q->state != prm::qp_state::rtr && q->state != prm::qp_state::rts &&
@@ -40,7 +49,7 @@ void device::on_frame(std::span<const uint8_t> frame)
         return;
     }
     bool is_ud = (p->info->kind & ib::kind_ud) != 0;
-    if (is_ud != (q->st == prm::qp_st::ud)) {
+    if (is_ud != (q->st == prm::qp_st::ud)) {   // QP0 never gets here
         count(counter::bad_packets);   // transport mismatch (9.6.1.4)
         return;
     }
@@ -559,6 +568,59 @@ void device::respond_write(qp &q, const pkt &p)
     schedule_ack(q);
 }
 
+/// The driver's QP0, when it has created one and it receives.
+qp *device::qp0()
+{
+    qp *q = find_qp(0);
+    return q && q->st == prm::qp_st::mlx &&
+                   (q->state == prm::qp_state::rtr || q->state == prm::qp_state::rts ||
+                    q->state == prm::qp_state::sqer)
+               ? q
+               : nullptr;
+}
+
+/// A datagram for QP0 (IBA 14.2): requests (Get, Set, TrapRepress) are
+/// answered by the firmware SMA from QP0 back to the sender; responses and
+/// traps go to the driver's QP0 for its management agents. Anything else
+/// (not a UD SEND of one MAD on VL15) is dropped.
+void device::receive_smp(const pkt &p)
+{
+    if (p.opcode != uint8_t(ib::opcode::ud_send_only) || p.vl != 15 ||
+        p.payload.size() != mad::mad_size) {
+        count(counter::bad_packets);
+        return;
+    }
+    ib::deth d = p.ext<ib::deth>(ib::hdr_deth);
+    mad::mad_hdr h;
+    std::memcpy(&h, p.payload.data(), sizeof(h));
+    if (!(h.method & mad::method_r_bit) && h.method != uint8_t(mad::method::trap)) {
+        std::array<uint8_t, mad::mad_size> answer;
+        if (!sma_ || !sma_->process(p.payload.data(), answer.data(), false, p.slid)) {
+            return;   // no SMA, or it consumed the SMP without an answer
+        }
+        ib::deth rd;
+        rd.qkey.set(0);
+        rd.src_qp.set(0);
+        // Lost if the requester's port is gone or busy: SMPs are datagrams
+        // and their senders retry (IBA 13.4.6.4).
+        (void)emit({.pkey    = 0xffff,
+                    .opcode  = uint8_t(ib::opcode::ud_send_only),
+                    .dlid    = p.slid,
+                    .dqpn    = d.src_qp.get() & 0xffffff,
+                    .psn     = 0,
+                    .ackreq  = false,
+                    .vl      = 15,
+                    .ext     = {reinterpret_cast<const uint8_t *>(&rd), sizeof(rd)},
+                    .payload = answer});
+        return;
+    }
+    if (qp *q = qp0()) {
+        deliver_datagram(*q, p);
+    } else {
+        count(counter::unknown_qp);
+    }
+}
+
 void device::respond_ud(qp &q, const pkt &p)
 {
     ib::deth d = p.ext<ib::deth>(ib::hdr_deth);
@@ -566,6 +628,13 @@ void device::respond_ud(qp &q, const pkt &p)
         count(counter::qkey_violations);   // E40: silently dropped
         return;
     }
+    deliver_datagram(q, p);
+}
+
+/// A datagram into the QP's next receive WQE, after the GRH slot.
+void device::deliver_datagram(qp &q, const pkt &p)
+{
+    ib::deth d = p.ext<ib::deth>(ib::hdr_deth);
     if (!recv_available(q)) {
         count(counter::bad_packets);   // UD has no RNR: the datagram is lost
         return;

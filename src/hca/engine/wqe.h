@@ -110,7 +110,7 @@ inline bool decode_send_wqe(const dev::qp &q, uint32_t index, send_wqe &w)
     w.fence     = (ctrl.fence_size & prm::ctrl_fence) != 0;
     w.imm       = ctrl.imm.raw;
     size_t off  = sizeof(ctrl);
-    if (q.st == prm::qp_st::ud) {
+    if (q.datagram()) {
         if (off + sizeof(prm::wqe_datagram_seg) > size) return false;
         prm::wqe_datagram_seg d;
         std::memcpy(&d, p + off, sizeof(d));

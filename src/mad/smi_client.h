@@ -1,0 +1,71 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// Sends SMPs from a context's QP0 and collects the answers: what the
+// diagnostic tools (mlx4x-smpquery, mlx4x-stat, mlx4x-netdiscover) and an
+// SM need from the subnet management interface (IBA 14.2). LID-routed Get
+// only; SMPs are datagrams, so a request is sent again until answered.
+#pragma once
+
+#include "hca/drv/verbs.h"
+#include "hca/ib/ib_mad.h"
+
+#include <chrono>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <vector>
+
+namespace mlx4x::mad {
+
+class smi_client {
+public:
+    using duration = std::chrono::milliseconds;
+    /// Called while waiting (e.g. to progress other devices in a test).
+    using idle_fn = std::function<void()>;
+
+    /// QP0 on `ctx` (busy if the context has one already).
+    static result<std::unique_ptr<smi_client>> create(drv::context &ctx,
+                                                      idle_fn idle = nullptr);
+    ~smi_client();
+
+    /// Get(attr, attr_mod) to the SMA at `dlid`: up to `tries` sends,
+    /// `timeout` each. The GetResp, or nullopt when none came.
+    std::optional<smp> get(uint16_t dlid, smp_attr attr, uint32_t attr_mod = 0,
+                           duration timeout = duration(300), unsigned tries = 3);
+
+    /// Get(attr) to every LID in [1, max_lid] at once (an SM's sweep), the
+    /// unanswered ones again up to `tries` rounds: the answers by LID.
+    std::map<uint16_t, smp> sweep(smp_attr attr, uint16_t max_lid,
+                                  duration timeout = duration(300),
+                                  unsigned tries = 2);
+
+    /// Any SMP, LID-routed to `dlid` (its TID is the caller's).
+    status send(uint16_t dlid, const smp &s);
+    /// Waits until `until` for GetResps, handing each to `on_answer`
+    /// (LID it came from, the SMP); stops early when that returns true.
+    void collect(std::chrono::steady_clock::time_point until,
+                 const std::function<bool(uint16_t, const smp &)> &on_answer);
+
+private:
+    explicit smi_client(drv::context &ctx, idle_fn idle) : ctx_(ctx), idle_(std::move(idle)) {}
+    status post_recv(uint32_t slot);
+    const drv::ah *ah_to(uint16_t dlid);
+
+    static constexpr uint32_t recv_slots = 256, send_slots = 256;
+    static constexpr uint32_t grh_size = 40;
+    struct slot { uint8_t bytes[grh_size + mad_size]; };
+
+    drv::context                          &ctx_;
+    idle_fn                                idle_;
+    uint32_t                               pd_ = 0;
+    std::unique_ptr<drv::cq>               cq_;
+    std::unique_ptr<drv::qp>               qp0_;
+    std::vector<slot>                      recv_, send_;
+    std::unique_ptr<drv::mr>               recv_mr_, send_mr_;
+    std::map<uint16_t, std::unique_ptr<drv::ah>> ahs_;
+    uint32_t                               sent_ = 0;   ///< send slot counter
+    uint32_t                               completed_ = 0;
+    uint64_t                               next_tid_ = 1;
+};
+
+} // namespace mlx4x::mad
