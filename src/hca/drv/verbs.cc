@@ -54,9 +54,16 @@ const char *to_string(wc_status s)
 
 // ---- context ------------------------------------------------------------
 
-context::context(std::unique_ptr<dev::device> d)
-    : dev_(std::move(d)), mailbox_(alloc_dma(prm::mailbox_size))
+context::context(std::unique_ptr<dev::device> d) : dev_(std::move(d)) {}
+
+void *context::mailbox()
 {
+    struct buffer {
+        void *p = alloc_dma(prm::mailbox_size);
+        ~buffer() { std::free(p); }
+    };
+    thread_local buffer mb;
+    return mb.p;
 }
 
 /// C7: the number spaces are the device's, as QUERY_DEV_CAP reports them.
@@ -82,7 +89,7 @@ result<std::unique_ptr<context>> context::open(fabric::fabric &fab,
 {
     std::unique_ptr<context> c(new context(
         std::make_unique<dev::device>(fab, clock, std::move(sma))));
-    if (!c->mailbox_) {
+    if (!c->mailbox()) {
         return status::no_memory;
     }
     // C7: query capabilities, initialise the HCA, then bring the port up.
@@ -291,7 +298,8 @@ status context::command(prm::cmd_opcode op, uint32_t in_mod, uint64_t in_param,
                         uint64_t *out_param, uint8_t op_mod)
 {
     // Commands whose output goes to a mailbox get its address as out_param.
-    uint64_t out = out_param ? *out_param : dma_addr(mailbox_.get());
+    std::lock_guard g(admin_);
+    uint64_t out = out_param ? *out_param : dma_addr(mailbox());
     prm::hcr h{};
     h.in_param.set(in_param);
     h.in_modifier.set(in_mod);
@@ -407,6 +415,7 @@ result<port_attr> context::query_port_cmd()
 
 uint32_t context::alloc_pd()
 {
+    std::lock_guard g(admin_);
     uint32_t pd = next_pd_++;
     pd_refs_[pd] = 0;
     return pd;
@@ -414,6 +423,7 @@ uint32_t context::alloc_pd()
 
 status context::dealloc_pd(uint32_t pd)
 {
+    std::lock_guard g(admin_);
     auto it = pd_refs_.find(pd);
     if (it == pd_refs_.end()) {
         return status::invalid_param;
@@ -427,6 +437,7 @@ status context::dealloc_pd(uint32_t pd)
 
 status context::hold_pd(uint32_t pd)
 {
+    std::lock_guard g(admin_);
     auto it = pd_refs_.find(pd);
     if (it == pd_refs_.end()) {
         return status::invalid_param;   // C23: no such PD
@@ -437,6 +448,7 @@ status context::hold_pd(uint32_t pd)
 
 void context::release_pd(uint32_t pd)
 {
+    std::lock_guard g(admin_);
     if (auto it = pd_refs_.find(pd); it != pd_refs_.end() && it->second) {
         --it->second;
     }
@@ -456,6 +468,7 @@ ah::~ah() { ctx_.release_pd(pd_); }
 
 result<uint64_t> context::map_buffer(void *buf)
 {
+    std::lock_guard g(admin_);
     auto taken = mtts_.take();
     if (!taken.ok()) {
         return taken.error();
@@ -475,6 +488,7 @@ result<uint64_t> context::map_buffer(void *buf)
 
 void context::unmap_buffer(uint64_t mtt_offset)
 {
+    std::lock_guard g(admin_);
     mtts_.give(uint32_t(mtt_offset / sizeof(uint64_t)));
 }
 

@@ -17,6 +17,7 @@
 
 #include <atomic>
 #include <deque>
+#include <mutex>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -71,7 +72,10 @@ public:
     /// Issues one firmware command through the HCR and waits for it.
     status command(prm::cmd_opcode op, uint32_t in_mod, uint64_t in_param = 0,
                    uint64_t *out_param = nullptr, uint8_t op_mod = 0);
-    void *mailbox() { return mailbox_.get(); }
+    /// The calling thread's command mailbox: commands are synchronous, so
+    /// one per thread is enough, and threads never share one (a
+    /// registration cache may deregister from UCX's async thread).
+    void *mailbox();
 
     const port_attr &port() const { return port_; }
     /// The port's attributes, as mlx4_ib reads them: NodeInfo and PortInfo
@@ -184,9 +188,8 @@ private:
     void   eq_doorbell(event_queue &eq, bool arm);
     void   move_events(uint32_t skip_cq, uint32_t skip_qp);
 
-    struct free_deleter { void operator()(void *p) const { std::free(p); } };
     std::unique_ptr<dev::device>         dev_;
-    std::unique_ptr<void, free_deleter>  mailbox_;
+    std::recursive_mutex                 admin_;
     port_attr                            port_;
     uint32_t                             next_pd_ = 1;
     std::map<uint32_t, uint32_t>         pd_refs_;   ///< allocated PD -> users
