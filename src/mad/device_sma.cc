@@ -5,6 +5,8 @@
 
 #include <bit>
 #include <cstring>
+#include <string>
+#include <unistd.h>
 
 namespace mlx4x::mad {
 
@@ -15,6 +17,11 @@ void device_sma::port_up(uint16_t lid, uint64_t port_guid)
     // The node GUID the device reports in QUERY_PORT (port GUID, low byte 0).
     p.node_guid = port_guid & ~uint64_t{0xff};
     p.system_image_guid = p.node_guid;
+    // As rdma-ndd names a node ("<host> <HCA>"); each process is an HCA
+    // here, so its pid tells them apart in the tools' listings.
+    char host[64] = "localhost";
+    (void)gethostname(host, sizeof(host) - 1);
+    p.node_description = std::string(host) + " mlx4x_0 pid " + std::to_string(getpid());
     // No master SM: sm_lid stays 0, so no trap is queued for nobody.
     agent_ = std::make_unique<sma>(std::move(p));
     agent_->link_up();   // DOWN -> INIT (IBA 7.2)

@@ -30,6 +30,7 @@ typedef enum {
 typedef struct uct_mlx4x_md_config {
     uct_md_config_t        super;
     uct_mlx4x_engine_t     engine;
+    char                  *fabric;
     int                    rcache_enable;
     uct_md_rcache_config_t rcache;
 } uct_mlx4x_md_config_t;

@@ -68,10 +68,12 @@ uint8_t ack_timeout_exponent(double seconds)
 // ---- md ----------------------------------------------------------------------
 
 result<std::unique_ptr<memory_domain>>
-memory_domain::open(bool engine_thread, const uct_md_rcache_config_t *rcache)
+memory_domain::open(const std::string &fabric_name, bool engine_thread,
+                    const uct_md_rcache_config_t *rcache)
 {
     auto m = std::make_unique<memory_domain>();
-    auto f = fabric::shm_fabric::open(fabric::shm_fabric::default_name());
+    auto f = fabric::shm_fabric::open(
+        fabric_name.empty() ? fabric::shm_fabric::default_name() : fabric_name);
     if (!f.ok()) {
         return f.error();
     }

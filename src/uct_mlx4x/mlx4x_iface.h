@@ -13,6 +13,7 @@
 #include <deque>
 #include <map>
 #include <memory>
+#include <string>
 #include <vector>
 
 namespace mlx4x::uct {
@@ -101,9 +102,11 @@ inline drv::mr *mr_of(uct_mem_h h)
 class memory_domain {
 public:
     /// `engine_thread`: the device runs on its own thread (placed with
-    /// hwloc, mlx4x_locality.cc); `rcache`: registrations are cached.
+    /// hwloc, mlx4x_locality.cc); `rcache`: registrations are cached;
+    /// `fabric_name`: the shm segment (empty: the default name).
     static result<std::unique_ptr<memory_domain>>
-    open(bool engine_thread, const uct_md_rcache_config_t *rcache);
+    open(const std::string &fabric_name, bool engine_thread,
+         const uct_md_rcache_config_t *rcache);
     ~memory_domain();
     drv::context &ctx() { return *ctx_; }
     uint32_t pd() const { return pd_; }

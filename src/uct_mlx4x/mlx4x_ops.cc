@@ -174,7 +174,8 @@ extern "C" ucs_status_t uct_mlx4x_md_init(uct_mlx4x_md_t *m,
 {
     return c_entry([&] {
         install_log_sink();
-        auto r = memory_domain::open(config->engine == UCT_MLX4X_ENGINE_THREAD,
+        auto r = memory_domain::open(config->fabric ? config->fabric : "",
+                                     config->engine == UCT_MLX4X_ENGINE_THREAD,
                                      config->rcache_enable ? &config->rcache : nullptr);
         if (!r.ok()) {
             return to_ucs(r.error());

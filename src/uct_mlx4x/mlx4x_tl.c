@@ -34,6 +34,12 @@ static ucs_config_field_t uct_mlx4x_md_config_table[] = {
      ucs_offsetof(uct_mlx4x_md_config_t, engine),
      UCS_CONFIG_TYPE_ENUM(uct_mlx4x_engine_names)},
 
+    {"FABRIC", "",
+     "Name of the shared-memory fabric segment (/dev/shm/<name>); processes on\n"
+     "one fabric reach each other. Empty: mlx4x-fabric-<uid>. The tools\n"
+     "(mlx4x-stat, mlx4x-perftest, ...) read the same variable.",
+     ucs_offsetof(uct_mlx4x_md_config_t, fabric), UCS_CONFIG_TYPE_STRING},
+
     {"RCACHE", "y",
      "Keep memory registrations in UCX's registration cache: registering a\n"
      "buffer again (each rendezvous of an MPI_Send from the same buffer) finds\n"

@@ -15,6 +15,15 @@ namespace mlx4x::fabric {
 
 constexpr size_t max_frame_size = 4096 + 128;   ///< 4 KiB MTU + headers
 
+/// GUIDs of the fabric's HCA number `n` (Mellanox OUI): the node GUID has
+/// a zero low byte and port 1's GUID follows it, as on ConnectX-3 cards,
+/// so every HCA's node GUID is unique (the device reports the node GUID as
+/// its port GUID with the low byte cleared).
+constexpr uint64_t port_guid_of(uint64_t n)
+{
+    return 0x0002c90300000000ull | (n << 8) | 1;
+}
+
 /// Receives frames during port::poll(); the bytes are valid only during the
 /// call.
 class frame_sink {

@@ -11,7 +11,7 @@ public:
     ~lb_port() override { fabric_.queues_.erase(lid_); }
 
     uint16_t lid() const override { return lid_; }
-    uint64_t port_guid() const override { return 0x0002c90300000000ull | lid_; }
+    uint64_t port_guid() const override { return port_guid_of(lid_); }
 
     status send(std::span<const uint8_t> hdr,
                 std::span<const uint8_t> payload) override

@@ -183,6 +183,8 @@ std::string shm_fabric::default_name()
     return "mlx4x-fabric-" + std::to_string(getuid());
 }
 
+uint16_t shm_fabric::max_lid() { return static_cast<uint16_t>(max_ports); }
+
 region_header *shm_fabric::hdr() const
 {
     return static_cast<region_header *>(base_);
@@ -492,7 +494,7 @@ result<std::unique_ptr<port>> shm_fabric::attach()
                       std::memory_order_relaxed);
         e.pid        = getpid();
         e.start_time = process_start_time(e.pid);
-        e.port_guid  = 0x0002c90300000000ull | h->next_guid++;
+        e.port_guid  = port_guid_of(h->next_guid++);
         ++e.generation;
         e.sleeping.store(0, std::memory_order_relaxed);
         ring &r = rings(h)[i];

@@ -25,6 +25,8 @@ public:
 
     /// Default segment name: $UCX_MLX4X_FABRIC or "mlx4x-fabric-<uid>".
     static std::string default_name();
+    /// LIDs are 1..max_lid() (one per port of the segment).
+    static uint16_t max_lid();
 
     class shm_port;
 private:

@@ -1,0 +1,63 @@
+#!/bin/sh
+# The diagnostic tools while a 2-rank MPI job runs over mlx4x (issue 4):
+# mlx4x-stat shows both ranks' ports ACTIVE with their LIDs, mlx4x-netdiscover
+# lists both, and mlx4x-smpquery prints what each rank's SMA answered over
+# QP0. A LID without a port gets no answer; a bad command line exits 2.
+. "$(dirname "$0")/lib.sh"
+
+bin="$top_builddir/contrib"
+stop=$(mktemp -u)
+log=$(mktemp)
+timeout 180 mpirun --allow-run-as-root --oversubscribe -np 2 \
+    -x UCX_MLX4X_FABRIC -x MLX4X_LIB \
+    "$RUN" "$top_builddir/test/mpi/mpi_until_file" "$stop" 120 >"$log" 2>&1 &
+job=$!
+for i in $(seq 300); do
+    grep -q '^ready' "$log" && break
+    sleep 0.2
+done
+grep -q '^ready' "$log" || { fail "the MPI job did not start"; cat "$log"; }
+
+stat=$("$bin/mlx4x-stat"); rc=$?
+echo "$stat" | sed 's/^/[stat] /'
+active=$(echo "$stat" | grep -c 'State: Active')
+[ $rc -eq 0 ] && [ "$active" -eq 2 ] && ok "mlx4x-stat: both ranks' ports Active" \
+    || fail "mlx4x-stat (exit $rc, $active ports Active)"
+lids=$("$bin/mlx4x-stat" -l)
+[ "$(echo "$lids" | wc -l)" -eq 2 ] && ok "mlx4x-stat -l: LIDs $(echo $lids)" \
+    || fail "mlx4x-stat -l: '$lids'"
+
+disc=$("$bin/mlx4x-netdiscover"); rc=$?
+echo "$disc" | sed 's/^/[netdiscover] /'
+found=0
+for lid in $lids; do
+    echo "$disc" | grep -q "# lid $lid lmc 0 \".* mlx4x_0 pid " && found=$((found + 1))
+done
+[ $rc -eq 0 ] && [ $found -eq 2 ] && echo "$disc" | grep -q '; 2 CA ports found' \
+    && ok "mlx4x-netdiscover lists both ranks' ports" || fail "mlx4x-netdiscover (exit $rc)"
+
+for lid in $lids; do
+    pi=$("$bin/mlx4x-smpquery" portinfo "$lid"); rc=$?
+    if [ $rc -eq 0 ] && echo "$pi" | grep -q "^Lid:\.*$lid\$" &&
+       echo "$pi" | grep -q '^LinkState:\.*Active$'; then
+        ok "mlx4x-smpquery portinfo $lid: the rank's SMA answered (Lid $lid, Active)"
+    else
+        fail "mlx4x-smpquery portinfo $lid (exit $rc)"; echo "$pi"
+    fi
+    nd=$("$bin/mlx4x-smpquery" nodedesc "$lid")
+    echo "$nd" | grep -q '^Node Description:\.*.* mlx4x_0 pid [0-9]*$' \
+        && ok "mlx4x-smpquery nodedesc $lid: $(echo "$nd" | sed 's/.*\.\.\.//')" \
+        || fail "mlx4x-smpquery nodedesc $lid: '$nd'"
+done
+
+out=$("$bin/mlx4x-smpquery" nodeinfo 250 2>&1); rc=$?
+[ $rc -eq 1 ] && echo "$out" | grep -q 'no answer from lid 250' \
+    && ok "no port at lid 250: 'no answer', exit 1" || fail "lid 250 (exit $rc): $out"
+"$bin/mlx4x-smpquery" bogus 1 >/dev/null 2>&1; rc=$?
+[ $rc -eq 2 ] && ok "unknown query: usage, exit 2" || fail "unknown query (exit $rc)"
+
+touch "$stop"
+wait $job; rc=$?
+[ $rc -eq 0 ] && ok "the MPI job ran on and finished" || { fail "MPI job (exit $rc)"; cat "$log"; }
+rm -f "$stop" "$log"
+finish
