@@ -92,9 +92,7 @@ memory_domain::open(const std::string &fabric_name, bool engine_thread,
     }
     m->dma_mr_ = dma.take();
     if (rcache) {
-        if (status s = m->create_rcache(*rcache); s != status::ok) {
-            return s;
-        }
+        m->create_rcache(*rcache);
     }
     if (engine_thread) {
         if (status s = m->ctx_->start_engine_thread(place_engine_thread);
@@ -571,6 +569,9 @@ unsigned interface::progress()
 
 unsigned interface::poll_send()
 {
+    if (!send_cq_->ready()) {
+        return 0;   // the common idle case: no work completion array to set up
+    }
     drv::wc wcs[poll_batch];
     unsigned n = send_cq_->poll(wcs);
     for (unsigned k = 0; k < n; ++k) {
@@ -610,6 +611,9 @@ unsigned interface::poll_send()
 
 unsigned interface::poll_recv()
 {
+    if (!recv_cq_->ready()) {
+        return 0;
+    }
     drv::wc wcs[poll_batch];
     unsigned n = recv_cq_->poll(wcs);
     for (unsigned k = 0; k < n; ++k) {

@@ -122,7 +122,7 @@ public:
     bool cached() const { return rcache_ != nullptr; }
 
 private:
-    status create_rcache(const uct_md_rcache_config_t &cfg);
+    void create_rcache(const uct_md_rcache_config_t &cfg);
     result<drv::mr *> register_region(uintptr_t start, uintptr_t end);
     static ucs_status_t rcache_reg(void *md, ucs_rcache_t *, void *,
                                    ucs_rcache_region_t *region, uint16_t flags);

@@ -40,7 +40,8 @@ result<drv::mr *> memory_domain::register_region(uintptr_t start, uintptr_t end)
     return r.take().release();
 }
 
-status memory_domain::create_rcache(const uct_md_rcache_config_t &cfg)
+/// The cache, if UCM can tell it about unmapped memory; otherwise none.
+void memory_domain::create_rcache(const uct_md_rcache_config_t &cfg)
 {
     static const ucs_rcache_ops_t ops = {
         .mem_reg     = rcache_reg,
@@ -55,10 +56,13 @@ status memory_domain::create_rcache(const uct_md_rcache_config_t &cfg)
     p.context            = this;
     p.ops                = &ops;
     if (ucs_rcache_create(&p, "mlx4x_0", nullptr, &rcache_) != UCS_OK) {
-        MLX4X_ERROR("cannot create the registration cache");
-        return status::no_memory;
+        // No memory events (UCX_MEM_EVENTS=no, or under valgrind): without
+        // them a cache could hand out stale registrations, so go without,
+        // as UCX's IB memory domain does.
+        MLX4X_DIAG("no registration cache (memory events unavailable): "
+                   "every registration goes to the device");
+        rcache_ = nullptr;
     }
-    return status::ok;
 }
 
 memory_domain::~memory_domain()

@@ -88,9 +88,14 @@ unsigned device::run_requesters()
 {
     unsigned work = 0;
     for (uint32_t qpn : active_qpns_) {
-        if (qp *q = find_qp(qpn)) {
-            work += run_requester(*q);
+        qp *q = find_qp(qpn);
+        // The common idle case, answered here: an RTS QP with no message
+        // under way and no new WQE (the doorbell started the last one).
+        if (!q || (q->state == prm::qp_state::rts && !q->sending &&
+                   !engine::sq_wqe_ready(*q, q->cur_wqe))) {
+            continue;
         }
+        work += run_requester(*q);
     }
     return work;
 }
