@@ -8,6 +8,7 @@ usage: callgrind-calls.py <callgrind.out> [regex ...]
 Prints "calls  Ir/call  function" for the functions matching any regex
 (all functions if none), most calls first."""
 import re
+import signal
 import sys
 
 
@@ -49,6 +50,7 @@ def parse(path):
 
 
 def main():
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)   # | head is fine
     if len(sys.argv) < 2:
         sys.exit(__doc__)
     calls = parse(sys.argv[1])
