@@ -90,16 +90,22 @@ void device::engine_sleep()
 {
     engine_sleeping_.store(true, std::memory_order_relaxed);
     std::atomic_thread_fence(std::memory_order_seq_cst);
-    bool frames_armed = port_ && port_->arm_wakeup();
+    // The port under the device lock: CLOSE_PORT (a command, from the
+    // driver's thread) may take it away meanwhile.
+    int wake_fd = -1;
+    {
+        std::lock_guard g(engine_mu_);
+        if (port_ && port_->arm_wakeup()) {
+            wake_fd = port_->wakeup_fd();
+        }
+    }
+    bool frames_armed = wake_fd >= 0;
     // A WQE posted or a frame sent before the flags were visible is found
     // by this slice; then there is no sleeping.
     unsigned n = run_slice();
     if (n == 0 && !engine_stop_.load(std::memory_order_relaxed)) {
         count(counter::engine_sleeps);
-        pollfd fds[2] = {{doorbell_fd_, POLLIN, 0}, {-1, POLLIN, 0}};
-        if (frames_armed) {
-            fds[1].fd = port_->wakeup_fd();
-        }
+        pollfd fds[2] = {{doorbell_fd_, POLLIN, 0}, {wake_fd, POLLIN, 0}};
         // Without a wake-up line (loopback fabric) only a short nap.
         (void)poll(fds, 2, frames_armed ? tick_ms : 0);
     }
