@@ -624,9 +624,9 @@ cmd_status device::qp_from_reset(qp &q, uint32_t qpn, const prm::qp_context &ctx
     if (dev_sq && st != prm::qp_st::rc) {
         return cmd_status::bad_param;
     }
-    // Service type MLX is QP0's (the one special QP so far).
-    bool qp0 = st == prm::qp_st::mlx && qpn == 0;
-    if ((st != prm::qp_st::rc && st != prm::qp_st::ud && !tm_cmd && !qp0) || !scq ||
+    // Service type MLX is for the special QPs: QP0 and QP1.
+    bool special = st == prm::qp_st::mlx && qpn <= 1;
+    if ((st != prm::qp_st::rc && st != prm::qp_st::ud && !tm_cmd && !special) || !scq ||
         !rcq || !buf ||
         sq_log > limits::log_max_qp_sz || rq_log > limits::log_max_qp_sz ||
         pkey_index >= pkey_table_.size() || !pkey_table_[pkey_index]) {

@@ -146,7 +146,7 @@ struct qp {
     uint8_t      min_rnr_timer = 1;
     bool         remote_write = false, remote_read = false, remote_atomic = false;
 
-    /// UD, or QP0 (st mlx): datagrams with a DETH, no PSN sequence.
+    /// UD, or QP0/QP1 (st mlx): datagrams with a DETH, no PSN sequence.
     bool datagram() const { return st == prm::qp_st::ud || st == prm::qp_st::mlx; }
 
     // Work queues in host memory.

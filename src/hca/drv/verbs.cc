@@ -861,7 +861,7 @@ result<std::unique_ptr<qp>> qp::create(context &ctx, uint32_t pd, qp_type type,
     q->recv_cq_  = &recv_cq;
     // Send WQE: ctrl + (datagram | raddr | tm) + max(gather list, inline).
     size_t fixed  = sizeof(prm::wqe_ctrl_seg) +
-                    (type == qp_type::ud || type == qp_type::smi
+                    (type == qp_type::ud || type == qp_type::smi || type == qp_type::gsi
                                                ? sizeof(prm::wqe_datagram_seg)
                      : type == qp_type::tm_cmd ? sizeof(prm::wqe_tm_seg)
                                                : sizeof(prm::wqe_raddr_seg));
@@ -896,7 +896,9 @@ result<std::unique_ptr<qp>> qp::create(context &ctx, uint32_t pd, qp_type type,
     q->mtt_ = *mtt;
     q->sq_wrid_.assign(q->sq_size_, 0);
     q->rq_wrid_.assign(q->rq_size_, 0);
-    auto qpn = type == qp_type::smi ? ctx.claim_special_qpn(0) : ctx.alloc_qpn();
+    auto qpn = type == qp_type::smi   ? ctx.claim_special_qpn(0)
+               : type == qp_type::gsi ? ctx.claim_special_qpn(1)
+                                      : ctx.alloc_qpn();
     if (!qpn.ok()) {
         return qpn.error();
     }
@@ -953,6 +955,7 @@ prm::qp_modify_mailbox qp::base_mailbox() const
     prm::qpc_st::set(c.flags, uint8_t(type_ == qp_type::rc    ? prm::qp_st::rc
                                       : type_ == qp_type::ud  ? prm::qp_st::ud
                                       : type_ == qp_type::smi ? prm::qp_st::mlx
+                                      : type_ == qp_type::gsi ? prm::qp_st::mlx
                                                               : prm::qp_st::tm_cmd));
     prm::qpc_tm_dev_sq::set(c.param3, caps_.device_owned_sq);
     c.pd.set(pd_);

@@ -450,6 +450,9 @@ enum class qp_type : uint8_t {
     /// number 0, datagrams on VL15 to other ports' QP0 (SMPs). One per
     /// context; posted like UD (dqpn 0, Q_Key 0).
     smi,
+    /// QP1, the general services interface (IBA 13.5.1): the special QP
+    /// number 1 for GMPs (CM, ...), UD with Q_Key 0x80010000. One per context.
+    gsi,
 };
 
 struct qp_caps {

@@ -134,7 +134,7 @@ inline status qp::post_send(const send_wr &wr)
     if (sq_outstanding() >= sq_size_) {
         return status::no_resource;   // C62: never overwrite a WQE
     }
-    bool datagram = type_ == qp_type::ud || type_ == qp_type::smi;
+    bool datagram = type_ == qp_type::ud || type_ == qp_type::smi || type_ == qp_type::gsi;
     if (datagram && wr.opcode != wr_opcode::send &&
         wr.opcode != wr_opcode::send_imm) {
         return status::invalid_param;   // E6: UD carries SENDs only

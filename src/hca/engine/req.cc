@@ -252,7 +252,7 @@ bool device::send_one_packet(qp &q)
                      .psn     = psn,
                      .ackreq  = ackreq,
                      .solicited = last && w.solicited,
-                     .vl      = uint8_t(q.st == prm::qp_st::mlx ? 15 : 0),
+                     .vl      = uint8_t(q.st == prm::qp_st::mlx && q.qpn == 0 ? 15 : 0),
                      .ext     = {ext.data(), ext_len},
                      .payload = payload});
     if (s == status::no_resource) {

@@ -49,7 +49,7 @@ void device::on_frame(std::span<const uint8_t> frame)
         return;
     }
     bool is_ud = (p->info->kind & ib::kind_ud) != 0;
-    if (is_ud != (q->st == prm::qp_st::ud)) {   // QP0 never gets here
+    if (is_ud != q->datagram()) {   // UD or QP1 (QP0 never gets here)
         count(counter::bad_packets);   // transport mismatch (9.6.1.4)
         return;
     }

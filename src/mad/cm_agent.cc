@@ -1,0 +1,537 @@
+// SPDX-License-Identifier: BSD-3-Clause
+#include "mad/cm_agent.h"
+
+#include "hca/base/log.h"
+
+#include <cstring>
+#include <random>
+
+namespace mlx4x::mad::cm {
+
+namespace {
+
+template <typename T> T body(const mad &m)
+{
+    static_assert(sizeof(T) == msg_size);
+    T v;
+    std::memcpy(&v, m.data, sizeof(v));
+    return v;
+}
+
+template <typename T> void put(mad &m, const T &v)
+{
+    static_assert(sizeof(T) == msg_size);
+    std::memcpy(m.data, &v, sizeof(v));
+}
+
+void copy_private(uint8_t *dst, size_t room, std::span<const uint8_t> src)
+{
+    std::memcpy(dst, src.data(), std::min(room, src.size()));
+}
+
+uint64_t remote_key(uint16_t lid, uint32_t remote_id)
+{
+    return uint64_t{lid} << 32 | remote_id;
+}
+
+} // namespace
+
+agent::agent(drv::context &ctx, timing t, clock_fn clock)
+    : ctx_(ctx), timing_(t), clock_(std::move(clock)),
+      next_id_(std::random_device{}() | 1)
+{
+}
+
+result<std::unique_ptr<agent>> agent::create(drv::context &ctx, timing t, clock_fn clock)
+{
+    if (t.max_retries > 15 || t.response_timeout > 31) {
+        return status::invalid_param;
+    }
+    std::unique_ptr<agent> a(new agent(ctx, t, std::move(clock)));
+    a->pd_ = ctx.alloc_pd();
+    auto cq = drv::cq::create(ctx, recv_slots + send_slots);
+    if (!cq.ok()) {
+        return cq.error();
+    }
+    a->cq_ = cq.take();
+    drv::qp_caps caps;
+    caps.max_send_wr  = send_slots;
+    caps.max_recv_wr  = recv_slots;
+    caps.max_send_sge = 1;
+    auto q = drv::qp::create(ctx, a->pd_, drv::qp_type::gsi, *a->cq_, *a->cq_, caps);
+    if (!q.ok()) {
+        return q.error();
+    }
+    a->qp1_ = q.take();
+    if (status s = a->qp1_->to_init(0, gsi_qkey); s != status::ok) {
+        return s;
+    }
+    if (status s = a->qp1_->to_ud_rts(); s != status::ok) {
+        return s;
+    }
+    a->recv_.resize(recv_slots);
+    a->send_.resize(send_slots);
+    auto rm = drv::mr::reg(ctx, a->pd_, a->recv_.data(), a->recv_.size() * sizeof(slot),
+                           drv::access_local_write);
+    auto sm = drv::mr::reg(ctx, a->pd_, a->send_.data(), a->send_.size() * sizeof(slot),
+                           drv::access_local_write);
+    if (!rm.ok() || !sm.ok()) {
+        return rm.ok() ? sm.error() : rm.error();
+    }
+    a->recv_mr_ = rm.take();
+    a->send_mr_ = sm.take();
+    for (uint32_t i = 0; i < recv_slots; ++i) {
+        if (status s = a->post_recv(i); s != status::ok) {
+            return s;
+        }
+    }
+    return a;
+}
+
+agent::~agent()
+{
+    qp1_.reset();
+    ahs_.clear();
+    recv_mr_.reset();
+    send_mr_.reset();
+    cq_.reset();
+    if (pd_) {
+        (void)ctx_.dealloc_pd(pd_);
+    }
+}
+
+std::chrono::steady_clock::time_point agent::now() const
+{
+    return clock_ ? clock_() : std::chrono::steady_clock::now();
+}
+
+/// IBA 12.6.5: the CM response timeout is 4.096 us x 2^n; the requester
+/// waits for it twice (there and back).
+std::chrono::nanoseconds agent::timeout() const
+{
+    return std::chrono::nanoseconds(uint64_t{4096} << timing_.response_timeout) * 2;
+}
+
+status agent::post_recv(uint32_t i)
+{
+    drv::sge s{reinterpret_cast<uint64_t>(recv_[i].bytes), sizeof(slot), recv_mr_->lkey()};
+    return qp1_->post_recv(i, {&s, 1});
+}
+
+status agent::send(uint16_t dlid, const mad &m)
+{
+    auto &ah = ahs_[dlid];
+    if (!ah) {
+        auto r = drv::ah::create(ctx_, pd_, {.dlid = dlid});
+        if (!r.ok()) {
+            ahs_.erase(dlid);
+            return r.error();
+        }
+        ah = r.take();
+    }
+    if (sent_ - completed_ >= send_slots) {
+        return status::no_resource;   // a retry or the peer's retry recovers
+    }
+    slot &b = send_[sent_ % send_slots];
+    std::memcpy(b.bytes, &m, sizeof(m));
+    drv::sge sg{reinterpret_cast<uint64_t>(b.bytes), uint32_t(sizeof(m)), send_mr_->lkey()};
+    drv::send_wr wr;
+    wr.wr_id   = uint64_t{1} << 63 | sent_;
+    wr.sg      = {&sg, 1};
+    wr.ud_ah   = ah.get();
+    wr.ud_dqpn = 1;   // the CM is at QP1 of every port
+    wr.ud_qkey = gsi_qkey;
+    status st = qp1_->post_send(wr);
+    if (st == status::ok) {
+        ++sent_;
+    }
+    return st;
+}
+
+mad agent::make(attr a, uint64_t tid) const
+{
+    mad m{};
+    m.hdr.base_version  = base_version;
+    m.hdr.mgmt_class    = uint8_t(mgmt_class::cm);
+    m.hdr.class_version = class_version;
+    m.hdr.method        = uint8_t(method::send);
+    m.hdr.tid.set(tid);
+    m.hdr.attr_id.set(uint16_t(a));
+    return m;
+}
+
+void agent::arm(conn &c, const mad &m)
+{
+    c.last_sent    = m;
+    c.retries_left = timing_.max_retries;
+    c.deadline     = now() + timeout();
+    (void)send(c.peer_lid, m);
+}
+
+void agent::reject(uint16_t dlid, uint32_t local_id, uint32_t remote_id, msg_ref what,
+                   reject_reason why, uint64_t tid)
+{
+    mad m = make(attr::rej, tid);
+    rej r{};
+    r.local_comm_id.set(local_id);
+    r.remote_comm_id.set(remote_id);
+    rej_msg::set(r.msg_rejected, uint8_t(what));
+    r.reason.set(uint16_t(why));
+    put(m, r);
+    (void)send(dlid, m);
+}
+
+void agent::forget(uint32_t id)
+{
+    auto it = conns_.find(id);
+    if (it == conns_.end()) {
+        return;
+    }
+    by_remote_.erase(remote_key(it->second.peer_lid, it->second.remote_id));
+    conns_.erase(it);
+}
+
+// ---- the API -------------------------------------------------------------------
+
+status agent::listen(uint64_t service_id, listener l)
+{
+    if (!l.on_req || listeners_.count(service_id)) {
+        return status::invalid_param;
+    }
+    listeners_.emplace(service_id, std::move(l));
+    return status::ok;
+}
+
+void agent::stop_listening(uint64_t service_id) { listeners_.erase(service_id); }
+
+result<uint32_t> agent::connect(uint16_t dlid, uint64_t service_id,
+                                const endpoint_info &self, requester r)
+{
+    if (!r.on_rep || !r.on_reject || self.private_data.size() > sizeof(req::private_data)) {
+        return status::invalid_param;
+    }
+    uint32_t id = next_id_++;
+    mad m = make(attr::req, next_tid_++);
+    req q{};
+    q.local_comm_id.set(id);
+    q.service_id.set(service_id);
+    q.local_ca_guid.set(ctx_.port().node_guid);
+    q.local_qkey.set(0);
+    req_qpn::set(q.local_qpn_resp_res, self.qpn);
+    req_resp_resources::set(q.local_qpn_resp_res, self.resp_resources);
+    req_init_depth::set(q.local_eecn_init_depth, self.init_depth);
+    req_remote_timeout::set(q.remote_eecn_timeout, timing_.response_timeout);
+    req_transport::set(q.remote_eecn_timeout, 0);   // RC
+    req_psn::set(q.psn_timeout_retry, self.psn);
+    req_local_timeout::set(q.psn_timeout_retry, timing_.response_timeout);
+    req_retry_count::set(q.psn_timeout_retry, 7);
+    q.pkey.set(0xffff);
+    req_mtu::set(q.mtu_rdc_rnr, uint8_t(ib_mtu::mtu_4096));
+    req_rnr_retry::set(q.mtu_rdc_rnr, self.rnr_retry);
+    req_max_cm_retries::set(q.max_retries_srq, timing_.max_retries);
+    q.primary.local_lid.set(ctx_.port().lid);
+    q.primary.remote_lid.set(dlid);
+    path_subnet_local::set(q.primary.sl_subnet_local, 1);
+    copy_private(q.private_data, sizeof(q.private_data), self.private_data);
+    put(m, q);
+    conn c{.st = state::req_sent, .active = true, .peer_lid = dlid};
+    c.service_id = service_id;
+    c.req_cb     = std::move(r);
+    auto &stored = conns_.emplace(id, std::move(c)).first->second;
+    arm(stored, m);
+    return id;
+}
+
+status agent::disconnect(uint32_t id)
+{
+    auto it = conns_.find(id);
+    if (it == conns_.end() || it->second.st != state::established) {
+        return status::invalid_param;
+    }
+    conn &c = it->second;
+    mad m = make(attr::dreq, next_tid_++);
+    dreq d{};
+    d.local_comm_id.set(id);
+    d.remote_comm_id.set(c.remote_id);
+    dreq_qpn::set(d.remote_qpn, c.remote_qpn);
+    put(m, d);
+    c.st = state::dreq_sent;
+    arm(c, m);
+    return status::ok;
+}
+
+// ---- receiving ------------------------------------------------------------------
+
+unsigned agent::progress()
+{
+    ctx_.progress();
+    unsigned handled = 0;
+    drv::wc wcs[16];
+    unsigned n = cq_->poll(wcs);
+    for (unsigned k = 0; k < n; ++k) {
+        const drv::wc &w = wcs[k];
+        if (w.wr_id >> 63) {
+            ++completed_;
+            continue;
+        }
+        auto i = uint32_t(w.wr_id);
+        if (w.status == drv::wc_status::success && w.byte_len == grh_size + mad_size) {
+            mad m;
+            std::memcpy(&m, recv_[i].bytes + grh_size, sizeof(m));
+            receive(w.slid, m);
+            ++handled;
+        }
+        (void)post_recv(i);
+    }
+    run_timers();
+    return handled;
+}
+
+/// A CM MAD from the port at `slid`. Anything that is not a CM Send of a
+/// known attribute is dropped (IBA 13.4.6.2: a GMP of an unsupported class
+/// or method gets no CM answer).
+void agent::receive(uint16_t slid, const mad &m)
+{
+    if (m.hdr.base_version != base_version || m.hdr.mgmt_class != uint8_t(mgmt_class::cm) ||
+        m.hdr.class_version != class_version || m.hdr.method != uint8_t(method::send)) {
+        return;
+    }
+    switch (attr(m.hdr.attr_id.get())) {
+    case attr::req:  on_req(slid, m); break;
+    case attr::rep:  on_rep(slid, m); break;
+    case attr::rtu:  on_rtu(m); break;
+    case attr::rej:  on_rej(m); break;
+    case attr::dreq: on_dreq(slid, m); break;
+    case attr::drep: on_drep(m); break;
+    default:         break;   // MRA: our REPs are quick; other: not ours
+    }
+}
+
+void agent::on_req(uint16_t slid, const mad &m)
+{
+    const req q = body<req>(m);
+    uint32_t remote_id = q.local_comm_id.get();
+    uint64_t tid = m.hdr.tid.get();
+    if (auto dup = by_remote_.find(remote_key(slid, remote_id)); dup != by_remote_.end()) {
+        conn &c = conns_.at(dup->second);
+        if (c.st == state::rep_sent) {
+            (void)send(slid, c.last_sent);   // our REP was lost: again (12.9.5)
+        }
+        return;
+    }
+    auto l = listeners_.find(q.service_id.get());
+    if (l == listeners_.end()) {
+        reject(slid, 0, remote_id, msg_ref::req, reject_reason::invalid_service_id, tid);
+        return;
+    }
+    if (req_transport::get(q.remote_eecn_timeout) != 0) {
+        reject(slid, 0, remote_id, msg_ref::req, reject_reason::invalid_transport, tid);
+        return;
+    }
+    peer_info p;
+    p.lid            = slid;
+    p.ca_guid        = q.local_ca_guid.get();
+    p.service_id     = q.service_id.get();
+    p.qpn            = req_qpn::get(q.local_qpn_resp_res);
+    p.psn            = req_psn::get(q.psn_timeout_retry);
+    p.resp_resources = req_resp_resources::get(q.local_qpn_resp_res);
+    p.init_depth     = req_init_depth::get(q.local_eecn_init_depth);
+    p.rnr_retry      = req_rnr_retry::get(q.mtu_rdc_rnr);
+    p.retry_count    = req_retry_count::get(q.psn_timeout_retry);
+    p.mtu            = ib_mtu(req_mtu::get(q.mtu_rdc_rnr));
+    p.private_data   = {q.private_data, sizeof(q.private_data)};
+    uint32_t id = next_id_++;
+    endpoint_info self;
+    if (auto refused = l->second.on_req(id, p, self)) {
+        reject(slid, id, remote_id, msg_ref::req, *refused, tid);
+        return;
+    }
+    mad r = make(attr::rep, tid);
+    rep a{};
+    a.local_comm_id.set(id);
+    a.remote_comm_id.set(remote_id);
+    rep_qpn::set(a.local_qpn, self.qpn);
+    rep_psn::set(a.starting_psn, self.psn);
+    a.resp_resources = self.resp_resources;
+    a.init_depth     = self.init_depth;
+    rep_rnr_retry::set(a.rnr_retry_srq, self.rnr_retry);
+    a.local_ca_guid.set(ctx_.port().node_guid);
+    copy_private(a.private_data, sizeof(a.private_data), self.private_data);
+    put(r, a);
+    conn c{.st = state::rep_sent, .active = false, .peer_lid = slid, .remote_id = remote_id,
+           .remote_qpn = p.qpn, .service_id = p.service_id};
+    auto &stored = conns_.emplace(id, std::move(c)).first->second;
+    by_remote_[remote_key(slid, remote_id)] = id;
+    arm(stored, r);
+}
+
+void agent::on_rep(uint16_t slid, const mad &m)
+{
+    const rep a = body<rep>(m);
+    auto it = conns_.find(a.remote_comm_id.get());
+    if (it == conns_.end() || !it->second.active || it->second.peer_lid != slid) {
+        return;   // stale or not ours
+    }
+    uint32_t id = it->first;
+    conn &c = it->second;
+    if (c.st == state::established) {
+        (void)send(slid, c.last_sent);   // a duplicate REP: our RTU was lost
+        return;
+    }
+    if (c.st != state::req_sent) {
+        return;
+    }
+    peer_info p;
+    p.lid            = slid;
+    p.ca_guid        = a.local_ca_guid.get();
+    p.service_id     = c.service_id;
+    p.qpn            = rep_qpn::get(a.local_qpn);
+    p.psn            = rep_psn::get(a.starting_psn);
+    p.resp_resources = a.resp_resources;
+    p.init_depth     = a.init_depth;
+    p.rnr_retry      = rep_rnr_retry::get(a.rnr_retry_srq);
+    p.private_data   = {a.private_data, sizeof(a.private_data)};
+    c.remote_id  = a.local_comm_id.get();
+    c.remote_qpn = p.qpn;
+    by_remote_[remote_key(slid, c.remote_id)] = id;
+    requester cb = c.req_cb;
+    if (!cb.on_rep(id, p)) {
+        reject(slid, id, c.remote_id, msg_ref::rep, reject_reason::consumer_reject,
+               m.hdr.tid.get());
+        forget(id);
+        return;
+    }
+    mad r = make(attr::rtu, m.hdr.tid.get());
+    rtu u{};
+    u.local_comm_id.set(id);
+    u.remote_comm_id.set(c.remote_id);
+    put(r, u);
+    c.st        = state::established;
+    c.last_sent = r;              // for a duplicate REP
+    c.deadline  = {};
+    (void)send(slid, r);
+}
+
+void agent::on_rtu(const mad &m)
+{
+    const rtu u = body<rtu>(m);
+    auto it = conns_.find(u.remote_comm_id.get());
+    if (it == conns_.end() || it->second.st != state::rep_sent ||
+        it->second.remote_id != u.local_comm_id.get()) {
+        return;
+    }
+    it->second.st       = state::established;
+    it->second.deadline = {};
+    if (auto l = listeners_.find(it->second.service_id);
+        l != listeners_.end() && l->second.on_established) {
+        l->second.on_established(it->first);
+    }
+}
+
+void agent::on_rej(const mad &m)
+{
+    const rej r = body<rej>(m);
+    auto it = conns_.find(r.remote_comm_id.get());
+    if (it == conns_.end()) {
+        return;
+    }
+    uint32_t id = it->first;
+    conn c = it->second;
+    forget(id);
+    auto why = reject_reason(r.reason.get());
+    if (c.active && c.st == state::req_sent) {
+        c.req_cb.on_reject(id, why);
+    } else if (!c.active && c.st == state::rep_sent) {
+        if (auto l = listeners_.find(c.service_id); l != listeners_.end() && l->second.on_failed) {
+            l->second.on_failed(id);
+        }
+    }
+}
+
+void agent::on_dreq(uint16_t slid, const mad &m)
+{
+    const dreq d = body<dreq>(m);
+    // Always answered, also for a connection we no longer know (12.9.6):
+    // the peer's DREQ retries must end.
+    mad r = make(attr::drep, m.hdr.tid.get());
+    drep p{};
+    p.local_comm_id.set(d.remote_comm_id.get());
+    p.remote_comm_id.set(d.local_comm_id.get());
+    put(r, p);
+    (void)send(slid, r);
+    auto it = conns_.find(d.remote_comm_id.get());
+    if (it == conns_.end() || it->second.remote_id != d.local_comm_id.get() ||
+        (it->second.st != state::established && it->second.st != state::dreq_sent)) {
+        return;
+    }
+    uint32_t id = it->first;
+    forget(id);
+    if (on_disconnect_) {
+        on_disconnect_(id);
+    }
+}
+
+void agent::on_drep(const mad &m)
+{
+    const drep p = body<drep>(m);
+    auto it = conns_.find(p.remote_comm_id.get());
+    if (it == conns_.end() || it->second.st != state::dreq_sent) {
+        return;
+    }
+    uint32_t id = it->first;
+    forget(id);
+    if (on_disconnect_) {
+        on_disconnect_(id);
+    }
+}
+
+// ---- timers ----------------------------------------------------------------------
+
+std::optional<std::chrono::steady_clock::time_point> agent::next_deadline() const
+{
+    std::optional<std::chrono::steady_clock::time_point> next;
+    for (const auto &[id, c] : conns_) {
+        if (c.deadline != std::chrono::steady_clock::time_point{} &&
+            (!next || c.deadline < *next)) {
+            next = c.deadline;
+        }
+    }
+    return next;
+}
+
+/// No answer in time: send the message again, MaxCMRetries times, then
+/// give up (IBA 12.9.2: the connection fails with a timeout).
+void agent::run_timers()
+{
+    auto t = now();
+    std::vector<uint32_t> expired;
+    for (auto &[id, c] : conns_) {
+        if (c.deadline == std::chrono::steady_clock::time_point{} || t < c.deadline) {
+            continue;
+        }
+        if (c.retries_left > 0) {
+            --c.retries_left;
+            ++retransmits_;
+            c.deadline = t + timeout();
+            (void)send(c.peer_lid, c.last_sent);
+            continue;
+        }
+        expired.push_back(id);
+    }
+    for (uint32_t id : expired) {
+        conn c = conns_.at(id);
+        forget(id);
+        MLX4X_DEBUG("cm: connection 0x%x to lid %u timed out", id, c.peer_lid);
+        if (c.st == state::req_sent) {
+            c.req_cb.on_reject(id, reject_reason::timeout);
+        } else if (c.st == state::rep_sent) {
+            if (auto l = listeners_.find(c.service_id); l != listeners_.end() && l->second.on_failed) {
+                l->second.on_failed(id);
+            }
+        } else if (c.st == state::dreq_sent && on_disconnect_) {
+            on_disconnect_(id);   // the peer is gone: disconnected anyway
+        }
+    }
+}
+
+} // namespace mlx4x::mad::cm

@@ -1,0 +1,174 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// The Communication Manager of one context (IBA Vol.1 ch.12) over QP1:
+// REQ / REP / RTU to set up an RC connection, REJ with a reason, MRA-less
+// time-outs with retries (the CM response timeout, MaxCMRetries), DREQ /
+// DREP to tear it down. The agent moves no QP itself: its users do, in the
+// callbacks, at the points IBA 12.9 puts the transitions (the passive side
+// to RTR before its REP, the active side to RTR and RTS before its RTU, the
+// passive side to RTS on the RTU).
+//
+// Connections are named by the local communication ID the agent assigns.
+// Everything runs in progress(); single-threaded, like the driver.
+#pragma once
+
+#include "hca/drv/verbs.h"
+#include "hca/ib/ib_cm.h"
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <span>
+#include <vector>
+
+namespace mlx4x::mad::cm {
+
+/// What one side tells the other about its end of the connection.
+struct endpoint_info {
+    uint32_t qpn = 0;
+    uint32_t psn = 0;                ///< the PSN its requester starts with
+    uint8_t  resp_resources = 16;    ///< READ/atomic it accepts in flight
+    uint8_t  init_depth = 16;        ///< READ/atomic it keeps in flight
+    uint8_t  rnr_retry = 7;
+    std::span<const uint8_t> private_data;   ///< REQ: <= 92, REP: <= 196 bytes
+};
+
+/// The peer's side, as its REQ or REP carried it.
+struct peer_info {
+    uint16_t lid = 0;
+    uint64_t ca_guid = 0;
+    uint64_t service_id = 0;
+    uint32_t qpn = 0, psn = 0;
+    uint8_t  resp_resources = 0, init_depth = 0, rnr_retry = 0, retry_count = 0;
+    ib_mtu   mtu = ib_mtu::mtu_4096;
+    std::span<const uint8_t> private_data;   ///< valid during the callback
+};
+
+/// How long the CM waits for an answer and how often it asks again.
+struct timing {
+    /// CM response timeout: 4.096 us x 2^n (IBA 12.6.5); 14 is ~67 ms.
+    uint8_t response_timeout = 14;
+    uint8_t max_retries = 15;   ///< MaxCMRetries (4 bits)
+};
+
+class agent {
+public:
+    using clock_fn = std::function<std::chrono::steady_clock::time_point()>;
+
+    /// Passive side of a service.
+    struct listener {
+        /// A REQ arrived (a duplicate never calls again): ready a QP (to RTR
+        /// with the peer's values) and describe it in `reply`, or refuse
+        /// with a reason (sent as REJ).
+        std::function<std::optional<reject_reason>(uint32_t id, const peer_info &req,
+                                                   endpoint_info &reply)>
+            on_req;
+        /// The RTU arrived: the QP may go to RTS.
+        std::function<void(uint32_t id)> on_established;
+        /// The connection is gone without being established (no RTU).
+        std::function<void(uint32_t id)> on_failed;
+    };
+
+    /// Active side of one connection.
+    struct requester {
+        /// The REP: ready the QP (RTR, RTS) from `rep`; false rejects it
+        /// (consumer reject), true sends the RTU.
+        std::function<bool(uint32_t id, const peer_info &rep)> on_rep;
+        /// A REJ, or no answer after every retry (reason timeout).
+        std::function<void(uint32_t id, reject_reason why)> on_reject;
+    };
+
+    /// Either side: the connection was torn down (a DREQ from the peer was
+    /// answered, or our DREQ got its DREP or timed out).
+    using disconnect_fn = std::function<void(uint32_t id)>;
+
+    /// QP1 on `ctx` (busy if the context has one).
+    static result<std::unique_ptr<agent>> create(drv::context &ctx, timing t = {},
+                                                 clock_fn clock = nullptr);
+    ~agent();
+
+    status listen(uint64_t service_id, listener l);
+    void   stop_listening(uint64_t service_id);
+
+    /// Sends a REQ to the CM at `dlid`: our QP `self.qpn` (in INIT) for the
+    /// peer's `service_id`. The connection's ID, or an error.
+    result<uint32_t> connect(uint16_t dlid, uint64_t service_id,
+                             const endpoint_info &self, requester r);
+    /// DREQ for an established connection (either side).
+    status disconnect(uint32_t id);
+    void   on_disconnect(disconnect_fn f) { on_disconnect_ = std::move(f); }
+
+    /// Receives CM messages and runs the timers; returns the messages handled.
+    unsigned progress();
+    /// Earliest retry deadline pending (for a caller that sleeps), if any.
+    std::optional<std::chrono::steady_clock::time_point> next_deadline() const;
+
+    /// Counters for tests and tools.
+    uint64_t retransmits() const { return retransmits_; }
+    size_t   connections() const { return conns_.size(); }
+
+private:
+    enum class state : uint8_t {
+        req_sent,          ///< active: waiting for REP
+        rep_sent,          ///< passive: waiting for RTU
+        established,
+        dreq_sent,         ///< waiting for DREP
+        timewait,          ///< gone; remembered to answer duplicates
+    };
+    struct conn {
+        state      st;
+        bool       active;
+        uint16_t   peer_lid = 0;
+        uint32_t   remote_id = 0;
+        uint32_t   remote_qpn = 0;
+        uint64_t   service_id = 0;
+        mad        last_sent{};       ///< resent on time-out / duplicate
+        unsigned   retries_left = 0;
+        std::chrono::steady_clock::time_point deadline{};
+        requester  req_cb;
+    };
+
+    agent(drv::context &ctx, timing t, clock_fn clock);
+    std::chrono::steady_clock::time_point now() const;
+    std::chrono::nanoseconds timeout() const;
+    status post_recv(uint32_t slot);
+    status send(uint16_t dlid, const mad &m);
+    mad    make(attr a, uint64_t tid) const;
+    void   arm(conn &c, const mad &m);   ///< send and start the retry timer
+    void   reject(uint16_t dlid, uint32_t local_id, uint32_t remote_id, msg_ref what,
+                  reject_reason why, uint64_t tid);
+    void   receive(uint16_t slid, const mad &m);
+    void   on_req(uint16_t slid, const mad &m);
+    void   on_rep(uint16_t slid, const mad &m);
+    void   on_rtu(const mad &m);
+    void   on_rej(const mad &m);
+    void   on_dreq(uint16_t slid, const mad &m);
+    void   on_drep(const mad &m);
+    void   run_timers();
+    void   forget(uint32_t id);
+
+    static constexpr uint32_t recv_slots = 64, send_slots = 64, grh_size = 40;
+    struct slot { uint8_t bytes[grh_size + mad_size]; };
+
+    drv::context                  &ctx_;
+    timing                         timing_;
+    clock_fn                       clock_;
+    uint32_t                       pd_ = 0;
+    std::unique_ptr<drv::cq>       cq_;
+    std::unique_ptr<drv::qp>       qp1_;
+    std::vector<slot>              recv_, send_;
+    std::unique_ptr<drv::mr>       recv_mr_, send_mr_;
+    std::map<uint16_t, std::unique_ptr<drv::ah>> ahs_;
+    uint32_t                       sent_ = 0, completed_ = 0;
+    std::map<uint64_t, listener>   listeners_;
+    std::map<uint32_t, conn>       conns_;            ///< by local comm ID
+    std::map<uint64_t, uint32_t>   by_remote_;        ///< (peer lid, remote ID) -> local
+    uint32_t                       next_id_;
+    uint64_t                       next_tid_ = 1;
+    uint64_t                       retransmits_ = 0;
+    disconnect_fn                  on_disconnect_;
+};
+
+} // namespace mlx4x::mad::cm

@@ -1,0 +1,283 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// The Communication Manager over QP1 (IBA ch.12, issue 4): REQ/REP/RTU set
+// up an RC connection both sides then use; REJ for a service nobody
+// listens to and for a listener's refusal; lost and duplicated CM messages
+// recovered by the retry timers, a duplicate REQ never seen twice by the
+// listener; no answer at all ends in a timeout; simultaneous connects in
+// both directions; DREQ/DREP tear a connection down on both sides.
+#include "hca/drv/verbs.h"
+#include "hca/fabric/loopback.h"
+#include "mad/cm_agent.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <optional>
+#include <string>
+
+namespace mlx4x::mad::cm::test {
+namespace {
+
+using clk = std::chrono::steady_clock;
+
+/// One side: a context, its CM agent, and the RC QPs it connects.
+struct side {
+    std::unique_ptr<drv::context>          ctx;
+    std::unique_ptr<agent>                 cm;
+    uint32_t                               pd = 0;
+    std::unique_ptr<drv::cq>               cq;
+    std::vector<std::unique_ptr<drv::qp>>  qps;
+    std::vector<uint32_t>                  disconnected;
+
+    drv::qp &new_qp()
+    {
+        auto q = drv::qp::create(*ctx, pd, drv::qp_type::rc, *cq, *cq, {});
+        EXPECT_TRUE(q.ok());
+        qps.push_back(q.take());
+        EXPECT_EQ(qps.back()->to_init(drv::access_local_write | drv::access_remote_write),
+                  status::ok);
+        return *qps.back();
+    }
+};
+
+class cm_test : public ::testing::Test {
+protected:
+    fabric::loopback_fabric fab_;
+    side                    a_, b_;
+    clk::time_point         now_ = clk::time_point{} + std::chrono::hours(1);
+    static constexpr uint64_t service = 0x0000000100000007ull;
+
+    void open(side &s, timing t)
+    {
+        auto c = drv::context::open(fab_);
+        ASSERT_TRUE(c.ok());
+        s.ctx = c.take();
+        auto cm = agent::create(*s.ctx, t, [this] { return now_; });
+        ASSERT_TRUE(cm.ok()) << to_string(cm.error());
+        s.cm = cm.take();
+        s.pd = s.ctx->alloc_pd();
+        auto cq = drv::cq::create(*s.ctx, 64);
+        ASSERT_TRUE(cq.ok());
+        s.cq = cq.take();
+        s.cm->on_disconnect([&s](uint32_t id) { s.disconnected.push_back(id); });
+    }
+    void SetUp() override
+    {
+        // Short CM timeouts: 4.096 us x 2^8 x 2 ~ 2 ms per try.
+        open(a_, {.response_timeout = 8, .max_retries = 15});
+        open(b_, {.response_timeout = 8, .max_retries = 15});
+    }
+    void TearDown() override
+    {
+        for (side *s : {&a_, &b_}) {
+            s->qps.clear();
+            s->cm.reset();
+        }
+    }
+
+    /// Progresses both sides, 100 us of CM time per round, until `done`.
+    template <typename P> bool run_until(P done, unsigned rounds = 20000)
+    {
+        for (unsigned i = 0; i < rounds && !done(); ++i) {
+            a_.cm->progress();
+            b_.cm->progress();
+            now_ += std::chrono::microseconds(100);
+        }
+        return done();
+    }
+
+    static drv::rc_connect_attr attr_for(const peer_info &p, uint32_t my_psn)
+    {
+        drv::rc_connect_attr a{};
+        a.remote_qpn = p.qpn;
+        a.dlid       = p.lid;
+        a.rq_psn     = p.psn;
+        a.sq_psn     = my_psn;
+        return a;
+    }
+
+    /// B listens: each REQ gets a QP of its own, RTR before the REP and RTS
+    /// on the RTU, as IBA 12.9 orders it.
+    struct listen_state {
+        unsigned reqs = 0, established = 0, failed = 0;
+        std::string private_data;
+    };
+    void listen(side &s, listen_state &st, std::optional<reject_reason> refuse = {})
+    {
+        agent::listener l;
+        l.on_req = [this, &s, &st, refuse](uint32_t, const peer_info &p, endpoint_info &reply)
+            -> std::optional<reject_reason> {
+            ++st.reqs;
+            st.private_data.assign(reinterpret_cast<const char *>(p.private_data.data()));
+            if (refuse) {
+                return refuse;
+            }
+            drv::qp &q = s.new_qp();
+            drv::rc_connect_attr a = attr_for(p, 0x200);
+            EXPECT_EQ(q.to_rtr(a), status::ok);
+            static const char hello[] = "rep-data";
+            reply.qpn = q.qpn();
+            reply.psn = 0x200;
+            reply.private_data = {reinterpret_cast<const uint8_t *>(hello), sizeof(hello)};
+            pending_rts_[&s] = {&q, a};
+            return std::nullopt;
+        };
+        l.on_established = [this, &s, &st](uint32_t) {
+            ++st.established;
+            auto &[q, a] = pending_rts_[&s];
+            EXPECT_EQ(q->to_rts(a), status::ok);
+        };
+        l.on_failed = [&st](uint32_t) { ++st.failed; };
+        ASSERT_EQ(s.cm->listen(service, std::move(l)), status::ok);
+    }
+
+    /// A connects to `dlid`: its QP to RTR and RTS from the REP.
+    struct connect_state {
+        std::optional<uint32_t> id;
+        bool established = false;
+        std::optional<reject_reason> rejected;
+        std::string private_data;
+    };
+    void connect(side &s, uint16_t dlid, connect_state &st, uint64_t svc = service)
+    {
+        drv::qp &q = s.new_qp();
+        static const char hello[] = "req-data";
+        endpoint_info self;
+        self.qpn = q.qpn();
+        self.psn = 0x100;
+        self.private_data = {reinterpret_cast<const uint8_t *>(hello), sizeof(hello)};
+        agent::requester r;
+        r.on_rep = [&q, &st](uint32_t, const peer_info &p) {
+            st.private_data.assign(reinterpret_cast<const char *>(p.private_data.data()));
+            drv::rc_connect_attr a = attr_for(p, 0x100);
+            st.established = q.to_rtr(a) == status::ok && q.to_rts(a) == status::ok;
+            return st.established;
+        };
+        r.on_reject = [&st](uint32_t, reject_reason why) { st.rejected = why; };
+        auto id = s.cm->connect(dlid, svc, self, std::move(r));
+        ASSERT_TRUE(id.ok());
+        st.id = *id;
+    }
+
+    std::map<side *, std::pair<drv::qp *, drv::rc_connect_attr>> pending_rts_;
+};
+
+TEST_F(cm_test, req_rep_rtu_connect_a_working_rc_pair)
+{
+    listen_state ls;
+    listen(b_, ls);
+    connect_state cs;
+    connect(a_, b_.ctx->port().lid, cs);
+    ASSERT_TRUE(run_until([&] { return cs.established && ls.established == 1; }));
+    EXPECT_EQ(ls.private_data, "req-data");
+    EXPECT_EQ(cs.private_data, "rep-data");
+    EXPECT_EQ(a_.cm->retransmits(), 0u);
+
+    // The QPs the CM connected carry data.
+    char msg[16] = "over the wire", got[16] = {};
+    auto sm = drv::mr::reg(*a_.ctx, a_.pd, msg, sizeof(msg), drv::access_local_write);
+    auto rm = drv::mr::reg(*b_.ctx, b_.pd, got, sizeof(got), drv::access_local_write);
+    ASSERT_TRUE(sm.ok() && rm.ok());
+    drv::sge rs{reinterpret_cast<uint64_t>(got), sizeof(got), (*rm)->lkey()};
+    ASSERT_EQ(b_.qps[0]->post_recv(1, {&rs, 1}), status::ok);
+    drv::sge ss{reinterpret_cast<uint64_t>(msg), sizeof(msg), (*sm)->lkey()};
+    drv::send_wr wr;
+    wr.sg = {&ss, 1};
+    ASSERT_EQ(a_.qps[0]->post_send(wr), status::ok);
+    drv::wc w[4];
+    unsigned received = 0;
+    ASSERT_TRUE(run_until([&] {
+        received += b_.cq->poll(w);
+        (void)a_.cq->poll(w);
+        return received > 0;
+    }));
+    EXPECT_STREQ(got, "over the wire");
+}
+
+TEST_F(cm_test, rej_for_a_service_nobody_listens_to)
+{
+    connect_state cs;
+    connect(a_, b_.ctx->port().lid, cs, 0xdead);
+    ASSERT_TRUE(run_until([&] { return cs.rejected.has_value(); }));
+    EXPECT_EQ(*cs.rejected, reject_reason::invalid_service_id);
+    EXPECT_FALSE(cs.established);
+    EXPECT_EQ(a_.cm->connections(), 0u);
+}
+
+TEST_F(cm_test, rej_when_the_listener_refuses)
+{
+    listen_state ls;
+    listen(b_, ls, reject_reason::no_resources);
+    connect_state cs;
+    connect(a_, b_.ctx->port().lid, cs);
+    ASSERT_TRUE(run_until([&] { return cs.rejected.has_value(); }));
+    EXPECT_EQ(*cs.rejected, reject_reason::no_resources);
+    EXPECT_EQ(ls.reqs, 1u);
+    EXPECT_EQ(b_.cm->connections(), 0u);
+}
+
+TEST_F(cm_test, lost_and_duplicated_messages_are_recovered_by_retries)
+{
+    // Every other frame lost, every third duplicated: REQ, REP and RTU go
+    // missing or come twice; the timers resend; the listener sees one REQ.
+    fab_.set_faults({.drop_one_in = 2, .duplicate_one_in = 3});
+    listen_state ls;
+    listen(b_, ls);
+    connect_state cs;
+    connect(a_, b_.ctx->port().lid, cs);
+    ASSERT_TRUE(run_until([&] { return cs.established && ls.established == 1; }));
+    EXPECT_EQ(ls.reqs, 1u);
+    EXPECT_GT(a_.cm->retransmits() + b_.cm->retransmits(), 0u);
+    EXPECT_GT(fab_.frames_dropped(), 0u);
+}
+
+TEST_F(cm_test, no_answer_ends_in_a_timeout_after_the_retries)
+{
+    connect_state cs;
+    connect(a_, 4000, cs);
+    ASSERT_TRUE(run_until([&] { return cs.rejected.has_value(); }));
+    EXPECT_EQ(*cs.rejected, reject_reason::timeout);
+    EXPECT_EQ(a_.cm->retransmits(), 15u);   // MaxCMRetries
+    EXPECT_EQ(a_.cm->connections(), 0u);
+}
+
+TEST_F(cm_test, simultaneous_connects_in_both_directions)
+{
+    listen_state la, lb;
+    listen(a_, la);
+    listen(b_, lb);
+    connect_state ab, ba;
+    connect(a_, b_.ctx->port().lid, ab);
+    connect(b_, a_.ctx->port().lid, ba);
+    ASSERT_TRUE(run_until([&] {
+        return ab.established && ba.established && la.established == 1 &&
+               lb.established == 1;
+    }));
+}
+
+TEST_F(cm_test, dreq_drep_disconnect_both_sides)
+{
+    listen_state ls;
+    listen(b_, ls);
+    connect_state cs;
+    connect(a_, b_.ctx->port().lid, cs);
+    ASSERT_TRUE(run_until([&] { return ls.established == 1; }));
+    ASSERT_EQ(a_.cm->disconnect(*cs.id), status::ok);
+    ASSERT_TRUE(run_until([&] {
+        return a_.disconnected.size() == 1 && b_.disconnected.size() == 1;
+    }));
+    EXPECT_EQ(a_.disconnected[0], *cs.id);
+    EXPECT_EQ(a_.cm->connections(), 0u);
+    EXPECT_EQ(b_.cm->connections(), 0u);
+    EXPECT_EQ(a_.cm->disconnect(*cs.id), status::invalid_param);   // gone
+}
+
+TEST_F(cm_test, qp1_exists_once_per_context)
+{
+    auto again = agent::create(*a_.ctx);
+    ASSERT_FALSE(again.ok());
+    EXPECT_EQ(again.error(), status::busy);
+}
+
+} // namespace
+} // namespace mlx4x::mad::cm::test
