@@ -107,9 +107,9 @@ std::chrono::steady_clock::time_point agent::now() const
 
 /// IBA 12.6.5: the CM response timeout is 4.096 us x 2^n; the requester
 /// waits for it twice (there and back).
-std::chrono::nanoseconds agent::timeout() const
+std::chrono::nanoseconds agent::timeout(const timing &t)
 {
-    return std::chrono::nanoseconds(uint64_t{4096} << timing_.response_timeout) * 2;
+    return std::chrono::nanoseconds(uint64_t{4096} << t.response_timeout) * 2;
 }
 
 status agent::post_recv(uint32_t i)
@@ -163,8 +163,8 @@ mad agent::make(attr a, uint64_t tid) const
 void agent::arm(conn &c, const mad &m)
 {
     c.last_sent    = m;
-    c.retries_left = timing_.max_retries;
-    c.deadline     = now() + timeout();
+    c.retries_left = c.tm.max_retries;
+    c.deadline     = now() + timeout(c.tm);
     (void)send(c.peer_lid, m);
 }
 
@@ -205,9 +205,12 @@ status agent::listen(uint64_t service_id, listener l)
 void agent::stop_listening(uint64_t service_id) { listeners_.erase(service_id); }
 
 result<uint32_t> agent::connect(uint16_t dlid, uint64_t service_id,
-                                const endpoint_info &self, requester r)
+                                const endpoint_info &self, requester r,
+                                std::optional<timing> t)
 {
-    if (!r.on_rep || !r.on_reject || self.private_data.size() > sizeof(req::private_data)) {
+    timing tm = t.value_or(timing_);
+    if (!r.on_rep || !r.on_reject || self.private_data.size() > sizeof(req::private_data) ||
+        tm.max_retries > 15 || tm.response_timeout > 31) {
         return status::invalid_param;
     }
     uint32_t id = next_id_++;
@@ -220,15 +223,15 @@ result<uint32_t> agent::connect(uint16_t dlid, uint64_t service_id,
     req_qpn::set(q.local_qpn_resp_res, self.qpn);
     req_resp_resources::set(q.local_qpn_resp_res, self.resp_resources);
     req_init_depth::set(q.local_eecn_init_depth, self.init_depth);
-    req_remote_timeout::set(q.remote_eecn_timeout, timing_.response_timeout);
+    req_remote_timeout::set(q.remote_eecn_timeout, tm.response_timeout);
     req_transport::set(q.remote_eecn_timeout, 0);   // RC
     req_psn::set(q.psn_timeout_retry, self.psn);
-    req_local_timeout::set(q.psn_timeout_retry, timing_.response_timeout);
+    req_local_timeout::set(q.psn_timeout_retry, tm.response_timeout);
     req_retry_count::set(q.psn_timeout_retry, 7);
     q.pkey.set(0xffff);
     req_mtu::set(q.mtu_rdc_rnr, uint8_t(ib_mtu::mtu_4096));
     req_rnr_retry::set(q.mtu_rdc_rnr, self.rnr_retry);
-    req_max_cm_retries::set(q.max_retries_srq, timing_.max_retries);
+    req_max_cm_retries::set(q.max_retries_srq, tm.max_retries);
     q.primary.local_lid.set(ctx_.port().lid);
     q.primary.remote_lid.set(dlid);
     path_subnet_local::set(q.primary.sl_subnet_local, 1);
@@ -236,6 +239,7 @@ result<uint32_t> agent::connect(uint16_t dlid, uint64_t service_id,
     put(m, q);
     conn c{.st = state::req_sent, .active = true, .peer_lid = dlid};
     c.service_id = service_id;
+    c.tm         = tm;
     c.req_cb     = std::move(r);
     auto &stored = conns_.emplace(id, std::move(c)).first->second;
     arm(stored, m);
@@ -262,9 +266,17 @@ status agent::disconnect(uint32_t id)
 
 // ---- receiving ------------------------------------------------------------------
 
+bool agent::arm()
+{
+    cq_->arm();
+    return !cq_->ready();
+}
+
 unsigned agent::progress()
 {
-    ctx_.progress();
+    if (!cq_->ready() && conns_.empty()) {
+        return 0;   // idle: nothing arrived, no timer running
+    }
     unsigned handled = 0;
     drv::wc wcs[16];
     unsigned n = cq_->poll(wcs);
@@ -360,6 +372,9 @@ void agent::on_req(uint16_t slid, const mad &m)
     put(r, a);
     conn c{.st = state::rep_sent, .active = false, .peer_lid = slid, .remote_id = remote_id,
            .remote_qpn = p.qpn, .service_id = p.service_id};
+    // Wait for the RTU as long as the requester waits for answers.
+    c.tm = {.response_timeout = uint8_t(req_remote_timeout::get(q.remote_eecn_timeout)),
+            .max_retries      = uint8_t(req_max_cm_retries::get(q.max_retries_srq))};
     auto &stored = conns_.emplace(id, std::move(c)).first->second;
     by_remote_[remote_key(slid, remote_id)] = id;
     arm(stored, r);
@@ -465,8 +480,9 @@ void agent::on_dreq(uint16_t slid, const mad &m)
         return;
     }
     uint32_t id = it->first;
+    bool ours = it->second.st == state::dreq_sent;   // both sides asked at once
     forget(id);
-    if (on_disconnect_) {
+    if (!ours && on_disconnect_) {
         on_disconnect_(id);
     }
 }
@@ -478,11 +494,7 @@ void agent::on_drep(const mad &m)
     if (it == conns_.end() || it->second.st != state::dreq_sent) {
         return;
     }
-    uint32_t id = it->first;
-    forget(id);
-    if (on_disconnect_) {
-        on_disconnect_(id);
-    }
+    forget(it->first);   // our own DREQ answered: nothing to tell
 }
 
 // ---- timers ----------------------------------------------------------------------
@@ -512,7 +524,7 @@ void agent::run_timers()
         if (c.retries_left > 0) {
             --c.retries_left;
             ++retransmits_;
-            c.deadline = t + timeout();
+            c.deadline = t + timeout(c.tm);
             (void)send(c.peer_lid, c.last_sent);
             continue;
         }
@@ -528,9 +540,7 @@ void agent::run_timers()
             if (auto l = listeners_.find(c.service_id); l != listeners_.end() && l->second.on_failed) {
                 l->second.on_failed(id);
             }
-        } else if (c.st == state::dreq_sent && on_disconnect_) {
-            on_disconnect_(id);   // the peer is gone: disconnected anyway
-        }
+        }   // dreq_sent: the peer is gone, disconnected anyway
     }
 }
 

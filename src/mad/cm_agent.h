@@ -93,15 +93,26 @@ public:
     void   stop_listening(uint64_t service_id);
 
     /// Sends a REQ to the CM at `dlid`: our QP `self.qpn` (in INIT) for the
-    /// peer's `service_id`. The connection's ID, or an error.
+    /// peer's `service_id`, with the agent's timing or `t`. The
+    /// connection's ID, or an error.
     result<uint32_t> connect(uint16_t dlid, uint64_t service_id,
-                             const endpoint_info &self, requester r);
-    /// DREQ for an established connection (either side).
+                             const endpoint_info &self, requester r,
+                             std::optional<timing> t = std::nullopt);
+    /// DREQ for an established connection (either side). No callback
+    /// follows for it: the caller knows.
     status disconnect(uint32_t id);
+    /// Forgets a connection at once, without a message or a callback (its
+    /// user is gone; the peer's retries end in its own time-out).
+    void   abandon(uint32_t id) { forget(id); }
+    /// The peer tore a connection down (its DREQ was answered).
     void   on_disconnect(disconnect_fn f) { on_disconnect_ = std::move(f); }
 
-    /// Receives CM messages and runs the timers; returns the messages handled.
+    /// Receives CM messages and runs the timers; returns the messages
+    /// handled. The device itself is progressed by the caller.
     unsigned progress();
+    /// Asks for a completion event at the next CM message (interrupt
+    /// mode); false when one is already waiting.
+    bool arm();
     /// Earliest retry deadline pending (for a caller that sleeps), if any.
     std::optional<std::chrono::steady_clock::time_point> next_deadline() const;
 
@@ -125,6 +136,7 @@ private:
         uint32_t   remote_qpn = 0;
         uint64_t   service_id = 0;
         mad        last_sent{};       ///< resent on time-out / duplicate
+        timing     tm;
         unsigned   retries_left = 0;
         std::chrono::steady_clock::time_point deadline{};
         requester  req_cb;
@@ -132,7 +144,7 @@ private:
 
     agent(drv::context &ctx, timing t, clock_fn clock);
     std::chrono::steady_clock::time_point now() const;
-    std::chrono::nanoseconds timeout() const;
+    static std::chrono::nanoseconds timeout(const timing &t);
     status post_recv(uint32_t slot);
     status send(uint16_t dlid, const mad &m);
     mad    make(attr a, uint64_t tid) const;

@@ -4,7 +4,8 @@
 // listens to and for a listener's refusal; lost and duplicated CM messages
 // recovered by the retry timers, a duplicate REQ never seen twice by the
 // listener; no answer at all ends in a timeout; simultaneous connects in
-// both directions; DREQ/DREP tear a connection down on both sides.
+// both directions; DREQ/DREP tear a connection down on both sides; a
+// per-connection timing overrides the agent's.
 #include "hca/drv/verbs.h"
 #include "hca/fabric/loopback.h"
 #include "mad/cm_agent.h"
@@ -79,6 +80,8 @@ protected:
     template <typename P> bool run_until(P done, unsigned rounds = 20000)
     {
         for (unsigned i = 0; i < rounds && !done(); ++i) {
+            a_.ctx->progress();
+            b_.ctx->progress();
             a_.cm->progress();
             b_.cm->progress();
             now_ += std::chrono::microseconds(100);
@@ -263,13 +266,30 @@ TEST_F(cm_test, dreq_drep_disconnect_both_sides)
     connect(a_, b_.ctx->port().lid, cs);
     ASSERT_TRUE(run_until([&] { return ls.established == 1; }));
     ASSERT_EQ(a_.cm->disconnect(*cs.id), status::ok);
+    // B is told (DREQ); A, which asked, sees its DREP end the connection.
     ASSERT_TRUE(run_until([&] {
-        return a_.disconnected.size() == 1 && b_.disconnected.size() == 1;
+        return b_.disconnected.size() == 1 && a_.cm->connections() == 0;
     }));
-    EXPECT_EQ(a_.disconnected[0], *cs.id);
-    EXPECT_EQ(a_.cm->connections(), 0u);
+    EXPECT_TRUE(a_.disconnected.empty());
     EXPECT_EQ(b_.cm->connections(), 0u);
     EXPECT_EQ(a_.cm->disconnect(*cs.id), status::invalid_param);   // gone
+}
+
+TEST_F(cm_test, a_connection_can_have_its_own_timing)
+{
+    connect_state cs;
+    drv::qp &q = a_.new_qp();
+    endpoint_info self;
+    self.qpn = q.qpn();
+    agent::requester r;
+    r.on_rep    = [](uint32_t, const peer_info &) { return true; };
+    r.on_reject = [&cs](uint32_t, reject_reason why) { cs.rejected = why; };
+    ASSERT_TRUE(a_.cm->connect(4000, service, self, std::move(r),
+                               timing{.response_timeout = 8, .max_retries = 3})
+                    .ok());
+    ASSERT_TRUE(run_until([&] { return cs.rejected.has_value(); }));
+    EXPECT_EQ(*cs.rejected, reject_reason::timeout);
+    EXPECT_EQ(a_.cm->retransmits(), 3u);
 }
 
 TEST_F(cm_test, qp1_exists_once_per_context)
