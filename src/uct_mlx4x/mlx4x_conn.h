@@ -1,45 +1,33 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// The foundation's connection handshake, carried in UD datagrams between
-// the interfaces' connection-service QPs: REQ (initiator's RC QP and PSN)
-// and REP (the acceptor's). The IBA CM over QP1 (REQ/REP/RTU) replaces it
-// with the management work. Each direction of traffic gets its own RC
-// connection (initiator = sender), so simultaneous connects need no
-// arbitration.
+// How interfaces connect: through the IBA CM over QP1 (mad::cm::agent, one
+// per memory domain). Each interface listens on a service ID of its own,
+// which its interface address carries; an endpoint's REQ offers its RC QP,
+// the listener answers with a new receiving QP (REP) and the RTU completes
+// it. Each direction of traffic gets its own RC connection (initiator =
+// sender), so simultaneous connects need no arbitration.
 #pragma once
 
-#include "hca/base/endian.h"
+#include "mad/cm_agent.h"
 
 #include <cstdint>
-#include <tuple>
 
 namespace mlx4x::uct {
 
-constexpr uint32_t conn_qkey    = 0x4d4c5834;   // "MLX4"
-constexpr uint8_t  conn_version = 1;
+/// Service IDs of mlx4x interfaces: "MLX4" and a number the memory domain
+/// hands out per interface.
+constexpr uint64_t service_id_base = 0x4d4c583400000000ull;
+constexpr uint64_t service_id(uint32_t service) { return service_id_base | service; }
 
-enum class conn_type : uint8_t { req = 1, rep = 2 };
-
-struct conn_msg {
-    uint8_t type;           ///< conn_type
-    uint8_t version;
-    be16    src_lid;
-    be32    src_conn_qpn;   ///< sender's connection-service QP
-    be32    conn_id;        ///< initiator's endpoint id, echoed in REP
-    be32    rc_qpn;         ///< sender's RC QP for this connection
-    be32    psn;            ///< first PSN the sender will send
-};
-static_assert(sizeof(conn_msg) == 20);
-
-/// Identifies an incoming connection: (initiator port, its conn QP, ep id).
-struct conn_key {
-    uint16_t lid;
-    uint32_t conn_qpn;
-    uint32_t conn_id;
-    bool operator<(const conn_key &o) const
-    {
-        return std::tie(lid, conn_qpn, conn_id) <
-               std::tie(o.lid, o.conn_qpn, o.conn_id);
+/// UCX_MLX4X_CONN_TIMEOUT / CONN_RETRIES as the CM's timing: the smallest
+/// response-timeout exponent whose wait (2 x 4.096 us x 2^n) covers
+/// `seconds`, and the retry count (MaxCMRetries has 4 bits).
+inline mad::cm::timing cm_timing(double seconds, unsigned retries)
+{
+    uint8_t n = 0;
+    while (n < 31 && 2 * 4.096e-6 * double(uint64_t{1} << n) < seconds) {
+        ++n;
     }
-};
+    return {.response_timeout = n, .max_retries = uint8_t(retries > 15 ? 15 : retries)};
+}
 
 } // namespace mlx4x::uct

@@ -20,18 +20,10 @@ namespace mlx4x::uct {
 namespace {
 
 constexpr unsigned poll_batch     = 16;
-constexpr unsigned conn_rx_slots  = 64;
 constexpr uint32_t all_access     = drv::access_local_write |
                                     drv::access_remote_write |
                                     drv::access_remote_read |
                                     drv::access_remote_atomic;
-
-uint64_t now_ns()
-{
-    return uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                        std::chrono::steady_clock::now().time_since_epoch())
-                        .count());
-}
 
 uint32_t random_psn()
 {
@@ -94,6 +86,13 @@ memory_domain::open(const std::string &fabric_name, bool engine_thread,
     if (rcache) {
         m->create_rcache(*rcache);
     }
+    auto cm = mad::cm::agent::create(*m->ctx_);
+    if (!cm.ok()) {
+        MLX4X_ERROR("cannot start the connection manager on QP1: %s",
+                    to_string(cm.error()));
+        return cm.error();
+    }
+    m->cm_ = cm.take();
     if (engine_thread) {
         if (status s = m->ctx_->start_engine_thread(place_engine_thread);
             s != status::ok) {
@@ -144,14 +143,33 @@ status endpoint::connect_to_ep(const device_addr &dev, const ep_addr &peer)
     return status::ok;
 }
 
+/// A REQ to the peer interface's CM service; the REP (on_rep) connects.
 status endpoint::connect(const device_addr &dev, const iface_addr &ifa)
 {
     if (status s = create_qp(); s != status::ok) {
         return s;
     }
-    peer_lid      = dev.lid;
-    peer_conn_qpn = ifa.conn_qpn;
-    next_req_ns   = 0;   // send the REQ on the next progress
+    peer_lid = dev.lid;
+    mad::cm::endpoint_info self;
+    self.qpn = qp_->qpn();
+    self.psn = sq_psn;
+    mad::cm::agent::requester r;
+    r.on_rep = [this](uint32_t, const mad::cm::peer_info &rep) { return on_rep(rep); };
+    r.on_reject = [this](uint32_t, mad::cm::reject_reason why) {
+        cm_id.reset();   // the CM has forgotten it
+        MLX4X_ERROR("endpoint %u: connection to lid %d refused (CM reject reason %u)",
+                    conn_id, peer_lid, unsigned(why));
+        fail(why == mad::cm::reject_reason::timeout ? UCS_ERR_UNREACHABLE
+                                                    : UCS_ERR_REJECTED);
+    };
+    const auto &cfg = iface_.config();
+    auto id = iface_.domain().cm().connect(peer_lid, service_id(ifa.service), self,
+                                           std::move(r),
+                                           cm_timing(cfg.conn_timeout, cfg.conn_retries));
+    if (!id.ok()) {
+        return id.error();
+    }
+    cm_id = *id;
     return status::ok;
 }
 
@@ -189,6 +207,9 @@ status endpoint::create_qp()
 /// returned here instead of by poll_send().
 endpoint::~endpoint()
 {
+    if (cm_id) {
+        iface_.domain().cm().abandon(*cm_id);   // no callback to us any more
+    }
     iface_.remove_ep(this);
     qp_.reset();
     rx_qp_.reset();
@@ -213,17 +234,14 @@ status endpoint::cancel_outstanding()
     return qp_ ? qp_->to_error() : status::ok;
 }
 
-void endpoint::on_established(const conn_msg &rep)
+bool endpoint::on_rep(const mad::cm::peer_info &rep)
 {
-    if (state_ != ep_state::connecting) {
-        return;   // duplicate REP
-    }
-    if (iface_.connect_rc(*qp_, peer_lid, rep.rc_qpn.get(), rep.psn.get(), sq_psn) !=
-        status::ok) {
-        fail(UCS_ERR_IO_ERROR);
-        return;
+    if (state_ != ep_state::connecting ||
+        iface_.connect_rc(*qp_, peer_lid, rep.qpn, rep.psn, sq_psn) != status::ok) {
+        return false;   // the CM rejects the REP
     }
     state_ = ep_state::connected;
+    return true;
 }
 
 status interface::connect_rc(drv::qp &q, uint16_t dlid, uint32_t remote_qpn,
@@ -284,6 +302,11 @@ status interface::init(const uct_iface_params_t &params)
         MLX4X_ERROR("invalid UCX_MLX4X_SEG_SIZE/TX_QUEUE_LEN/RX_QUEUE_LEN");
         return status::invalid_param;
     }
+    if (cfg_.conn_retries > 15 || !(cfg_.conn_timeout > 0)) {
+        MLX4X_ERROR("invalid UCX_MLX4X_CONN_TIMEOUT/CONN_RETRIES (a positive time; "
+                    "retries 0..15, the CM's MaxCMRetries, IBA 12.6.5)");
+        return status::invalid_param;
+    }
     if (cfg_.retry_count > 7 || cfg_.rnr_retry_count > 7 || !(cfg_.timeout > 0)) {
         MLX4X_ERROR("invalid UCX_MLX4X_TIMEOUT/RETRY_COUNT/RNR_RETRY_COUNT "
                     "(a positive time; counts 0..7, IBA 9.7.5.2.8)");
@@ -342,30 +365,8 @@ status interface::init(const uct_iface_params_t &params)
         }
     }
 
-    drv::qp_caps caps;
-    caps.max_send_wr = 64;
-    caps.max_recv_wr = conn_rx_slots;
-    auto q = drv::qp::create(ctx(), md_.pd(), drv::qp_type::ud, *send_cq_,
-                             *recv_cq_, caps);
-    if (!q.ok()) {
-        return q.error();
-    }
-    conn_qp_ = q.take();
-    if (status s = conn_qp_->to_init(0, conn_qkey); s != status::ok) {
+    if (status s = listen(); s != status::ok) {
         return s;
-    }
-    if (status s = conn_qp_->to_ud_rts(); s != status::ok) {
-        return s;
-    }
-    if (status s = make_slots(ctx(), md_.pd(), conn_bufs_, conn_rx_slots,
-                              40 + sizeof(conn_msg));
-        s != status::ok) {
-        return s;
-    }
-    for (uint32_t i = 0; i < conn_rx_slots; ++i) {
-        if (status s = post_conn_recv(i); s != status::ok) {
-            return s;
-        }
     }
     // Probe the inline limit the WQE layout gives for RC sends.
     drv::qp_caps probe;
@@ -411,17 +412,19 @@ status interface::init_events()
     return status::ok;
 }
 
-/// Earliest time (device clock) something must run without any frame
-/// arriving: a connection request to resend, or, when nobody else runs the
-/// device, a transport timer (the engine thread keeps its own).
+/// Earliest time (steady clock, ns) something must run without any frame
+/// arriving: a CM message to resend, or, when nobody else runs the device,
+/// a transport timer (the engine thread keeps its own).
 uint64_t interface::next_deadline_ns() const
 {
     drv::context &c    = md_.ctx();
     uint64_t      next = c.engine_threaded() ? 0 : c.next_timer_ns();
-    for (const endpoint *e : eps_) {
-        if (e && e->state() == ep_state::connecting &&
-            (!next || e->next_req_ns < next)) {
-            next = e->next_req_ns;
+    if (auto cm = md_.cm().next_deadline()) {
+        uint64_t t = uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                  cm->time_since_epoch())
+                                  .count());
+        if (!next || t < next) {
+            next = t;
         }
     }
     return next;
@@ -434,7 +437,7 @@ ucs_status_t interface::event_arm(unsigned)
         for (unsigned i = 0; i < 16 && ctx().progress(64); ++i) {
         }
     }
-    if (send_cq_->ready() || recv_cq_->ready()) {
+    if (send_cq_->ready() || recv_cq_->ready() || !md_.cm().arm()) {
         return UCS_ERR_BUSY;
     }
     // Old interrupts are consumed; the CQs and the EQ ask for the next. A
@@ -485,8 +488,14 @@ interface::~interface()
             print("tm_recv_canceled", tm_->canceled);
         }
     }
-    // QPs before the SRQ they receive from.
-    rx_by_qpn_.clear();
+    if (listening_) {
+        md_.cm().stop_listening(service_id(service_));
+    }
+    // QPs before the SRQ they receive from; the CM forgets them.
+    for (auto &[id, q] : rx_qps_) {
+        md_.cm().abandon(id);
+    }
+    rx_qps_.clear();
     if (tm_) {
         tm_->cmd.reset();
     }
@@ -507,47 +516,11 @@ void interface::remove_ep(endpoint *e)
     std::erase_if(ep_by_qpn_, [e](const auto &kv) { return kv.second == e; });
 }
 
-status interface::post_conn_recv(uint32_t slot)
-{
-    drv::sge s{reinterpret_cast<uint64_t>(conn_bufs_.slot(slot)),
-               uint32_t(conn_bufs_.slot_size), conn_bufs_.mr->lkey()};
-    return conn_qp_->post_recv(slot, {&s, 1});
-}
-
 status interface::post_rx(uint32_t slot)
 {
     drv::sge s{reinterpret_cast<uint64_t>(rx_bufs_.slot(slot)),
                uint32_t(rx_bufs_.slot_size), rx_bufs_.mr->lkey()};
     return srq_->post_recv(slot, {&s, 1});
-}
-
-status interface::send_conn_msg(uint16_t dlid, uint32_t dqpn, const conn_msg &m)
-{
-    if (!tx_credit_take()) {
-        return status::no_resource;
-    }
-    std::unique_ptr<drv::ah> &dest = conn_ahs_[dlid];
-    if (!dest) {
-        auto a = drv::ah::create(ctx(), md_.pd(), {.dlid = dlid});
-        if (!a.ok()) {
-            tx_credit_return();
-            return a.error();
-        }
-        dest = a.take();
-    }
-    drv::send_wr wr;
-    drv::sge     s{reinterpret_cast<uint64_t>(&m), sizeof(m), 0};
-    wr.wr_id   = 0;
-    wr.flags   = drv::send_signaled | drv::send_inline;
-    wr.sg      = {&s, 1};
-    wr.ud_ah   = dest.get();
-    wr.ud_dqpn = dqpn;
-    wr.ud_qkey = conn_qkey;
-    status st = conn_qp_->post_send(wr);
-    if (st != status::ok) {
-        tx_credit_return();
-    }
-    return st;
 }
 
 unsigned interface::progress()
@@ -557,7 +530,7 @@ unsigned interface::progress()
     unsigned n = ctx().progress(64);
     n += poll_send();
     n += poll_recv();
-    progress_connections();
+    n += md_.cm().progress();
     dispatch_pending();
     if (n == 0 && ctx().engine_threaded()) {
         // Nothing for us yet: the device thread may need this core (MPI
@@ -618,18 +591,6 @@ unsigned interface::poll_recv()
     unsigned n = recv_cq_->poll(wcs);
     for (unsigned k = 0; k < n; ++k) {
         const drv::wc &w = wcs[k];
-        if (w.qpn == conn_qp_->qpn()) {
-            if (w.status == drv::wc_status::success &&
-                w.byte_len >= 40 + sizeof(conn_msg)) {
-                conn_msg m;
-                std::memcpy(&m, conn_bufs_.slot(w.wr_id) + 40, sizeof(m));
-                on_conn_msg(m, w.slid);
-            }
-            if (w.status != drv::wc_status::wr_flush_err) {
-                (void)post_conn_recv(uint32_t(w.wr_id));
-            }
-            continue;
-        }
         on_receive(w);
     }
     return n;
@@ -681,60 +642,40 @@ void interface::on_am(const uint8_t *buf, uint32_t len)
                         const_cast<uint8_t *>(buf) + sizeof(h), len - sizeof(h), 0);
 }
 
-void interface::on_conn_msg(const conn_msg &m, uint16_t slid)
+/// The interface's CM service: each REQ gets a receiving QP of its own,
+/// connected (RTR and RTS) before the REP goes out.
+status interface::listen()
 {
-    if (m.version != conn_version || m.src_lid.get() != slid) {
-        return;   // not ours, or spoofed: ignore
+    service_ = md_.new_service();
+    mad::cm::agent::listener l;
+    l.on_req = [this](uint32_t id, const mad::cm::peer_info &req,
+                      mad::cm::endpoint_info &reply) { return accept(id, req, reply); };
+    l.on_failed = [this](uint32_t id) { rx_qps_.erase(id); };   // no RTU came
+    if (status s = md_.cm().listen(service_id(service_), std::move(l)); s != status::ok) {
+        return s;
     }
-    switch (static_cast<conn_type>(m.type)) {
-    case conn_type::req:
-        on_req(m, slid);
-        break;
-    case conn_type::rep: {
-        uint32_t id = m.conn_id.get();
-        if (id < eps_.size() && eps_[id] && eps_[id]->peer_lid == slid) {
-            eps_[id]->on_established(m);
-        }
-        break;
-    }
-    default:
-        break;
-    }
+    listening_ = true;
+    return status::ok;
 }
 
-void interface::on_req(const conn_msg &m, uint16_t slid)
+std::optional<mad::cm::reject_reason>
+interface::accept(uint32_t id, const mad::cm::peer_info &req, mad::cm::endpoint_info &reply)
 {
-    conn_key key{slid, m.src_conn_qpn.get(), m.conn_id.get()};
-    MLX4X_DEBUG("connection request from lid %d qp 0x%x endpoint %u", slid,
-                key.conn_qpn, key.conn_id);
-    if (auto it = rx_by_key_.find(key); it != rx_by_key_.end()) {
-        // Duplicate REQ (our REP was slow or lost): answer again.
-        (void)send_conn_msg(slid, key.conn_qpn, rx_by_qpn_[it->second]->rep);
-        return;
-    }
-    auto c = std::make_unique<rx_conn>();
+    MLX4X_DEBUG("connection request from lid %d qp 0x%x", req.lid, req.qpn);
     auto q = create_rx_qp();
     if (!q.ok()) {
-        MLX4X_ERROR("cannot accept connection from lid %d: %s", slid,
+        MLX4X_ERROR("cannot accept a connection from lid %d: %s", req.lid,
                     to_string(q.error()));
-        return;
+        return mad::cm::reject_reason::no_qp;
     }
-    c->qp = q.take();
     uint32_t sq_psn = random_psn();
-    if (connect_rc(*c->qp, slid, m.rc_qpn.get(), m.psn.get(), sq_psn) != status::ok) {
-        return;
+    if (connect_rc(**q, req.lid, req.qpn, req.psn, sq_psn) != status::ok) {
+        return mad::cm::reject_reason::no_resources;
     }
-    c->rep.type    = uint8_t(conn_type::rep);
-    c->rep.version = conn_version;
-    c->rep.src_lid.set(ctx().port().lid);
-    c->rep.src_conn_qpn.set(conn_qp_->qpn());
-    c->rep.conn_id = m.conn_id;
-    c->rep.rc_qpn.set(c->qp->qpn());
-    c->rep.psn.set(sq_psn);
-    uint32_t qpn = c->qp->qpn();
-    (void)send_conn_msg(slid, key.conn_qpn, c->rep);
-    rx_by_key_[key] = qpn;
-    rx_by_qpn_[qpn] = std::move(c);
+    reply.qpn = (*q)->qpn();
+    reply.psn = sq_psn;
+    rx_qps_[id] = q.take();
+    return std::nullopt;
 }
 
 result<std::unique_ptr<drv::qp>> interface::create_rx_qp()
@@ -753,44 +694,6 @@ result<std::unique_ptr<drv::qp>> interface::create_rx_qp()
         return s;
     }
     return q;
-}
-
-void interface::progress_connections()
-{
-    uint64_t t = 0;
-    for (endpoint *e : eps_) {
-        if (!e || e->state() != ep_state::connecting) {
-            continue;
-        }
-        if (!t) {
-            t = now_ns();
-        }
-        if (t < e->next_req_ns) {
-            continue;
-        }
-        if (e->req_sent >= cfg_.conn_retries) {
-            MLX4X_ERROR("no answer from lid %d to %u connection requests",
-                        e->peer_lid, e->req_sent);
-            e->fail(UCS_ERR_UNREACHABLE);
-            continue;
-        }
-        conn_msg m{};
-        m.type    = uint8_t(conn_type::req);
-        m.version = conn_version;
-        m.src_lid.set(ctx().port().lid);
-        m.src_conn_qpn.set(conn_qp_->qpn());
-        m.conn_id.set(e->conn_id);
-        m.rc_qpn.set(e->qp().qpn());
-        m.psn.set(e->sq_psn);
-        status st = send_conn_msg(e->peer_lid, e->peer_conn_qpn, m);
-        MLX4X_DEBUG("endpoint %u: connection request %u to lid %d qp 0x%x: %s",
-                    e->conn_id, e->req_sent + 1, e->peer_lid,
-                    e->peer_conn_qpn, to_string(st));
-        if (st == status::ok) {
-            ++e->req_sent;
-            e->next_req_ns = t + uint64_t(cfg_.conn_timeout * 1e9);
-        }
-    }
 }
 
 void interface::dispatch_pending()

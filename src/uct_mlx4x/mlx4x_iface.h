@@ -13,6 +13,7 @@
 #include <deque>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -42,9 +43,9 @@ struct __attribute__((packed)) device_addr {
     uint16_t lid;
     uint64_t port_guid;
 };
-/// Interface address: the UD QP of its connection service.
+/// Interface address: the CM service the interface listens on.
 struct __attribute__((packed)) iface_addr {
-    uint32_t conn_qpn;
+    uint32_t service;
 };
 /// Endpoint address (CONNECT_TO_EP): the endpoint's two RC QPs, each with
 /// its first send PSN. Like an interface connection, each direction has
@@ -121,6 +122,10 @@ public:
     void dereg(uct_mem_h memh, uct_completion_t *invalidated);
     bool cached() const { return rcache_ != nullptr; }
 
+    /// The CM on this context's QP1, shared by its interfaces.
+    mad::cm::agent &cm() { return *cm_; }
+    uint32_t new_service() { return next_service_++; }
+
 private:
     void create_rcache(const uct_md_rcache_config_t &cfg);
     result<drv::mr *> register_region(uintptr_t start, uintptr_t end);
@@ -135,6 +140,8 @@ private:
     uint32_t                        pd_ = 0;
     std::unique_ptr<drv::mr>        dma_mr_;
     ucs_rcache_t                   *rcache_ = nullptr;
+    std::unique_ptr<mad::cm::agent> cm_;           ///< before ctx_ goes
+    uint32_t                        next_service_ = 0;
 };
 
 class interface;
@@ -185,10 +192,8 @@ public:
 
     uint32_t   conn_id = 0;
     uint16_t   peer_lid = 0;
-    uint32_t   peer_conn_qpn = 0;
     uint32_t   sq_psn = 0;
-    uint64_t   next_req_ns = 0;
-    unsigned   req_sent = 0;
+    std::optional<uint32_t> cm_id;   ///< the CM's connection, while it knows it
     slot_area  bounce;
     std::deque<uct_pending_req_t *> pending;
     bool       dispatching_pending = false;   ///< in a pending request's func
@@ -202,7 +207,8 @@ public:
     /// Runs the completed WQE's callbacks; `st` is its status.
     void complete_next(ucs_status_t st);
 
-    void on_established(const conn_msg &rep);
+    /// The REP: our QP to RTR and RTS towards the peer's receiving QP.
+    bool on_rep(const mad::cm::peer_info &rep);
     void fail(ucs_status_t why);
     status cancel_outstanding();
     ep_state state_ = ep_state::connecting;
@@ -217,13 +223,6 @@ private:
     uint32_t                     rx_psn_ = 0;
 };
 
-/// Incoming side of a connection: an RC QP receiving from the interface's
-/// SRQ; with tag matching, the device owns its send queue (rendezvous).
-struct rx_conn {
-    std::unique_ptr<drv::qp> qp;
-    conn_msg                 rep;      ///< answer, resent on duplicate REQ
-};
-
 class interface {
 public:
     interface(uct_mlx4x_iface_t *uct, memory_domain &m, const uct_mlx4x_iface_config_t &cfg);
@@ -234,7 +233,7 @@ public:
     drv::context &ctx() { return md_.ctx(); }
     memory_domain &domain() { return md_; }
     uct_mlx4x_iface_t *uct() { return uct_; }
-    uint32_t conn_qpn() const { return conn_qp_->qpn(); }
+    uint32_t service() const { return service_; }
     drv::cq &send_cq() { return *send_cq_; }
     drv::cq &recv_cq() { return *recv_cq_; }
     drv::srq &srq() { return *srq_; }
@@ -257,7 +256,6 @@ public:
     uint32_t add_ep(endpoint *e);
     size_t   endpoint_count() const { return ep_by_qpn_.size(); }
     void     remove_ep(endpoint *e);
-    status   send_conn_msg(uint16_t dlid, uint32_t dqpn, const conn_msg &m);
     bool     tx_credit_take()
     {
         if (tx_credits_ == 0) return false;
@@ -275,8 +273,9 @@ public:
 private:
     unsigned poll_send();   ///< completions handled
     unsigned poll_recv();
-    void on_conn_msg(const conn_msg &m, uint16_t slid);
-    void on_req(const conn_msg &m, uint16_t slid);
+    status listen();
+    std::optional<mad::cm::reject_reason> accept(uint32_t cm_id, const mad::cm::peer_info &req,
+                                                 mad::cm::endpoint_info &reply);
     void on_receive(const drv::wc &w);
     void on_am(const uint8_t *buf, uint32_t len);
     // tag matching (mlx4x_tag.cc)
@@ -289,9 +288,7 @@ private:
     status post_list_op(prm::tm_list_op op, uint32_t index,
                         const tm::shadow_list::receive *r = nullptr,
                         uint32_t lkey = 0);
-    void progress_connections();
     void dispatch_pending();
-    status post_conn_recv(uint32_t slot);
     status post_rx(uint32_t slot);
     status init_events();
     /// Progress-driven with a fabric wake-up line: a sleeping process is
@@ -309,14 +306,13 @@ private:
     std::unique_ptr<drv::srq>      srq_;       ///< every RC QP receives here
     slot_area                      rx_bufs_;   ///< its buffers, seg_size each
     std::unique_ptr<tag_offload>   tm_;        ///< null: tag matching off
-    std::unique_ptr<drv::qp>       conn_qp_;
-    std::map<uint16_t, std::unique_ptr<drv::ah>> conn_ahs_;   ///< by LID
-    slot_area                      conn_bufs_;
+    uint32_t                       service_ = 0;   ///< CM service we listen on
+    bool                           listening_ = false;
     uint32_t                       tx_credits_ = 0;
     std::vector<endpoint *>              eps_;        ///< by conn_id (index)
     std::map<uint32_t, endpoint *>       ep_by_qpn_;
-    std::map<uint32_t, std::unique_ptr<rx_conn>> rx_by_qpn_;
-    std::map<conn_key, uint32_t>   rx_by_key_;   ///< -> rx qpn
+    /// Receiving QPs of incoming connections, by the CM's connection ID.
+    std::map<uint32_t, std::unique_ptr<drv::qp>> rx_qps_;
     size_t                         pending_cursor_ = 0;
     int                            event_fd_ = -1;   ///< epoll set UCX sleeps on
     int                            timer_fd_ = -1;   ///< next_deadline_ns()

@@ -376,7 +376,7 @@ extern "C" ucs_status_t uct_mlx4x_iface_get_device_address(uct_iface_h h,
 extern "C" ucs_status_t uct_mlx4x_iface_get_address(uct_iface_h h,
                                                     uct_iface_addr_t *a)
 {
-    iface_addr ia{iface_of(h).conn_qpn()};
+    iface_addr ia{iface_of(h).service()};
     std::memcpy(a, &ia, sizeof(ia));
     return UCS_OK;
 }

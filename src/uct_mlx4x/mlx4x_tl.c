@@ -76,11 +76,13 @@ static ucs_config_field_t uct_mlx4x_iface_config_table[] = {
      ucs_offsetof(uct_mlx4x_iface_config_t, max_inline), UCS_CONFIG_TYPE_UINT},
 
     {"CONN_TIMEOUT", "1s",
-     "Time to wait for an answer to a connection request before resending it.",
+     "Time the connection manager (IBA CM over QP1) waits for an answer to a\n"
+     "REQ (or for the RTU after a REP) before sending it again; rounded up to\n"
+     "the CM's 2 x 4.096 us x 2^n steps.",
      ucs_offsetof(uct_mlx4x_iface_config_t, conn_timeout), UCS_CONFIG_TYPE_TIME},
 
-    {"CONN_RETRIES", "30",
-     "Connection requests sent before the peer is declared unreachable.",
+    {"CONN_RETRIES", "15",
+     "CM retries (MaxCMRetries, 0-15) before the peer is declared unreachable.",
      ucs_offsetof(uct_mlx4x_iface_config_t, conn_retries), UCS_CONFIG_TYPE_UINT},
 
     {"TIMEOUT", "1s",
