@@ -48,57 +48,15 @@ result<std::unique_ptr<agent>> agent::create(drv::context &ctx, timing t, clock_
         return status::invalid_param;
     }
     std::unique_ptr<agent> a(new agent(ctx, t, std::move(clock)));
-    a->pd_ = ctx.alloc_pd();
-    auto cq = drv::cq::create(ctx, recv_slots + send_slots);
-    if (!cq.ok()) {
-        return cq.error();
-    }
-    a->cq_ = cq.take();
-    drv::qp_caps caps;
-    caps.max_send_wr  = send_slots;
-    caps.max_recv_wr  = recv_slots;
-    caps.max_send_sge = 1;
-    auto q = drv::qp::create(ctx, a->pd_, drv::qp_type::gsi, *a->cq_, *a->cq_, caps);
+    auto q = mad_qp::create(ctx, drv::qp_type::gsi, gsi_qkey, 64);
     if (!q.ok()) {
         return q.error();
     }
     a->qp1_ = q.take();
-    if (status s = a->qp1_->to_init(0, gsi_qkey); s != status::ok) {
-        return s;
-    }
-    if (status s = a->qp1_->to_ud_rts(); s != status::ok) {
-        return s;
-    }
-    a->recv_.resize(recv_slots);
-    a->send_.resize(send_slots);
-    auto rm = drv::mr::reg(ctx, a->pd_, a->recv_.data(), a->recv_.size() * sizeof(slot),
-                           drv::access_local_write);
-    auto sm = drv::mr::reg(ctx, a->pd_, a->send_.data(), a->send_.size() * sizeof(slot),
-                           drv::access_local_write);
-    if (!rm.ok() || !sm.ok()) {
-        return rm.ok() ? sm.error() : rm.error();
-    }
-    a->recv_mr_ = rm.take();
-    a->send_mr_ = sm.take();
-    for (uint32_t i = 0; i < recv_slots; ++i) {
-        if (status s = a->post_recv(i); s != status::ok) {
-            return s;
-        }
-    }
     return a;
 }
 
-agent::~agent()
-{
-    qp1_.reset();
-    ahs_.clear();
-    recv_mr_.reset();
-    send_mr_.reset();
-    cq_.reset();
-    if (pd_) {
-        (void)ctx_.dealloc_pd(pd_);
-    }
-}
+agent::~agent() = default;
 
 std::chrono::steady_clock::time_point agent::now() const
 {
@@ -112,40 +70,10 @@ std::chrono::nanoseconds agent::timeout(const timing &t)
     return std::chrono::nanoseconds(uint64_t{4096} << t.response_timeout) * 2;
 }
 
-status agent::post_recv(uint32_t i)
-{
-    drv::sge s{reinterpret_cast<uint64_t>(recv_[i].bytes), sizeof(slot), recv_mr_->lkey()};
-    return qp1_->post_recv(i, {&s, 1});
-}
-
 status agent::send(uint16_t dlid, const mad &m)
 {
-    auto &ah = ahs_[dlid];
-    if (!ah) {
-        auto r = drv::ah::create(ctx_, pd_, {.dlid = dlid});
-        if (!r.ok()) {
-            ahs_.erase(dlid);
-            return r.error();
-        }
-        ah = r.take();
-    }
-    if (sent_ - completed_ >= send_slots) {
-        return status::no_resource;   // a retry or the peer's retry recovers
-    }
-    slot &b = send_[sent_ % send_slots];
-    std::memcpy(b.bytes, &m, sizeof(m));
-    drv::sge sg{reinterpret_cast<uint64_t>(b.bytes), uint32_t(sizeof(m)), send_mr_->lkey()};
-    drv::send_wr wr;
-    wr.wr_id   = uint64_t{1} << 63 | sent_;
-    wr.sg      = {&sg, 1};
-    wr.ud_ah   = ah.get();
-    wr.ud_dqpn = 1;   // the CM is at QP1 of every port
-    wr.ud_qkey = gsi_qkey;
-    status st = qp1_->post_send(wr);
-    if (st == status::ok) {
-        ++sent_;
-    }
-    return st;
+    // A full send queue loses the message; a retry or the peer's recovers.
+    return qp1_->send(dlid, 1, gsi_qkey, m);   // the CM is at QP1 of every port
 }
 
 mad agent::make(attr a, uint64_t tid) const
@@ -268,33 +196,16 @@ status agent::disconnect(uint32_t id)
 
 bool agent::arm()
 {
-    cq_->arm();
-    return !cq_->ready();
+    qp1_->arm();
+    return !qp1_->ready();
 }
 
 unsigned agent::progress()
 {
-    if (!cq_->ready() && conns_.empty()) {
+    if (!qp1_->ready() && conns_.empty()) {
         return 0;   // idle: nothing arrived, no timer running
     }
-    unsigned handled = 0;
-    drv::wc wcs[16];
-    unsigned n = cq_->poll(wcs);
-    for (unsigned k = 0; k < n; ++k) {
-        const drv::wc &w = wcs[k];
-        if (w.wr_id >> 63) {
-            ++completed_;
-            continue;
-        }
-        auto i = uint32_t(w.wr_id);
-        if (w.status == drv::wc_status::success && w.byte_len == grh_size + mad_size) {
-            mad m;
-            std::memcpy(&m, recv_[i].bytes + grh_size, sizeof(m));
-            receive(w.slid, m);
-            ++handled;
-        }
-        (void)post_recv(i);
-    }
+    unsigned handled = qp1_->poll([this](uint16_t slid, const mad &m) { receive(slid, m); });
     run_timers();
     return handled;
 }

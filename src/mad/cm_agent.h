@@ -13,6 +13,7 @@
 
 #include "hca/drv/verbs.h"
 #include "hca/ib/ib_cm.h"
+#include "mad/mad_qp.h"
 
 #include <chrono>
 #include <cstdint>
@@ -145,7 +146,6 @@ private:
     agent(drv::context &ctx, timing t, clock_fn clock);
     std::chrono::steady_clock::time_point now() const;
     static std::chrono::nanoseconds timeout(const timing &t);
-    status post_recv(uint32_t slot);
     status send(uint16_t dlid, const mad &m);
     mad    make(attr a, uint64_t tid) const;
     void   arm(conn &c, const mad &m);   ///< send and start the retry timer
@@ -161,19 +161,10 @@ private:
     void   run_timers();
     void   forget(uint32_t id);
 
-    static constexpr uint32_t recv_slots = 64, send_slots = 64, grh_size = 40;
-    struct slot { uint8_t bytes[grh_size + mad_size]; };
-
     drv::context                  &ctx_;
     timing                         timing_;
     clock_fn                       clock_;
-    uint32_t                       pd_ = 0;
-    std::unique_ptr<drv::cq>       cq_;
-    std::unique_ptr<drv::qp>       qp1_;
-    std::vector<slot>              recv_, send_;
-    std::unique_ptr<drv::mr>       recv_mr_, send_mr_;
-    std::map<uint16_t, std::unique_ptr<drv::ah>> ahs_;
-    uint32_t                       sent_ = 0, completed_ = 0;
+    std::unique_ptr<mad_qp>        qp1_;
     std::map<uint64_t, listener>   listeners_;
     std::map<uint32_t, conn>       conns_;            ///< by local comm ID
     std::map<uint64_t, uint32_t>   by_remote_;        ///< (peer lid, remote ID) -> local

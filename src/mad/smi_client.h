@@ -7,13 +7,13 @@
 
 #include "hca/drv/verbs.h"
 #include "hca/ib/ib_mad.h"
+#include "mad/mad_qp.h"
 
 #include <chrono>
 #include <functional>
 #include <map>
 #include <memory>
 #include <optional>
-#include <vector>
 
 namespace mlx4x::mad {
 
@@ -48,24 +48,11 @@ public:
 
 private:
     explicit smi_client(drv::context &ctx, idle_fn idle) : ctx_(ctx), idle_(std::move(idle)) {}
-    status post_recv(uint32_t slot);
-    const drv::ah *ah_to(uint16_t dlid);
 
-    static constexpr uint32_t recv_slots = 256, send_slots = 256;
-    static constexpr uint32_t grh_size = 40;
-    struct slot { uint8_t bytes[grh_size + mad_size]; };
-
-    drv::context                          &ctx_;
-    idle_fn                                idle_;
-    uint32_t                               pd_ = 0;
-    std::unique_ptr<drv::cq>               cq_;
-    std::unique_ptr<drv::qp>               qp0_;
-    std::vector<slot>                      recv_, send_;
-    std::unique_ptr<drv::mr>               recv_mr_, send_mr_;
-    std::map<uint16_t, std::unique_ptr<drv::ah>> ahs_;
-    uint32_t                               sent_ = 0;   ///< send slot counter
-    uint32_t                               completed_ = 0;
-    uint64_t                               next_tid_ = 1;
+    drv::context           &ctx_;
+    idle_fn                 idle_;
+    std::unique_ptr<mad_qp> qp0_;
+    uint64_t                next_tid_ = 1;
 };
 
 } // namespace mlx4x::mad

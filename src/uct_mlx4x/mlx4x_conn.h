@@ -18,16 +18,32 @@ namespace mlx4x::uct {
 constexpr uint64_t service_id_base = 0x4d4c583400000000ull;
 constexpr uint64_t service_id(uint32_t service) { return service_id_base | service; }
 
-/// UCX_MLX4X_CONN_TIMEOUT / CONN_RETRIES as the CM's timing: the smallest
-/// response-timeout exponent whose wait (2 x 4.096 us x 2^n) covers
-/// `seconds`, and the retry count (MaxCMRetries has 4 bits).
-inline mad::cm::timing cm_timing(double seconds, unsigned retries)
+/// IBA times are `unit` x 2^n (n = 0..31): the smallest n whose time
+/// covers `seconds`.
+inline uint8_t iba_time_exponent(double seconds, double unit)
 {
     uint8_t n = 0;
-    while (n < 31 && 2 * 4.096e-6 * double(uint64_t{1} << n) < seconds) {
+    while (n < 31 && unit * double(uint64_t{1} << n) < seconds) {
         ++n;
     }
-    return {.response_timeout = n, .max_retries = uint8_t(retries > 15 ? 15 : retries)};
+    return n;
+}
+
+/// IBA 9.7.6.1.3: the local ACK timeout is 4.096 us x 2^n (n = 0 would
+/// mean "infinite", so at least 1).
+inline uint8_t ack_timeout_exponent(double seconds)
+{
+    uint8_t n = iba_time_exponent(seconds, 4.096e-6);
+    return n ? n : 1;
+}
+
+/// UCX_MLX4X_CONN_TIMEOUT / CONN_RETRIES as the CM's timing: the response
+/// timeout whose wait (2 x 4.096 us x 2^n, there and back) covers
+/// `seconds`, and the retries (MaxCMRetries has 4 bits).
+inline mad::cm::timing cm_timing(double seconds, unsigned retries)
+{
+    return {.response_timeout = iba_time_exponent(seconds, 2 * 4.096e-6),
+            .max_retries      = uint8_t(retries > 15 ? 15 : retries)};
 }
 
 } // namespace mlx4x::uct

@@ -44,17 +44,6 @@ status make_slots(drv::context &ctx, uint32_t pd, slot_area &a, size_t n,
     return status::ok;
 }
 
-/// IBA 9.7.6.1.3: the local ACK timeout is 4.096 us x 2^n; the smallest n
-/// not shorter than `seconds` (n = 0 would mean "infinite").
-uint8_t ack_timeout_exponent(double seconds)
-{
-    uint8_t n = 1;
-    while (n < 31 && 4.096e-6 * double(uint64_t{1} << n) < seconds) {
-        ++n;
-    }
-    return n;
-}
-
 } // namespace
 
 // ---- md ----------------------------------------------------------------------
