@@ -26,7 +26,9 @@ template <typename T> void put(mad &m, const T &v)
 
 void copy_private(uint8_t *dst, size_t room, std::span<const uint8_t> src)
 {
-    std::memcpy(dst, src.data(), std::min(room, src.size()));
+    if (!src.empty()) {   // an empty span may have no data pointer at all
+        std::memcpy(dst, src.data(), std::min(room, src.size()));
+    }
 }
 
 uint64_t remote_key(uint16_t lid, uint32_t remote_id)
