@@ -82,6 +82,12 @@ memory_domain::open(const std::string &fabric_name, bool engine_thread,
         return cm.error();
     }
     m->cm_ = cm.take();
+    m->cm_->on_disconnect([md = m.get()](uint32_t id) {
+        MLX4X_DEBUG("cm: the peer closed connection 0x%x (DREQ)", id);
+        for (interface *i : md->ifaces_) {
+            i->on_peer_disconnect(id);
+        }
+    });
     if (engine_thread) {
         if (status s = m->ctx_->start_engine_thread(place_engine_thread);
             s != status::ok) {
@@ -197,7 +203,12 @@ status endpoint::create_qp()
 endpoint::~endpoint()
 {
     if (cm_id) {
-        iface_.domain().cm().abandon(*cm_id);   // no callback to us any more
+        // Connected: DREQ, so the peer frees its receiving QP (the CM
+        // retries on its own and calls nobody back); else just forget it.
+        mad::cm::agent &cm = iface_.domain().cm();
+        if (state_ != ep_state::connected || cm.disconnect(*cm_id) != status::ok) {
+            cm.abandon(*cm_id);
+        }
     }
     iface_.remove_ep(this);
     qp_.reset();
@@ -477,6 +488,7 @@ interface::~interface()
             print("tm_recv_canceled", tm_->canceled);
         }
     }
+    md_.remove_iface(this);
     if (listening_) {
         md_.cm().stop_listening(service_id(service_));
     }
@@ -635,6 +647,7 @@ void interface::on_am(const uint8_t *buf, uint32_t len)
 /// connected (RTR and RTS) before the REP goes out.
 status interface::listen()
 {
+    md_.add_iface(this);
     service_ = md_.new_service();
     mad::cm::agent::listener l;
     l.on_req = [this](uint32_t id, const mad::cm::peer_info &req,

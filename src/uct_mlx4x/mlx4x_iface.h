@@ -89,6 +89,8 @@ struct tag_offload {
     bool take_rndv(uint32_t app_ctx, uct_completion_t *&comp);
 };
 
+class interface;
+
 /// A registration as UCT holds it (uct_mem_h): a region of UCS's
 /// registration cache, or a plain one (the same layout) with the cache off.
 struct mem_handle {
@@ -125,6 +127,9 @@ public:
     /// The CM on this context's QP1, shared by its interfaces.
     mad::cm::agent &cm() { return *cm_; }
     uint32_t new_service() { return next_service_++; }
+    /// Interfaces hear of connections their peers tore down (DREQ).
+    void add_iface(interface *i) { ifaces_.push_back(i); }
+    void remove_iface(interface *i) { std::erase(ifaces_, i); }
 
 private:
     void create_rcache(const uct_md_rcache_config_t &cfg);
@@ -142,9 +147,9 @@ private:
     ucs_rcache_t                   *rcache_ = nullptr;
     std::unique_ptr<mad::cm::agent> cm_;           ///< before ctx_ goes
     uint32_t                        next_service_ = 0;
+    std::vector<interface *>        ifaces_;
 };
 
-class interface;
 
 /// A buffer area registered once: fixed-size slots used as bounce buffers.
 struct slot_area {
@@ -274,6 +279,11 @@ private:
     unsigned poll_send();   ///< completions handled
     unsigned poll_recv();
     status listen();
+public:
+    /// The peer's endpoint of incoming connection `cm_id` is gone (its
+    /// DREQ): the receiving QP goes too.
+    void on_peer_disconnect(uint32_t cm_id) { rx_qps_.erase(cm_id); }
+private:
     std::optional<mad::cm::reject_reason> accept(uint32_t cm_id, const mad::cm::peer_info &req,
                                                  mad::cm::endpoint_info &reply);
     void on_receive(const drv::wc &w);
