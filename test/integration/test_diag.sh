@@ -2,7 +2,7 @@
 # The diagnostic tools while a 2-rank MPI job runs over mlx4x (issue 4):
 # mlx4x-stat shows both ranks' ports ACTIVE with their LIDs, mlx4x-netdiscover
 # lists both, and mlx4x-smpquery prints what each rank's SMA answered over
-# QP0. A LID without a port gets no answer; a bad command line exits 2.
+# QP0 (portinfo, nodedesc, nodeinfo, guids, pkeys). A LID without a port gets no answer; a bad command line exits 2.
 . "$(dirname "$0")/lib.sh"
 
 bin="$top_builddir/contrib"
@@ -49,6 +49,20 @@ for lid in $lids; do
         && ok "mlx4x-smpquery nodedesc $lid: $(echo "$nd" | sed 's/.*\.\.\.//')" \
         || fail "mlx4x-smpquery nodedesc $lid: '$nd'"
 done
+
+# NodeInfo, GUIDInfo and P_KeyTable of one rank agree with each other and
+# with mlx4x-stat: the port GUID everywhere, the default P_Key in entry 0.
+lid=$(echo "$lids" | head -1)
+ni=$("$bin/mlx4x-smpquery" nodeinfo "$lid")
+pg=$(echo "$ni" | sed -n 's/^PortGuid:\.*//p')
+g0=$("$bin/mlx4x-smpquery" guids "$lid" | sed -n 's/^Guid0:\.*//p')
+[ -n "$pg" ] && [ "$pg" = "$g0" ] && echo "$ni" | grep -q '^NodeType:\.*Channel Adapter$' &&
+    echo "$stat" | grep -q "Port GUID: $pg" \
+    && ok "mlx4x-smpquery nodeinfo/guids $lid: Channel Adapter, port GUID $pg (as mlx4x-stat)" \
+    || fail "nodeinfo/guids $lid: PortGuid '$pg', Guid0 '$g0'"
+"$bin/mlx4x-smpquery" pkeys "$lid" | grep -q '^ *0: 0xffff ' \
+    && ok "mlx4x-smpquery pkeys $lid: default P_Key 0xffff in entry 0" \
+    || fail "mlx4x-smpquery pkeys $lid"
 
 out=$("$bin/mlx4x-smpquery" nodeinfo 250 2>&1); rc=$?
 [ $rc -eq 1 ] && echo "$out" | grep -q 'no answer from lid 250' \
