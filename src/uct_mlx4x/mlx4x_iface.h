@@ -239,6 +239,9 @@ public:
     memory_domain &domain() { return md_; }
     uct_mlx4x_iface_t *uct() { return uct_; }
     uint32_t service() const { return service_; }
+    /// The peer's endpoint of incoming connection `cm_id` is gone (its
+    /// DREQ): the receiving QP goes too.
+    void on_peer_disconnect(uint32_t cm_id) { rx_qps_.erase(cm_id); }
     drv::cq &send_cq() { return *send_cq_; }
     drv::cq &recv_cq() { return *recv_cq_; }
     drv::srq &srq() { return *srq_; }
@@ -279,11 +282,6 @@ private:
     unsigned poll_send();   ///< completions handled
     unsigned poll_recv();
     status listen();
-public:
-    /// The peer's endpoint of incoming connection `cm_id` is gone (its
-    /// DREQ): the receiving QP goes too.
-    void on_peer_disconnect(uint32_t cm_id) { rx_qps_.erase(cm_id); }
-private:
     std::optional<mad::cm::reject_reason> accept(uint32_t cm_id, const mad::cm::peer_info &req,
                                                  mad::cm::endpoint_info &reply);
     void on_receive(const drv::wc &w);

@@ -100,6 +100,11 @@ protected:
         pp.as_parent();
     }
 
+    /// Forks a child that attaches a port to segment `name` and then either
+    /// exits without detaching or (`stay_alive`) waits, never polling, to be
+    /// killed. Returns the child's LID; 0 if it could not attach.
+    uint16_t fork_port_owner(bool stay_alive);
+
     std::string                 name;
     pid_t                       child = -1;
     std::unique_ptr<shm_fabric> segment;   ///< the parent's segment handle
@@ -689,6 +694,39 @@ TEST_F(shm_test, sleeping_process_is_woken_by_a_frame_from_another)
 }
 
 // ---- stale ports ------------------------------------------------------------
+
+uint16_t shm_test::fork_port_owner(bool stay_alive)
+{
+    int p[2];
+    if (pipe(p) != 0) {
+        return 0;
+    }
+    child = fork();
+    if (child < 0) {
+        return 0;
+    }
+    if (child == 0) {
+        close(p[0]);
+        auto cf = shm_fabric::open(name);
+        if (!cf.ok()) _exit(10);
+        auto port = (*cf)->attach();
+        if (!port.ok()) _exit(11);
+        uint16_t lid = (*port)->lid();
+        write_all(p[1], &lid, sizeof(lid));
+        if (stay_alive) {
+            pause();   // alive, never polls
+        }
+        _exit(0);
+    }
+    close(p[1]);
+    uint16_t lid = 0;
+    if (!read_all(p[0], &lid, sizeof(lid), 10000)) {
+        lid = 0;
+    }
+    close(p[0]);
+    return lid;
+}
+
 TEST_F(shm_test, full_ring_of_a_dead_process_drops_instead_of_pushing_back)
 {
     // A live owner that does not drain its ring pushes back; once it is
@@ -698,25 +736,8 @@ TEST_F(shm_test, full_ring_of_a_dead_process_drops_instead_of_pushing_back)
     ASSERT_TRUE(f.ok());
     auto tx = (*f)->attach();
     ASSERT_TRUE(tx.ok());
-    int p[2];
-    ASSERT_EQ(pipe(p), 0);
-    child = fork();
-    ASSERT_GE(child, 0);
-    if (child == 0) {
-        close(p[0]);
-        auto cf = shm_fabric::open(name);
-        if (!cf.ok()) _exit(10);
-        auto port = (*cf)->attach();
-        if (!port.ok()) _exit(11);
-        uint16_t lid = (*port)->lid();
-        write_all(p[1], &lid, sizeof(lid));
-        pause();   // alive, never polls
-        _exit(0);
-    }
-    close(p[1]);
-    uint16_t lid = 0;
-    ASSERT_TRUE(read_all(p[0], &lid, sizeof(lid), 10000));
-    close(p[0]);
+    uint16_t lid = fork_port_owner(true);
+    ASSERT_NE(lid, 0);
     auto fr = frame_to(lid);
     for (uint32_t i = 0; i < fabric::shm::ring_slots; ++i) {
         ASSERT_EQ((*tx)->send(fr, {}), status::ok) << "frame " << i;
@@ -741,24 +762,8 @@ TEST_F(shm_test, port_of_a_dead_process_is_reclaimed)
     auto first = (*f)->attach();
     ASSERT_TRUE(first.ok());
 
-    int p[2];
-    ASSERT_EQ(pipe(p), 0);
-    child = fork();
-    ASSERT_GE(child, 0);
-    if (child == 0) {
-        close(p[0]);
-        auto cf = shm_fabric::open(name);
-        if (!cf.ok()) _exit(10);
-        auto port = (*cf)->attach();
-        if (!port.ok()) _exit(11);
-        uint16_t lid = (*port)->lid();
-        write_all(p[1], &lid, sizeof(lid));
-        _exit(0);   // no detach: the port entry stays "active"
-    }
-    close(p[1]);
-    uint16_t dead_lid = 0;
-    ASSERT_TRUE(read_all(p[0], &dead_lid, sizeof(dead_lid), 10000));
-    close(p[0]);
+    uint16_t dead_lid = fork_port_owner(false);   // no detach: entry stays "active"
+    ASSERT_NE(dead_lid, 0);
     ASSERT_EQ(wait_child(10), 0);
     EXPECT_NE(dead_lid, (*first)->lid());
     EXPECT_FALSE((*first)->peer_alive(dead_lid));
