@@ -125,7 +125,7 @@ void agent::forget(uint32_t id)
 
 status agent::listen(uint64_t service_id, listener l)
 {
-    if (!l.on_req || listeners_.count(service_id)) {
+    if (!l.on_req == !l.on_req_later || listeners_.count(service_id)) {
         return status::invalid_param;
     }
     listeners_.emplace(service_id, std::move(l));
@@ -226,9 +226,10 @@ void agent::receive(uint16_t slid, const mad &m)
     case attr::rep:  on_rep(slid, m); break;
     case attr::rtu:  on_rtu(m); break;
     case attr::rej:  on_rej(m); break;
+    case attr::mra:  on_mra(m); break;
     case attr::dreq: on_dreq(slid, m); break;
     case attr::drep: on_drep(m); break;
-    default:         break;   // MRA: our REPs are quick; other: not ours
+    default:         break;   // not ours
     }
 }
 
@@ -241,6 +242,8 @@ void agent::on_req(uint16_t slid, const mad &m)
         conn &c = conns_.at(dup->second);
         if (c.st == state::rep_sent) {
             (void)send(slid, c.last_sent);   // our REP was lost: again (12.9.5)
+        } else if (c.st == state::mra_sent) {
+            send_mra(c, dup->second);        // still deciding: wait on
         }
         return;
     }
@@ -266,15 +269,40 @@ void agent::on_req(uint16_t slid, const mad &m)
     p.mtu            = ib_mtu(req_mtu::get(q.mtu_rdc_rnr));
     p.private_data   = {q.private_data, sizeof(q.private_data)};
     uint32_t id = next_id_++;
+    conn c{.st = state::mra_sent, .active = false, .peer_lid = slid, .remote_id = remote_id,
+           .remote_qpn = p.qpn, .service_id = p.service_id};
+    c.tid = tid;
+    // Wait for the RTU as long as the requester waits for answers.
+    c.tm = {.response_timeout = uint8_t(req_remote_timeout::get(q.remote_eecn_timeout)),
+            .max_retries      = uint8_t(req_max_cm_retries::get(q.max_retries_srq))};
+    if (l->second.on_req_later) {
+        // The requester waits (MaxCMRetries + 1) MRA service times at most.
+        c.deadline = now() + (c.tm.max_retries + 1) *
+                                 (service_wait(mra_service_timeout) + timeout(c.tm));
+        auto &stored = conns_.emplace(id, std::move(c)).first->second;
+        by_remote_[remote_key(slid, remote_id)] = id;
+        send_mra(stored, id);
+        l->second.on_req_later(id, p);   // may accept() at once
+        return;
+    }
     endpoint_info self;
     if (auto refused = l->second.on_req(id, p, self)) {
         reject(slid, id, remote_id, msg_ref::req, *refused, tid);
         return;
     }
-    mad r = make(attr::rep, tid);
+    auto &stored = conns_.emplace(id, std::move(c)).first->second;
+    by_remote_[remote_key(slid, remote_id)] = id;
+    send_rep(id, stored, self);
+}
+
+/// The REP for the passive connection `c` (IBA 12.6.8): our QP, echoing
+/// the REQ's transaction ID; resent until the RTU arrives.
+void agent::send_rep(uint32_t id, conn &c, const endpoint_info &self)
+{
+    mad r = make(attr::rep, c.tid);
     rep a{};
     a.local_comm_id.set(id);
-    a.remote_comm_id.set(remote_id);
+    a.remote_comm_id.set(c.remote_id);
     rep_qpn::set(a.local_qpn, self.qpn);
     rep_psn::set(a.starting_psn, self.psn);
     a.resp_resources = self.resp_resources;
@@ -283,14 +311,66 @@ void agent::on_req(uint16_t slid, const mad &m)
     a.local_ca_guid.set(ctx_.port().node_guid);
     copy_private(a.private_data, sizeof(a.private_data), self.private_data);
     put(r, a);
-    conn c{.st = state::rep_sent, .active = false, .peer_lid = slid, .remote_id = remote_id,
-           .remote_qpn = p.qpn, .service_id = p.service_id};
-    // Wait for the RTU as long as the requester waits for answers.
-    c.tm = {.response_timeout = uint8_t(req_remote_timeout::get(q.remote_eecn_timeout)),
-            .max_retries      = uint8_t(req_max_cm_retries::get(q.max_retries_srq))};
-    auto &stored = conns_.emplace(id, std::move(c)).first->second;
-    by_remote_[remote_key(slid, remote_id)] = id;
-    arm(stored, r);
+    c.st = state::rep_sent;
+    arm(c, r);
+}
+
+/// MRA(REQ): the consumer has the request; wait ServiceTimeout more.
+void agent::send_mra(const conn &c, uint32_t id)
+{
+    mad m = make(attr::mra, c.tid);
+    mra a{};
+    a.local_comm_id.set(id);
+    a.remote_comm_id.set(c.remote_id);
+    mra_msg::set(a.msg_mraed, uint8_t(msg_ref::req));
+    mra_service_timeout::set(a.service_timeout, mra_service_timeout);
+    put(m, a);
+    (void)send(c.peer_lid, m);
+}
+
+status agent::accept(uint32_t id, const endpoint_info &self)
+{
+    auto it = conns_.find(id);
+    if (it == conns_.end() || it->second.st != state::mra_sent ||
+        self.private_data.size() > sizeof(rep::private_data)) {
+        return status::invalid_param;
+    }
+    send_rep(id, it->second, self);
+    return status::ok;
+}
+
+status agent::refuse(uint32_t id, reject_reason why)
+{
+    auto it = conns_.find(id);
+    if (it == conns_.end() || it->second.st != state::mra_sent) {
+        return status::invalid_param;
+    }
+    reject(it->second.peer_lid, id, it->second.remote_id, msg_ref::req, why, it->second.tid);
+    forget(id);
+    return status::ok;
+}
+
+/// The passive side asked for time (12.6.6): the REQ's timer restarts
+/// after the service timeout it named; the retries left stay.
+void agent::on_mra(const mad &m)
+{
+    const mra a = body<mra>(m);
+    auto it = conns_.find(a.remote_comm_id.get());
+    if (it == conns_.end() || it->second.st != state::req_sent ||
+        mra_msg::get(a.msg_mraed) != uint8_t(msg_ref::req)) {
+        return;
+    }
+    conn &c = it->second;
+    c.remote_id = a.local_comm_id.get();
+    c.deadline  = now() + service_wait(uint8_t(mra_service_timeout::get(a.service_timeout))) +
+                 timeout(c.tm);
+}
+
+void agent::fail_passive(uint32_t id, const conn &c)
+{
+    if (auto l = listeners_.find(c.service_id); l != listeners_.end() && l->second.on_failed) {
+        l->second.on_failed(id);
+    }
 }
 
 void agent::on_rep(uint16_t slid, const mad &m)
@@ -369,10 +449,8 @@ void agent::on_rej(const mad &m)
     auto why = reject_reason(r.reason.get());
     if (c.active && c.st == state::req_sent) {
         c.req_cb.on_reject(id, why);
-    } else if (!c.active && c.st == state::rep_sent) {
-        if (auto l = listeners_.find(c.service_id); l != listeners_.end() && l->second.on_failed) {
-            l->second.on_failed(id);
-        }
+    } else if (!c.active && (c.st == state::rep_sent || c.st == state::mra_sent)) {
+        fail_passive(id, c);
     }
 }
 
@@ -449,10 +527,8 @@ void agent::run_timers()
         MLX4X_DEBUG("cm: connection 0x%x to lid %u timed out", id, c.peer_lid);
         if (c.st == state::req_sent) {
             c.req_cb.on_reject(id, reject_reason::timeout);
-        } else if (c.st == state::rep_sent) {
-            if (auto l = listeners_.find(c.service_id); l != listeners_.end() && l->second.on_failed) {
-                l->second.on_failed(id);
-            }
+        } else if (c.st == state::rep_sent || c.st == state::mra_sent) {
+            fail_passive(id, c);   // no RTU, or the consumer never answered
         }   // dreq_sent: the peer is gone, disconnected anyway
     }
 }

@@ -66,6 +66,12 @@ public:
         std::function<std::optional<reject_reason>(uint32_t id, const peer_info &req,
                                                    endpoint_info &reply)>
             on_req;
+        /// Instead of on_req, for a consumer that answers later (an
+        /// application accepting a connection request): the agent sends an
+        /// MRA at once so the requester keeps waiting (IBA 12.6.6), and the
+        /// consumer calls accept() or refuse(). No answer within the
+        /// requester's patience fails the connection (on_failed).
+        std::function<void(uint32_t id, const peer_info &req)> on_req_later;
         /// The RTU arrived: the QP may go to RTS.
         std::function<void(uint32_t id)> on_established;
         /// The connection is gone without being established (no RTU).
@@ -99,6 +105,11 @@ public:
     result<uint32_t> connect(uint16_t dlid, uint64_t service_id,
                              const endpoint_info &self, requester r,
                              std::optional<timing> t = std::nullopt);
+    /// The answer to an on_req_later() REQ: our QP (in RTR) in a REP, or a
+    /// REJ. invalid_param when `id` is not waiting for one.
+    status accept(uint32_t id, const endpoint_info &self);
+    status refuse(uint32_t id, reject_reason why);
+
     /// DREQ for an established connection (either side). No callback
     /// follows for it: the caller knows.
     status disconnect(uint32_t id);
@@ -124,6 +135,7 @@ public:
 private:
     enum class state : uint8_t {
         req_sent,          ///< active: waiting for REP
+        mra_sent,          ///< passive: the consumer has the REQ
         rep_sent,          ///< passive: waiting for RTU
         established,
         dreq_sent,         ///< waiting for DREP
@@ -138,6 +150,7 @@ private:
         uint64_t   service_id = 0;
         mad        last_sent{};       ///< resent on time-out / duplicate
         timing     tm;
+        uint64_t   tid = 0;           ///< of the REQ (its REP echoes it)
         unsigned   retries_left = 0;
         std::chrono::steady_clock::time_point deadline{};
         requester  req_cb;
@@ -146,6 +159,13 @@ private:
     agent(drv::context &ctx, timing t, clock_fn clock);
     std::chrono::steady_clock::time_point now() const;
     static std::chrono::nanoseconds timeout(const timing &t);
+    /// How long an MRA asks the requester to wait: 4.096 us x 2^20, ~4 s
+    /// for the consumer to accept (IBA 12.6.6 ServiceTimeout).
+    static constexpr uint8_t mra_service_timeout = 20;
+    static std::chrono::nanoseconds service_wait(uint8_t exponent)
+    {
+        return std::chrono::nanoseconds(uint64_t{4096} << exponent);
+    }
     status send(uint16_t dlid, const mad &m);
     mad    make(attr a, uint64_t tid) const;
     void   arm(conn &c, const mad &m);   ///< send and start the retry timer
@@ -153,6 +173,10 @@ private:
                   reject_reason why, uint64_t tid);
     void   receive(uint16_t slid, const mad &m);
     void   on_req(uint16_t slid, const mad &m);
+    void   send_rep(uint32_t id, conn &c, const endpoint_info &self);
+    void   send_mra(const conn &c, uint32_t id);
+    void   on_mra(const mad &m);
+    void   fail_passive(uint32_t id, const conn &c);
     void   on_rep(uint16_t slid, const mad &m);
     void   on_rtu(const mad &m);
     void   on_rej(const mad &m);

@@ -7,6 +7,7 @@
 #include "hca_fixture.h"
 #include "hca/fabric/shm_fabric.h"
 #include "hca/fabric/shm_region.h"
+#include "hca/base/process.h"
 
 #include <gtest/gtest.h>
 
@@ -581,7 +582,7 @@ TEST_F(shm_test, older_segment_is_recreated_only_when_nobody_uses_it)
                                                               v2_ports_offset);
         e->state.store(uint32_t(fabric::shm::port_state::active));
         e->pid        = owner_alive ? getpid() : 0;   // pid 0: nobody
-        e->start_time = fabric::shm::process_start_time(getpid());
+        e->start_time = process_start_time(getpid());
         ASSERT_NO_FATAL_FAILURE(make_segment(name, v2_size, head));
         if (owner_alive) {
             expect_refused_with_one_error_line(name);

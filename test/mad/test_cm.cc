@@ -5,7 +5,8 @@
 // recovered by the retry timers, a duplicate REQ never seen twice by the
 // listener; no answer at all ends in a timeout; simultaneous connects in
 // both directions; DREQ/DREP tear a connection down on both sides; a
-// per-connection timing overrides the agent's.
+// per-connection timing overrides the agent's; a listener that answers
+// later keeps the requester waiting with an MRA, then accepts or refuses.
 #include "hca/drv/verbs.h"
 #include "hca/fabric/loopback.h"
 #include "mad/cm_agent.h"
@@ -41,12 +42,14 @@ struct side {
     }
 };
 
+constexpr uint64_t cm_test_service = 0x0000000100000007ull;
+
 class cm_test : public ::testing::Test {
 protected:
     fabric::loopback_fabric fab_;
     side                    a_, b_;
     clk::time_point         now_ = clk::time_point{} + std::chrono::hours(1);
-    static constexpr uint64_t service = 0x0000000100000007ull;
+    static constexpr uint64_t service = cm_test_service;
 
     void open(side &s, timing t)
     {
@@ -290,6 +293,78 @@ TEST_F(cm_test, a_connection_can_have_its_own_timing)
     ASSERT_TRUE(run_until([&] { return cs.rejected.has_value(); }));
     EXPECT_EQ(*cs.rejected, reject_reason::timeout);
     EXPECT_EQ(a_.cm->retransmits(), 3u);
+}
+
+/// A listener whose consumer answers later (IBA 12.6.6): the REQs it got.
+struct later_state {
+    std::vector<uint32_t> reqs;
+    unsigned established = 0, failed = 0;
+};
+
+void listen_later(agent &cm, later_state &st)
+{
+    agent::listener l;
+    l.on_req_later   = [&st](uint32_t id, const peer_info &) { st.reqs.push_back(id); };
+    l.on_established = [&st](uint32_t) { ++st.established; };
+    l.on_failed      = [&st](uint32_t) { ++st.failed; };
+    ASSERT_EQ(cm.listen(cm_test_service, std::move(l)), status::ok);
+}
+
+TEST_F(cm_test, mra_keeps_the_requester_waiting_until_the_listener_accepts)
+{
+    later_state ls;
+    listen_later(*b_.cm, ls);
+    connect_state cs;
+    connect(a_, b_.ctx->port().lid, cs);
+    // One second: without the MRA, A's 16 tries of ~2 ms would be over.
+    ASSERT_FALSE(run_until([&] { return cs.rejected.has_value(); }, 10000));
+    ASSERT_EQ(ls.reqs.size(), 1u);
+    EXPECT_EQ(a_.cm->retransmits(), 0u);
+
+    drv::qp &q = b_.new_qp();
+    endpoint_info reply;
+    reply.qpn = q.qpn();
+    reply.psn = 0x200;
+    static const char hello[] = "later";
+    reply.private_data = {reinterpret_cast<const uint8_t *>(hello), sizeof(hello)};
+    ASSERT_EQ(b_.cm->accept(ls.reqs[0], reply), status::ok);
+    ASSERT_TRUE(run_until([&] { return cs.established && ls.established == 1; }));
+    EXPECT_EQ(cs.private_data, "later");
+    EXPECT_EQ(b_.cm->accept(ls.reqs[0], reply), status::invalid_param);   // answered
+}
+
+TEST_F(cm_test, a_listener_refusing_later_sends_a_consumer_rej)
+{
+    later_state ls;
+    listen_later(*b_.cm, ls);
+    connect_state cs;
+    connect(a_, b_.ctx->port().lid, cs);
+    ASSERT_TRUE(run_until([&] { return ls.reqs.size() == 1; }));
+    ASSERT_EQ(b_.cm->refuse(ls.reqs[0], reject_reason::consumer_reject), status::ok);
+    ASSERT_TRUE(run_until([&] { return cs.rejected.has_value(); }));
+    EXPECT_EQ(*cs.rejected, reject_reason::consumer_reject);
+    EXPECT_EQ(b_.cm->connections(), 0u);
+}
+
+TEST_F(cm_test, a_listener_that_never_answers_fails_both_sides_in_bounded_time)
+{
+    later_state ls;
+    listen_later(*b_.cm, ls);
+    connect_state cs;
+    drv::qp &q = a_.new_qp();
+    endpoint_info self;
+    self.qpn = q.qpn();
+    agent::requester r;
+    r.on_rep    = [](uint32_t, const peer_info &) { return true; };
+    r.on_reject = [&cs](uint32_t, reject_reason why) { cs.rejected = why; };
+    ASSERT_TRUE(a_.cm->connect(b_.ctx->port().lid, service, self, std::move(r),
+                               timing{.response_timeout = 8, .max_retries = 1})
+                    .ok());
+    // Two tries, each stretched by an MRA to ~4.3 s: about 9 s in all.
+    ASSERT_TRUE(run_until([&] { return cs.rejected.has_value() && ls.failed == 1; }, 120000));
+    EXPECT_EQ(*cs.rejected, reject_reason::timeout);
+    EXPECT_EQ(ls.reqs.size(), 1u);   // the resent REQ was a duplicate
+    EXPECT_EQ(a_.cm->connections() + b_.cm->connections(), 0u);
 }
 
 TEST_F(cm_test, qp1_exists_once_per_context)

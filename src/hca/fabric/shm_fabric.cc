@@ -2,6 +2,7 @@
 #include "hca/fabric/shm_fabric.h"
 #include "hca/fabric/shm_region.h"
 #include "hca/base/log.h"
+#include "hca/base/process.h"
 
 #include <cerrno>
 #include <chrono>
@@ -9,7 +10,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <fcntl.h>
-#include <signal.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -21,48 +21,11 @@ namespace mlx4x::fabric {
 
 using namespace shm;
 
-/// Process start time (field 22 of /proc/<pid>/stat), to tell a live owner
-/// from a new process that reused a dead owner's pid. 0 if unknown.
-uint64_t shm::process_start_time(int pid)
-{
-    char path[64];
-    std::snprintf(path, sizeof(path), "/proc/%d/stat", pid);
-    FILE *f = std::fopen(path, "r");
-    if (!f) {
-        return 0;
-    }
-    char buf[1024];
-    size_t n = std::fread(buf, 1, sizeof(buf) - 1, f);
-    std::fclose(f);
-    buf[n] = '\0';
-    const char *p = std::strrchr(buf, ')');   // comm may contain spaces
-    if (!p) {
-        return 0;
-    }
-    unsigned long long start = 0;
-    // after ")": state(3) ... starttime is field 22, i.e. 20th after ")"
-    int field = 2;
-    for (const char *c = p + 1; *c; ++c) {
-        if (*c == ' ' && ++field == 22) {
-            start = std::strtoull(c + 1, nullptr, 10);
-            break;
-        }
-    }
-    return start;
-}
-
 namespace {
 
 bool owner_alive(const port_entry &e)
 {
-    if (e.pid <= 0) {
-        return false;
-    }
-    if (kill(e.pid, 0) != 0 && errno == ESRCH) {
-        return false;
-    }
-    uint64_t st = process_start_time(e.pid);
-    return st == 0 || st == e.start_time;
+    return process_alive(e.pid, e.start_time);
 }
 
 /// Abstract-namespace address of a port's wake-up socket: the fabric, the

@@ -74,11 +74,6 @@ struct region_header {
     pthread_mutex_t lock;          ///< robust + process-shared
 };
 
-/// Process start time (field 22 of /proc/<pid>/stat): a port entry's owner
-/// is alive when its pid runs and started then (pids are reused). 0 if
-/// unknown.
-uint64_t process_start_time(int pid);
-
 constexpr size_t align_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
 constexpr size_t ports_offset = align_up(sizeof(region_header), 4096);
 constexpr size_t rings_offset =
