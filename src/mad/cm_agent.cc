@@ -176,7 +176,7 @@ result<uint32_t> agent::connect(uint16_t dlid, uint64_t service_id,
     return id;
 }
 
-status agent::disconnect(uint32_t id)
+status agent::disconnect(uint32_t id, std::function<void()> done)
 {
     auto it = conns_.find(id);
     if (it == conns_.end() || it->second.st != state::established) {
@@ -189,8 +189,19 @@ status agent::disconnect(uint32_t id)
     d.remote_comm_id.set(c.remote_id);
     dreq_qpn::set(d.remote_qpn, c.remote_qpn);
     put(m, d);
-    c.st = state::dreq_sent;
+    c.st           = state::dreq_sent;
+    c.disconnected = std::move(done);
     arm(c, m);
+    return status::ok;
+}
+
+status agent::establish(uint32_t id)
+{
+    auto it = conns_.find(id);
+    if (it == conns_.end() || it->second.st != state::rep_rcvd) {
+        return status::invalid_param;
+    }
+    send_rtu(id, it->second);
     return status::ok;
 }
 
@@ -409,7 +420,18 @@ void agent::on_rep(uint16_t slid, const mad &m)
         forget(id);
         return;
     }
-    mad r = make(attr::rtu, m.hdr.tid.get());
+    c.tid = m.hdr.tid.get();
+    if (cb.rtu_later) {
+        c.st       = state::rep_rcvd;
+        c.deadline = {};   // the passive side's REP retries bound the wait
+        return;
+    }
+    send_rtu(id, c);
+}
+
+void agent::send_rtu(uint32_t id, conn &c)
+{
+    mad r = make(attr::rtu, c.tid);
     rtu u{};
     u.local_comm_id.set(id);
     u.remote_comm_id.set(c.remote_id);
@@ -417,7 +439,7 @@ void agent::on_rep(uint16_t slid, const mad &m)
     c.st        = state::established;
     c.last_sent = r;              // for a duplicate REP
     c.deadline  = {};
-    (void)send(slid, r);
+    (void)send(c.peer_lid, r);
 }
 
 void agent::on_rtu(const mad &m)
@@ -447,7 +469,7 @@ void agent::on_rej(const mad &m)
     conn c = it->second;
     forget(id);
     auto why = reject_reason(r.reason.get());
-    if (c.active && c.st == state::req_sent) {
+    if (c.active && (c.st == state::req_sent || c.st == state::rep_rcvd)) {
         c.req_cb.on_reject(id, why);
     } else if (!c.active && (c.st == state::rep_sent || c.st == state::mra_sent)) {
         fail_passive(id, c);
@@ -472,8 +494,13 @@ void agent::on_dreq(uint16_t slid, const mad &m)
     }
     uint32_t id = it->first;
     bool ours = it->second.st == state::dreq_sent;   // both sides asked at once
+    auto done = std::move(it->second.disconnected);
     forget(id);
-    if (!ours && on_disconnect_) {
+    if (ours) {
+        if (done) {
+            done();
+        }
+    } else if (on_disconnect_) {
         on_disconnect_(id);
     }
 }
@@ -485,7 +512,11 @@ void agent::on_drep(const mad &m)
     if (it == conns_.end() || it->second.st != state::dreq_sent) {
         return;
     }
-    forget(it->first);   // our own DREQ answered: nothing to tell
+    auto done = std::move(it->second.disconnected);
+    forget(it->first);   // our own DREQ answered
+    if (done) {
+        done();
+    }
 }
 
 // ---- timers ----------------------------------------------------------------------
@@ -529,7 +560,9 @@ void agent::run_timers()
             c.req_cb.on_reject(id, reject_reason::timeout);
         } else if (c.st == state::rep_sent || c.st == state::mra_sent) {
             fail_passive(id, c);   // no RTU, or the consumer never answered
-        }   // dreq_sent: the peer is gone, disconnected anyway
+        } else if (c.st == state::dreq_sent && c.disconnected) {
+            c.disconnected();   // the peer is gone: disconnected anyway
+        }
     }
 }
 

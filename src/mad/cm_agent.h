@@ -85,6 +85,10 @@ public:
         std::function<bool(uint32_t id, const peer_info &rep)> on_rep;
         /// A REJ, or no answer after every retry (reason timeout).
         std::function<void(uint32_t id, reject_reason why)> on_reject;
+        /// The RTU waits for establish() (a consumer that readies more
+        /// than the QP first, as rdma_cm's rdma_establish()); the passive
+        /// side keeps resending its REP meanwhile.
+        bool rtu_later = false;
     };
 
     /// Either side: the connection was torn down (a DREQ from the peer was
@@ -110,9 +114,14 @@ public:
     status accept(uint32_t id, const endpoint_info &self);
     status refuse(uint32_t id, reject_reason why);
 
-    /// DREQ for an established connection (either side). No callback
-    /// follows for it: the caller knows.
-    status disconnect(uint32_t id);
+    /// The RTU of a connection made with requester::rtu_later, after its
+    /// REP. invalid_param when `id` is not waiting for one.
+    status establish(uint32_t id);
+
+    /// DREQ for an established connection (either side). `done` (if any)
+    /// runs when the DREP arrives, the peer's own DREQ crosses ours, or the
+    /// retries run out; the disconnect handler is not called for it.
+    status disconnect(uint32_t id, std::function<void()> done = {});
     /// Forgets a connection at once, without a message or a callback (its
     /// user is gone; the peer's retries end in its own time-out).
     void   abandon(uint32_t id) { forget(id); }
@@ -135,6 +144,7 @@ public:
 private:
     enum class state : uint8_t {
         req_sent,          ///< active: waiting for REP
+        rep_rcvd,          ///< active: REP taken, RTU waits for establish()
         mra_sent,          ///< passive: the consumer has the REQ
         rep_sent,          ///< passive: waiting for RTU
         established,
@@ -154,6 +164,7 @@ private:
         unsigned   retries_left = 0;
         std::chrono::steady_clock::time_point deadline{};
         requester  req_cb;
+        std::function<void()> disconnected;   ///< our DREQ's end
     };
 
     agent(drv::context &ctx, timing t, clock_fn clock);
@@ -182,6 +193,7 @@ private:
     void   on_rej(const mad &m);
     void   on_dreq(uint16_t slid, const mad &m);
     void   on_drep(const mad &m);
+    void   send_rtu(uint32_t id, conn &c);
     void   run_timers();
     void   forget(uint32_t id);
 

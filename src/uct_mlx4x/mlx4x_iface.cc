@@ -492,9 +492,13 @@ interface::~interface()
     if (listening_) {
         md_.cm().stop_listening(service_id(service_));
     }
-    // QPs before the SRQ they receive from; the CM forgets them.
+    // QPs before the SRQ they receive from. Each incoming connection ends
+    // with a DREQ, so the peer's CM forgets it too (IBA 12.9.6); one not
+    // yet established is simply forgotten.
     for (auto &[id, q] : rx_qps_) {
-        md_.cm().abandon(id);
+        if (md_.cm().disconnect(id) != status::ok) {
+            md_.cm().abandon(id);
+        }
     }
     rx_qps_.clear();
     if (tm_) {

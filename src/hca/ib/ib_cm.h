@@ -169,4 +169,22 @@ struct dreq {
 static_assert(sizeof(dreq) == msg_size);
 using dreq_qpn = bits<be32, 8, 24>;
 
+/// The header IP-addressed connection set-up puts at the start of a REQ's
+/// private data (IBA Annex A11, RDMA IP CM Service; the kernel's rdma_cm
+/// writes it as struct cma_hdr): version, IP version, the source port and
+/// both addresses. An IPv4 address sits in the last 4 bytes of its field.
+struct ip_cm_hdr {
+    be8     version;              ///< 0: MajV [7:4], MinV [3:0] (0.0)
+    be8     ip_version;           ///< 1: [7:4] = 4 or 6
+    be16    src_port;             ///< 2
+    uint8_t src_addr[16];         ///< 4
+    uint8_t dst_addr[16];         ///< 20
+};
+static_assert(sizeof(ip_cm_hdr) == 36);
+/// Room for the consumer's data after the header in a REQ (as rdma_cm's
+/// 56 bytes for RDMA_PS_TCP), and in a REP.
+constexpr size_t ip_req_private_room = sizeof(req::private_data) - sizeof(ip_cm_hdr);
+constexpr size_t ip_rep_private_room = sizeof(rep::private_data);
+static_assert(ip_req_private_room == 56 && ip_rep_private_room == 196);
+
 } // namespace mlx4x::mad::cm
