@@ -316,6 +316,16 @@ result<uint16_t> connection_manager::resolve(const sockaddr_in &dst) const
     return ports_.resolve(dst.sin_addr.s_addr, ntohs(dst.sin_port));
 }
 
+void connection_manager::resolve(const sockaddr_in &dst, channel &ch, void *context) const
+{
+    event e;
+    e.what    = event::kind::address_resolved;
+    e.context = context;
+    auto lid  = resolve(dst);
+    e.why     = lid.ok() ? status::ok : lid.error();
+    ch.push(e);
+}
+
 result<uint32_t> connection_manager::connect(const sockaddr_in &dst, channel &ch, void *context,
                                              std::span<const uint8_t> private_data)
 {

@@ -37,6 +37,7 @@ namespace mlx4x::mad::ip {
 
 struct event {
     enum class kind : uint8_t {
+        address_resolved,   ///< resolve(): `why` ok, or the resolution's error
         connect_request,    ///< passive: a REQ for a listener; `conn` is new
         connect_response,   ///< active: the REP; establish() sends the RTU
         established,        ///< passive: the RTU
@@ -103,6 +104,9 @@ public:
     // active side
     /// The LID listening on `dst`, as connect() will find it.
     result<uint16_t> resolve(const sockaddr_in &dst) const;
+    /// The same, answered as an address_resolved event on `ch` (rdma_cm's
+    /// resolve_addr/resolve_route, whose results are events too).
+    void resolve(const sockaddr_in &dst, channel &ch, void *context) const;
     /// A REQ with `private_data` (at most ip_req_private_room bytes) to
     /// whoever listens on `dst`; the connection's ID.
     result<uint32_t> connect(const sockaddr_in &dst, channel &ch, void *context,

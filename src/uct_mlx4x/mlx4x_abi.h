@@ -8,6 +8,7 @@
 extern "C" {   /* UCT's internal headers do not declare C linkage */
 #endif
 
+#include <uct/base/uct_cm.h>
 #include <uct/base/uct_iface.h>
 #include <uct/base/uct_md.h>
 
@@ -192,6 +193,47 @@ ucs_status_t uct_mlx4x_ep_pending_add(uct_ep_h ep, uct_pending_req_t *req,
 void         uct_mlx4x_ep_pending_purge(uct_ep_h ep,
                                         uct_pending_purge_callback_t cb,
                                         void *arg);
+
+/* connection manager (UCT CM: IP-addressed set-up over the IBA CM) */
+typedef struct uct_mlx4x_cm_config {
+    uct_cm_config_t super;
+} uct_mlx4x_cm_config_t;
+
+typedef struct uct_mlx4x_cm {
+    uct_cm_t super;
+    void    *impl;       /* mlx4x::uct::cm */
+} uct_mlx4x_cm_t;
+
+typedef struct uct_mlx4x_listener {
+    uct_listener_t super;
+    void          *impl; /* mlx4x::uct::cm_listener */
+} uct_mlx4x_listener_t;
+
+typedef struct uct_mlx4x_cm_ep {
+    uct_cm_base_ep_t super;
+    void            *impl; /* mlx4x::uct::cm_ep */
+} uct_mlx4x_cm_ep_t;
+
+ucs_status_t uct_mlx4x_cm_init(uct_mlx4x_cm_t *cm);
+void         uct_mlx4x_cm_cleanup(uct_mlx4x_cm_t *cm);
+ucs_status_t uct_mlx4x_cm_query(uct_cm_h cm, uct_cm_attr_t *attr);
+ucs_status_t uct_mlx4x_listener_init(uct_mlx4x_listener_t *listener,
+                                     const struct sockaddr *saddr,
+                                     socklen_t socklen,
+                                     const uct_listener_params_t *params);
+void         uct_mlx4x_listener_cleanup(uct_mlx4x_listener_t *listener);
+ucs_status_t uct_mlx4x_listener_query(uct_listener_h listener,
+                                      uct_listener_attr_t *attr);
+ucs_status_t uct_mlx4x_listener_reject(uct_listener_h listener,
+                                       uct_conn_request_h conn_request);
+ucs_status_t uct_mlx4x_cm_ep_init(uct_mlx4x_cm_ep_t *ep,
+                                  const uct_ep_params_t *params);
+void         uct_mlx4x_cm_ep_cleanup(uct_mlx4x_cm_ep_t *ep);
+ucs_status_t uct_mlx4x_cm_ep_connect(uct_ep_h ep,
+                                     const uct_ep_connect_params_t *params);
+ucs_status_t uct_mlx4x_cm_ep_disconnect(uct_ep_h ep, unsigned flags);
+ucs_status_t uct_mlx4x_cm_ep_conn_notify(uct_ep_h ep);
+ucs_status_t uct_mlx4x_cm_ep_query(uct_ep_h ep, uct_ep_attr_t *attr);
 
 #ifdef __cplusplus
 }

@@ -8,6 +8,7 @@
 #include "mad/device_sma.h"
 
 #include <chrono>
+#include <mutex>
 #include <sched.h>
 #include <sys/epoll.h>
 #include <sys/timerfd.h>
@@ -48,13 +49,29 @@ status make_slots(drv::context &ctx, uint32_t pd, slot_area &a, size_t n,
 
 // ---- md ----------------------------------------------------------------------
 
+namespace {
+std::mutex                    open_domains_lock;
+std::vector<memory_domain *>  open_domains;   ///< for memory_domain::any_open()
+} // namespace
+
+memory_domain::~memory_domain()
+{
+    {
+        std::lock_guard g(open_domains_lock);
+        std::erase(open_domains, this);
+    }
+    if (rcache_) {
+        ucs_rcache_destroy(rcache_);   // deregisters what is left: ctx_ alive
+    }
+}
+
 result<std::unique_ptr<memory_domain>>
 memory_domain::open(const std::string &fabric_name, bool engine_thread,
                     const uct_md_rcache_config_t *rcache)
 {
     auto m = std::make_unique<memory_domain>();
-    auto f = fabric::shm_fabric::open(
-        fabric_name.empty() ? fabric::shm_fabric::default_name() : fabric_name);
+    m->fabric_name_ = fabric_name.empty() ? fabric::shm_fabric::default_name() : fabric_name;
+    auto f = fabric::shm_fabric::open(m->fabric_name_);
     if (!f.ok()) {
         return f.error();
     }
@@ -96,7 +113,18 @@ memory_domain::open(const std::string &fabric_name, bool engine_thread,
     }
     MLX4X_DEBUG("mlx4x_0 port 1 up: lid %d guid 0x%llx", m->ctx_->port().lid,
                 static_cast<unsigned long long>(m->ctx_->port().port_guid));
+    std::lock_guard g(open_domains_lock);
+    open_domains.push_back(m.get());
     return m;
+}
+
+std::optional<memory_domain::open_device> memory_domain::any_open()
+{
+    std::lock_guard g(open_domains_lock);
+    if (open_domains.empty()) {
+        return std::nullopt;
+    }
+    return open_device{open_domains.front()->address(), open_domains.front()->fabric_name()};
 }
 
 // ---- ep ----------------------------------------------------------------------

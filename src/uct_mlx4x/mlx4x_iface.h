@@ -38,6 +38,9 @@ struct am_hdr {
 };
 static_assert(sizeof(am_hdr) == 2);
 
+/// The one device of an mlx4x memory domain, as UCX lists it.
+constexpr const char *device_name = "mlx4x_0:1";
+
 /// Device address: where the port is on the fabric.
 struct __attribute__((packed)) device_addr {
     uint16_t lid;
@@ -131,6 +134,16 @@ public:
     void add_iface(interface *i) { ifaces_.push_back(i); }
     void remove_iface(interface *i) { std::erase(ifaces_, i); }
 
+    device_addr address() const { return {ctx_->port().lid, ctx_->port().port_guid}; }
+    const std::string &fabric_name() const { return fabric_name_; }
+    /// A memory domain open in this process (the first still open), for
+    /// the connection manager: its peers' lanes connect to this device.
+    struct open_device {
+        device_addr address;
+        std::string fabric_name;
+    };
+    static std::optional<open_device> any_open();
+
 private:
     void create_rcache(const uct_md_rcache_config_t &cfg);
     result<drv::mr *> register_region(uintptr_t start, uintptr_t end);
@@ -140,6 +153,7 @@ private:
     static void rcache_dump(void *md, ucs_rcache_t *, ucs_rcache_region_t *region,
                             char *buf, size_t max);
 
+    std::string                     fabric_name_;
     std::unique_ptr<fabric::fabric> fabric_;
     std::unique_ptr<drv::context>   ctx_;
     uint32_t                        pd_ = 0;

@@ -65,13 +65,6 @@ void memory_domain::create_rcache(const uct_md_rcache_config_t &cfg)
     }
 }
 
-memory_domain::~memory_domain()
-{
-    if (rcache_) {
-        ucs_rcache_destroy(rcache_);   // deregisters what is left: ctx_ alive
-    }
-}
-
 ucs_status_t memory_domain::rcache_reg(void *md, ucs_rcache_t *, void *,
                                        ucs_rcache_region_t *region, uint16_t flags)
 {

@@ -261,7 +261,7 @@ extern "C" ucs_status_t uct_mlx4x_query_devices(uct_md_h memory_domain,
                                                 uct_tl_device_resource_t **devs,
                                                 unsigned *num)
 {
-    return uct_single_device_resource(memory_domain, "mlx4x_0:1", UCT_DEVICE_TYPE_NET,
+    return uct_single_device_resource(memory_domain, device_name, UCT_DEVICE_TYPE_NET,
                                       UCS_SYS_DEVICE_ID_UNKNOWN, devs, num);
 }
 

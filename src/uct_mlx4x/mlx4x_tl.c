@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
-/* The only C file: UCX configuration tables, ops tables, the UCS classes of
- * the iface and ep, the component, and registration with a load-time guard
+/* UCX configuration tables, ops tables, the UCS classes of the iface and
+ * ep, the component (memory domain, transport and connection manager, whose
+ * classes are in mlx4x_cm_tl.c), and registration with a load-time guard
  * against running inside a UCX other than the one we were built for. The
  * functions referenced here are implemented in C++ (mlx4x_abi.h). */
 #ifdef HAVE_CONFIG_H
@@ -265,10 +266,14 @@ static ucs_status_t uct_mlx4x_md_open(uct_component_t *component,
     return UCS_OK;
 }
 
+extern ucs_config_field_t uct_mlx4x_cm_config_table[];
+UCS_CLASS_DECLARE_NEW_FUNC(uct_mlx4x_cm_t, uct_cm_t, uct_component_h,
+                           uct_worker_h, const uct_cm_config_t*);
+
 static uct_component_t uct_mlx4x_component = {
     .query_md_resources = uct_md_query_single_md_resource,
     .md_open            = uct_mlx4x_md_open,
-    .cm_open            = (uct_component_cm_open_func_t)ucs_empty_function_return_unsupported,
+    .cm_open            = UCS_CLASS_NEW_FUNC_NAME(uct_mlx4x_cm_t),
     .rkey_unpack        = uct_mlx4x_rkey_unpack,
     .rkey_ptr           = (uct_component_rkey_ptr_func_t)ucs_empty_function_return_unsupported,
     .rkey_release       = (uct_component_rkey_release_func_t)ucs_empty_function_return_success,
@@ -279,9 +284,14 @@ static uct_component_t uct_mlx4x_component = {
         .table          = uct_mlx4x_md_config_table,
         .size           = sizeof(uct_mlx4x_md_config_t),
     },
-    .cm_config          = UCS_CONFIG_EMPTY_GLOBAL_LIST_ENTRY,
+    .cm_config          = {
+        .name           = "mlx4x connection manager",
+        .prefix         = "MLX4X_CM_",
+        .table          = uct_mlx4x_cm_config_table,
+        .size           = sizeof(uct_mlx4x_cm_config_t),
+    },
     .tl_list            = UCT_COMPONENT_TL_LIST_INITIALIZER(&uct_mlx4x_component),
-    .flags              = 0,
+    .flags              = UCT_COMPONENT_FLAG_CM,
     .md_vfs_init        = (uct_component_md_vfs_init_func_t)ucs_empty_function
 };
 
