@@ -156,7 +156,7 @@ expect_error() {
 expect_error "unknown test"       "unknown test 'foo'"   "$PT" -t foo
 expect_error "no test"            "no test given"        "$PT"
 expect_error "bad size"           "invalid size"         "$PT" -t send_lat -s 0
-expect_error "remote host"        "not this host"        "$PT" -t send_lat 192.0.2.1
+expect_error "remote host"        "not this host"        "$PT" -t send_lat 198.51.100.77
 expect_error "no server"          "cannot connect to localhost" \
     "$PT" -t send_lat -T 1 -p "$(next_port)" localhost
 expect_error "no client"          "no client connected"  "$PT" -t send_lat -T 1 -p "$(next_port)"

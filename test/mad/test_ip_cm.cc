@@ -223,7 +223,7 @@ TEST_F(ip_cm_test, no_listener_and_foreign_addresses_fail_at_resolution)
     EXPECT_EQ(client_.cm->connect(loopback(1), *client_.ch, &client_tag_, {}).error(),
               status::unreachable);
     sockaddr_in far = loopback(1);
-    far.sin_addr.s_addr = inet_addr("192.0.2.1");   // TEST-NET-1: not this host
+    far.sin_addr.s_addr = inet_addr("198.51.100.77");   // TEST-NET-2: not this host
     EXPECT_EQ(client_.cm->connect(far, *client_.ch, &client_tag_, {}).error(),
               status::invalid_addr);
     EXPECT_EQ(server_.cm->listen(far, *server_.ch, &listener_tag_).error(),

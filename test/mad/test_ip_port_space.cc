@@ -72,10 +72,10 @@ TEST_F(ip_port_space_test, port_zero_binds_distinct_ephemeral_ports)
 TEST_F(ip_port_space_test, only_this_hosts_addresses_resolve)
 {
     ASSERT_TRUE(ps_->bind(0, 20001, 5).ok());
-    EXPECT_EQ(ps_->resolve(inet_addr("192.0.2.1"), 20001).error(),   // TEST-NET-1
+    EXPECT_EQ(ps_->resolve(inet_addr("198.51.100.77"), 20001).error(),   // TEST-NET-2
               status::invalid_addr);
     EXPECT_TRUE(is_local_address(inet_addr("127.0.0.1")));
-    EXPECT_FALSE(is_local_address(inet_addr("192.0.2.1")));
+    EXPECT_FALSE(is_local_address(inet_addr("198.51.100.77")));
 }
 
 TEST_F(ip_port_space_test, a_binding_to_one_address_does_not_answer_for_another)
