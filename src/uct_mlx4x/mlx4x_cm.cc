@@ -49,6 +49,7 @@ class cm_device {
 public:
     static result<std::shared_ptr<cm_device>> get(const std::string &fabric_name);
     mad::ip::connection_manager &manager() { return *mgr_; }
+    device_addr address() const { return {ctx_->port().lid, ctx_->port().port_guid}; }
     ~cm_device() { mgr_.reset(); }
 
 private:
@@ -112,10 +113,12 @@ public:
     mad::ip::channel &events() { return *ch_; }
     /// The shared CM device, opened on the first listener or endpoint.
     result<mad::ip::connection_manager *> manager();
-    /// The local mlx4x device peers' lanes connect to.
-    std::optional<memory_domain::open_device> local_device() const
+    /// The local mlx4x device peers' lanes connect to: a memory domain's,
+    /// or with none open (a UCT-only user) the CM device's own port.
+    device_addr local_device() const
     {
-        return memory_domain::any_open();
+        auto md = memory_domain::any_open();
+        return md ? md->address : dev_->address();
     }
 
 private:
@@ -172,6 +175,11 @@ private:
     uct_cm_base_ep_t *base() { return &uct_->super; }
     /// Our header + UCP's data for a REQ or REP.
     ucs_status_t pack(std::span<const uint8_t> ucp, size_t room, std::vector<uint8_t> &out);
+    /// The consumer's data from its pack callback (the API without a
+    /// resolve callback), at most `max` bytes.
+    ucs_status_t pack_with_callback(size_t max, std::vector<uint8_t> &out);
+    /// The REQ with UCP's data; a failure is reported through connect_cb.
+    ucs_status_t send_req(std::span<const uint8_t> ucp);
     void on_resolved(status why);
     void on_response(const mad::ip::event &e);
     void fail(ucs_status_t why);
@@ -182,7 +190,12 @@ private:
     bool                         server_ = false;
     std::optional<uint32_t>      conn_;
     sockaddr_in                  remote_{};
-    enum class phase : uint8_t { resolving, resolved, connecting, connected, failed, disconnecting, disconnected };
+    enum class phase : uint8_t {
+        resolving, resolved, connecting, connected, failed,
+        disconnecting,       ///< our DREQ is out
+        peer_disconnected,   ///< the peer's DREQ came; ours is still to do
+        disconnected,
+    };
     phase                        phase_ = phase::resolving;
 };
 
@@ -215,12 +228,8 @@ cm::~cm()
 result<mad::ip::connection_manager *> cm::manager()
 {
     if (!dev_) {
-        auto local = local_device();
-        if (!local) {
-            // No mlx4x memory domain in this process: no lanes to offer.
-            return status::no_device;
-        }
-        auto d = cm_device::get(local->fabric_name);
+        auto md = memory_domain::any_open();
+        auto d  = cm_device::get(md ? md->fabric_name : fabric::shm_fabric::default_name());
         if (!d.ok()) {
             return d.error();
         }
@@ -329,14 +338,10 @@ void cm_listener::on_request(const mad::ip::event &e)
 
 ucs_status_t cm_ep::pack(std::span<const uint8_t> ucp, size_t room, std::vector<uint8_t> &out)
 {
-    auto local = cm_.local_device();
-    if (!local) {
-        return UCS_ERR_NO_DEVICE;
-    }
     if (ucp.size() > max_conn_priv || sizeof(cm_priv_hdr) + ucp.size() > room) {
         return UCS_ERR_BUFFER_TOO_SMALL;
     }
-    cm_priv_hdr hdr{uint8_t(ucp.size()), local->address};
+    cm_priv_hdr hdr{uint8_t(ucp.size()), cm_.local_device()};
     out.resize(sizeof(hdr) + ucp.size());
     std::memcpy(out.data(), &hdr, sizeof(hdr));
     if (!ucp.empty()) {
@@ -371,14 +376,17 @@ ucs_status_t cm_ep::init_server(const uct_ep_params_t &p)
     remote_ = req->peer;
     uint32_t conn = req->conn;
     delete req;   // consumed, whatever happens next
-    std::vector<uint8_t> data;
-    ucs_status_t st;
+    std::vector<uint8_t> ucp, data;
+    ucs_status_t st = UCS_OK;
     if (p.field_mask & UCT_EP_PARAM_FIELD_PRIV_DATA) {
         size_t len = (p.field_mask & UCT_EP_PARAM_FIELD_PRIV_DATA_LENGTH) ? p.private_data_length : 0;
-        st = pack({static_cast<const uint8_t *>(p.private_data), len},
-                  mad::cm::ip_rep_private_room, data);
-    } else {
-        st = pack({}, mad::cm::ip_rep_private_room, data);
+        ucp.assign(static_cast<const uint8_t *>(p.private_data),
+                   static_cast<const uint8_t *>(p.private_data) + len);
+    } else if (base()->priv_pack_cb) {
+        st = pack_with_callback(max_conn_priv, ucp);
+    }
+    if (st == UCS_OK) {
+        st = pack(ucp, mad::cm::ip_rep_private_room, data);
     }
     if (st != UCS_OK) {
         (void)mgr_->reject(conn);
@@ -409,10 +417,29 @@ ucs_status_t cm_ep::connect(const uct_ep_connect_params_t &p)
     const void *data = nullptr;
     size_t      len  = 0;
     uct_ep_connect_params_get(&p, &data, &len);
+    return send_req({static_cast<const uint8_t *>(data), len});
+}
+
+ucs_status_t cm_ep::pack_with_callback(size_t max, std::vector<uint8_t> &out)
+{
+    // The callback is not told the room: give it plenty, then check.
+    uint8_t scratch[2048];
+    uct_cm_ep_priv_data_pack_args_t args{};
+    args.field_mask = UCT_CM_EP_PRIV_DATA_PACK_ARGS_FIELD_DEVICE_NAME;
+    ucs_strncpy_safe(args.dev_name, device_name, sizeof(args.dev_name));
+    size_t len = 0;
+    ucs_status_t st = uct_cm_ep_pack_cb(base(), base()->user_data, &args, scratch,
+                                        std::min(max, sizeof(scratch)), &len);
+    if (st == UCS_OK) {
+        out.assign(scratch, scratch + len);
+    }
+    return st;
+}
+
+ucs_status_t cm_ep::send_req(std::span<const uint8_t> ucp)
+{
     std::vector<uint8_t> priv;
-    if (ucs_status_t st = pack({static_cast<const uint8_t *>(data), len},
-                               mad::cm::ip_req_private_room, priv);
-        st != UCS_OK) {
+    if (ucs_status_t st = pack(ucp, mad::cm::ip_req_private_room, priv); st != UCS_OK) {
         return st;
     }
     UCS_ASYNC_BLOCK(cm_.async());
@@ -459,6 +486,11 @@ ucs_status_t cm_ep::disconnect()
             phase_ = phase::disconnecting;
         }
         break;
+    case phase::peer_disconnected:
+        // The peer's DREQ was answered already: our side is done with it.
+        phase_ = phase::disconnected;
+        st     = UCS_OK;
+        break;
     case phase::disconnecting: st = UCS_INPROGRESS; break;
     case phase::failed:
     case phase::disconnected:  st = UCS_ERR_NOT_CONNECTED; break;
@@ -494,7 +526,9 @@ void cm_ep::on_event(const mad::ip::event &e)
         fail(to_ucs(e.why));
         break;
     case kind::disconnected:
-        phase_ = phase::disconnected;
+        // Our DREQ answered, or the peer's: then our disconnect() is due.
+        phase_ = phase_ == phase::disconnecting ? phase::disconnected
+                                                : phase::peer_disconnected;
         uct_cm_ep_disconnect_cb(base());
         break;
     case kind::connect_request: break;   // a listener's
@@ -505,19 +539,35 @@ void cm_ep::on_resolved(status why)
 {
     uct_cm_ep_resolve_args_t args{};
     args.field_mask = UCT_CM_EP_RESOLVE_ARGS_FIELD_STATUS;
-    if (why == status::ok && !cm_.local_device()) {
-        why = status::no_device;
-    }
     if (why == status::ok) {
         phase_ = phase::resolved;
+        if (!base()->resolve_cb) {
+            // Without a resolve callback the consumer's data comes from
+            // its pack callback, and the REQ leaves now.
+            std::vector<uint8_t> ucp;
+            ucs_status_t st = base()->priv_pack_cb ? pack_with_callback(max_conn_priv, ucp)
+                                                   : UCS_OK;
+            if (st == UCS_OK) {
+                st = send_req(ucp);
+            }
+            if (st != UCS_OK) {
+                fail(st);
+            }
+            return;
+        }
         args.field_mask |= UCT_CM_EP_RESOLVE_ARGS_FIELD_DEV_NAME;
         ucs_strncpy_safe(args.dev_name, device_name, sizeof(args.dev_name));
         args.status = UCS_OK;
     } else {
-        phase_ = phase::failed;
         // Nobody listens there: "connection refused", as tcp reports it.
-        args.status = why == status::unreachable ? UCS_ERR_NOT_CONNECTED
-                                                 : UCS_ERR_UNREACHABLE;
+        ucs_status_t st = why == status::unreachable ? UCS_ERR_NOT_CONNECTED
+                                                     : UCS_ERR_UNREACHABLE;
+        if (!base()->resolve_cb) {
+            fail(st);
+            return;
+        }
+        phase_      = phase::failed;
+        args.status = st;
     }
     (void)uct_cm_ep_resolve_cb(base(), &args);
 }
