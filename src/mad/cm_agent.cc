@@ -50,7 +50,10 @@ result<std::unique_ptr<agent>> agent::create(drv::context &ctx, timing t, clock_
         return status::invalid_param;
     }
     std::unique_ptr<agent> a(new agent(ctx, t, std::move(clock)));
-    auto q = mad_qp::create(ctx, drv::qp_type::gsi, gsi_qkey, 64);
+    // Room for bursts (a server tearing down a hundred connections at
+    // once): what arrives with every receive buffer taken is lost and
+    // costs a retry timeout; sends beyond the queue wait in mad_qp.
+    auto q = mad_qp::create(ctx, drv::qp_type::gsi, gsi_qkey, 256);
     if (!q.ok()) {
         return q.error();
     }

@@ -14,25 +14,18 @@ namespace mlx4x::mad::ip {
 
 namespace {
 
-/// An IPv4 address in an Annex A11 address field (its last 4 bytes).
-void put_ipv4(uint8_t (&field)[16], uint32_t addr)
+/// An address in an Annex A11 address field: IPv6 whole, IPv4 in the last
+/// 4 bytes.
+void put_address(uint8_t (&field)[16], const ip_address &a)
 {
     std::memset(field, 0, sizeof(field));
-    std::memcpy(field + 12, &addr, 4);
+    std::memcpy(field + 16 - a.size(), a.bytes, a.size());
 }
-uint32_t get_ipv4(const uint8_t (&field)[16])
+ip_address get_address(const uint8_t (&field)[16], sa_family_t family)
 {
-    uint32_t addr;
-    std::memcpy(&addr, field + 12, 4);
-    return addr;
-}
-
-sockaddr_in ipv4_address(uint32_t addr, uint16_t port)
-{
-    sockaddr_in a{};
-    a.sin_family      = AF_INET;
-    a.sin_addr.s_addr = addr;
-    a.sin_port        = htons(port);
+    ip_address a;
+    a.family = family;
+    std::memcpy(a.bytes, field + 16 - a.size(), a.size());
     return a;
 }
 
@@ -178,14 +171,14 @@ void connection_manager::post(uint32_t id, event::kind what, status why)
 
 // ---- passive side ------------------------------------------------------------------
 
-result<uint16_t> connection_manager::listen(const sockaddr_in &addr, channel &ch, void *context)
+result<uint16_t> connection_manager::listen(const sockaddr &addr, channel &ch, void *context)
 {
-    if (addr.sin_family != AF_INET ||
-        (addr.sin_addr.s_addr != INADDR_ANY && !is_local_address(addr.sin_addr.s_addr))) {
+    auto ip = ip_address::of(addr);
+    if (!ip.ok() || (!ip->any() && !is_local_address(*ip))) {
         return status::invalid_addr;
     }
     std::lock_guard g(m_);
-    auto port = ports_.bind(addr.sin_addr.s_addr, ntohs(addr.sin_port), lid());
+    auto port = ports_.bind(*ip, ip_address::port_of(addr), lid());
     if (!port.ok()) {
         return port.error();
     }
@@ -231,16 +224,18 @@ void connection_manager::on_request(uint16_t port, uint32_t id, const cm::peer_i
     auto l = listeners_.find(port);
     cm::ip_cm_hdr hdr;
     std::memcpy(&hdr, req.private_data.data(), sizeof(hdr));
-    if (l == listeners_.end() || hdr.version.get() != 0 || (hdr.ip_version.get() >> 4) != 4) {
-        (void)agent_->refuse(id, cm::reject_reason::consumer_reject);   // not IPv4 A11
+    unsigned ipv = hdr.ip_version.get() >> 4;
+    if (l == listeners_.end() || hdr.version.get() != 0 || (ipv != 4 && ipv != 6)) {
+        (void)agent_->refuse(id, cm::reject_reason::consumer_reject);   // not A11
         return;
     }
+    sa_family_t family = ipv == 4 ? AF_INET : AF_INET6;
     connection &c = conns_[id];
     c.ch     = l->second.ch;
     c.remote = req;
     c.remote.private_data = {};
-    c.peer   = ipv4_address(get_ipv4(hdr.src_addr), hdr.src_port.get());
-    c.local  = ipv4_address(get_ipv4(hdr.dst_addr), port);
+    c.peer   = get_address(hdr.src_addr, family).with_port(hdr.src_port.get());
+    c.local  = get_address(hdr.dst_addr, family).with_port(port);
     event e;
     e.what    = event::kind::connect_request;
     e.context = l->second.context;
@@ -308,15 +303,16 @@ status connection_manager::reject(uint32_t conn)
 
 // ---- active side -------------------------------------------------------------------
 
-result<uint16_t> connection_manager::resolve(const sockaddr_in &dst) const
+result<uint16_t> connection_manager::resolve(const sockaddr &dst) const
 {
-    if (dst.sin_family != AF_INET) {
-        return status::invalid_addr;
+    auto ip = ip_address::of(dst);
+    if (!ip.ok()) {
+        return ip.error();
     }
-    return ports_.resolve(dst.sin_addr.s_addr, ntohs(dst.sin_port));
+    return ports_.resolve(*ip, ip_address::port_of(dst));
 }
 
-void connection_manager::resolve(const sockaddr_in &dst, channel &ch, void *context) const
+void connection_manager::resolve(const sockaddr &dst, channel &ch, void *context) const
 {
     event e;
     e.what    = event::kind::address_resolved;
@@ -326,7 +322,7 @@ void connection_manager::resolve(const sockaddr_in &dst, channel &ch, void *cont
     ch.push(e);
 }
 
-result<uint32_t> connection_manager::connect(const sockaddr_in &dst, channel &ch, void *context,
+result<uint32_t> connection_manager::connect(const sockaddr &dst, channel &ch, void *context,
                                              std::span<const uint8_t> private_data)
 {
     if (private_data.size() > cm::ip_req_private_room) {
@@ -339,7 +335,8 @@ result<uint32_t> connection_manager::connect(const sockaddr_in &dst, channel &ch
     }
     // The source is the destination's own address (the fabric is this
     // host's) and an ephemeral port, as rdma_cm binds one per connection.
-    auto src_port = ports_.bind(dst.sin_addr.s_addr, 0, lid());
+    ip_address ip = *ip_address::of(dst);   // resolve() accepted it
+    auto src_port = ports_.bind(ip, 0, lid());
     if (!src_port.ok()) {
         return src_port.error();
     }
@@ -350,10 +347,10 @@ result<uint32_t> connection_manager::connect(const sockaddr_in &dst, channel &ch
     }
     uint8_t data[sizeof(cm::req::private_data)] = {};
     cm::ip_cm_hdr hdr{};
-    hdr.ip_version.set(4 << 4);
+    hdr.ip_version.set((ip.family == AF_INET ? 4 : 6) << 4);
     hdr.src_port.set(*src_port);
-    put_ipv4(hdr.src_addr, dst.sin_addr.s_addr);
-    put_ipv4(hdr.dst_addr, dst.sin_addr.s_addr);
+    put_address(hdr.src_addr, ip);
+    put_address(hdr.dst_addr, ip);
     std::memcpy(data, &hdr, sizeof(hdr));
     if (!private_data.empty()) {
         std::memcpy(data + sizeof(hdr), private_data.data(), private_data.size());
@@ -363,8 +360,8 @@ result<uint32_t> connection_manager::connect(const sockaddr_in &dst, channel &ch
     c.context    = context;
     c.active     = true;
     c.bound_port = *src_port;
-    c.local      = ipv4_address(dst.sin_addr.s_addr, *src_port);
-    c.peer       = dst;
+    c.local      = ip.with_port(*src_port);
+    c.peer       = ip.with_port(ip_address::port_of(dst));
     c.psn        = random_psn();
     cm::endpoint_info self;
     self.qpn          = (*q)->qpn();
@@ -376,7 +373,7 @@ result<uint32_t> connection_manager::connect(const sockaddr_in &dst, channel &ch
         on_rejected(id, reject_status(why));
     };
     r.rtu_later = true;
-    auto id = agent_->connect(*dlid, service_id(ntohs(dst.sin_port)), self, std::move(r));
+    auto id = agent_->connect(*dlid, service_id(ip_address::port_of(dst)), self, std::move(r));
     if (!id.ok()) {
         ports_.unbind(*src_port);
         return id.error();
@@ -483,11 +480,11 @@ void connection_manager::destroy(uint32_t conn)
     kick();
 }
 
-sockaddr_in connection_manager::local_address(uint32_t conn)
+sockaddr_storage connection_manager::local_address(uint32_t conn)
 {
     std::lock_guard g(m_);
     auto it = conns_.find(conn);
-    return it == conns_.end() ? sockaddr_in{} : it->second.local;
+    return it == conns_.end() ? sockaddr_storage{} : it->second.local;
 }
 
 // ---- progress ------------------------------------------------------------------------

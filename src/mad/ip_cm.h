@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // IP-addressed connection set-up over the IBA CM, the way rdma_cm does it
-// for Lustre's o2iblnd and for UCX: an IPv4 address and TCP port resolve
+// for Lustre's o2iblnd and for UCX: an IPv4 or IPv6 address and TCP port resolve
 // to the LID whose CM listens there (the host's port space), the REQ
 // carries the IBA Annex A11 header (source port and both addresses) before
 // the consumer's private data, and the TCP port becomes the service ID.
@@ -50,7 +50,7 @@ struct event {
     /// rejected: `rejected` (REJ by the consumer), `not_connected` (REJ: no
     /// listener), `unreachable` (no answer), `connection_reset` (else).
     status   why = status::ok;
-    sockaddr_in peer{};           ///< connect_request: the client's address
+    sockaddr_storage peer{};      ///< connect_request: the client's address
     /// connect_request: the REQ's private data after the Annex A11 header;
     /// connect_response: the REP's. IBA carries fixed-size areas: framing
     /// the length is the consumer's business.
@@ -92,7 +92,7 @@ public:
     /// Listens on `addr` (port 0: an ephemeral one); returns the port.
     /// `busy`: the port is taken; `invalid_addr`: not an address of
     /// this host.
-    result<uint16_t> listen(const sockaddr_in &addr, channel &ch, void *context);
+    result<uint16_t> listen(const sockaddr &addr, channel &ch, void *context);
     void   stop_listening(uint16_t port);
     /// Answers a connect_request: the REP with `private_data`; later
     /// events of the connection go to `ch` (which may be another channel
@@ -103,13 +103,13 @@ public:
 
     // active side
     /// The LID listening on `dst`, as connect() will find it.
-    result<uint16_t> resolve(const sockaddr_in &dst) const;
+    result<uint16_t> resolve(const sockaddr &dst) const;
     /// The same, answered as an address_resolved event on `ch` (rdma_cm's
     /// resolve_addr/resolve_route, whose results are events too).
-    void resolve(const sockaddr_in &dst, channel &ch, void *context) const;
+    void resolve(const sockaddr &dst, channel &ch, void *context) const;
     /// A REQ with `private_data` (at most ip_req_private_room bytes) to
     /// whoever listens on `dst`; the connection's ID.
-    result<uint32_t> connect(const sockaddr_in &dst, channel &ch, void *context,
+    result<uint32_t> connect(const sockaddr &dst, channel &ch, void *context,
                              std::span<const uint8_t> private_data);
     /// The RTU, after connect_response.
     status establish(uint32_t conn);
@@ -122,7 +122,7 @@ public:
     /// DREQ), a request not yet answered is rejected.
     void   destroy(uint32_t conn);
     /// This end's address of a connection.
-    sockaddr_in local_address(uint32_t conn);
+    sockaddr_storage local_address(uint32_t conn);
 
     uint16_t lid() const { return ctx_.port().lid; }
 
@@ -134,7 +134,7 @@ private:
         bool        established = false;
         bool        ended = false;        ///< rejected or disconnected: no DREQ
         uint16_t    bound_port = 0;       ///< an ephemeral port to release
-        sockaddr_in local{}, peer{};
+        sockaddr_storage local{}, peer{};
         cm::peer_info remote;             ///< passive: the REQ's side
         uint32_t    psn = 0;
         std::unique_ptr<drv::qp> qp;

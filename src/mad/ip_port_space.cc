@@ -5,6 +5,7 @@
 #include "hca/base/process.h"
 
 #include <arpa/inet.h>
+#include <cstring>
 #include <cerrno>
 #include <fcntl.h>
 #include <ifaddrs.h>
@@ -43,9 +44,61 @@ bool entry_live(const port_space::binding &b, uint64_t w)
 
 } // namespace
 
-bool is_local_address(uint32_t ipv4)
+result<ip_address> ip_address::of(const sockaddr &sa)
 {
-    if ((ntohl(ipv4) >> 24) == 127) {
+    ip_address a;
+    a.family = sa.sa_family;
+    if (sa.sa_family == AF_INET) {
+        std::memcpy(a.bytes, &reinterpret_cast<const sockaddr_in &>(sa).sin_addr, 4);
+    } else if (sa.sa_family == AF_INET6) {
+        std::memcpy(a.bytes, &reinterpret_cast<const sockaddr_in6 &>(sa).sin6_addr, 16);
+    } else {
+        return status::invalid_addr;
+    }
+    return a;
+}
+
+uint16_t ip_address::port_of(const sockaddr &sa)
+{
+    return ntohs(sa.sa_family == AF_INET6 ? reinterpret_cast<const sockaddr_in6 &>(sa).sin6_port
+                                          : reinterpret_cast<const sockaddr_in &>(sa).sin_port);
+}
+
+bool ip_address::any() const
+{
+    static const uint8_t zero[16] = {};
+    return std::memcmp(bytes, zero, size()) == 0;
+}
+
+bool ip_address::operator==(const ip_address &o) const
+{
+    return family == o.family && std::memcmp(bytes, o.bytes, size()) == 0;
+}
+
+sockaddr_storage ip_address::with_port(uint16_t port) const
+{
+    sockaddr_storage ss{};
+    if (family == AF_INET) {
+        auto &in = reinterpret_cast<sockaddr_in &>(ss);
+        in.sin_family = AF_INET;
+        in.sin_port   = htons(port);
+        std::memcpy(&in.sin_addr, bytes, 4);
+    } else {
+        auto &in6 = reinterpret_cast<sockaddr_in6 &>(ss);
+        in6.sin6_family = AF_INET6;
+        in6.sin6_port   = htons(port);
+        std::memcpy(&in6.sin6_addr, bytes, 16);
+    }
+    return ss;
+}
+
+bool is_local_address(const ip_address &a)
+{
+    if (a.family == AF_INET && a.bytes[0] == 127) {
+        return true;   // 127.0.0.0/8
+    }
+    static const uint8_t v6_loopback[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1};
+    if (a.family == AF_INET6 && std::memcmp(a.bytes, v6_loopback, 16) == 0) {
         return true;
     }
     ifaddrs *list = nullptr;
@@ -53,9 +106,12 @@ bool is_local_address(uint32_t ipv4)
         return false;
     }
     bool found = false;
-    for (ifaddrs *a = list; a && !found; a = a->ifa_next) {
-        found = a->ifa_addr && a->ifa_addr->sa_family == AF_INET &&
-                reinterpret_cast<const sockaddr_in *>(a->ifa_addr)->sin_addr.s_addr == ipv4;
+    for (ifaddrs *i = list; i && !found; i = i->ifa_next) {
+        if (i->ifa_addr && (i->ifa_addr->sa_family == AF_INET ||
+                            i->ifa_addr->sa_family == AF_INET6)) {
+            auto mine = ip_address::of(*i->ifa_addr);
+            found = mine.ok() && *mine == a;
+        }
     }
     freeifaddrs(list);
     return found;
@@ -63,7 +119,7 @@ bool is_local_address(uint32_t ipv4)
 
 result<std::unique_ptr<port_space>> port_space::open(const std::string &fabric_name)
 {
-    const std::string name = "/" + fabric_name + ".ipcm.v1";
+    const std::string name = "/" + fabric_name + ".ipcm.v2";
     int fd = shm_open(name.c_str(), O_RDWR | O_CREAT, 0600);
     if (fd < 0) {
         MLX4X_ERROR("cannot open the IP port space /dev/shm%s: %m", name.c_str());
@@ -91,7 +147,7 @@ port_space::~port_space() { munmap(table_, table_size); }
 
 /// Takes `port` if it is free or its owner is gone: one CAS decides
 /// between racing binders.
-bool port_space::try_claim(uint16_t port, uint32_t ipv4, uint16_t lid)
+bool port_space::try_claim(uint16_t port, const ip_address &addr, uint16_t lid)
 {
     binding &b = table_[port];
     uint64_t w = b.owner.load(std::memory_order_acquire);
@@ -101,22 +157,23 @@ bool port_space::try_claim(uint16_t port, uint32_t ipv4, uint16_t lid)
         return false;
     }
     b.start_time = process_start_time(getpid());
-    b.ipv4       = ipv4;
+    std::memcpy(b.addr, addr.bytes, sizeof(b.addr));
+    b.family     = addr.family;
     b.lid        = lid;
     b.owner.store(owner_word(getpid(), bound), std::memory_order_release);
     return true;
 }
 
-result<uint16_t> port_space::bind(uint32_t ipv4, uint16_t port, uint16_t lid)
+result<uint16_t> port_space::bind(const ip_address &addr, uint16_t port, uint16_t lid)
 {
     if (port != 0) {
-        return try_claim(port, ipv4, lid) ? result<uint16_t>(port) : status::busy;
+        return try_claim(port, addr, lid) ? result<uint16_t>(port) : status::busy;
     }
     constexpr unsigned range = ephemeral_last - ephemeral_first + 1;
     unsigned start = std::random_device{}() % range;
     for (unsigned i = 0; i < range; ++i) {
         auto p = uint16_t(ephemeral_first + (start + i) % range);
-        if (try_claim(p, ipv4, lid)) {
+        if (try_claim(p, addr, lid)) {
             return p;
         }
     }
@@ -130,15 +187,22 @@ void port_space::unbind(uint16_t port)
                                                std::memory_order_acq_rel);
 }
 
-result<uint16_t> port_space::resolve(uint32_t ipv4, uint16_t port) const
+result<uint16_t> port_space::resolve(const ip_address &addr, uint16_t port) const
 {
-    if (!is_local_address(ipv4)) {
+    if (!is_local_address(addr)) {
         return status::invalid_addr;
     }
     const binding &b = table_[port];
     uint64_t w = b.owner.load(std::memory_order_acquire);
-    if (owner_state(w) != bound || !entry_live(b, w) ||
-        (b.ipv4 != 0 && b.ipv4 != ipv4)) {
+    if (owner_state(w) != bound || !entry_live(b, w)) {
+        return status::unreachable;
+    }
+    // A port bound to "any" address of either family answers every local
+    // address (Linux's dual-stack listener); else the address must match.
+    ip_address bound_to;
+    bound_to.family = sa_family_t(b.family);
+    std::memcpy(bound_to.bytes, b.addr, sizeof(b.addr));
+    if (!bound_to.any() && !(bound_to == addr)) {
         return status::unreachable;
     }
     return b.lid;

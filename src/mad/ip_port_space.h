@@ -7,7 +7,7 @@
 // LID whose CM listens. Like rdma_cm, the TCP port becomes the service ID
 // of the REQ.
 //
-// A shared-memory table (/dev/shm/<fabric>.ipcm.v1) indexed by port, so a
+// A shared-memory table (/dev/shm/<fabric>.ipcm.v2) indexed by port, so a
 // bind is one compare-and-swap; all zeroes is an empty table. An entry
 // belongs to a live process (pid + start time): a dead owner's bindings
 // are free again, as the kernel frees a dead process's sockets.
@@ -18,6 +18,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <netinet/in.h>
 #include <string>
 
 namespace mlx4x::mad::ip {
@@ -31,9 +32,25 @@ constexpr uint64_t service_id(uint16_t port) { return rdma_ps_tcp << 16 | port; 
 constexpr uint16_t ephemeral_first = 32768;
 constexpr uint16_t ephemeral_last  = 60999;
 
-/// True if `ipv4` (network byte order) is an address of this host
-/// (loopback included): the only addresses the fabric reaches.
-bool is_local_address(uint32_t ipv4);
+/// An IPv4 or IPv6 address without a port (network byte order; IPv4 in
+/// the first 4 bytes). The unspecified address (0.0.0.0, ::) is "any".
+struct ip_address {
+    sa_family_t family = AF_INET;
+    uint8_t     bytes[16] = {};
+
+    /// The address of `sa` (AF_INET or AF_INET6; else invalid_addr).
+    static result<ip_address> of(const sockaddr &sa);
+    static uint16_t port_of(const sockaddr &sa);
+    size_t size() const { return family == AF_INET ? 4 : 16; }
+    bool   any() const;
+    bool   operator==(const ip_address &o) const;
+    /// A socket address of this address and `port`.
+    sockaddr_storage with_port(uint16_t port) const;
+};
+
+/// True if `a` is an address of this host (loopback included): the only
+/// addresses the fabric reaches.
+bool is_local_address(const ip_address &a);
 
 class port_space {
 public:
@@ -41,31 +58,31 @@ public:
     static result<std::unique_ptr<port_space>> open(const std::string &fabric_name);
     ~port_space();
 
-    /// Binds `port` (0: a free ephemeral port) on address `ipv4` (network
-    /// order, 0 = any) for the CM at `lid`. Returns the port, or
-    /// `busy` when a live process holds it (EADDRINUSE), `no_resource`
-    /// when no ephemeral port is free.
-    result<uint16_t> bind(uint32_t ipv4, uint16_t port, uint16_t lid);
+    /// Binds `port` (0: a free ephemeral port) on `addr` (or any address)
+    /// for the CM at `lid`. Returns the port, or `busy` when a live
+    /// process holds it (EADDRINUSE), `no_resource` when no ephemeral port
+    /// is free.
+    result<uint16_t> bind(const ip_address &addr, uint16_t port, uint16_t lid);
     /// Releases a port this process bound.
     void unbind(uint16_t port);
 
-    /// The LID listening on (ipv4, port): `invalid_addr` when the address is
-    /// not this host's, `unreachable` when nobody listens there.
-    result<uint16_t> resolve(uint32_t ipv4, uint16_t port) const;
+    /// The LID listening on (addr, port): `invalid_addr` when the address
+    /// is not this host's, `unreachable` when nobody listens there.
+    result<uint16_t> resolve(const ip_address &addr, uint16_t port) const;
 
     /// One entry of the table (indexed by port).
-    struct alignas(32) binding {
+    struct alignas(64) binding {
         std::atomic<uint64_t> owner;   ///< pid << 32 | entry_state
         uint64_t              start_time;
-        uint32_t              ipv4;    ///< network order; 0 = any address
+        uint8_t               addr[16];   ///< as ip_address::bytes
+        uint16_t              family;     ///< AF_INET, AF_INET6
         uint16_t              lid;
-        uint16_t              reserved[5];
     };
-    static_assert(sizeof(binding) == 32);
+    static_assert(sizeof(binding) == 64);
 
 private:
     explicit port_space(binding *table) : table_(table) {}
-    bool try_claim(uint16_t port, uint32_t ipv4, uint16_t lid);
+    bool try_claim(uint16_t port, const ip_address &addr, uint16_t lid);
 
     binding *table_;
 };

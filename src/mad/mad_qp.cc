@@ -70,6 +70,27 @@ status mad_qp::post_recv(uint32_t i)
 
 status mad_qp::send(uint16_t dlid, uint32_t dqpn, uint32_t qkey, const mad &m)
 {
+    if (backlog_.empty() && send_slot_free()) {
+        return post_send(dlid, dqpn, qkey, m);
+    }
+    if (backlog_.size() >= max_backlog) {
+        return status::no_resource;
+    }
+    backlog_.push_back({dlid, dqpn, qkey, m});
+    return status::ok;
+}
+
+void mad_qp::drain_backlog()
+{
+    while (!backlog_.empty() && send_slot_free()) {
+        const queued &q = backlog_.front();
+        (void)post_send(q.dlid, q.dqpn, q.qkey, q.m);   // a failure loses it, as on the wire
+        backlog_.pop_front();
+    }
+}
+
+status mad_qp::post_send(uint16_t dlid, uint32_t dqpn, uint32_t qkey, const mad &m)
+{
     auto &ah = ahs_[dlid];
     if (!ah) {
         auto r = drv::ah::create(ctx_, pd_, {.dlid = dlid});
@@ -78,9 +99,6 @@ status mad_qp::send(uint16_t dlid, uint32_t dqpn, uint32_t qkey, const mad &m)
             return r.error();
         }
         ah = r.take();
-    }
-    if (!send_slot_free()) {
-        return status::no_resource;
     }
     slot &b = send_[sent_ % send_.size()];
     std::memcpy(b.bytes, &m, sizeof(m));
@@ -117,6 +135,7 @@ unsigned mad_qp::poll(const std::function<void(uint16_t, const mad &)> &on_mad)
         }
         (void)post_recv(i);
     }
+    drain_backlog();
     return mads;
 }
 

@@ -8,6 +8,7 @@
 #include "hca/drv/verbs.h"
 #include "hca/ib/ib_mad.h"
 
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -22,8 +23,10 @@ public:
                                                   uint32_t qkey, uint32_t slots);
     ~mad_qp();
 
-    /// One MAD to QP `dqpn` of the port at `dlid`. no_resource while every
-    /// send slot is in flight (poll() frees them).
+    /// One MAD to QP `dqpn` of the port at `dlid`. With every send slot in
+    /// flight it waits in a backlog, posted in order as poll() frees slots
+    /// (as the kernel's MAD layer keeps an overflow list beyond its send
+    /// queue); no_resource only when the backlog is full too.
     status send(uint16_t dlid, uint32_t dqpn, uint32_t qkey, const mad &m);
     /// Completions: each received MAD goes to `on_mad(slid, mad)`, then
     /// its slot is posted again; sent slots become free. Returns the MADs.
@@ -31,10 +34,14 @@ public:
     bool ready() const { return cq_->ready(); }
     void arm() { cq_->arm(); }
     bool send_slot_free() const { return sent_ - completed_ < uint32_t(send_.size()); }
+    size_t backlog() const { return backlog_.size(); }
+    static constexpr size_t max_backlog = 4096;
 
 private:
     explicit mad_qp(drv::context &ctx) : ctx_(ctx) {}
     status post_recv(uint32_t slot);
+    status post_send(uint16_t dlid, uint32_t dqpn, uint32_t qkey, const mad &m);
+    void   drain_backlog();
 
     static constexpr uint32_t grh_size = 40;
     struct slot { uint8_t bytes[grh_size + mad_size]; };
@@ -47,6 +54,12 @@ private:
     std::unique_ptr<drv::mr>                       recv_mr_, send_mr_;
     std::map<uint16_t, std::unique_ptr<drv::ah>>   ahs_;
     uint32_t                                       sent_ = 0, completed_ = 0;
+    struct queued {
+        uint16_t dlid;
+        uint32_t dqpn, qkey;
+        mad      m;
+    };
+    std::deque<queued>                             backlog_;
 };
 
 } // namespace mlx4x::mad

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // UCT connection manager of mlx4x: UCP's client/server API
 // (ucp_listener_create, ucp_ep_create with a sockaddr) over IP-addressed
-// connection set-up on the IBA CM (mad::ip, rdma_cm style).
+// connection set-up on the IBA CM (mad::ip, rdma_cm style), IPv4 and IPv6.
 //
 // The CMs of a process share one HCA of their own (cm_device: a port on
 // the fabric, QP1, the connection manager on its own thread, like the
@@ -22,6 +22,7 @@
 
 extern "C" {
 #include <ucs/async/async.h>
+#include <ucs/sys/sock.h>
 #include <ucs/sys/string.h>
 }
 
@@ -138,14 +139,14 @@ public:
     ~cm_listener();
     ucs_status_t init(const sockaddr *saddr, socklen_t len, const uct_listener_params_t &p);
     void on_request(const mad::ip::event &e);
-    sockaddr_in address() const { return addr_; }
+    const sockaddr_storage &address() const { return addr_; }
     cm &owner() { return cm_; }
 
 private:
     cm                              &cm_;
     uct_mlx4x_listener_t            *uct_;
     mad::ip::connection_manager     *mgr_ = nullptr;
-    sockaddr_in                      addr_{};
+    sockaddr_storage                 addr_{};
     uct_cm_listener_conn_request_callback_t conn_request_cb_ = nullptr;
     void                            *user_data_ = nullptr;
 };
@@ -154,8 +155,20 @@ private:
 struct conn_request {
     mad::ip::connection_manager *mgr;
     uint32_t                     conn;
-    sockaddr_in                  peer;
+    sockaddr_storage             peer;
 };
+
+socklen_t sockaddr_size(const sockaddr_storage &a)
+{
+    return a.ss_family == AF_INET6 ? sizeof(sockaddr_in6) : sizeof(sockaddr_in);
+}
+
+/// What the CM serves: IPv4 and IPv6 socket addresses.
+bool usable(const sockaddr *sa, socklen_t len)
+{
+    return sa && ((sa->sa_family == AF_INET && len >= socklen_t(sizeof(sockaddr_in))) ||
+                  (sa->sa_family == AF_INET6 && len >= socklen_t(sizeof(sockaddr_in6))));
+}
 
 /// A CM endpoint: client (sockaddr: resolve, REQ, REP, RTU at conn_notify)
 /// or server (a connection request: REP, RTU).
@@ -189,7 +202,7 @@ private:
     mad::ip::connection_manager *mgr_ = nullptr;
     bool                         server_ = false;
     std::optional<uint32_t>      conn_;
-    sockaddr_in                  remote_{};
+    sockaddr_storage             remote_{};
     enum class phase : uint8_t {
         resolving, resolved, connecting, connected, failed,
         disconnecting,       ///< our DREQ is out
@@ -261,8 +274,8 @@ void cm::dispatch(const mad::ip::event &e)
 ucs_status_t cm_listener::init(const sockaddr *saddr, socklen_t len,
                                const uct_listener_params_t &p)
 {
-    if (saddr->sa_family != AF_INET || len < socklen_t(sizeof(sockaddr_in))) {
-        return UCS_ERR_NO_DEVICE;   // IPv4 only: UCP tries its other CMs
+    if (!usable(saddr, len)) {
+        return UCS_ERR_NO_DEVICE;   // not IP: UCP tries its other CMs
     }
     if (!(p.field_mask & UCT_LISTENER_PARAM_FIELD_CONN_REQUEST_CB)) {
         return UCS_ERR_INVALID_PARAM;
@@ -273,28 +286,31 @@ ucs_status_t cm_listener::init(const sockaddr *saddr, socklen_t len,
     if (!mgr.ok()) {
         return to_ucs(mgr.error());
     }
-    mgr_  = *mgr;
-    addr_ = *reinterpret_cast<const sockaddr_in *>(saddr);
+    mgr_ = *mgr;
+    std::memcpy(&addr_, saddr, saddr->sa_family == AF_INET6 ? sizeof(sockaddr_in6)
+                                                           : sizeof(sockaddr_in));
     UCS_ASYNC_BLOCK(cm_.async());
-    auto port = mgr_->listen(addr_, cm_.events(), this);
+    auto port = mgr_->listen(*saddr, cm_.events(), this);
     UCS_ASYNC_UNBLOCK(cm_.async());
     if (!port.ok()) {
         // Not an address of this host: like rdma_bind_addr's ENODEV.
         return port.error() == status::invalid_addr ? UCS_ERR_NO_DEVICE
                                                     : to_ucs(port.error());
     }
-    addr_.sin_port = htons(*port);
-    char ip[INET_ADDRSTRLEN];
-    ucs_debug("mlx4x cm: listening on %s:%u (lid %u)",
-              inet_ntop(AF_INET, &addr_.sin_addr, ip, sizeof(ip)), *port, mgr_->lid());
+    addr_ = mad::ip::ip_address::of(*saddr)->with_port(*port);
+    char str[UCS_SOCKADDR_STRING_LEN];
+    ucs_debug("mlx4x cm: listening on %s (lid %u)",
+              ucs_sockaddr_str(reinterpret_cast<const sockaddr *>(&addr_), str, sizeof(str)),
+              mgr_->lid());
     return UCS_OK;
 }
 
 cm_listener::~cm_listener()
 {
-    if (mgr_ && addr_.sin_port) {
+    if (uint16_t port = mad::ip::ip_address::port_of(reinterpret_cast<const sockaddr &>(addr_));
+        mgr_ && port) {
         UCS_ASYNC_BLOCK(cm_.async());
-        mgr_->stop_listening(ntohs(addr_.sin_port));
+        mgr_->stop_listening(port);
         cm_.events().purge(this);
         UCS_ASYNC_UNBLOCK(cm_.async());
     }
@@ -330,7 +346,7 @@ void cm_listener::on_request(const mad::ip::event &e)
     args.conn_request           = req;
     args.remote_data            = &remote;
     args.client_address.addr    = reinterpret_cast<const sockaddr *>(&req->peer);
-    args.client_address.addrlen = sizeof(req->peer);
+    args.client_address.addrlen = sockaddr_size(req->peer);
     conn_request_cb_(&uct_->super, user_data_, &args);
 }
 
@@ -353,18 +369,19 @@ ucs_status_t cm_ep::pack(std::span<const uint8_t> ucp, size_t room, std::vector<
 ucs_status_t cm_ep::init_client(const uct_ep_params_t &p)
 {
     const ucs_sock_addr_t *sa = p.sockaddr;
-    if (sa->addr->sa_family != AF_INET || sa->addrlen < socklen_t(sizeof(sockaddr_in))) {
-        return UCS_ERR_UNREACHABLE;   // IPv4 only
+    if (!usable(sa->addr, sa->addrlen)) {
+        return UCS_ERR_UNREACHABLE;   // not IP
     }
     auto mgr = cm_.manager();
     if (!mgr.ok()) {
         return to_ucs(mgr.error());
     }
     mgr_    = *mgr;
-    remote_ = *reinterpret_cast<const sockaddr_in *>(sa->addr);
+    std::memcpy(&remote_, sa->addr, sa->addr->sa_family == AF_INET6 ? sizeof(sockaddr_in6)
+                                                                     : sizeof(sockaddr_in));
     // The answer comes as an event: resolve_cb must not run before UCP
     // holds this endpoint.
-    mgr_->resolve(remote_, cm_.events(), this);
+    mgr_->resolve(*sa->addr, cm_.events(), this);
     return UCS_OK;
 }
 
@@ -446,7 +463,9 @@ ucs_status_t cm_ep::send_req(std::span<const uint8_t> ucp)
     ucs_status_t ret = UCS_OK;
     if (phase_ != phase::resolved) {
         ret = UCS_ERR_INVALID_PARAM;
-    } else if (auto c = mgr_->connect(remote_, cm_.events(), this, priv); c.ok()) {
+    } else if (auto c = mgr_->connect(reinterpret_cast<const sockaddr &>(remote_),
+                                      cm_.events(), this, priv);
+               c.ok()) {
         conn_  = *c;
         phase_ = phase::connecting;
     } else {
@@ -503,11 +522,10 @@ ucs_status_t cm_ep::disconnect()
 ucs_status_t cm_ep::query(uct_ep_attr_t &attr)
 {
     if (attr.field_mask & UCT_EP_ATTR_FIELD_LOCAL_SOCKADDR) {
-        sockaddr_in local = conn_ ? mgr_->local_address(*conn_) : sockaddr_in{};
-        std::memcpy(&attr.local_address, &local, sizeof(local));
+        attr.local_address = conn_ ? mgr_->local_address(*conn_) : sockaddr_storage{};
     }
     if (attr.field_mask & UCT_EP_ATTR_FIELD_REMOTE_SOCKADDR) {
-        std::memcpy(&attr.remote_address, &remote_, sizeof(remote_));
+        attr.remote_address = remote_;
     }
     return UCS_OK;
 }
@@ -671,9 +689,7 @@ extern "C" void uct_mlx4x_listener_cleanup(uct_mlx4x_listener_t *l)
 extern "C" ucs_status_t uct_mlx4x_listener_query(uct_listener_h h, uct_listener_attr_t *attr)
 {
     if (attr->field_mask & UCT_LISTENER_ATTR_FIELD_SOCKADDR) {
-        sockaddr_in a = listener_of(h).address();
-        std::memset(&attr->sockaddr, 0, sizeof(attr->sockaddr));
-        std::memcpy(&attr->sockaddr, &a, sizeof(a));
+        attr->sockaddr = listener_of(h).address();
     }
     return UCS_OK;
 }

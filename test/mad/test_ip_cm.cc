@@ -78,7 +78,7 @@ protected:
             s->cm.reset();
             s->ctx.reset();
         }
-        shm_unlink(("/" + name_ + ".ipcm.v1").c_str());
+        shm_unlink(("/" + name_ + ".ipcm.v2").c_str());
         if (shm_) {
             shm_.reset();
             shm_unlink(("/" + name_).c_str());
@@ -105,19 +105,21 @@ protected:
         return std::nullopt;
     }
 
-    sockaddr_in loopback(uint16_t port)
+    static sockaddr_storage address(const char *text, uint16_t port)
     {
-        sockaddr_in a{};
-        a.sin_family      = AF_INET;
-        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-        a.sin_port        = htons(port);
-        return a;
+        ip_address a;
+        a.family = std::strchr(text, ':') ? AF_INET6 : AF_INET;
+        inet_pton(a.family, text, a.bytes);
+        return a.with_port(port);
     }
+    static sockaddr_storage loopback(uint16_t port) { return address("127.0.0.1", port); }
+    static const sockaddr &sa(const sockaddr_storage &s) { return reinterpret_cast<const sockaddr &>(s); }
+    static uint16_t port_of(const sockaddr_storage &s) { return ip_address::port_of(sa(s)); }
 
     /// The server listens on an ephemeral port of 127.0.0.1.
     uint16_t listen()
     {
-        auto port = server_.cm->listen(loopback(0), *server_.ch, &listener_tag_);
+        auto port = server_.cm->listen(sa(loopback(0)), *server_.ch, &listener_tag_);
         EXPECT_TRUE(port.ok());
         return port.ok() ? *port : 0;
     }
@@ -127,7 +129,7 @@ protected:
     std::pair<uint32_t, uint32_t> connect_pair()
     {
         uint16_t port = listen();
-        auto c = client_.cm->connect(loopback(port), *client_.ch, &client_tag_, bytes("hi"));
+        auto c = client_.cm->connect(sa(loopback(port)), *client_.ch, &client_tag_, bytes("hi"));
         EXPECT_TRUE(c.ok());
         auto req = next(*server_.ch);
         EXPECT_TRUE(req && req->what == event::kind::connect_request);
@@ -146,8 +148,8 @@ protected:
 TEST_F(ip_cm_test, connect_accept_establish_with_private_data_and_addresses)
 {
     uint16_t port = listen();
-    ASSERT_EQ(*client_.cm->resolve(loopback(port)), server_.cm->lid());
-    auto c = client_.cm->connect(loopback(port), *client_.ch, &client_tag_, bytes("hello"));
+    ASSERT_EQ(*client_.cm->resolve(sa(loopback(port))), server_.cm->lid());
+    auto c = client_.cm->connect(sa(loopback(port)), *client_.ch, &client_tag_, bytes("hello"));
     ASSERT_TRUE(c.ok()) << to_string(c.error());
 
     auto req = next(*server_.ch);
@@ -157,11 +159,11 @@ TEST_F(ip_cm_test, connect_accept_establish_with_private_data_and_addresses)
     EXPECT_EQ(text(*req), "hello");
     // The Annex A11 header told the server who is calling: the client's
     // address and the ephemeral port its connection bound.
-    sockaddr_in client_addr = client_.cm->local_address(*c);
-    EXPECT_EQ(req->peer.sin_addr.s_addr, htonl(INADDR_LOOPBACK));
-    EXPECT_EQ(req->peer.sin_port, client_addr.sin_port);
-    EXPECT_GE(ntohs(client_addr.sin_port), ephemeral_first);
-    EXPECT_EQ(ntohs(server_.cm->local_address(req->conn).sin_port), port);
+    sockaddr_storage client_addr = client_.cm->local_address(*c);
+    EXPECT_TRUE(*ip_address::of(sa(req->peer)) == *ip_address::of(sa(loopback(0))));
+    EXPECT_EQ(port_of(req->peer), port_of(client_addr));
+    EXPECT_GE(port_of(client_addr), ephemeral_first);
+    EXPECT_EQ(port_of(server_.cm->local_address(req->conn)), port);
 
     ASSERT_EQ(server_.cm->accept(req->conn, *server_.ch, &server_tag_, bytes("welcome")),
               status::ok);
@@ -177,6 +179,22 @@ TEST_F(ip_cm_test, connect_accept_establish_with_private_data_and_addresses)
     ASSERT_TRUE(est.has_value());
     EXPECT_EQ(est->what, event::kind::established);
     EXPECT_EQ(est->context, &server_tag_);
+}
+
+TEST_F(ip_cm_test, ipv6_addresses_carry_through_the_annex_a11_header)
+{
+    auto port = server_.cm->listen(sa(address("::1", 0)), *server_.ch, &listener_tag_);
+    ASSERT_TRUE(port.ok());
+    auto c = client_.cm->connect(sa(address("::1", *port)), *client_.ch, &client_tag_, {});
+    ASSERT_TRUE(c.ok()) << to_string(c.error());
+    auto req = next(*server_.ch);
+    ASSERT_TRUE(req.has_value());
+    EXPECT_EQ(req->peer.ss_family, AF_INET6);
+    EXPECT_TRUE(*ip_address::of(sa(req->peer)) == *ip_address::of(sa(address("::1", 0))));
+    EXPECT_EQ(port_of(req->peer), port_of(client_.cm->local_address(*c)));
+    ASSERT_EQ(server_.cm->accept(req->conn, *server_.ch, &server_tag_, {}), status::ok);
+    auto rep = next(*client_.ch);
+    ASSERT_TRUE(rep && rep->what == event::kind::connect_response);
 }
 
 TEST_F(ip_cm_test, disconnect_tells_both_sides)
@@ -207,7 +225,7 @@ TEST_F(ip_cm_test, destroying_an_established_connection_disconnects_the_peer)
 TEST_F(ip_cm_test, a_rejected_request_is_rejected_at_the_client)
 {
     uint16_t port = listen();
-    auto c = client_.cm->connect(loopback(port), *client_.ch, &client_tag_, bytes("x"));
+    auto c = client_.cm->connect(sa(loopback(port)), *client_.ch, &client_tag_, bytes("x"));
     ASSERT_TRUE(c.ok());
     auto req = next(*server_.ch);
     ASSERT_TRUE(req.has_value());
@@ -220,13 +238,12 @@ TEST_F(ip_cm_test, a_rejected_request_is_rejected_at_the_client)
 
 TEST_F(ip_cm_test, no_listener_and_foreign_addresses_fail_at_resolution)
 {
-    EXPECT_EQ(client_.cm->connect(loopback(1), *client_.ch, &client_tag_, {}).error(),
+    EXPECT_EQ(client_.cm->connect(sa(loopback(1)), *client_.ch, &client_tag_, {}).error(),
               status::unreachable);
-    sockaddr_in far = loopback(1);
-    far.sin_addr.s_addr = inet_addr("198.51.100.77");   // TEST-NET-2: not this host
-    EXPECT_EQ(client_.cm->connect(far, *client_.ch, &client_tag_, {}).error(),
+    auto far = address("198.51.100.77", 1);   // TEST-NET-2: not this host
+    EXPECT_EQ(client_.cm->connect(sa(far), *client_.ch, &client_tag_, {}).error(),
               status::invalid_addr);
-    EXPECT_EQ(server_.cm->listen(far, *server_.ch, &listener_tag_).error(),
+    EXPECT_EQ(server_.cm->listen(sa(far), *server_.ch, &listener_tag_).error(),
               status::invalid_addr);
 }
 
@@ -234,8 +251,8 @@ TEST_F(ip_cm_test, a_port_bound_without_a_cm_listener_is_refused_by_rej)
 {
     // The port resolves to the server's LID, but its CM has no listener for
     // the service ID: REJ "invalid service ID" = connection refused.
-    ASSERT_TRUE(ports_->bind(0, 20100, server_.cm->lid()).ok());
-    auto c = client_.cm->connect(loopback(20100), *client_.ch, &client_tag_, {});
+    ASSERT_TRUE(ports_->bind(ip_address{}, 20100, server_.cm->lid()).ok());
+    auto c = client_.cm->connect(sa(loopback(20100)), *client_.ch, &client_tag_, {});
     ASSERT_TRUE(c.ok());
     auto rej = next(*client_.ch);
     ASSERT_TRUE(rej.has_value());
@@ -246,10 +263,10 @@ TEST_F(ip_cm_test, a_port_bound_without_a_cm_listener_is_refused_by_rej)
 TEST_F(ip_cm_test, a_port_taken_by_another_listener_is_busy)
 {
     uint16_t port = listen();
-    EXPECT_EQ(client_.cm->listen(loopback(port), *client_.ch, &listener_tag_).error(),
+    EXPECT_EQ(client_.cm->listen(sa(loopback(port)), *client_.ch, &listener_tag_).error(),
               status::busy);
     server_.cm->stop_listening(port);
-    EXPECT_TRUE(client_.cm->listen(loopback(port), *client_.ch, &listener_tag_).ok());
+    EXPECT_TRUE(client_.cm->listen(sa(loopback(port)), *client_.ch, &listener_tag_).ok());
 }
 
 TEST_F(ip_cm_test, an_accepted_connection_reports_to_the_channel_it_was_accepted_on)
@@ -257,7 +274,7 @@ TEST_F(ip_cm_test, an_accepted_connection_reports_to_the_channel_it_was_accepted
     auto other = channel::create();
     ASSERT_TRUE(other.ok());
     uint16_t port = listen();
-    auto c = client_.cm->connect(loopback(port), *client_.ch, &client_tag_, {});
+    auto c = client_.cm->connect(sa(loopback(port)), *client_.ch, &client_tag_, {});
     ASSERT_TRUE(c.ok());
     auto req = next(*server_.ch);
     ASSERT_TRUE(req.has_value());
@@ -274,7 +291,7 @@ TEST_F(ip_cm_test, an_accepted_connection_reports_to_the_channel_it_was_accepted
 TEST_F(ip_cm_test, a_client_that_goes_away_mid_handshake_fails_the_accept)
 {
     uint16_t port = listen();
-    auto c = client_.cm->connect(loopback(port), *client_.ch, &client_tag_, {});
+    auto c = client_.cm->connect(sa(loopback(port)), *client_.ch, &client_tag_, {});
     ASSERT_TRUE(c.ok());
     auto req = next(*server_.ch);
     ASSERT_TRUE(req.has_value());
@@ -306,7 +323,7 @@ TEST_F(ip_cm_thread_test, managers_on_their_own_threads_connect_while_consumers_
         return std::nullopt;
     };
     uint16_t port = listen();
-    auto c = client_.cm->connect(loopback(port), *client_.ch, &client_tag_, bytes("t"));
+    auto c = client_.cm->connect(sa(loopback(port)), *client_.ch, &client_tag_, bytes("t"));
     ASSERT_TRUE(c.ok());
     auto req = wait(*server_.ch);
     ASSERT_TRUE(req && req->what == event::kind::connect_request);
@@ -316,6 +333,73 @@ TEST_F(ip_cm_thread_test, managers_on_their_own_threads_connect_while_consumers_
     ASSERT_EQ(client_.cm->establish(*c), status::ok);
     auto est = wait(*server_.ch);
     ASSERT_TRUE(est && est->what == event::kind::established);
+}
+
+} // namespace
+} // namespace mlx4x::mad::ip::test
+
+namespace mlx4x::mad::ip::test {
+namespace {
+
+TEST_F(ip_cm_thread_test, a_hundred_connections_through_one_manager_all_end_on_both_sides)
+{
+    // Client and server on the same manager (as two UCX workers of one
+    // process share the CM device): 100 connections at once, then the
+    // server disconnects them all; every DREQ and DREP gets through, even
+    // with more in flight than QP1 has receive buffers.
+    // The CM's default timing (the fixture's is short for its failure cases).
+    server_.cm.reset();
+    auto made = connection_manager::create(*server_.ctx, *ports_);
+    ASSERT_TRUE(made.ok());
+    server_.cm = made.take();
+    ASSERT_EQ(server_.cm->start_thread(), status::ok);
+    connection_manager &m = *server_.cm;
+    constexpr int n = 100;
+    auto wait = [](channel &ch, event &e) {
+        pollfd p{ch.fd(), POLLIN, 0};
+        for (int i = 0; i < 200; ++i) {
+            if (ch.pop(e)) {
+                return true;
+            }
+            (void)poll(&p, 1, 50);
+        }
+        return false;
+    };
+    uint16_t port = *m.listen(sa(loopback(0)), *server_.ch, &listener_tag_);
+    std::vector<uint32_t> clients, servers;
+    for (int i = 0; i < n; ++i) {
+        auto c = m.connect(sa(loopback(port)), *client_.ch, &client_tag_, {});
+        ASSERT_TRUE(c.ok());
+        clients.push_back(*c);
+    }
+    event e;
+    for (int i = 0; i < n; ++i) {
+        ASSERT_TRUE(wait(*server_.ch, e)) << i;
+        ASSERT_EQ(e.what, event::kind::connect_request);
+        ASSERT_EQ(m.accept(e.conn, *server_.ch, &server_tag_, {}), status::ok);
+    }
+    for (int i = 0; i < n; ++i) {
+        ASSERT_TRUE(wait(*client_.ch, e)) << i;
+        ASSERT_EQ(e.what, event::kind::connect_response);
+        ASSERT_EQ(m.establish(e.conn), status::ok);
+    }
+    for (int i = 0; i < n; ++i) {
+        ASSERT_TRUE(wait(*server_.ch, e)) << i;
+        ASSERT_EQ(e.what, event::kind::established);
+        servers.push_back(e.conn);
+    }
+    for (uint32_t s : servers) {
+        ASSERT_EQ(m.disconnect(s), status::ok);
+    }
+    int client_ends = 0, server_ends = 0;
+    while (client_ends < n && wait(*client_.ch, e)) {
+        client_ends += e.what == event::kind::disconnected;
+    }
+    while (server_ends < n && wait(*server_.ch, e)) {
+        server_ends += e.what == event::kind::disconnected;
+    }
+    EXPECT_EQ(client_ends, n);
+    EXPECT_EQ(server_ends, n);
 }
 
 } // namespace
