@@ -335,6 +335,13 @@ cmd_status device::cmd_sw2hw_mpt(uint32_t index, uint64_t inbox)
     m.flags  = e->flags.get();
     m.start  = e->start.get();
     m.length = e->length.get();
+    m.window = !(m.flags & prm::mpt_flag_region);
+    if (m.window) {
+        // A window starts unbound (type 2: free) and grants nothing.
+        m.window_type = (e->qpn.get() & prm::mpt_qp_flag_bound_qp) ? 2 : 1;
+        m.flags = 0;
+        m.start = m.length = 0;
+    }
     m.valid  = true;
     return cmd_status::ok;
 }
@@ -344,6 +351,7 @@ cmd_status device::cmd_hw2sw_mpt(uint32_t index)
     if (index >= mpts_.size() || !mpts_[index].valid) {
         return cmd_status::bad_index;
     }
+    unbind(mpts_[index]);   // (a region: nothing; its windows die with it)
     mpts_[index] = mpt{};
     return cmd_status::ok;
 }
@@ -356,12 +364,15 @@ cmd_status device::cmd_query_mpt(uint32_t index, uint64_t outbox)
     const mpt &m = mpts_[index];
     auto *e = dma<prm::mpt_entry>(outbox);
     *e = prm::mpt_entry{};
-    e->flags.set(m.flags);
+    e->flags.set(m.flags | (m.window ? 0 : prm::mpt_flag_region));
     e->key.set(m.key);
-    e->lkey.set(m.key);
+    e->lkey.set(m.window ? m.region_key : m.key);
     e->pd_flags.set(m.pd);
     e->start.set(m.start);
     e->length.set(m.length);
+    if (m.window_type == 2) {
+        e->qpn.set(prm::mpt_qp_flag_bound_qp | (m.bound ? m.bound_qpn << 8 : 0));
+    }
     return cmd_status::ok;
 }
 
@@ -741,6 +752,7 @@ void device::qp_to_reset(qp &q)
         if (srq *s = q.has_srq ? find_srq(q.srqn) : nullptr) --s->attached_qps;
         std::erase(active_qpns_, q.qpn);
         std::erase(ack_list_, q.qpn);
+        release_windows_of(q.qpn);
     }
     q = qp{};
 }

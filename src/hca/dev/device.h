@@ -168,6 +168,11 @@ private:
     qp  *find_qp(uint32_t qpn);
     cq  *find_cq(uint32_t cqn);
     const mpt *find_mpt(uint32_t key) const;
+    /// A region by L_Key: windows never serve local access.
+    const mpt *find_region(uint32_t lkey) const;
+    /// What an R_Key reaches through QP `q`: a region, or a bound window
+    /// whose region still covers it (mw.cc).
+    const mpt *find_remote(const qp &q, uint32_t rkey) const;
     void set_qp_error(qp &q);
     void flush_sq(qp &q);
     void flush_all();
@@ -271,6 +276,14 @@ private:
         return uint32_t(q.dev_sq.size()) - (q.dev_sq_head - q.sq_tail);
     }
 
+    // memory windows (mw.cc)
+    enum class local_op { waiting, done, failed };
+    local_op run_local_op(qp &q, const engine::send_wqe &w);
+    bool     bind_window(qp &q, const prm::wqe_bind_seg &b);
+    bool     invalidate_window(qp &q, uint32_t key);
+    void     unbind(mpt &window);
+    void     release_windows_of(uint32_t qpn);
+
     // completer (comp.cc)
     void complete(qp &q, const engine::pkt &p);
     void complete_response(qp &q, const engine::pkt &p);
@@ -314,6 +327,7 @@ private:
     prm::hcr                       hcr_{};
     std::vector<uint64_t>          mtts_;   ///< page addresses | present
     std::vector<mpt>               mpts_;
+    uint32_t                       type2_bound_ = 0;   ///< bound type 2 windows
     std::vector<cq>                cqs_;
     std::vector<eq>                eqs_;
     std::vector<srq>               srqs_;

@@ -15,6 +15,8 @@
 
 namespace mlx4x::dev {
 
+/// A memory protection entry: a region, or a window (IBA 10.6.7) that
+/// grants remote access to part of a region once bound.
 struct mpt {
     bool     valid = false;
     uint32_t key   = 0;
@@ -22,6 +24,12 @@ struct mpt {
     uint32_t flags = 0;   ///< prm::mpt_perm_* bits
     uint64_t start = 0;
     uint64_t length = 0;
+    // Windows only.
+    bool     window = false;
+    uint8_t  window_type = 0;   ///< 1 or 2
+    bool     bound = false;
+    uint32_t region_key = 0;    ///< the region it is bound to
+    uint32_t bound_qpn  = 0;    ///< type 2: the QP it is bound to
 
     bool covers(uint64_t addr, uint64_t len) const
     {

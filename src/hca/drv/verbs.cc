@@ -48,7 +48,8 @@ const char *to_string(wc_status s)
         "local protection error", "WR flushed", "remote invalid request",
         "remote access error", "remote operation error",
         "transport retry counter exceeded", "RNR retry counter exceeded",
-        "general error"};
+        "general error", "memory window bind error"};
+    static_assert(std::size(names) == size_t(wc_status::mw_bind_err) + 1);
     return names[static_cast<size_t>(s)];
 }
 
@@ -494,6 +495,27 @@ void context::unmap_buffer(uint64_t mtt_offset)
 
 // ---- mr -----------------------------------------------------------------
 
+namespace {
+
+/// A key's 8-bit tag after `tag`. Tag 0 is never used: index 1 with tag 0
+/// would be 0x100, the invalid L_Key that ends a receive scatter list.
+uint8_t tag_after(uint8_t tag)
+{
+    return tag == 0xff ? 1 : uint8_t(tag + 1);
+}
+
+/// A fresh tag per registration, so a stale key of a reused index fails.
+uint8_t next_key_tag()
+{
+    static std::atomic<uint8_t> last{0};
+    uint8_t old = last.load(std::memory_order_relaxed);
+    while (!last.compare_exchange_weak(old, tag_after(old), std::memory_order_relaxed)) {
+    }
+    return tag_after(old);
+}
+
+} // namespace
+
 status mr::write_mpt(context &ctx, uint32_t index, uint32_t key, uint32_t pd,
                      void *addr, size_t len, uint32_t access)
 {
@@ -525,14 +547,7 @@ result<std::unique_ptr<mr>> mr::reg(context &ctx, uint32_t pd, void *addr,
         return taken.error();
     }
     uint32_t idx = *taken;
-    // A fresh tag per registration, so a stale key of a reused index fails.
-    // Tag 0 is never used: index 1 with tag 0 would be 0x100, the invalid
-    // L_Key that ends a receive scatter list.
-    static uint8_t tag = 0;
-    if (++tag == 0) {
-        tag = 1;
-    }
-    uint32_t key = prm::make_mkey(idx, tag);
+    uint32_t key = prm::make_mkey(idx, next_key_tag());
     if (status s = write_mpt(ctx, idx, key, pd, addr, len, access);
         s != status::ok) {
         ctx.free_mpt(idx);
@@ -569,6 +584,70 @@ status mr::rereg(void *addr, size_t len, uint32_t access)
 }
 
 mr::~mr()
+{
+    ctx_.release_pd(pd_);
+    if (ctx_.command(prm::cmd_opcode::hw2sw_mpt, index_) == status::ok) {
+        ctx_.free_mpt(index_);
+    }
+}
+
+// ---- mw -----------------------------------------------------------------
+
+result<std::unique_ptr<mw>> mw::alloc(context &ctx, uint32_t pd, type t)
+{
+    if (status s = ctx.hold_pd(pd); s != status::ok) {   // C59: MWs count too
+        return s;
+    }
+    auto taken = ctx.alloc_mpt();
+    if (!taken.ok()) {
+        ctx.release_pd(pd);
+        return taken.error();
+    }
+    uint32_t idx = *taken;
+    uint32_t key = prm::make_mkey(idx, next_key_tag());
+    // An MPT entry without the region flag is a window (mlx4_mw_enable).
+    auto *e = static_cast<prm::mpt_entry *>(ctx.mailbox());
+    std::memset(e, 0, sizeof(*e));
+    e->key.set(key);
+    e->pd_flags.set(pd | prm::mpt_pd_flag_en_inv);
+    if (t == type::type2) {
+        e->flags.set(prm::mpt_flag_free);
+        e->qpn.set(prm::mpt_qp_flag_bound_qp);
+    }
+    if (status s = ctx.command(prm::cmd_opcode::sw2hw_mpt, idx, dma_addr(e));
+        s != status::ok) {
+        ctx.free_mpt(idx);
+        ctx.release_pd(pd);
+        return s;
+    }
+    return std::unique_ptr<mw>(new mw(ctx, idx, key, pd, t));
+}
+
+uint32_t mw::next_rkey() const
+{
+    return prm::make_mkey(index_, tag_after(uint8_t(rkey_)));
+}
+
+result<mw::attr> mw::query() const
+{
+    auto *e = static_cast<prm::mpt_entry *>(ctx_.mailbox());
+    uint64_t out = dma_addr(e);
+    if (status s = ctx_.command(prm::cmd_opcode::query_mpt, index_, 0, &out);
+        s != status::ok) {
+        return s;
+    }
+    attr a;
+    a.rkey   = e->key.get();
+    a.addr   = e->start.get();
+    a.length = e->length.get();
+    a.bound  = a.length != 0;
+    a.access = e->flags.get() & (access_remote_read | access_remote_write |
+                                 access_remote_atomic);
+    a.bound_qpn = e->qpn.get() >> 8;
+    return a;
+}
+
+mw::~mw()
 {
     ctx_.release_pd(pd_);
     if (ctx_.command(prm::cmd_opcode::hw2sw_mpt, index_) == status::ok) {

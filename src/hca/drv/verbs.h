@@ -237,6 +237,7 @@ enum access : uint32_t {
     access_remote_write = prm::mpt_perm_remote_write,
     access_remote_read  = prm::mpt_perm_remote_read,
     access_remote_atomic= prm::mpt_perm_atomic,
+    access_mw_bind      = prm::mpt_perm_bind_mw,   ///< windows may bind to it
 };
 
 class mr {
@@ -262,6 +263,43 @@ private:
     uint32_t index_, key_, pd_;
     void    *addr_;
     size_t   len_;
+};
+
+// ---- memory windows ---------------------------------------------------
+
+/// A memory window (IBA 10.6.7, C59): allocated and freed through the
+/// firmware (privileged), bound and unbound by WQEs on an RC send queue
+/// (send_wr with wr_opcode::bind_mw; type 2 is invalidated by
+/// wr_opcode::local_inv). Every bind gives it a new R_Key (E29).
+class mw {
+public:
+    enum class type : uint8_t { type1 = 1, type2 = 2 };
+    static result<std::unique_ptr<mw>> alloc(context &ctx, uint32_t pd, type t);
+    ~mw();
+    /// The R_Key of the last bind posted (before any: one granting nothing).
+    uint32_t rkey() const { return rkey_; }
+    type     kind() const { return type_; }
+    uint32_t pd() const { return pd_; }
+
+    /// What the device holds (Query Memory Window, C59).
+    struct attr {
+        uint32_t rkey = 0;
+        bool     bound = false;
+        uint64_t addr = 0, length = 0;
+        uint32_t access = 0;       ///< access_remote_*
+        uint32_t bound_qpn = 0;    ///< type 2
+    };
+    result<attr> query() const;
+
+private:
+    friend class qp;
+    mw(context &c, uint32_t idx, uint32_t key, uint32_t pd, type t)
+        : ctx_(c), index_(idx), rkey_(key), pd_(pd), type_(t) {}
+    /// The R_Key a bind posted now gives: the same index, the next tag.
+    uint32_t next_rkey() const;
+    context &ctx_;
+    uint32_t index_, rkey_, pd_;
+    type     type_;
 };
 
 // ---- address handles --------------------------------------------------
@@ -296,12 +334,13 @@ enum class wc_status : uint8_t {
     success, local_length_err, local_qp_op_err, local_prot_err, wr_flush_err,
     remote_inval_req_err, remote_access_err, remote_op_err, retry_exc_err,
     rnr_retry_exc_err, general_err,
+    mw_bind_err,   ///< memory window bind or invalidate refused (E30)
 };
 const char *to_string(wc_status s);
 
 enum class wc_opcode : uint8_t {
     send, rdma_write, rdma_read, atomic_cs, atomic_fa, masked_atomic_cs,
-    masked_atomic_fa, recv, recv_imm,
+    masked_atomic_fa, bind_mw, local_inv, recv, recv_imm,
     recv_rdma_imm,
     // tag matching (prm_tm.h): receive side of a TM SRQ ...
     tm_expected,     ///< eager message placed in posted receive tm.index
@@ -488,6 +527,18 @@ enum class wr_opcode : uint8_t {
     /// compare_add is added per field, swap_mask has each field's top bit.
     masked_atomic_cs,
     masked_atomic_fa,
+    /// Binds bind.window to [addr, addr + length) of bind.region with
+    /// bind.access (access_remote_*); length 0 unbinds (E31). The window's
+    /// rkey() is the new R_Key from the moment the bind is posted.
+    bind_mw,
+    local_inv,   ///< frees the type 2 window of R_Key invalidate_rkey
+};
+
+struct mw_bind {
+    mw       *window = nullptr;
+    const mr *region = nullptr;
+    uint64_t  addr = 0, length = 0;
+    uint32_t  access = 0;
 };
 
 enum send_flags : uint32_t {
@@ -510,6 +561,8 @@ struct send_wr {
     uint64_t               compare_mask = 0; ///< masked atomics
     uint64_t               swap_mask = 0;
     uint8_t                atomic_size = 8;  ///< masked atomics: 4 or 8
+    mw_bind                bind;             ///< bind_mw
+    uint32_t               invalidate_rkey = 0;   ///< local_inv
     const ah              *ud_ah = nullptr;  ///< UD destination
     uint32_t               ud_dqpn = 0;
     uint32_t               ud_qkey = 0;

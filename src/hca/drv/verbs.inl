@@ -21,6 +21,8 @@ inline prm::send_opcode to_prm(wr_opcode op)
     case wr_opcode::atomic_fa:      return prm::send_opcode::atomic_fa;
     case wr_opcode::masked_atomic_cs: return prm::send_opcode::masked_atomic_cs;
     case wr_opcode::masked_atomic_fa: return prm::send_opcode::masked_atomic_fa;
+    case wr_opcode::bind_mw:        return prm::send_opcode::bind_mw;
+    case wr_opcode::local_inv:      return prm::send_opcode::local_inval;
     }
     return prm::send_opcode::nop;
 }
@@ -70,6 +72,8 @@ inline wc_opcode send_wc_opcode(uint8_t op)
     case prm::send_opcode::masked_atomic_cs: return wc_opcode::masked_atomic_cs;
     case prm::send_opcode::masked_atomic_fa: return wc_opcode::masked_atomic_fa;
     case prm::send_opcode::tag_matching:   return wc_opcode::tm_list_op;
+    case prm::send_opcode::bind_mw:        return wc_opcode::bind_mw;
+    case prm::send_opcode::local_inval:    return wc_opcode::local_inv;
     default:                               return wc_opcode::send;
     }
 }
@@ -118,6 +122,21 @@ inline void read_tm_cqe(const uint8_t *entry_cqe, wc_tm &t)
     t.failed    = x.flags & prm::tm_cqe_failed;
 }
 
+/// The segment of a bind (mlx4 set_bind_seg) for the R_Key `new_rkey`.
+inline prm::wqe_bind_seg bind_seg(const mw_bind &b, uint32_t new_rkey)
+{
+    prm::wqe_bind_seg seg{};
+    seg.flags1.set(((b.access & access_remote_read) ? prm::bind_perm_remote_read : 0) |
+                   ((b.access & access_remote_write) ? prm::bind_perm_remote_write : 0) |
+                   ((b.access & access_remote_atomic) ? prm::bind_perm_atomic : 0));
+    seg.flags2.set(b.window->kind() == mw::type::type2 ? prm::bind_type_2 : 0);
+    seg.new_rkey.set(new_rkey);
+    seg.lkey.set(b.region ? b.region->lkey() : 0);
+    seg.addr.set(b.addr);
+    seg.length.set(b.length);
+    return seg;
+}
+
 } // namespace detail
 
 inline status qp::post_send(const send_wr &wr)
@@ -162,6 +181,21 @@ inline status qp::post_send(const send_wr &wr)
         d.qkey.set(wr.ud_qkey);
         std::memcpy(wqe + off, &d, sizeof(d));
         off += sizeof(d);
+    } else if (wr.opcode == wr_opcode::bind_mw || wr.opcode == wr_opcode::local_inv) {
+        // C59: bound and invalidated from the send queue, on RC only.
+        bool bind = wr.opcode == wr_opcode::bind_mw;
+        if (!wr.sg.empty() || (bind && (!wr.bind.window || (wr.bind.length && !wr.bind.region)))) {
+            return status::invalid_param;
+        }
+        if (bind) {
+            auto seg = detail::bind_seg(wr.bind, wr.bind.window->next_rkey());
+            std::memcpy(wqe + off, &seg, sizeof(seg));
+        } else {
+            prm::wqe_local_inval_seg seg{};
+            seg.mem_key.set(wr.invalidate_rkey);
+            std::memcpy(wqe + off, &seg, sizeof(seg));
+        }
+        off += sizeof(prm::wqe_bind_seg);
     } else if (wr.opcode != wr_opcode::send && wr.opcode != wr_opcode::send_imm) {
         prm::wqe_raddr_seg r{};
         r.raddr.set(wr.remote_addr);
@@ -239,6 +273,9 @@ inline status qp::post_send(const send_wr &wr)
     // owner bit is right, so the release orders the descriptor before it.
     std::atomic_ref<uint32_t>(*reinterpret_cast<uint32_t *>(wqe))
         .store(byteswap_if_little(owner_opcode), std::memory_order_release);
+    if (wr.opcode == wr_opcode::bind_mw) {
+        wr.bind.window->rkey_ = wr.bind.window->next_rkey();
+    }
     ++sq_head_;
     ctx_.ring_send_doorbell(qpn_);
     return status::ok;
@@ -394,6 +431,7 @@ inline unsigned cq::poll(std::span<wc> wcs)
             case S::remote_op_err:        w.status = wc_status::remote_op_err; break;
             case S::transport_retry_exc_err: w.status = wc_status::retry_exc_err; break;
             case S::rnr_retry_exc_err:    w.status = wc_status::rnr_retry_exc_err; break;
+            case S::mw_bind_err:          w.status = wc_status::mw_bind_err; break;
             default:                      w.status = wc_status::general_err; break;
             }
             w.opcode = send ? wc_opcode::send : wc_opcode::recv;

@@ -174,6 +174,20 @@ bool device::send_one_packet(qp &q)
     if (!engine::decode_send_wqe(q, q.cur_wqe, w)) {
         return fail(prm::cqe_syndrome::local_qp_op_err);
     }
+    if (engine::is_local_op(w.opcode) && !q.sending) {
+        // E30: windows are bound on connected QPs only.
+        switch (ud ? local_op::failed : run_local_op(q, w)) {
+        case local_op::waiting: return false;
+        case local_op::failed:  return fail(prm::cqe_syndrome::mw_bind_err);
+        case local_op::done:    break;
+        }
+        if (int32_t(q.cur_wqe + 1 - q.sq_head) > 0) {
+            q.sq_head = q.cur_wqe + 1;
+        }
+        complete_wqe(q, q.cur_wqe, {}, false);
+        q.sq_tail = ++q.cur_wqe;
+        return true;
+    }
     if (!ud && !q.sending) {
         bool fresh = int32_t(q.cur_wqe - q.sq_head) >= 0;   // not a resend
         bool rd_atomic = engine::is_read(w.opcode) || engine::is_atomic(w.opcode);
@@ -405,7 +419,7 @@ bool device::gather_payload(qp &q, const send_wqe &w, uint32_t offset,
         std::memcpy(&d, w.segs + o, sizeof(d));
         uint32_t n    = d.byte_count.get() & 0x7fffffff;
         uint64_t addr = d.addr.get();
-        const mpt *m  = find_mpt(d.lkey.get());
+        const mpt *m  = find_region(d.lkey.get());
         // C53 / IBA 10.6.3: L_Key must be valid, of the QP's PD and cover
         // the gathered range (local read is always permitted).
         if (!m || m->pd != q.pd || !m->covers(addr, n)) {

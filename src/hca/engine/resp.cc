@@ -120,7 +120,7 @@ const mpt *device::check_rkey(const qp &q, uint32_t rkey, uint64_t va,
         // are not validated (IBA 9.4.4 / 9.4.5, DMA Length 0).
         return &zero_length;
     }
-    const mpt *m = find_mpt(rkey);
+    const mpt *m = find_remote(q, rkey);
     bool qp_allows = perm == prm::mpt_perm_remote_write  ? q.remote_write
                      : perm == prm::mpt_perm_remote_read ? q.remote_read
                                                          : q.remote_atomic;
@@ -390,7 +390,7 @@ bool device::send_response_packet(qp &q)
     uint32_t index = r.sent / q.mtu;
     uint32_t chunk = std::min(q.mtu, r.len - r.sent);
     bool first = r.sent == 0, last = r.sent + chunk == r.len;
-    const mpt *m = find_mpt(r.rkey);
+    const mpt *m = find_remote(q, r.rkey);
     if (!m || !m->covers(r.va + r.sent, chunk)) {
         done();
         responder_error(q, ib::nak_code::remote_access);

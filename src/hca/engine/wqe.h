@@ -44,6 +44,14 @@ constexpr bool is_read(prm::send_opcode op)
 {
     return op == prm::send_opcode::rdma_read;
 }
+/// Operations the requester carries out itself, sending nothing: memory
+/// window binds and invalidations (their segment is in segs).
+constexpr bool is_local_op(prm::send_opcode op)
+{
+    return op == prm::send_opcode::bind_mw || op == prm::send_opcode::local_inval;
+}
+static_assert(sizeof(prm::wqe_bind_seg) == sizeof(prm::wqe_local_inval_seg));
+
 /// Operations whose WQE carries a remote address segment.
 constexpr bool has_raddr(prm::send_opcode op)
 {
@@ -120,6 +128,12 @@ inline bool decode_send_wqe(const dev::qp &q, uint32_t index, send_wqe &w)
         w.ud_dqpn = d.dqpn.get() & 0xffffff;
         w.ud_qkey = d.qkey.get();
         off += sizeof(d);
+    } else if (is_local_op(w.opcode)) {
+        if (off + sizeof(prm::wqe_bind_seg) > size) return false;
+        w.segs      = p + off;
+        w.segs_len  = sizeof(prm::wqe_bind_seg);
+        w.total_len = 0;
+        return true;
     } else if (has_raddr(w.opcode)) {
         if (off + sizeof(prm::wqe_raddr_seg) > size) return false;
         prm::wqe_raddr_seg r;

@@ -209,6 +209,13 @@ constexpr uint32_t mpt_perm_local_write = 1u << 11;
 constexpr uint32_t mpt_perm_remote_read = 1u << 12;
 constexpr uint32_t mpt_perm_remote_write= 1u << 13;
 constexpr uint32_t mpt_perm_atomic      = 1u << 14;
+constexpr uint32_t mpt_perm_bind_mw     = 1u << 15;   ///< windows may bind to it
+/// Memory windows (IBA 10.6.7) are MPT entries without mpt_flag_region. A
+/// type 2 window carries mpt_qp_flag_bound_qp in its qpn word (mlx4 mr.c
+/// mlx4_mw_enable) and starts free; a bind names the QP it is bound to.
+constexpr uint32_t mpt_flag_free        = 0x3u << 28;
+constexpr uint32_t mpt_qp_flag_bound_qp = 1u << 7;
+constexpr uint32_t mpt_pd_flag_en_inv   = 3u << 24;
 
 struct mpt_entry {
     be32    flags;              ///< 0x00

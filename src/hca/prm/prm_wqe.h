@@ -29,6 +29,8 @@ enum class send_opcode : uint8_t {
     atomic_fa      = 0x12,
     masked_atomic_cs = 0x14,   ///< ConnectX-3 masked atomics (mlx4dv.h)
     masked_atomic_fa = 0x15,
+    bind_mw        = 0x18,   ///< memory window bind (wqe_bind_seg)
+    local_inval    = 0x1b,   ///< invalidate a type 2 window (wqe_local_inval_seg)
     tag_matching   = 0x1c,   ///< mlx4x: TM list operation (prm_tm.h)
 };
 
@@ -104,6 +106,37 @@ struct wqe_masked_atomic_seg {
     be64 compare_mask;
 };
 static_assert(sizeof(wqe_masked_atomic_seg) == 32);
+
+/// Memory window bind (mlx4_wqe_bind_seg): the window whose R_Key becomes
+/// new_rkey gets [addr, addr + length) of the region of lkey, with the
+/// remote rights in flags1. Length 0 unbinds a type 1 window (IBA 10.6.7.2).
+struct wqe_bind_seg {
+    be32 flags1;       ///< bind_perm_*
+    be32 flags2;       ///< bind_type_2, bind_zero_based
+    be32 new_rkey;
+    be32 lkey;         ///< the region's
+    be64 addr;
+    be64 length;
+};
+static_assert(sizeof(wqe_bind_seg) == 32);
+static_assert(offsetof(wqe_bind_seg, addr) == 16);
+
+constexpr uint32_t bind_perm_remote_read  = 1u << 29;   // flags1
+constexpr uint32_t bind_perm_remote_write = 1u << 30;
+constexpr uint32_t bind_perm_atomic       = 1u << 31;
+constexpr uint32_t bind_type_2            = 1u << 31;   // flags2
+constexpr uint32_t bind_zero_based        = 1u << 30;
+
+/// Local invalidate (mlx4_wqe_local_inval_seg): mem_key's type 2 window is
+/// free again; its R_Key no longer grants anything (IBA 10.6.7.2.4).
+struct wqe_local_inval_seg {
+    uint64_t reserved1;
+    be32     mem_key;
+    uint32_t reserved2;
+    uint64_t reserved3[2];
+};
+static_assert(sizeof(wqe_local_inval_seg) == 32);
+static_assert(offsetof(wqe_local_inval_seg, mem_key) == 8);
 
 /// UD address vector + destination (mlx4_wqe_datagram_seg).
 struct wqe_datagram_seg {
