@@ -694,6 +694,50 @@ TEST_F(shm_test, sleeping_process_is_woken_by_a_frame_from_another)
     EXPECT_EQ((*rx)->poll(sink, 16), 1u);
 }
 
+// ---- multicast -----------------------------------------------------------------
+
+// C51 on the shared-memory fabric: a frame to a multicast LID reaches every
+// member port but the sender's; leaving, or detaching, ends membership;
+// a port belongs to at most max_port_groups groups.
+TEST_F(shm_test, C51_multicast_frame_reaches_every_member_port_but_the_sender)
+{
+    auto f1 = shm_fabric::open(name);
+    auto f2 = shm_fabric::open(name);   // other "processes" map it again
+    ASSERT_TRUE(f1.ok() && f2.ok());
+    auto tx = (*f1)->attach(), m1 = (*f2)->attach(), m2 = (*f2)->attach(),
+         other = (*f1)->attach();
+    ASSERT_TRUE(tx.ok() && m1.ok() && m2.ok() && other.ok());
+    constexpr uint16_t mlid = 0xc010;
+    ASSERT_EQ((*tx)->join_multicast(mlid), status::ok);
+    ASSERT_EQ((*m1)->join_multicast(mlid), status::ok);
+    ASSERT_EQ((*m2)->join_multicast(mlid), status::ok);
+    ASSERT_EQ((*m2)->join_multicast(mlid), status::ok);   // twice: one membership
+    EXPECT_EQ((*m1)->join_multicast(0x0042), status::invalid_param);
+
+    auto fr = frame_to(mlid);
+    ASSERT_EQ((*tx)->send(fr, {}), status::ok);
+    drop_frames sink;
+    EXPECT_EQ((*m1)->poll(sink, 16), 1u);
+    EXPECT_EQ((*m2)->poll(sink, 16), 1u);
+    EXPECT_EQ((*tx)->poll(sink, 16), 0u);
+    EXPECT_EQ((*other)->poll(sink, 16), 0u);
+
+    (*m1)->leave_multicast(mlid);
+    uint16_t m2_lid = (*m2)->lid();
+    m2->reset();   // detached: the next owner of its LID is in no group
+    auto again = (*f2)->attach();
+    ASSERT_TRUE(again.ok());
+    ASSERT_EQ((*again)->lid(), m2_lid);
+    ASSERT_EQ((*tx)->send(fr, {}), status::ok);
+    EXPECT_EQ((*m1)->poll(sink, 16), 0u);
+    EXPECT_EQ((*again)->poll(sink, 16), 0u);
+
+    for (uint16_t g = 0; g < fabric::shm::max_port_groups; ++g) {
+        ASSERT_EQ((*other)->join_multicast(uint16_t(0xc100 + g)), status::ok);
+    }
+    EXPECT_EQ((*other)->join_multicast(0xc200), status::exceeds_limit);
+}
+
 // ---- stale ports ------------------------------------------------------------
 
 uint16_t shm_test::fork_port_owner(bool stay_alive)

@@ -47,7 +47,8 @@ device::device(fabric::fabric &fab, clock_fn clock, std::unique_ptr<sma_hook> sm
     : fabric_(fab), clock_(clock ? clock : steady_ns), sma_(std::move(sma)),
       mtts_(size_t{1} << limits::log_max_mtt), mpts_(size_t{1} << limits::log_max_mpt),
       cqs_(size_t{1} << limits::log_max_cq), eqs_(32),
-      srqs_(size_t{1} << limits::log_max_srq), qps_(size_t{1} << limits::log_max_qp)
+      srqs_(size_t{1} << limits::log_max_srq), mcg_(size_t{1} << limits::log_max_mcg),
+      qps_(size_t{1} << limits::log_max_qp)
 {
     interrupt_fds_.fill(-1);
 }
@@ -193,6 +194,9 @@ cmd_status device::dispatch(cmd_opcode op, uint8_t op_mod,
     case cmd_opcode::to_rst_qp:
         return cmd_qp_transition(op, in_mod & 0xffffff, in_param);
     case cmd_opcode::query_qp:   return cmd_query_qp(in_mod & 0xffffff, out_param);
+    case cmd_opcode::mgid_hash:  return cmd_mgid_hash(in_param, out_param);
+    case cmd_opcode::read_mcg:   return cmd_read_mcg(in_mod, out_param);
+    case cmd_opcode::write_mcg:  return cmd_write_mcg(in_mod, in_param);
     default:
         return cmd_status::bad_op;
     }
@@ -209,6 +213,8 @@ cmd_status device::cmd_query_dev_cap(uint64_t outbox)
     o->log_max_mpts   = limits::log_max_mpt;
     o->log_max_srqs   = limits::log_max_srq;
     o->log_max_mtts   = limits::log_max_mtt;
+    o->log_max_mcg    = limits::log_max_mcg;          // C14
+    o->log_max_qp_per_mcg = limits::log_max_qp_per_mcg;
     o->max_sg_sq      = limits::max_sg;
     o->max_sg_rq      = limits::max_sg;
     o->max_desc_sz_sq.set(limits::max_desc_sz);
@@ -230,6 +236,9 @@ cmd_status device::cmd_init_port(uint32_t port)
         return cmd_status::internal_err;
     }
     port_ = p.take();
+    for (const auto &[mlid, qpns] : mcast_members_) {
+        (void)port_->join_multicast(mlid);   // groups attached before
+    }
     if (sma_) {
         sma_->port_up(port_->lid(), port_->port_guid());
     }

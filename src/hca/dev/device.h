@@ -20,6 +20,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -52,6 +53,8 @@ struct limits {
     static constexpr uint32_t max_desc_sz  = 1024;   ///< bytes per WQE
     static constexpr uint32_t mtu          = 4096;
     static constexpr uint32_t max_unacked  = 64;     ///< packets in flight per QP
+    static constexpr uint32_t log_max_mcg  = 8;      ///< MCG table entries (C14)
+    static constexpr uint32_t log_max_qp_per_mcg = 6;
 };
 
 enum class counter : unsigned {
@@ -150,6 +153,14 @@ private:
     prm::cmd_status cmd_query_srq(uint32_t srqn, uint64_t outbox);
     prm::cmd_status cmd_arm_srq(uint32_t srqn, uint64_t limit);
     srq *find_srq(uint32_t srqn);
+    // multicast groups (mcg.cc)
+    prm::cmd_status cmd_mgid_hash(uint64_t inbox, uint64_t &hash);
+    prm::cmd_status cmd_read_mcg(uint32_t index, uint64_t outbox);
+    prm::cmd_status cmd_write_mcg(uint32_t index, uint64_t inbox);
+    void            update_multicast();
+    void            receive_multicast(const engine::pkt &p);
+    void            loop_back_multicast(std::span<const uint8_t> hdr,
+                                        std::span<const uint8_t> payload);
     prm::cmd_status cmd_sw2hw_cq(uint32_t cqn, uint64_t inbox);
     prm::cmd_status cmd_hw2sw_cq(uint32_t cqn);
     prm::cmd_status cmd_query_cq(uint32_t cqn, uint64_t outbox);
@@ -220,6 +231,7 @@ private:
 
     // ingress + responder (resp.cc)
     void on_frame(std::span<const uint8_t> frame) override;
+    bool admits(const qp &q, const engine::pkt &p);
     void respond(qp &q, const engine::pkt &p);
     void respond_ud(qp &q, const engine::pkt &p);
     void receive_smp(const engine::pkt &p);
@@ -331,6 +343,9 @@ private:
     std::vector<cq>                cqs_;
     std::vector<eq>                eqs_;
     std::vector<srq>               srqs_;
+    std::vector<prm::mgm_entry>    mcg_;            ///< multicast group table
+    /// Decoded from mcg_ at every WRITE_MCG: MLID -> attached QPNs.
+    std::map<uint16_t, std::vector<uint32_t>> mcast_members_;
     std::array<int, 64>            interrupt_fds_;
     bool                           catastrophic_ = false;
     uint32_t                       cq_arm_word_ = 0;
@@ -338,6 +353,7 @@ private:
     std::vector<uint32_t>          active_qpns_;   ///< QPs out of RESET
     std::vector<uint32_t>          ack_list_;
     std::array<uint8_t, fabric::max_frame_size> staging_{};
+    std::array<uint8_t, fabric::max_frame_size> loopback_frame_{};   ///< multicast
     std::array<uint64_t, static_cast<unsigned>(counter::count_)> counters_{};
 
     // engine thread (engine_thread.cc)

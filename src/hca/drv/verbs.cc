@@ -81,6 +81,17 @@ status context::query_dev_cap()
     mpts_.limit  = uint32_t{1} << (o->log_max_mpts & 0x3f);
     mtts_.limit  = uint32_t{1} << (o->log_max_mtts & 0x3f);
     qps_.assign(qpns_.limit, nullptr);
+    if (o->log_max_mcg) {
+        // C14. The first half of the MCG table is what MGID_HASH indexes,
+        // the second the chain entries the driver hands out.
+        uint32_t entries = uint32_t{1} << (o->log_max_mcg & 0x1f);
+        mcast_caps_.max_groups = entries;
+        mcast_caps_.max_qps_per_group =
+            std::min<uint32_t>(uint32_t{1} << (o->log_max_qp_per_mcg & 0x1f),
+                               std::size(prm::mgm_entry{}.qp));
+        amgms_.next  = entries / 2;
+        amgms_.limit = entries;
+    }
     return status::ok;
 }
 
@@ -455,6 +466,169 @@ void context::release_pd(uint32_t pd)
     }
 }
 
+// ---- multicast groups ----------------------------------------------------
+
+status context::read_mcg(uint32_t index, prm::mgm_entry &e)
+{
+    uint64_t out = dma_addr(mailbox());
+    status s = command(prm::cmd_opcode::read_mcg, index, 0, &out);
+    if (s == status::ok) {
+        std::memcpy(&e, mailbox(), sizeof(e));
+    }
+    return s;
+}
+
+status context::write_mcg(uint32_t index, const prm::mgm_entry &e)
+{
+    std::memcpy(mailbox(), &e, sizeof(e));
+    return command(prm::cmd_opcode::write_mcg, index, dma_addr(mailbox()));
+}
+
+/// Walks the hash chain of `mgid` (as mlx4 mcg.c find_entry does).
+result<context::mcg_position> context::find_mcg(const gid &mgid)
+{
+    std::memcpy(mailbox(), mgid.data(), mgid.size());
+    uint64_t hash = 0;
+    if (status s = command(prm::cmd_opcode::mgid_hash, 0, dma_addr(mailbox()), &hash);
+        s != status::ok) {
+        return s;
+    }
+    mcg_position pos;
+    pos.index = uint32_t(hash);
+    while (true) {
+        if (status s = read_mcg(pos.index, pos.entry); s != status::ok) {
+            return s;
+        }
+        if ((pos.entry.members_count.get() & prm::mgm_qpn_mask) == 0) {
+            // Only a hash head is ever empty (detach keeps chains packed).
+            pos.free_head = !pos.has_prev;
+            return pos.free_head ? result<mcg_position>(pos) : status::io_error;
+        }
+        if (std::memcmp(pos.entry.gid, mgid.data(), mgid.size()) == 0) {
+            pos.found = true;
+            return pos;
+        }
+        pos.prev     = pos.index;
+        pos.has_prev = true;
+        uint32_t next = pos.entry.next_gid_index.get() >> prm::mgm_next_shift;
+        if (next == 0) {
+            return pos;   // the chain's last entry: a new group links here
+        }
+        pos.index = next;
+    }
+}
+
+status context::attach_multicast(uint32_t qpn, const gid &mgid, uint16_t mlid)
+{
+    if (!mcast_caps_.max_groups) {
+        return status::unsupported;
+    }
+    std::lock_guard g(admin_);
+    auto pos = find_mcg(mgid);
+    if (!pos.ok()) {
+        return pos.error();
+    }
+    prm::mgm_entry e = pos->entry;
+    uint32_t index   = pos->index;
+    bool     linked  = false;   // a new chain entry after pos->prev
+    if (pos->found) {
+        if (e.mlid.get() != mlid) {
+            return status::invalid_param;   // C14: one MLID per MGID
+        }
+    } else {
+        if (!pos->free_head) {
+            auto fresh = amgms_.take();
+            if (!fresh.ok()) {
+                return fresh.error();
+            }
+            index  = *fresh;
+            linked = true;
+        }
+        e = prm::mgm_entry{};
+        std::memcpy(e.gid, mgid.data(), mgid.size());
+        e.mlid.set(mlid);
+    }
+    uint32_t members = e.members_count.get() & prm::mgm_qpn_mask;
+    for (uint32_t i = 0; i < members; ++i) {
+        if ((e.qp[i].get() & prm::mgm_qpn_mask) == qpn) {
+            return status::ok;   // already a member
+        }
+    }
+    if (members >= mcast_caps_.max_qps_per_group) {
+        if (linked) {
+            amgms_.give(index);
+        }
+        return status::exceeds_limit;
+    }
+    e.qp[members].set(qpn);
+    e.members_count.set(members + 1);
+    status s = write_mcg(index, e);
+    if (s == status::ok && linked) {
+        // Linked only once the new entry is in place.
+        prm::mgm_entry last = pos->entry;
+        last.next_gid_index.set(index << prm::mgm_next_shift);
+        s = write_mcg(pos->prev, last);
+    }
+    if (s != status::ok && linked) {
+        amgms_.give(index);
+    }
+    return s;
+}
+
+status context::detach_multicast(uint32_t qpn, const gid &mgid)
+{
+    if (!mcast_caps_.max_groups) {
+        return status::unsupported;
+    }
+    std::lock_guard g(admin_);
+    auto pos = find_mcg(mgid);
+    if (!pos.ok()) {
+        return pos.error();
+    }
+    if (!pos->found) {
+        return status::invalid_param;
+    }
+    prm::mgm_entry &e = pos->entry;
+    uint32_t members = e.members_count.get() & prm::mgm_qpn_mask;
+    uint32_t i = 0;
+    while (i < members && (e.qp[i].get() & prm::mgm_qpn_mask) != qpn) {
+        ++i;
+    }
+    if (i == members) {
+        return status::invalid_param;   // not a member
+    }
+    e.qp[i] = e.qp[members - 1];
+    e.members_count.set(--members);
+    if (members) {
+        return write_mcg(pos->index, e);
+    }
+    // The group is gone: keep the chain packed (mlx4 mcg.c qp_detach).
+    uint32_t next = e.next_gid_index.get() >> prm::mgm_next_shift;
+    if (!pos->has_prev) {
+        prm::mgm_entry moved{};
+        if (next) {   // the next group moves into the hash head
+            if (status s = read_mcg(next, moved); s != status::ok) {
+                return s;
+            }
+        }
+        if (status s = write_mcg(pos->index, moved); s != status::ok || !next) {
+            return s;
+        }
+        amgms_.give(next);
+        return write_mcg(next, prm::mgm_entry{});
+    }
+    prm::mgm_entry before;
+    if (status s = read_mcg(pos->prev, before); s != status::ok) {
+        return s;
+    }
+    before.next_gid_index = e.next_gid_index;
+    if (status s = write_mcg(pos->prev, before); s != status::ok) {
+        return s;
+    }
+    amgms_.give(pos->index);
+    return write_mcg(pos->index, prm::mgm_entry{});
+}
+
 // ---- address handles ----------------------------------------------------
 
 result<std::unique_ptr<ah>> ah::create(context &ctx, uint32_t pd, const attr &a)
@@ -802,8 +976,6 @@ cq::~cq()
     std::free(buf_);
 }
 
-// ---- qp -----------------------------------------------------------------
-
 // ---- srq ----------------------------------------------------------------
 
 result<std::unique_ptr<srq>> srq::create(context &ctx, uint32_t pd,
@@ -986,10 +1158,36 @@ result<std::unique_ptr<qp>> qp::create(context &ctx, uint32_t pd, qp_type type,
     return q;
 }
 
+status qp::attach_multicast(const gid &mgid, uint16_t mlid)
+{
+    // E70 (Linux's rule): UD QPs, multicast GIDs and LIDs only.
+    if (type_ != qp_type::ud || mgid[0] != 0xff || !fabric::is_multicast_lid(mlid)) {
+        return status::invalid_param;
+    }
+    status s = ctx_.attach_multicast(qpn_, mgid, mlid);
+    if (s == status::ok && std::find(groups_.begin(), groups_.end(), mgid) == groups_.end()) {
+        groups_.push_back(mgid);
+    }
+    return s;
+}
+
+status qp::detach_multicast(const gid &mgid)
+{
+    auto it = std::find(groups_.begin(), groups_.end(), mgid);
+    if (it == groups_.end()) {
+        return status::invalid_param;
+    }
+    groups_.erase(it);
+    return ctx_.detach_multicast(qpn_, mgid);
+}
+
 qp::~qp()
 {
     if (pd_held_) {
         ctx_.release_pd(pd_);
+    }
+    for (const gid &g : groups_) {   // C41 #6: detached from every group
+        (void)ctx_.detach_multicast(qpn_, g);
     }
     if (qpn_ != ~0u) {
         if (state_ != prm::qp_state::rst) {

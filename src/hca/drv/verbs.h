@@ -15,6 +15,7 @@
 #include "hca/prm/prm_tm.h"
 #include "hca/prm/prm_wqe.h"
 
+#include <array>
 #include <atomic>
 #include <deque>
 #include <mutex>
@@ -48,6 +49,15 @@ public:
     /// The next valid EQE, or nullptr.
     const prm::eqe *peek() const;
     void pop() { ++cons_index; }
+};
+
+/// A 128-bit GID (IBA 4.1.1); a multicast GID starts with 0xFF.
+using gid = std::array<uint8_t, 16>;
+
+/// Multicast limits QUERY_DEV_CAP reports (C14).
+struct multicast_caps {
+    uint32_t max_groups = 0;          ///< MCG table entries
+    uint32_t max_qps_per_group = 0;
 };
 
 struct port_attr {
@@ -177,6 +187,16 @@ public:
 
     const dev::device &device() const { return *dev_; }
 
+    // ---- multicast (C14, C51; qp::attach_multicast checks E70) ----
+    const multicast_caps &multicast() const { return mcast_caps_; }
+    /// QP `qpn` joins / leaves group `mgid` with multicast LID `mlid`
+    /// through the firmware's MCG table (mlx4_qp_attach_common: hash,
+    /// chains, READ_MCG / WRITE_MCG). Attaching twice is harmless;
+    /// exceeds_limit: the group or the table is full; invalid_param:
+    /// the MGID already has another MLID, or (detach) no such member.
+    status attach_multicast(uint32_t qpn, const gid &mgid, uint16_t mlid);
+    status detach_multicast(uint32_t qpn, const gid &mgid);
+
 private:
     explicit context(std::unique_ptr<dev::device> d);
     status query_dev_cap();
@@ -187,6 +207,20 @@ private:
     void   arm_eq(event_queue &eq);
     void   eq_doorbell(event_queue &eq, bool arm);
     void   move_events(uint32_t skip_cq, uint32_t skip_qp);
+    /// Where group `mgid` is in the MCG table (found: its entry and the
+    /// one before it in the chain), or where it can go: a free hash head,
+    /// or after the chain's last entry (prev, whose entry is `entry`).
+    struct mcg_position {
+        uint32_t index = 0;
+        bool     found = false;
+        bool     free_head = false;
+        uint32_t prev = 0;
+        bool     has_prev = false;
+        prm::mgm_entry entry{};
+    };
+    status read_mcg(uint32_t index, prm::mgm_entry &e);
+    status write_mcg(uint32_t index, const prm::mgm_entry &e);
+    result<mcg_position> find_mcg(const gid &mgid);
 
     std::unique_ptr<dev::device>         dev_;
     std::recursive_mutex                 admin_;
@@ -224,6 +258,8 @@ private:
     number_space                         cqns_{1}, qpns_{first_regular_qpn}, mpts_{1, true},
                                          mtts_{0}, srqns_{1};
     std::vector<qp *>                    qps_;
+    multicast_caps                       mcast_caps_;
+    number_space                         amgms_{0};   ///< MCG chain entries
     event_queue                          comp_eq_, async_eq_;
     int                                  comp_fd_ = -1, async_fd_ = -1;
     std::vector<uint32_t>                pending_comp_;
@@ -613,6 +649,12 @@ public:
     /// tm_cmd QPs: one list operation.
     inline status post_tm_op(const tm_op &op);
 
+    /// UD QPs join a multicast group (C51); E70: anything but a UD QP, or
+    /// an MGID without the 0xFF prefix, or a unicast MLID, is
+    /// invalid_param. A destroyed QP leaves its groups (C41 #6).
+    status attach_multicast(const gid &mgid, uint16_t mlid);
+    status detach_multicast(const gid &mgid);
+
     // used by cq::poll
     uint64_t sq_complete(uint16_t wqe_index);
     uint64_t rq_complete(uint16_t wqe_index);
@@ -641,6 +683,7 @@ private:
     uint32_t      max_inline_ = 0;
     srq          *srq_ = nullptr;
     std::vector<uint64_t> sq_wrid_, rq_wrid_;   ///< C63: wr_id by WQE index
+    std::vector<gid>      groups_;              ///< multicast groups joined
     alignas(8) uint32_t rq_db_ = 0;             ///< RQ doorbell record
 };
 

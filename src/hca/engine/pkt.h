@@ -16,6 +16,7 @@ struct pkt {
     const ib::opcode_info *info;
     uint8_t  opcode;
     uint16_t slid;
+    uint16_t dlid;
     uint32_t dest_qp;
     uint32_t psn;
     uint16_t pkey;
@@ -58,6 +59,7 @@ inline std::optional<pkt> parse(std::span<const uint8_t> frame)
     p.info    = &i;
     p.opcode  = bh.opcode;
     p.slid    = l.slid.get();
+    p.dlid    = l.dlid.get();
     p.dest_qp = ib::bth_qpn::get(bh.dest_qp);
     p.psn     = ib::bth_psn::get(bh.apsn);
     p.pkey    = bh.pkey.get();

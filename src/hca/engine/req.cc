@@ -78,6 +78,9 @@ status device::emit(const tx_packet &p)
     if (s == status::ok) {
         count(counter::tx_packets);
         count(counter::tx_bytes, payload.size());
+        if (fabric::is_multicast_lid(p.dlid)) {
+            loop_back_multicast({hdr.data(), hdr_len}, payload);
+        }
     } else if (s == status::no_resource) {
         count(counter::fabric_busy);
     }

@@ -33,27 +33,19 @@ void device::on_frame(std::span<const uint8_t> frame)
         count(counter::bad_packets);   // VL15 carries only QP0 traffic (7.6.4)
         return;
     }
+    if (fabric::is_multicast_lid(p->dlid)) {
+        receive_multicast(*p);
+        return;
+    }
     qp *q = find_qp(p->dest_qp);
-    if (!q || q->st == prm::qp_st::tm_cmd ||
-        (q->state != prm::qp_state::rtr && q->state != prm::qp_state::rts &&
-         q->state != prm::qp_state::sqd && q->state != prm::qp_state::sqer)) {
-        // No such QP, not receiving, or a TM command QP (never on the wire).
+    if (!q) {
         count(counter::unknown_qp);
         return;
     }
-    // P_Key check (IBA 9.6.1.1, 10.9.3; E41): same partition, and not two
-    // limited members. A violation is dropped silently and counted.
-    uint16_t pkey = p->pkey;
-    if ((pkey & 0x7fff) != (q->pkey & 0x7fff) || !((pkey | q->pkey) & 0x8000)) {
-        count(counter::pkey_violations);
+    if (!admits(*q, *p)) {
         return;
     }
-    bool is_ud = (p->info->kind & ib::kind_ud) != 0;
-    if (is_ud != q->datagram()) {   // UD or QP1 (QP0 never gets here)
-        count(counter::bad_packets);   // transport mismatch (9.6.1.4)
-        return;
-    }
-    if (is_ud) {
+    if (p->info->kind & ib::kind_ud) {
         respond_ud(*q, *p);
     } else if (p->info->kind & ib::kind_response) {
         if (q->state == prm::qp_state::rts || q->state == prm::qp_state::sqd) {
@@ -69,6 +61,31 @@ void device::on_frame(std::span<const uint8_t> frame)
     } else {
         count(counter::bad_packets);   // RC packet from a foreign port
     }
+}
+
+/// Whether QP `q` takes packet `p` at all (IBA 9.6.1 header checks):
+/// violations are dropped silently and counted.
+bool device::admits(const qp &q, const pkt &p)
+{
+    if (q.st == prm::qp_st::tm_cmd ||
+        (q.state != prm::qp_state::rtr && q.state != prm::qp_state::rts &&
+         q.state != prm::qp_state::sqd && q.state != prm::qp_state::sqer)) {
+        // Not receiving, or a TM command QP (never on the wire).
+        count(counter::unknown_qp);
+        return false;
+    }
+    // P_Key check (IBA 9.6.1.1, 10.9.3; E41): same partition, and not two
+    // limited members.
+    if ((p.pkey & 0x7fff) != (q.pkey & 0x7fff) || !((p.pkey | q.pkey) & 0x8000)) {
+        count(counter::pkey_violations);
+        return false;
+    }
+    bool is_ud = (p.info->kind & ib::kind_ud) != 0;
+    if (is_ud != q.datagram()) {   // UD or QP1 (QP0 never gets here)
+        count(counter::bad_packets);   // transport mismatch (9.6.1.4)
+        return false;
+    }
+    return true;
 }
 
 void device::respond(qp &q, const pkt &p)

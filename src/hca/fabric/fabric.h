@@ -24,6 +24,13 @@ constexpr uint64_t port_guid_of(uint64_t n)
     return 0x0002c90300000000ull | (n << 8) | 1;
 }
 
+/// Multicast LIDs (IBA 4.1.1 / 7.11.1): 0xC000-0xFFFE. 0xFFFF is the
+/// permissive LID of directed-route SMPs, not a group.
+constexpr bool is_multicast_lid(uint16_t lid)
+{
+    return lid >= 0xc000 && lid != 0xffff;
+}
+
 /// Receives frames during port::poll(); the bytes are valid only during the
 /// call.
 class frame_sink {
@@ -46,6 +53,14 @@ public:
     /// has the destination LID.
     virtual status send(std::span<const uint8_t> hdr,
                         std::span<const uint8_t> payload) = 0;
+    /// Multicast membership of this port, what the SM programs into the
+    /// switches' multicast forwarding tables (IBA 18.2.4.3.3): a frame to a
+    /// multicast LID goes to every member port except the sender's (the
+    /// sending HCA delivers to its own QPs itself). Unreliable, as UD is:
+    /// a member whose ring is full misses the frame; a group without
+    /// members drops it. exceeds_limit: the port is in too many groups.
+    virtual status join_multicast(uint16_t mlid) = 0;
+    virtual void   leave_multicast(uint16_t mlid) = 0;
     /// Deliver up to `budget` received frames to `sink`; returns how many.
     virtual unsigned poll(frame_sink &sink, unsigned budget) = 0;
     /// Whether a port with this LID is attached and its owner alive.

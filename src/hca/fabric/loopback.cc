@@ -8,7 +8,13 @@ namespace mlx4x::fabric {
 class loopback_fabric::lb_port final : public port {
 public:
     lb_port(loopback_fabric &f, uint16_t lid) : fabric_(f), lid_(lid) {}
-    ~lb_port() override { fabric_.queues_.erase(lid_); }
+    ~lb_port() override
+    {
+        fabric_.queues_.erase(lid_);
+        for (auto &[mlid, members] : fabric_.groups_) {
+            members.erase(lid_);
+        }
+    }
 
     uint16_t lid() const override { return lid_; }
     uint64_t port_guid() const override { return port_guid_of(lid_); }
@@ -20,8 +26,24 @@ public:
         frame.reserve(hdr.size() + payload.size());
         frame.insert(frame.end(), hdr.begin(), hdr.end());
         frame.insert(frame.end(), payload.begin(), payload.end());
-        return fabric_.deliver(frame_dlid(hdr), std::move(frame));
+        uint16_t dlid = frame_dlid(hdr);
+        if (is_multicast_lid(dlid)) {
+            fabric_.deliver_multicast(dlid, lid_, frame);
+            return status::ok;
+        }
+        return fabric_.deliver(dlid, std::move(frame));
     }
+
+    status join_multicast(uint16_t mlid) override
+    {
+        if (!is_multicast_lid(mlid)) {
+            return status::invalid_param;
+        }
+        fabric_.groups_[mlid].insert(lid_);
+        return status::ok;
+    }
+
+    void leave_multicast(uint16_t mlid) override { fabric_.groups_[mlid].erase(lid_); }
 
     unsigned poll(frame_sink &sink, unsigned budget) override
     {
@@ -87,6 +109,20 @@ void loopback_fabric::release_delayed()
         }
         return true;
     });
+}
+
+void loopback_fabric::deliver_multicast(uint16_t mlid, uint16_t from,
+                                        const std::vector<uint8_t> &frame)
+{
+    auto it = groups_.find(mlid);
+    if (it == groups_.end()) {
+        return;
+    }
+    for (uint16_t member : it->second) {
+        if (member != from) {
+            (void)deliver(member, std::vector<uint8_t>(frame));   // full: missed
+        }
+    }
 }
 
 status loopback_fabric::deliver(uint16_t dlid, std::vector<uint8_t> &&frame)

@@ -8,6 +8,7 @@
 
 #include <deque>
 #include <map>
+#include <set>
 #include <vector>
 
 namespace mlx4x::fabric {
@@ -43,6 +44,8 @@ private:
     class lb_port;
     friend class lb_port;
     status deliver(uint16_t dlid, std::vector<uint8_t> &&frame);
+    void   deliver_multicast(uint16_t mlid, uint16_t from,
+                             const std::vector<uint8_t> &frame);
     bool   hit(unsigned one_in);
     void   release_delayed();
 
@@ -56,6 +59,7 @@ private:
     uint64_t                                 rng_ = 1;
     std::vector<held_frame>                  held_;
     std::map<uint16_t, std::deque<std::vector<uint8_t>>> queues_;
+    std::map<uint16_t, std::set<uint16_t>>   groups_;   ///< MLID -> member LIDs
     uint16_t                                 next_lid_ = 1;
     uint64_t                                 sent_     = 0;
     uint64_t                                 dropped_  = 0;

@@ -273,6 +273,9 @@ public:
         if (wake_tx_ >= 0) close(wake_tx_);
         mutex_guard g(&h_->lock);
         port_entry &e = ports(h_)[index_];
+        for (auto &g : e.multicast) {
+            g.store(0, std::memory_order_relaxed);
+        }
         e.pid = 0;
         e.state.store(static_cast<uint32_t>(port_state::free),
                       std::memory_order_release);
@@ -285,6 +288,64 @@ public:
                 std::span<const uint8_t> payload) override
     {
         uint16_t dlid = frame_dlid(hdr);
+        if (is_multicast_lid(dlid)) {
+            send_multicast(dlid, hdr, payload);
+            return status::ok;
+        }
+        return send_to(dlid, hdr, payload);
+    }
+
+    status join_multicast(uint16_t mlid) override
+    {
+        if (!is_multicast_lid(mlid)) {
+            return status::invalid_param;
+        }
+        auto &groups = ports(h_)[index_].multicast;
+        for (auto &g : groups) {
+            if (g.load(std::memory_order_relaxed) == mlid) {
+                return status::ok;
+            }
+        }
+        for (auto &g : groups) {
+            uint16_t expected = 0;
+            if (g.compare_exchange_strong(expected, mlid, std::memory_order_release)) {
+                return status::ok;
+            }
+        }
+        return status::exceeds_limit;
+    }
+
+    void leave_multicast(uint16_t mlid) override
+    {
+        for (auto &g : ports(h_)[index_].multicast) {
+            uint16_t expected = mlid;
+            g.compare_exchange_strong(expected, 0, std::memory_order_release);
+        }
+    }
+
+private:
+    /// A copy to every other live member; a full ring misses it (UD).
+    void send_multicast(uint16_t mlid, std::span<const uint8_t> hdr,
+                        std::span<const uint8_t> payload)
+    {
+        for (uint32_t i = 0; i < max_ports; ++i) {
+            const port_entry &e = ports(h_)[i];
+            if (i == index_ || e.state.load(std::memory_order_acquire) !=
+                                   static_cast<uint32_t>(port_state::active)) {
+                continue;
+            }
+            for (const auto &g : e.multicast) {
+                if (g.load(std::memory_order_acquire) == mlid) {
+                    (void)send_to(uint16_t(i + 1), hdr, payload);
+                    break;
+                }
+            }
+        }
+    }
+
+    status send_to(uint16_t dlid, std::span<const uint8_t> hdr,
+                   std::span<const uint8_t> payload)
+    {
         size_t   len  = hdr.size() + payload.size();
         if (dlid == 0 || dlid > max_ports || len > slot_data_size) {
             return status::unreachable;
@@ -330,6 +391,7 @@ public:
         return status::ok;
     }
 
+public:
     int wakeup_fd() const override { return wake_rx_; }
 
     bool arm_wakeup() override
@@ -460,6 +522,9 @@ result<std::unique_ptr<port>> shm_fabric::attach()
         e.port_guid  = port_guid_of(h->next_guid++);
         ++e.generation;
         e.sleeping.store(0, std::memory_order_relaxed);
+        for (auto &g : e.multicast) {   // a dead owner's groups end with it
+            g.store(0, std::memory_order_relaxed);
+        }
         ring &r = rings(h)[i];
         for (uint32_t s = 0; s < ring_slots; ++s) {
             r.slots[s].seq.store(s, std::memory_order_relaxed);

@@ -22,7 +22,9 @@
 namespace mlx4x::fabric::shm {
 
 constexpr uint64_t region_magic   = 0x6d6c783478666162ull; // "mlx4xfab"
-constexpr uint32_t region_version = 3;   ///< 2: port_entry.sleeping; 3: 256 ports
+constexpr uint32_t region_version = 4;   ///< 2: port_entry.sleeping; 3: 256 ports;
+                                         ///< 4: port_entry.multicast
+constexpr uint32_t max_port_groups = 8;  ///< multicast groups per port
 constexpr uint32_t max_ports      = 256;
 constexpr uint32_t ring_slots     = 256;   ///< power of two
 constexpr size_t   slot_data_size = max_frame_size;
@@ -56,6 +58,9 @@ struct alignas(64) port_entry {
     /// Set by an owner about to sleep: the next sender clears it and sends
     /// a datagram to the port's wake-up socket (shm_fabric.cc).
     std::atomic<uint32_t> sleeping;
+    /// Multicast LIDs the port joined (0: free slot); senders copy a frame
+    /// to a group to every member.
+    std::atomic<uint16_t> multicast[max_port_groups];
 };
 static_assert(sizeof(port_entry) == 64);
 

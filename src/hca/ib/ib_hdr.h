@@ -34,6 +34,8 @@ using bth_qpn    = bits<be32, 0, 24>;
 using bth_ackreq = bits<be32, 31, 1>;
 using bth_psn    = bits<be32, 0, 24>;
 constexpr uint8_t bth_se_bit = 0x80;
+/// BTH DestQP of every multicast packet (IBA 9.2.3 / 10.5.2.3).
+constexpr uint32_t multicast_qpn = 0xffffff;
 /// Solicited Event bit of the BTH at `bth_bytes`.
 inline bool bth_solicited(const uint8_t *bth_bytes)
 {

@@ -52,6 +52,9 @@ enum class cmd_opcode : uint16_t {
     sqd2sqd_qp      = 0x038,
     arm_srq         = 0x040,
     query_port      = 0x043,
+    read_mcg        = 0x025,
+    write_mcg       = 0x026,
+    mgid_hash       = 0x027,
 };
 
 /// Firmware command status (HCR word 6 bits 31:24).
@@ -136,7 +139,11 @@ struct dev_cap_outbox {
     uint8_t max_sg_rq;              ///< 0x54
     uint8_t reserved8;
     be16    max_desc_sz_rq;         ///< 0x56
-    uint8_t reserved9[0x100 - 0x58];
+    uint8_t reserved9[0x61 - 0x58];
+    uint8_t log_max_qp_per_mcg;     ///< 0x61: QPs attached to one group
+    uint8_t reserved10;
+    uint8_t log_max_mcg;            ///< 0x63: multicast group table entries
+    uint8_t reserved11[0x100 - 0x64];
 };
 static_assert(sizeof(dev_cap_outbox) == 0x100);
 static_assert(offsetof(dev_cap_outbox, max_sg_sq) == 0x50);
@@ -145,6 +152,33 @@ static_assert(offsetof(dev_cap_outbox, log_max_srqs) == 0x15);
 static_assert(offsetof(dev_cap_outbox, log_max_cq) == 0x1b);
 static_assert(offsetof(dev_cap_outbox, log_max_mpts) == 0x3b);
 static_assert(offsetof(dev_cap_outbox, log_max_mtts) == 0x3f);
+static_assert(offsetof(dev_cap_outbox, log_max_qp_per_mcg) == 0x61);
+static_assert(offsetof(dev_cap_outbox, log_max_mcg) == 0x63);
+
+/// Multicast group table entry (mlx4 mcg.c struct mlx4_mgm), read and
+/// written whole by READ_MCG / WRITE_MCG (in_modifier = index; mailbox).
+/// The first half of the table is indexed by MGID_HASH (in_param = a
+/// mailbox holding the MGID, out_param = the hash); groups whose hash
+/// entry is taken chain through next_gid_index into the second half (the
+/// AMGM), whose entries the driver allocates, as mlx4_core does.
+constexpr size_t   mgm_entry_size    = 512;
+constexpr uint32_t mgm_qpn_mask      = 0x00ffffff;
+constexpr unsigned mgm_next_shift    = 6;    ///< next_gid_index = index << 6
+struct mgm_entry {
+    be32    next_gid_index;   ///< [31:6] next entry of the chain (0: end)
+    be32    members_count;    ///< [31:30] protocol (0: IB), [23:0] QPs
+    be16    mlid;             ///< mlx4x: the group's MLID (see below)
+    uint8_t reserved[6];
+    uint8_t gid[16];
+    be32    qp[(mgm_entry_size - 32) / 4];   ///< [23:0] QPN
+};
+static_assert(sizeof(mgm_entry) == mgm_entry_size);
+static_assert(offsetof(mgm_entry, gid) == 16);
+static_assert(offsetof(mgm_entry, qp) == 32);
+// mlx4x's fabric carries no GRH, so a multicast packet is matched by its
+// DLID: the driver records the MLID the consumer attached with (IBA
+// 11.3.1: attach takes MGID and MLID; C14 recommends one MLID per MGID)
+// in a word ConnectX-3 leaves reserved.
 
 /// QUERY_ADAPTER outbox (mlx4 fw.c: INTA pin at 0x10, the vital product
 /// data block at 0x20; mlx4x puts its board id at the start of the VSD).
