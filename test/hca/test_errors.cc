@@ -327,7 +327,8 @@ TEST_F(recv_protection, C53_receive_buffer_without_local_write_fails_the_receive
     EXPECT_EQ(std::count(dst.begin(), dst.end(), 0), 100);
     ASSERT_EQ(a.send_wcs.size(), 1u);
     EXPECT_EQ(a.send_wcs[0].wr_id, 1u);
-    EXPECT_EQ(a.send_wcs[0].status, drv::wc_status::remote_inval_req_err);
+    // E39: the responder's own failure is a Remote Operational Error.
+    EXPECT_EQ(a.send_wcs[0].status, drv::wc_status::remote_op_err);
     ASSERT_EQ(b.recv_wcs.size(), 2u);
     EXPECT_EQ(b.recv_wcs[0].wr_id, 10u);
     EXPECT_EQ(b.recv_wcs[0].status, drv::wc_status::local_prot_err);   // E27

@@ -105,6 +105,52 @@ TEST_F(objects, C53_C55_reregister_with_inconsistent_rights_keeps_the_old_one)
     EXPECT_EQ(r1[0], 9);
 }
 
+// E33 / C55: reregistering into another PD moves the PD reference.
+TEST_F(objects, E33_reregister_into_another_pd_moves_its_count)
+{
+    std::vector<uint8_t> r(4096);
+    uint32_t pd1 = b.ctx->alloc_pd(), pd2 = b.ctx->alloc_pd();
+    auto m = drv::mr::reg(*b.ctx, pd1, r.data(), r.size(), drv::access_local_write);
+    ASSERT_TRUE(m.ok());
+    EXPECT_EQ((*m)->rereg(r.data(), r.size(), drv::access_local_write, 999),
+              status::invalid_param);   // no such PD: nothing changes
+    EXPECT_EQ((*m)->pd(), pd1);
+    ASSERT_EQ((*m)->rereg(r.data(), r.size(), drv::access_local_write, pd2), status::ok);
+    EXPECT_EQ((*m)->pd(), pd2);
+    EXPECT_EQ(b.ctx->dealloc_pd(pd1), status::ok);     // its count went down
+    EXPECT_EQ(b.ctx->dealloc_pd(pd2), status::busy);   // and this one's up
+    (*m).reset();
+    EXPECT_EQ(b.ctx->dealloc_pd(pd2), status::ok);
+}
+
+// C57 / E32: a shared registration has its own key (and may have its own
+// rights); deregistering the original leaves it working.
+TEST_F(objects, C57_E32_shared_region_outlives_the_original)
+{
+    std::vector<uint8_t> r(4096, 0);
+    auto orig = drv::mr::reg(*b.ctx, b.pd, r.data(), r.size(), drv::access_local_write);
+    ASSERT_TRUE(orig.ok());
+    auto shared = drv::mr::reg_shared(**orig, b.pd,
+                                      drv::access_local_write | drv::access_remote_write);
+    ASSERT_TRUE(shared.ok());
+    EXPECT_NE((*shared)->rkey(), (*orig)->rkey());
+    EXPECT_EQ((*shared)->addr(), (*orig)->addr());
+    uint32_t orig_key = (*orig)->rkey();
+    (*orig).reset();
+    ASSERT_EQ(a.post_write(1, msg.data(), 64, mm->lkey(),
+                           reinterpret_cast<uint64_t>(r.data() + 100), (*shared)->rkey()),
+              status::ok);
+    ASSERT_TRUE(progress_until([&] { return a.send_wcs.size() == 1; }));
+    EXPECT_EQ(a.send_wcs[0].status, drv::wc_status::success);
+    EXPECT_EQ(r[100], 9);
+    // The original's key (no remote write, and gone) grants nothing.
+    ASSERT_EQ(a.post_write(2, msg.data(), 64, mm->lkey(),
+                           reinterpret_cast<uint64_t>(r.data()), orig_key),
+              status::ok);
+    ASSERT_TRUE(progress_until([&] { return a.send_wcs.size() == 2; }));
+    EXPECT_EQ(a.send_wcs[1].status, drv::wc_status::remote_access_err);
+}
+
 TEST_F(objects, C56_query_mpt_and_cq_and_adapter)
 {
     uint64_t out = reinterpret_cast<uintptr_t>(b.ctx->mailbox());

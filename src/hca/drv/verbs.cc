@@ -731,7 +731,32 @@ result<std::unique_ptr<mr>> mr::reg(context &ctx, uint32_t pd, void *addr,
     return std::unique_ptr<mr>(new mr(ctx, idx, key, pd, addr, len));
 }
 
-status mr::rereg(void *addr, size_t len, uint32_t access)
+result<std::unique_ptr<mr>> mr::reg_shared(const mr &orig, uint32_t pd, uint32_t access)
+{
+    return reg(orig.ctx_, pd, orig.addr_, orig.len_, access);
+}
+
+status mr::rereg(void *addr, size_t len, uint32_t access, std::optional<uint32_t> pd)
+{
+    uint32_t new_pd = pd.value_or(pd_);
+    if (new_pd != pd_) {
+        if (status s = ctx_.hold_pd(new_pd); s != status::ok) {
+            return s;
+        }
+    }
+    status s = rewrite(addr, len, access, new_pd);
+    if (new_pd != pd_) {
+        ctx_.release_pd(s == status::ok ? pd_ : new_pd);
+    }
+    if (s == status::ok) {
+        pd_ = new_pd;
+    }
+    return s;
+}
+
+/// The MPT goes back to software ownership, is rewritten, and returns to
+/// the device (how mlx4 reregisters); a refused entry restores the old.
+status mr::rewrite(void *addr, size_t len, uint32_t access, uint32_t pd)
 {
     auto *old = static_cast<prm::mpt_entry *>(ctx_.mailbox());
     uint64_t out = dma_addr(old);
@@ -740,12 +765,10 @@ status mr::rereg(void *addr, size_t len, uint32_t access)
         return s;
     }
     prm::mpt_entry saved = *old;
-    // The MPT goes back to software ownership, is rewritten, and returns to
-    // the device (how mlx4 reregisters); a refused entry restores the old.
     if (status s = ctx_.command(prm::cmd_opcode::hw2sw_mpt, index_); s != status::ok) {
         return s;
     }
-    status s = write_mpt(ctx_, index_, key_, pd_, addr, len, access);
+    status s = write_mpt(ctx_, index_, key_, pd, addr, len, access);
     if (s != status::ok) {
         auto *e = static_cast<prm::mpt_entry *>(ctx_.mailbox());
         *e = saved;

@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -282,9 +283,18 @@ public:
                                            void *addr, size_t len,
                                            uint32_t access);
     ~mr();
-    /// C55: re-register the same handle for another range / access (the
-    /// keys stay); on failure the old registration is kept.
-    status rereg(void *addr, size_t len, uint32_t access);
+    /// C57: a new registration of `orig`'s range, possibly in another PD
+    /// and with other rights. The device translates process addresses
+    /// and nothing is pinned, so deregistering either leaves the other
+    /// intact (E32) with nothing to count.
+    static result<std::unique_ptr<mr>> reg_shared(const mr &orig, uint32_t pd,
+                                                  uint32_t access);
+    /// C55: re-register the same handle for another range / access, and
+    /// (E33) in PD `pd` if given (its count goes up, the old one's down);
+    /// the keys stay. On failure the old registration is kept.
+    status rereg(void *addr, size_t len, uint32_t access,
+                 std::optional<uint32_t> pd = std::nullopt);
+    uint32_t pd() const { return pd_; }
     uint32_t lkey() const { return key_; }
     uint32_t rkey() const { return key_; }
     void    *addr() const { return addr_; }
@@ -293,6 +303,7 @@ public:
 private:
     mr(context &c, uint32_t idx, uint32_t key, uint32_t pd, void *a, size_t l)
         : ctx_(c), index_(idx), key_(key), pd_(pd), addr_(a), len_(l) {}
+    status rewrite(void *addr, size_t len, uint32_t access, uint32_t pd);
     static status write_mpt(context &ctx, uint32_t index, uint32_t key,
                             uint32_t pd, void *addr, size_t len, uint32_t access);
     context &ctx_;

@@ -490,14 +490,17 @@ void device::respond_send(qp &q, const pkt &p)
     }
     if (scatter_result r = scatter(q, q.recv_wqe, q.recv_offset, p.payload);
         r != scatter_result::ok) {
-        // E35: longer than the receive buffers; E27: a buffer the device may
-        // not write. The requester sees an invalid request either way.
+        // E35: longer than the receive buffers, an invalid request of the
+        // requester's. E27: a receive buffer the device may not write, the
+        // responder's own failure: a Remote Operational Error NAK (E39;
+        // IBA 9.7.5.2.4, as rxe does for a receive WQE it cannot use).
+        bool too_long = r == scatter_result::too_long;
         write_err_cqe(q, q.recv_wqe,
-                      r == scatter_result::too_long
-                          ? prm::cqe_syndrome::local_length_err
-                          : prm::cqe_syndrome::local_prot_err,
+                      too_long ? prm::cqe_syndrome::local_length_err
+                               : prm::cqe_syndrome::local_prot_err,
                       false);
-        responder_error(q, ib::nak_code::invalid_request);
+        responder_error(q, too_long ? ib::nak_code::invalid_request
+                                    : ib::nak_code::remote_op_err);
         return;
     }
     q.recv_offset += uint32_t(p.payload.size());
@@ -685,10 +688,11 @@ void device::responder_error(qp &q, ib::nak_code code)
 {
     count(counter::naks_sent);
     send_nak(q, ib::make_syndrome(ib::ack_class::nak, uint8_t(code)));
-    // E28 / E38: the responder reports its QP's failure asynchronously.
-    async_event(code == ib::nak_code::remote_access
-                    ? prm::eqe_type::wq_access_error
-                    : prm::eqe_type::wq_inval_req_error,
+    // E28 / E38 / E39: the responder reports its QP's failure
+    // asynchronously (IBA 11.6.3.1).
+    async_event(code == ib::nak_code::remote_access   ? prm::eqe_type::wq_access_error
+                : code == ib::nak_code::remote_op_err ? prm::eqe_type::wq_catas_error
+                                                      : prm::eqe_type::wq_inval_req_error,
                 q.qpn);
     // Class C/D responder errors (IBA 9.9.3): the responder QP fails too.
     set_qp_error(q);
