@@ -104,12 +104,19 @@ TEST_F(qp_state_machine, E3_sqd_drains_and_resumes)
     EXPECT_EQ(a.send_wcs[1].status, drv::wc_status::success);
 }
 
-TEST_F(qp_state_machine, to_reset_and_reuse_the_qp)
+TEST_F(qp_state_machine, E8_to_reset_and_reuse_the_qp_after_time_wait)
 {
     start();
     ASSERT_EQ(a.qp->modify_raw(op::to_rst_qp, S::rst, 0), status::ok);
     ASSERT_EQ(b.qp->modify_raw(op::to_rst_qp, S::rst, 0), status::ok);
     EXPECT_EQ(device_state(a), S::rst);
+    // E8 / C35: not connected again before TIME WAIT (one local ACK timeout).
+    ASSERT_EQ(a.qp->to_init(all_remote_access), status::ok);
+    EXPECT_EQ(a.qp->to_rtr({.remote_qpn = b.qp->qpn(), .dlid = b.ctx->port().lid,
+                            .rq_psn = 0, .sq_psn = 0}),
+              status::busy);
+    ASSERT_EQ(a.qp->modify_raw(op::to_rst_qp, S::rst, 0), status::ok);
+    manual_clock::advance(uint64_t{4096} << drv::rc_connect_attr{}.ack_timeout);
     // Back up again from RESET (driver rings restart at WQE 0) and traffic
     // flows.
     ASSERT_NO_FATAL_FAILURE(connect_pair(a, b));
@@ -120,6 +127,29 @@ TEST_F(qp_state_machine, to_reset_and_reuse_the_qp)
     ASSERT_EQ(a.post_send(2, msg.data(), 32, mm.lkey()), status::ok);
     ASSERT_TRUE(progress_until([&] { return b.recv_wcs.size() == 1; }));
     EXPECT_EQ(rbuf, msg);
+}
+
+// C35: a destroyed connected QP's number goes back to the pool only once
+// TIME WAIT is over; an unconnected one's at once.
+TEST_F(qp_state_machine, C35_destroyed_connected_qpn_waits_out_time_wait)
+{
+    start();
+    uint32_t connected = a.qp->qpn();
+    a.qp.reset();
+    auto create = [&] {
+        auto q = drv::qp::create(*a.ctx, a.pd, drv::qp_type::rc, *a.scq, *a.rcq, {});
+        EXPECT_TRUE(q.ok());
+        return q.take();
+    };
+    auto fresh = create();
+    EXPECT_NE(fresh->qpn(), connected);
+    uint32_t never_connected = fresh->qpn();
+    fresh.reset();
+    EXPECT_EQ(create()->qpn(), never_connected);   // reused at once
+    manual_clock::advance(uint64_t{4096} << drv::rc_connect_attr{}.ack_timeout);
+    auto later = create();
+    auto after = create();
+    EXPECT_TRUE(later->qpn() == connected || after->qpn() == connected);
 }
 
 } // namespace

@@ -453,6 +453,7 @@ TEST_F(completion, E10_reset_removes_old_cqes_and_the_qp_works_again)
     EXPECT_EQ(a.scq->poll(w), 0u);
     EXPECT_EQ(b.rcq->poll(w), 0u);
     EXPECT_EQ(a.qp->sq_outstanding(), 0u);
+    manual_clock::advance(uint64_t{4096} << drv::rc_connect_attr{}.ack_timeout);   // C35
     ASSERT_NO_FATAL_FAILURE(connect_pair(a, b));
     ASSERT_EQ(b.post_recv(2, rbuf.data() + 64, 64, rm.lkey()), status::ok);
     ASSERT_EQ(a.post_send(2, msg.data(), 64, mm.lkey()), status::ok);

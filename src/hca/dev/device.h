@@ -119,6 +119,8 @@ public:
     uint64_t next_timer_ns() const;
 
     uint64_t get(counter c) const { return counters_[static_cast<unsigned>(c)]; }
+    /// The device clock (monotonic ns), which the driver's timers share.
+    uint64_t clock_ns() const { return now(); }
 
     /// Interrupt routing (the platform's MSI-X table): an EQ whose vector
     /// is `vector` signals `eventfd` when it raises an interrupt. -1: none.

@@ -1219,7 +1219,13 @@ qp::~qp()
         clean_cqs();
         ctx_.register_qp(qpn_, nullptr);
         ctx_.drain_events_of(false, qpn_);   // E11: before reuse
-        if (qpn_ >= context::first_regular_qpn) {
+        uint64_t now = ctx_.clock_ns();
+        uint64_t time_wait_end = connected_ ? now + time_wait_ns_ : time_wait_end_;
+        if (qpn_ < context::first_regular_qpn) {
+            // special QPs are claimed, not allocated
+        } else if (time_wait_end > now) {
+            ctx_.free_qpn_after(qpn_, time_wait_end);   // C35
+        } else {
             ctx_.free_qpn(qpn_);
         }
     }
@@ -1285,6 +1291,10 @@ status qp::modify(prm::cmd_opcode op, prm::qp_state to,
         state_ = to;
         if (to == prm::qp_state::rst) {
             reset_rings();
+            if (connected_) {   // C35: the connection's TIME WAIT begins
+                connected_     = false;
+                time_wait_end_ = ctx_.clock_ns() + time_wait_ns_;
+            }
         }
     }
     return s;
@@ -1302,6 +1312,11 @@ status qp::to_init(uint32_t access, uint32_t qkey)
 
 status qp::to_rtr(const rc_connect_attr &a)
 {
+    // E8: a connected QP reset before TIME WAIT ended may not connect again
+    // yet (old packets of its last connection may still be on the wire).
+    if (ctx_.clock_ns() < time_wait_end_) {
+        return status::busy;
+    }
     auto mb = base_mailbox();
     prm::qp_context &c = mb.context;
     mb.optpar.set(prm::optpar_primary_addr_path | prm::optpar_rnr_timeout);
@@ -1312,7 +1327,14 @@ status qp::to_rtr(const rc_connect_attr &a)
     prm::psn_field::set(c.rnr_nextrecvpsn, a.rq_psn);
     prm::qpc_min_rnr::set(c.rnr_nextrecvpsn, a.min_rnr_timer);
     prm::qpc_rra_max::set(c.params2, log2_ceil(a.max_dest_rd_atomic));
-    return modify(prm::cmd_opcode::init2rtr_qp, prm::qp_state::rtr, mb);
+    status s = modify(prm::cmd_opcode::init2rtr_qp, prm::qp_state::rtr, mb);
+    if (s == status::ok) {
+        // TIME WAIT lasts one local ACK timeout (4.096 us * 2^n), which
+        // IBA 9.7.6.1.3 makes at least twice the packet lifetime.
+        connected_    = true;
+        time_wait_ns_ = uint64_t{4096} << std::min<uint8_t>(a.ack_timeout, 31);
+    }
+    return s;
 }
 
 status qp::to_rts(const rc_connect_attr &a)

@@ -158,7 +158,11 @@ public:
     // bounded by what QUERY_DEV_CAP reported: exceeds_limit beyond it.
     result<uint32_t> alloc_cqn() { return cqns_.take(); }
     void             free_cqn(uint32_t n) { cqns_.give(n); }
-    result<uint32_t> alloc_qpn() { return qpns_.take(); }
+    result<uint32_t> alloc_qpn()
+    {
+        qpns_.release_waiting(dev_->clock_ns());
+        return qpns_.take();
+    }
     /// QPNs below this are special (QP0, QP1; mlx4 reserves the range).
     static constexpr uint32_t first_regular_qpn = 0x40;
     /// A special QPN (0: QP0) if no QP holds it yet.
@@ -170,6 +174,13 @@ public:
         return n;
     }
     void             free_qpn(uint32_t n) { qpns_.give(n); }
+    /// C35: a connected QP's number returns to the pool only after TIME
+    /// WAIT, at `until_ns` on the device clock.
+    void             free_qpn_after(uint32_t n, uint64_t until_ns)
+    {
+        qpns_.give_after(n, until_ns);
+    }
+    uint64_t         clock_ns() const { return dev_->clock_ns(); }
     result<uint32_t> alloc_mpt() { return mpts_.take(); }
     void             free_mpt(uint32_t n) { mpts_.give(n); }
     result<uint32_t> alloc_srqn() { return srqns_.take(); }
@@ -253,6 +264,16 @@ private:
             return n;
         }
         void give(uint32_t n) { freed.push_back(n); }
+        /// Numbers in TIME WAIT (C35), in the order they expire.
+        std::deque<std::pair<uint32_t, uint64_t>> waiting;
+        void give_after(uint32_t n, uint64_t until) { waiting.emplace_back(n, until); }
+        void release_waiting(uint64_t now)
+        {
+            while (!waiting.empty() && waiting.front().second <= now) {
+                give(waiting.front().first);
+                waiting.pop_front();
+            }
+        }
     };
     // QPNs below first_regular_qpn are special (claim_special_qpn); number 0
     // of the others is never handed out.
@@ -693,6 +714,11 @@ private:
     uint32_t      sq_head_ = 0, sq_tail_ = 0, rq_head_ = 0, rq_tail_ = 0;
     uint32_t      max_inline_ = 0;
     srq          *srq_ = nullptr;
+    /// C35 TIME WAIT: a connected QP (it reached RTR) may not connect
+    /// again, nor its number be reused, before this device time.
+    bool          connected_ = false;
+    uint64_t      time_wait_ns_ = 0;    ///< its local ACK timeout
+    uint64_t      time_wait_end_ = 0;
     std::vector<uint64_t> sq_wrid_, rq_wrid_;   ///< C63: wr_id by WQE index
     std::vector<gid>      groups_;              ///< multicast groups joined
     alignas(8) uint32_t rq_db_ = 0;             ///< RQ doorbell record
