@@ -123,10 +123,15 @@ result<std::unique_ptr<context>> context::open(fabric::fabric &fab,
                    prm::eqe_type::srq_limit}) {
         async_mask |= uint64_t{1} << uint8_t(t);
     }
-    if (status s = c->create_eq(c->comp_eq_, 0, 4096, 0, 0); s != status::ok) {
+    // C12, sized as mlx4_core does: an armed CQ raises one completion event
+    // until it is armed again, so one entry per CQ plus spares never
+    // overflows; the asynchronous EQ is small, with EQ overflow reported
+    // (the seed's per-QP term would cost 8 MiB per context).
+    if (status s = c->create_eq(c->comp_eq_, 0, c->cqns_.limit + eq_spare_entries, 0, 0);
+        s != status::ok) {
         return s;
     }
-    if (status s = c->create_eq(c->async_eq_, 1, 256, 1, async_mask);
+    if (status s = c->create_eq(c->async_eq_, 1, 256 + eq_spare_entries, 1, async_mask);
         s != status::ok) {
         return s;
     }
@@ -172,6 +177,7 @@ const prm::eqe *event_queue::peek() const
 status context::create_eq(event_queue &eq, uint32_t eqn, uint32_t entries,
                           uint8_t vector, uint64_t async_mask)
 {
+    entries = uint32_t{1} << log2_ceil(entries);   // a ring of 2^n EQEs
     eq.size = entries;
     eq.buf  = static_cast<uint8_t *>(alloc_dma(size_t(entries) * prm::eqe_size));
     if (!eq.buf) {

@@ -135,6 +135,8 @@ public:
     void arm_completion_events();
     void arm_async_events();
     uint32_t completion_eqn() const { return comp_eq_.eqn; }
+    /// Entries beyond the events an EQ must hold (mlx4's MLX4_NUM_SPARE_EQE).
+    static constexpr uint32_t eq_spare_entries = 0x80;
     /// Before a CQ / QP number is freed: takes every queued event out of
     /// the EQs, dropping those of that object, so that an old event never
     /// reaches the number's next owner (E11).
