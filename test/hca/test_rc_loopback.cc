@@ -5,6 +5,8 @@
 #include "hca_fixture.h"
 
 #include <gtest/gtest.h>
+#include <atomic>
+#include <thread>
 
 #include <vector>
 
@@ -279,6 +281,79 @@ TEST_F(rc_write, write_then_send_orders_data_before_the_receive_completion)
 // ---- completion semantics ------------------------------------------------
 
 class completion : public rc_pair {};
+
+// E51: several threads polling one shared-poll CQ while completions keep
+// arriving: every CQE is returned exactly once, with its own wr_id.
+TEST_F(completion, E51_concurrent_pollers_of_one_cq_get_each_cqe_once)
+{
+    constexpr uint32_t n = 3000;
+    a.open(fab);
+    b.open(fab);
+    drv::qp_caps caps;
+    caps.max_recv_wr = 4096;
+    caps.max_send_wr = 4096;
+    b.qp.reset();
+    auto shared = drv::cq::create(*b.ctx, 4096, true);
+    ASSERT_TRUE(shared.ok());
+    b.rcq = shared.take();
+    auto q = drv::qp::create(*b.ctx, b.pd, drv::qp_type::rc, *b.scq, *b.rcq, caps);
+    ASSERT_TRUE(q.ok());
+    b.qp = q.take();
+    a.qp.reset();
+    auto qa = drv::qp::create(*a.ctx, a.pd, drv::qp_type::rc, *a.scq, *a.rcq, caps);
+    ASSERT_TRUE(qa.ok());
+    a.qp = qa.take();
+    ASSERT_NO_FATAL_FAILURE(connect_pair(a, b));
+    std::vector<uint8_t> msg(8), rbuf(8 * n);
+    auto &mm = a.reg(msg.data(), msg.size());
+    auto &rm = b.reg(rbuf.data(), rbuf.size());
+    for (uint32_t i = 0; i < n; ++i) {
+        ASSERT_EQ(b.post_recv(i, rbuf.data() + 8 * i, 8, rm.lkey()), status::ok);
+    }
+    // All n CQEs are written first (each SEND is acknowledged after its
+    // receive CQE), then both pollers start at once on the full CQ.
+    uint32_t acked = 0;
+    drv::wc sw[16];
+    for (uint32_t i = 0; i < n; ++i) {
+        while (a.post_send(i, msg.data(), 8, mm.lkey()) == status::no_resource) {
+            a.ctx->progress();
+            b.ctx->progress();
+            acked += a.scq->poll(sw);
+        }
+    }
+    for (int r = 0; r < 100000 && acked < n; ++r) {
+        a.ctx->progress();
+        b.ctx->progress();
+        acked += a.scq->poll(sw);
+    }
+    ASSERT_EQ(acked, n);
+    std::vector<std::atomic<int>> seen(n);
+    std::atomic<uint32_t> total{0};
+    std::atomic<bool> go{false};
+    auto poller = [&] {
+        while (!go.load()) {
+        }
+        drv::wc w[4];
+        for (int idle = 0; idle < 1000000 && total.load() < n;) {
+            unsigned got = b.rcq->poll(w);
+            idle = got ? 0 : idle + 1;
+            for (unsigned i = 0; i < got; ++i) {
+                if (w[i].status == drv::wc_status::success && w[i].wr_id < n) {
+                    seen[w[i].wr_id].fetch_add(1);
+                }
+            }
+            total.fetch_add(got);
+        }
+    };
+    std::thread t1(poller), t2(poller);
+    go.store(true);
+    t1.join();
+    t2.join();
+    EXPECT_EQ(total.load(), n);
+    for (uint32_t i = 0; i < n; ++i) {
+        ASSERT_EQ(seen[i].load(), 1) << "wr_id " << i;
+    }
+}
 
 TEST_F(completion, C64_unsignalled_wqes_are_retired_by_the_next_signalled_cqe)
 {

@@ -860,9 +860,10 @@ mw::~mw()
 
 // ---- cq -----------------------------------------------------------------
 
-result<std::unique_ptr<cq>> cq::create(context &ctx, uint32_t entries)
+result<std::unique_ptr<cq>> cq::create(context &ctx, uint32_t entries, bool shared_poll)
 {
     std::unique_ptr<cq> c(new cq(ctx));
+    c->shared_poll_ = shared_poll;
     uint32_t log = std::max<uint32_t>(log2_ceil(entries), 1);
     if (log > dev::limits::log_max_cq_sz) {
         return status::invalid_param;
@@ -905,6 +906,7 @@ result<std::unique_ptr<cq>> cq::create(context &ctx, uint32_t entries)
 
 void cq::arm(bool solicited_only)
 {
+    poll_lock g(*this);
     uint32_t cmd = solicited_only ? prm::cq_db_req_not_sol : prm::cq_db_req_not;
     uint32_t ci  = cons_index_ & 0xffffff;
     uint32_t sn  = (arm_sn_++ & 3) << 28;
@@ -918,6 +920,7 @@ void cq::arm(bool solicited_only)
 
 void cq::clean(uint32_t qpn, srq *shared_rq)
 {
+    poll_lock g(*this);
     uint32_t prod = cons_index_;
     while (prod - cons_index_ < size_ && sw_owned(owner_of(cqe_at(prod)), prod)) {
         ++prod;
@@ -965,6 +968,7 @@ status cq::resize(uint32_t entries)
         std::free(buf);
         return mtt.error();
     }
+    poll_lock g(*this);
     // The device must see every CQE we polled before it moves the rest.
     std::atomic_ref<uint32_t>(db_.set_ci).store(
         byteswap_if_little(cons_index_ & 0xffffff), std::memory_order_release);

@@ -448,7 +448,11 @@ struct wc {
 
 class cq {
 public:
-    static result<std::unique_ptr<cq>> create(context &ctx, uint32_t entries);
+    /// `shared_poll`: several threads may poll (and arm) it at once (E51),
+    /// serialised by a spinlock as libmlx4's CQ lock does. Without it the
+    /// CQ has one poller and no lock at all.
+    static result<std::unique_ptr<cq>> create(context &ctx, uint32_t entries,
+                                              bool shared_poll = false);
     ~cq();
     uint32_t cqn() const { return cqn_; }
     uint32_t size() const { return size_; }
@@ -488,7 +492,26 @@ private:
         return bool(owner & prm::cqe_owner_mask) == bool(i & size_);
     }
 
+    /// Held around a shared-poll CQ's consumer state; a no-op otherwise.
+    class poll_lock {
+    public:
+        explicit poll_lock(const cq &c) : flag_(c.shared_poll_ ? &c.lock_ : nullptr)
+        {
+            while (flag_ && flag_->test_and_set(std::memory_order_acquire)) {
+                while (flag_->test(std::memory_order_relaxed)) {
+                }
+            }
+        }
+        ~poll_lock() { if (flag_) flag_->clear(std::memory_order_release); }
+        poll_lock(const poll_lock &) = delete;
+        poll_lock &operator=(const poll_lock &) = delete;
+    private:
+        std::atomic_flag *flag_;
+    };
+
     context &ctx_;
+    bool     shared_poll_ = false;
+    mutable std::atomic_flag lock_;
     uint32_t cqn_ = 0, size_ = 0, cons_index_ = 0, arm_sn_ = 0;
     uint8_t *buf_ = nullptr;
     uint64_t mtt_ = ~uint64_t{0};

@@ -393,11 +393,13 @@ inline status srq::post_recv(uint64_t wr_id, std::span<const sge> sg)
 
 inline bool cq::ready() const
 {
+    poll_lock g(*this);
     return sw_owned(owner_of(cqe_at(cons_index_)), cons_index_);
 }
 
 inline unsigned cq::poll(std::span<wc> wcs)
 {
+    poll_lock g(*this);
     unsigned n = 0;
     for (; n < wcs.size(); ++n) {
         uint8_t *entry = cqe_at(cons_index_);
