@@ -200,6 +200,42 @@ TEST_F(cm_test, req_rep_rtu_connect_a_working_rc_pair)
     EXPECT_STREQ(got, "over the wire");
 }
 
+// E45: GSI MADs to the node's own address are looped back: a port's CM
+// connects to a service on the same port (REQ, REP and RTU over QP1 to its
+// own LID) and the two QPs it connects carry data.
+TEST_F(cm_test, E45_connect_to_a_listener_on_the_same_port)
+{
+    listen_state ls;
+    listen(b_, ls);
+    connect_state cs;
+    connect(b_, b_.ctx->port().lid, cs);
+    ASSERT_TRUE(run_until([&] { return cs.established && ls.established == 1; }));
+    EXPECT_EQ(ls.private_data, "req-data");
+    EXPECT_EQ(cs.private_data, "rep-data");
+    ASSERT_EQ(b_.qps.size(), 2u);   // the requester's, then the listener's
+
+    char msg[8] = "to self", got[8] = {};
+    auto m = drv::mr::reg(*b_.ctx, b_.pd, msg, sizeof(msg), drv::access_local_write);
+    auto r = drv::mr::reg(*b_.ctx, b_.pd, got, sizeof(got), drv::access_local_write);
+    ASSERT_TRUE(m.ok() && r.ok());
+    drv::sge rs{reinterpret_cast<uint64_t>(got), sizeof(got), (*r)->lkey()};
+    ASSERT_EQ(b_.qps[1]->post_recv(1, {&rs, 1}), status::ok);
+    drv::sge ss{reinterpret_cast<uint64_t>(msg), sizeof(msg), (*m)->lkey()};
+    drv::send_wr wr;
+    wr.sg = {&ss, 1};
+    ASSERT_EQ(b_.qps[0]->post_send(wr), status::ok);
+    drv::wc w[4];
+    bool received = false;
+    ASSERT_TRUE(run_until([&] {
+        unsigned n = b_.cq->poll(w);
+        for (unsigned i = 0; i < n; ++i) {
+            received |= w[i].opcode == drv::wc_opcode::recv;
+        }
+        return received;
+    }));
+    EXPECT_STREQ(got, "to self");
+}
+
 TEST_F(cm_test, rej_for_a_service_nobody_listens_to)
 {
     connect_state cs;
