@@ -35,6 +35,22 @@ void device_sma::port_up(uint16_t lid, uint64_t port_guid)
     }
 }
 
+bool device_sma::set_port(uint32_t capability_mask, bool reset_qkey_violations)
+{
+    if (!agent_) {
+        return false;
+    }
+    agent_->modify_port(capability_mask, reset_qkey_violations);
+    return true;
+}
+
+void device_sma::count_violation(bool qkey)
+{
+    if (agent_) {
+        qkey ? agent_->add_qkey_violation() : agent_->add_pkey_violation();
+    }
+}
+
 void device_sma::port_down()
 {
     if (agent_) {

@@ -19,6 +19,8 @@ public:
     void port_down() override;
     bool process(const uint8_t *in, uint8_t *out, bool local,
                  uint16_t requester_lid) override;
+    bool set_port(uint32_t capability_mask, bool reset_qkey_violations) override;
+    void count_violation(bool qkey) override;
 
     /// The agent while the port is up, else nullptr.
     const sma *agent() const { return agent_.get(); }

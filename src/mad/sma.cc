@@ -693,6 +693,14 @@ void sma::add_pkey_violation()
         ++st_.pkey_violations;
 }
 
+void sma::modify_port(uint32_t capability_mask, bool reset_qkey_violations)
+{
+    st_.capability_mask = capability_mask;
+    if (reset_qkey_violations) {
+        st_.qkey_violations = 0;
+    }
+}
+
 void sma::add_qkey_violation()
 {
     if (st_.qkey_violations != 0xffff)

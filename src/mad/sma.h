@@ -165,6 +165,9 @@ public:
     /// P_KeyViolations/Q_KeyViolations, saturating; E40/E41).
     void add_pkey_violation();
     void add_qkey_violation();
+    /// Modify HCA (C20, through SET_PORT): the next PortInfo shows the new
+    /// CapabilityMask and, if asked, a cleared Q_Key violation counter.
+    void modify_port(uint32_t capability_mask, bool reset_qkey_violations);
 
     const port_state &state() const { return st_; }
 

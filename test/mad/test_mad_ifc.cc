@@ -84,6 +84,55 @@ TEST_F(mad_ifc, C2_query_port_follows_a_set_of_port_info)
     EXPECT_EQ(q->state, uint8_t(logical_state::active));
 }
 
+// C20: Modify HCA sets and clears CapabilityMask bits (IsSM, IsCM, ...)
+// and resets the Q_Key violation counter; the next PortInfo shows both.
+TEST_F(mad_ifc, C20_modify_port_shows_in_the_next_port_info)
+{
+    port_info before = port_info_now();
+    ASSERT_FALSE(before.capability_mask.get() & port_cap::is_sm);
+    ASSERT_TRUE(before.capability_mask.get() & port_cap::is_communication_management_supported);
+    ASSERT_EQ(ctx_->modify_port(port_cap::is_sm | port_cap::is_device_management_supported,
+                                port_cap::is_communication_management_supported, false),
+              status::ok);
+    EXPECT_EQ(port_info_now().capability_mask.get(),
+              (before.capability_mask.get() | port_cap::is_sm |
+               port_cap::is_device_management_supported) &
+                  ~port_cap::is_communication_management_supported);
+
+    // A datagram with a wrong Q_Key (to a UD QP of this port) is counted in
+    // PortInfo:Q_KeyViolations; the reset clears it.
+    uint32_t pd = ctx_->alloc_pd();
+    auto cq = drv::cq::create(*ctx_, 16);
+    ASSERT_TRUE(cq.ok());
+    auto qp = drv::qp::create(*ctx_, pd, drv::qp_type::ud, **cq, **cq, {.max_inline = 64});
+    ASSERT_TRUE(qp.ok());
+    ASSERT_EQ((*qp)->to_init(0, 0x1111), status::ok);
+    ASSERT_EQ((*qp)->to_ud_rts(), status::ok);
+    std::vector<uint8_t> rbuf(256);
+    auto mr = drv::mr::reg(*ctx_, pd, rbuf.data(), rbuf.size(), drv::access_local_write);
+    ASSERT_TRUE(mr.ok());
+    drv::sge rs{reinterpret_cast<uint64_t>(rbuf.data()), 256, (*mr)->lkey()};
+    ASSERT_EQ((*qp)->post_recv(1, {&rs, 1}), status::ok);
+    auto ah = drv::ah::create(*ctx_, pd, {.dlid = ctx_->port().lid});
+    ASSERT_TRUE(ah.ok());
+    static const char msg[] = "wrong key";
+    drv::sge ss{reinterpret_cast<uint64_t>(msg), sizeof(msg), 0};
+    drv::send_wr wr;
+    wr.flags   = drv::send_signaled | drv::send_inline;
+    wr.sg      = {&ss, 1};
+    wr.ud_ah   = ah->get();
+    wr.ud_dqpn = (*qp)->qpn();
+    wr.ud_qkey = 0x2222;
+    ASSERT_EQ((*qp)->post_send(wr), status::ok);
+    for (int i = 0; i < 10; ++i) {
+        ctx_->progress();
+    }
+    EXPECT_EQ(port_info_now().qkey_violations.get(), 1u);
+    ASSERT_EQ(ctx_->modify_port(0, 0, true), status::ok);
+    EXPECT_EQ(port_info_now().qkey_violations.get(), 0u);
+    EXPECT_TRUE(port_info_now().capability_mask.get() & port_cap::is_sm);   // unchanged
+}
+
 TEST_F(mad_ifc, C2_node_description_and_tid_echo)
 {
     smp out;

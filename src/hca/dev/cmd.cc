@@ -159,6 +159,7 @@ cmd_status device::dispatch(cmd_opcode op, uint8_t op_mod,
         return cmd_status::ok;
     case cmd_opcode::init_port:  return cmd_init_port(in_mod);
     case cmd_opcode::close_port: return cmd_close_port(in_mod);
+    case cmd_opcode::set_port:   return cmd_set_port(in_mod, op_mod, in_param);
     case cmd_opcode::query_port: return cmd_query_port(in_mod, out_param);
     case cmd_opcode::mad_ifc:
         return cmd_mad_ifc(in_mod, op_mod, in_param, out_param);
@@ -244,6 +245,20 @@ cmd_status device::cmd_init_port(uint32_t port)
     }
     async_event(prm::eqe_type::port_change, port << 28, prm::port_change_active);
     return cmd_status::ok;
+}
+
+cmd_status device::cmd_set_port(uint32_t port, uint8_t op_mod, uint64_t inbox)
+{
+    if (port != 1 || op_mod != 0) {   // op_mod 0: an IB port's settings
+        return port != 1 ? cmd_status::bad_index : cmd_status::bad_op;
+    }
+    const auto *in = dma<prm::set_port_ib_inbox>(inbox);
+    if (!sma_) {
+        return cmd_status::bad_op;
+    }
+    return sma_->set_port(in->capability_mask.get(), in->reset_qkey_violations & 1)
+               ? cmd_status::ok
+               : cmd_status::bad_res_state;   // port not up
 }
 
 cmd_status device::cmd_close_port(uint32_t port)

@@ -137,6 +137,7 @@ private:
     prm::cmd_status cmd_query_dev_cap(uint64_t outbox);
     prm::cmd_status cmd_init_port(uint32_t port);
     prm::cmd_status cmd_close_port(uint32_t port);
+    prm::cmd_status cmd_set_port(uint32_t port, uint8_t op_mod, uint64_t inbox);
     prm::cmd_status cmd_query_port(uint32_t port, uint64_t outbox);
     prm::cmd_status cmd_mad_ifc(uint32_t port, uint8_t op_mod, uint64_t inbox,
                                 uint64_t outbox);

@@ -20,6 +20,11 @@ public:
     /// `requester_lid` is the SLID of an SMP that came on QP0 (0 if none).
     virtual bool process(const uint8_t *in, uint8_t *out, bool local,
                          uint16_t requester_lid = 0) = 0;
+    /// SET_PORT (Modify HCA, C20): the port's CapabilityMask, and a reset
+    /// of its Q_Key violation counter. False while the port is down.
+    virtual bool set_port(uint32_t capability_mask, bool reset_qkey_violations) = 0;
+    /// A packet dropped for its P_Key / Q_Key (PortInfo counters, E40/E41).
+    virtual void count_violation(bool qkey) = 0;
 };
 
 } // namespace mlx4x::dev

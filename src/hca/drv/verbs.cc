@@ -416,6 +416,21 @@ result<port_attr> context::query_port()
     return a;
 }
 
+status context::modify_port(uint32_t set_caps, uint32_t clear_caps,
+                            bool reset_qkey_violations)
+{
+    std::lock_guard g(admin_);
+    mad::port_info pi;
+    if (status s = get_attribute(*this, mad::smp_attr::port_info, pi); s != status::ok) {
+        return s;
+    }
+    auto *in = static_cast<prm::set_port_ib_inbox *>(mailbox());
+    *in = {};
+    in->capability_mask.set((pi.capability_mask.get() | set_caps) & ~clear_caps);
+    in->reset_qkey_violations = reset_qkey_violations ? 1 : 0;
+    return command(prm::cmd_opcode::set_port, 1, dma_addr(in));
+}
+
 result<port_attr> context::query_port_cmd()
 {
     if (status s = command(prm::cmd_opcode::query_port, 1); s != status::ok) {

@@ -92,6 +92,11 @@ public:
     /// The port's attributes, as mlx4_ib reads them: NodeInfo and PortInfo
     /// SMPs through MAD_IFC (C2), or QUERY_PORT without an SMA.
     result<port_attr> query_port();
+    /// Modify HCA for port 1 (C20, as mlx4_ib_modify_port): CapabilityMask
+    /// bits to set and clear (IsCM, IsSM, ...: mad::port_cap), and a reset
+    /// of the Q_Key violation counter, all through SET_PORT; the next
+    /// PortInfo (MAD_IFC or an SMP) shows them.
+    status modify_port(uint32_t set_caps, uint32_t clear_caps, bool reset_qkey_violations);
     /// One SMP through MAD_IFC. `ignore_m_key` is op_mod bit 0 (mlx4's
     /// MLX4_MAD_IFC_IGNORE_MKEY). status::no_message: the SMA consumed the
     /// MAD without a response (e.g. an M_Key violation, IBA 14.2.4.1);

@@ -78,6 +78,7 @@ bool device::admits(const qp &q, const pkt &p)
     // limited members.
     if ((p.pkey & 0x7fff) != (q.pkey & 0x7fff) || !((p.pkey | q.pkey) & 0x8000)) {
         count(counter::pkey_violations);
+        if (sma_) sma_->count_violation(false);
         return false;
     }
     bool is_ud = (p.info->kind & ib::kind_ud) != 0;
@@ -646,6 +647,7 @@ void device::respond_ud(qp &q, const pkt &p)
     ib::deth d = p.ext<ib::deth>(ib::hdr_deth);
     if (d.qkey.get() != q.qkey) {
         count(counter::qkey_violations);   // E40: silently dropped
+        if (sma_) sma_->count_violation(true);
         return;
     }
     deliver_datagram(q, p);

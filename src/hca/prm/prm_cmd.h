@@ -21,6 +21,7 @@ enum class cmd_opcode : uint16_t {
     close_hca       = 0x008,
     init_port       = 0x009,
     close_port      = 0x00a,
+    set_port        = 0x00c,
     sw2hw_mpt       = 0x00d,
     query_mpt       = 0x00e,
     hw2sw_mpt       = 0x00f,
@@ -193,6 +194,16 @@ static_assert(offsetof(adapter_outbox, vsd) == 0x20);
 
 /// MODIFY_CQ op_modifier: resize (new buffer and size in the CQ context).
 constexpr uint8_t modify_cq_resize = 0;
+
+/// SET_PORT inbox for an IB port (op_modifier 0; mlx4_ib_SET_PORT): the
+/// port's new CapabilityMask and whether to clear its Q_Key violation
+/// counter (Modify HCA, C20).
+struct set_port_ib_inbox {
+    uint8_t reserved[3];
+    uint8_t reset_qkey_violations;   ///< byte 3: 1 = clear
+    be32    capability_mask;         ///< word 1
+};
+static_assert(offsetof(set_port_ib_inbox, capability_mask) == 4);
 
 /// QUERY_PORT outbox (mlx4x's port attributes; mailbox per port).
 struct query_port_outbox {
