@@ -249,13 +249,13 @@ cmd_status device::cmd_init_port(uint32_t port)
 
 cmd_status device::cmd_set_port(uint32_t port, uint8_t op_mod, uint64_t inbox)
 {
-    if (port != 1 || op_mod != 0) {   // op_mod 0: an IB port's settings
-        return port != 1 ? cmd_status::bad_index : cmd_status::bad_op;
+    if (port != 1) {
+        return cmd_status::bad_index;
     }
-    const auto *in = dma<prm::set_port_ib_inbox>(inbox);
-    if (!sma_) {
+    if (op_mod != 0 || !sma_) {   // op_mod 0: an IB port's settings
         return cmd_status::bad_op;
     }
+    const auto *in = dma<prm::set_port_ib_inbox>(inbox);
     return sma_->set_port(in->capability_mask.get(), in->reset_qkey_violations & 1)
                ? cmd_status::ok
                : cmd_status::bad_res_state;   // port not up
