@@ -25,6 +25,9 @@ void device_sma::port_up(uint16_t lid, uint64_t port_guid)
     // No master SM: sm_lid stays 0, so no trap is queued for nobody.
     agent_ = std::make_unique<sma>(std::move(p));
     agent_->link_up();   // DOWN -> INIT (IBA 7.2)
+    if (wait_for_sm_) {
+        return;          // the SM takes it from here
+    }
     // The SM's bring-up sequence (IBA 14.4.5): LID in INIT, then ARMED,
     // then ACTIVE. Each step is a legal transition; a failure means the
     // state machine and this sequence disagree, a bug worth a log line.
@@ -85,15 +88,10 @@ bool device_sma::set_port_info(uint16_t lid, logical_state state)
     if (agent_->process(in, out, true) != status::ok) {
         return false;
     }
-    auto set = std::bit_cast<smp>(out);
-    set.hdr.method = static_cast<uint8_t>(method::set);
-    set.hdr.status.set(0);
-    port_info pi;
-    std::memcpy(&pi, set.data, sizeof(pi));
-    pi.lid.set(lid);
-    pi_port_state::set(pi.speed_sup_state, static_cast<uint8_t>(state));
-    pi_phys_state::set(pi.phys_state_down_default, 0);   // NOP
-    std::memcpy(set.data, &pi, sizeof(pi));
+    smp set = port_info_set_from_get(std::bit_cast<smp>(out), [&](port_info &pi) {
+        pi.lid.set(lid);
+        pi_port_state::set(pi.speed_sup_state, static_cast<uint8_t>(state));
+    });
     if (agent_->process(std::bit_cast<mad>(set), out, true) != status::ok) {
         return false;
     }

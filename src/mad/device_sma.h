@@ -15,6 +15,11 @@ namespace mlx4x::mad {
 
 class device_sma final : public dev::sma_hook {
 public:
+    /// `wait_for_sm`: at link-up the port stays in INIT without a LID
+    /// until a subnet manager (mad::subnet_manager) assigns one and brings
+    /// it to ACTIVE; otherwise the agent does that itself with the LID the
+    /// fabric gave (a fabric without an SM).
+    explicit device_sma(bool wait_for_sm = false) : wait_for_sm_(wait_for_sm) {}
     void port_up(uint16_t lid, uint64_t port_guid) override;
     void port_down() override;
     bool process(const uint8_t *in, uint8_t *out, bool local,
@@ -28,6 +33,7 @@ public:
 private:
     bool set_port_info(uint16_t lid, logical_state state);
 
+    bool                 wait_for_sm_;
     std::unique_ptr<sma> agent_;
 };
 

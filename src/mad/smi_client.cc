@@ -49,7 +49,12 @@ void smi_client::collect(clock::time_point until,
 std::optional<smp> smi_client::get(uint16_t dlid, smp_attr attr, uint32_t attr_mod,
                                    duration timeout, unsigned tries)
 {
-    smp req = make_local_get(attr, attr_mod);
+    return request(dlid, make_local_get(attr, attr_mod), timeout, tries);
+}
+
+std::optional<smp> smi_client::request(uint16_t dlid, smp req, duration timeout,
+                                       unsigned tries)
+{
     uint64_t tid = next_tid_++;
     req.hdr.tid.set(tid);
     std::optional<smp> answer;

@@ -32,6 +32,12 @@ public:
     /// `timeout` each. The GetResp, or nullopt when none came.
     std::optional<smp> get(uint16_t dlid, smp_attr attr, uint32_t attr_mod = 0,
                            duration timeout = duration(300), unsigned tries = 3);
+    /// Any request SMP (Get or Set, a fresh TID is put in) to `dlid`: its
+    /// GetResp, or nullopt after `tries` sends of `timeout` each.
+    std::optional<smp> request(uint16_t dlid, smp req, duration timeout = duration(300),
+                               unsigned tries = 3);
+    /// The LID of this client's own port.
+    uint16_t own_lid() const { return ctx_.port().lid; }
 
     /// Get(attr) to every LID in [1, max_lid] at once (an SM's sweep), the
     /// unanswered ones again up to `tries` rounds: the answers by LID.

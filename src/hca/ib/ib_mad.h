@@ -10,6 +10,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 namespace mlx4x::mad {
 
@@ -418,6 +419,23 @@ using pi_link_speed_supported = bits<be8, 4, 4>;
 using pi_port_state           = bits<be8, 0, 4>;   ///< logical_state
 // Byte 33.
 using pi_phys_state           = bits<be8, 4, 4>;   ///< phys_state
+
+/// A Set(PortInfo) made from a GetResp(PortInfo) `current` (how an SM
+/// changes some fields and keeps the rest): PortState and
+/// PortPhysicalState are NOP unless `edit` sets them (IBA 14.2.5.6).
+template <typename F> smp port_info_set_from_get(const smp &current, F edit)
+{
+    smp set = current;
+    set.hdr.method = static_cast<uint8_t>(method::set);
+    set.hdr.status.set(0);
+    port_info pi;
+    std::memcpy(&pi, set.data, sizeof(pi));
+    pi_port_state::set(pi.speed_sup_state, 0);
+    pi_phys_state::set(pi.phys_state_down_default, 0);
+    edit(pi);
+    std::memcpy(set.data, &pi, sizeof(pi));
+    return set;
+}
 using pi_link_down_default    = bits<be8, 0, 4>;   ///< 0 nop, 1 sleep, 2 polling
 // Byte 34.
 using pi_m_key_protect_bits   = bits<be8, 6, 2>;

@@ -1,0 +1,134 @@
+// SPDX-License-Identifier: BSD-3-Clause
+#include "mad/sm.h"
+
+#include "hca/base/log.h"
+#include "mad/device_sma.h"
+
+#include <cerrno>
+#include <cstring>
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+namespace mlx4x::mad {
+
+result<std::unique_ptr<subnet_manager>> subnet_manager::create(fabric::fabric &fab,
+                                                               std::string lock_path,
+                                                               smi_client::idle_fn idle)
+{
+    int fd = open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        MLX4X_ERROR("sm: cannot open %s: %s", lock_path.c_str(), std::strerror(errno));
+        return status::io_error;
+    }
+    return std::unique_ptr<subnet_manager>(new subnet_manager(fab, fd, std::move(idle)));
+}
+
+subnet_manager::~subnet_manager()
+{
+    smi_.reset();
+    ctx_.reset();
+    close(lock_fd_);   // releases mastership
+}
+
+bool subnet_manager::try_master()
+{
+    if (master()) {
+        return true;
+    }
+    // flock: per open file description, so two candidates in one process
+    // exclude each other too, and the lock dies with its holder.
+    if (flock(lock_fd_, LOCK_EX | LOCK_NB) != 0) {
+        return false;
+    }
+    auto c = drv::context::open(fab_, nullptr, std::make_unique<device_sma>());
+    if (!c.ok()) {
+        MLX4X_ERROR("sm: no HCA for the master: %s", to_string(c.error()));
+        (void)flock(lock_fd_, LOCK_UN);
+        return false;
+    }
+    auto s = smi_client::create(**c, idle_);
+    if (!s.ok()) {
+        MLX4X_ERROR("sm: no QP0: %s", to_string(s.error()));
+        (void)flock(lock_fd_, LOCK_UN);
+        return false;
+    }
+    ctx_ = c.take();
+    smi_ = s.take();
+    MLX4X_DIAG("sm: master on lid %u", lid());
+    return true;
+}
+
+uint16_t subnet_manager::lid() const
+{
+    return ctx_ ? ctx_->port().lid : 0;
+}
+
+subnet_manager::sweep_report subnet_manager::sweep(uint16_t max_lid)
+{
+    sweep_report r;
+    if (!master()) {
+        return r;
+    }
+    std::set<uint16_t> seen;
+    for (const auto &[lid, answer] : smi_->sweep(smp_attr::port_info, max_lid,
+                                                 smi_client::duration(20), 2)) {
+        if (answer.hdr.status.get() != 0) {
+            continue;
+        }
+        seen.insert(lid);
+        r.ports.push_back(lid);
+        port_info pi;
+        std::memcpy(&pi, answer.data, sizeof(pi));
+        auto state = static_cast<logical_state>(pi_port_state::get(pi.speed_sup_state));
+        if (pi.lid.get() == lid && pi.sm_lid.get() == this->lid() &&
+            state == logical_state::active) {
+            continue;   // up, and knows its master
+        }
+        (bring_up(lid, answer) ? r.brought_up : r.failed).push_back(lid);
+    }
+    for (uint16_t lid : known_) {
+        if (!seen.count(lid)) {
+            r.gone.push_back(lid);
+            MLX4X_DIAG("sm: lid %u gone", lid);
+        }
+    }
+    known_ = std::move(seen);
+    return r;
+}
+
+/// IBA 14.4.5: in INIT the port gets its LID and MasterSMLID; then ARMED,
+/// then ACTIVE. A port already ACTIVE only learns the (new) master.
+bool subnet_manager::bring_up(uint16_t lid, const smp &port_info_resp)
+{
+    port_info pi;
+    std::memcpy(&pi, port_info_resp.data, sizeof(pi));
+    auto state = static_cast<logical_state>(pi_port_state::get(pi.speed_sup_state));
+    smp current = port_info_resp;
+    auto set = [&](logical_state to) {
+        smp req = port_info_set_from_get(current, [&](port_info &p) {
+            p.lid.set(lid);
+            p.sm_lid.set(this->lid());
+            pi_port_state::set(p.speed_sup_state, static_cast<uint8_t>(to));
+        });
+        auto resp = smi_->request(lid, req, smi_client::duration(50), 3);
+        if (!resp || resp->hdr.status.get() != 0) {
+            return false;
+        }
+        current = *resp;
+        return true;
+    };
+    switch (state) {
+    case logical_state::init:
+        return set(logical_state::nop) && set(logical_state::armed) &&
+               set(logical_state::active);
+    case logical_state::armed:
+        return set(logical_state::active);
+    case logical_state::active:
+        return set(logical_state::nop);
+    default:
+        return false;   // DOWN: no link to bring up
+    }
+}
+
+} // namespace mlx4x::mad

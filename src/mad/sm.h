@@ -1,0 +1,71 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// The subnet manager (IBA 14.4): exactly one master per fabric. Mastership
+// is an exclusive lock on the fabric's SM file: the first candidate to take
+// it is the master, and because the kernel drops the lock when its holder
+// exits, however it exits (kill -9 included), the next candidate to try
+// takes over: the hand-over of IBA 14.4.1, with the lock standing in for
+// SMInfo polling between SMs.
+//
+// The master has an HCA port of its own (an SM node) and sweeps the
+// fabric's LIDs over QP0. The in-host fabrics route by the LID slot a port
+// attached to, as a switch routes by port number, so the sweep reaches
+// ports whose SMA has no LID yet; every port found is brought up as
+// IBA 14.4.5 orders it: LID and MasterSMLID set in INIT, then ARMED, then
+// ACTIVE (Set PortInfo). Ports that stop answering are reported gone and
+// their LIDs are free again (the fabric hands the slot to the next port).
+#pragma once
+
+#include "hca/base/status.h"
+#include "hca/drv/verbs.h"
+#include "hca/fabric/fabric.h"
+#include "mad/smi_client.h"
+
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace mlx4x::mad {
+
+class subnet_manager {
+public:
+    /// A candidate for fabric `fab`; `lock_path` is the fabric's SM file.
+    /// `idle` runs while the master waits for answers (tests progress
+    /// the other devices of an in-process fabric there).
+    static result<std::unique_ptr<subnet_manager>> create(fabric::fabric &fab,
+                                                          std::string lock_path,
+                                                          smi_client::idle_fn idle = {});
+    ~subnet_manager();
+    subnet_manager(const subnet_manager &) = delete;
+    subnet_manager &operator=(const subnet_manager &) = delete;
+
+    /// Becomes the master if no candidate is (never blocks): true when
+    /// this one is the master, now or already.
+    bool try_master();
+    bool master() const { return smi_ != nullptr; }
+    /// The master's own port's LID (MasterSMLID); 0 when not the master.
+    uint16_t lid() const;
+
+    struct sweep_report {
+        std::vector<uint16_t> ports;       ///< LIDs that answered
+        std::vector<uint16_t> brought_up;  ///< ... and were set up now
+        std::vector<uint16_t> gone;        ///< known before, silent now
+        std::vector<uint16_t> failed;      ///< refused a Set (e.g. M_Key)
+    };
+    /// One sweep of LIDs 1..max_lid (the master only; empty otherwise).
+    sweep_report sweep(uint16_t max_lid);
+
+private:
+    subnet_manager(fabric::fabric &fab, int lock_fd, smi_client::idle_fn idle)
+        : fab_(fab), lock_fd_(lock_fd), idle_(std::move(idle)) {}
+    bool bring_up(uint16_t lid, const smp &port_info_resp);
+
+    fabric::fabric               &fab_;
+    int                           lock_fd_;
+    smi_client::idle_fn           idle_;
+    std::unique_ptr<drv::context> ctx_;    ///< the SM node's HCA
+    std::unique_ptr<smi_client>   smi_;
+    std::set<uint16_t>            known_;  ///< LIDs seen by the last sweep
+};
+
+} // namespace mlx4x::mad
