@@ -558,12 +558,14 @@ status interface::post_rx(uint32_t slot)
 
 unsigned interface::progress()
 {
-    // Events for UCX: device work done here and completions handled (with
-    // the engine thread, only the latter).
-    unsigned n = ctx().progress(64);
-    n += poll_send();
+    // Events for UCX are the completions handed to it. The device's own
+    // work (ACKs, answering an SM's SMPs) and connection management are
+    // not: UCP counts any event without an active message as a reason to
+    // stay awake, and asserts there is none while it sets an interface up.
+    (void)ctx().progress(64);
+    unsigned n = poll_send();
     n += poll_recv();
-    n += md_.cm().progress();
+    (void)md_.cm().progress();
     dispatch_pending();
     if (n == 0 && ctx().engine_threaded()) {
         // Nothing for us yet: the device thread may need this core (MPI

@@ -1,0 +1,75 @@
+#!/bin/sh
+# The subnet manager on the shm fabric (issue 4): of two mlx4x-sm processes
+# one is master and writes its LID into every port's PortInfo (SM lid)
+# while a 2-rank MPI job runs; kill -9 of the master hands mastership to
+# the other, which becomes every port's SM; the LIDs of kill -9'ed ranks
+# are reported gone by the SM's next sweep.
+. "$(dirname "$0")/lib.sh"
+
+bin="$top_builddir/contrib"
+a=$(mktemp); b=$(mktemp); log=$(mktemp); stop=$(mktemp -u)
+trap 'kill -9 $sma $smb 2>/dev/null; rm -f "$a" "$b" "$log" "$stop" \
+      "/dev/shm/$UCX_MLX4X_FABRIC" "/dev/shm/$UCX_MLX4X_FABRIC.sm"' EXIT
+
+# wait_for FILE PATTERN SECONDS
+wait_for() {
+    for i in $(seq $(($3 * 10))); do
+        grep -q "$2" "$1" && return 0
+        sleep 0.1
+    done
+    return 1
+}
+# every port mlx4x-stat sees (the ranks' and the master's own) has SM lid $1
+sm_lid_everywhere() {
+    for i in $(seq 50); do
+        s=$("$bin/mlx4x-stat" 2>/dev/null)
+        n=$(echo "$s" | grep -c "SM lid: $1\$")
+        [ "$n" -ge 3 ] && [ "$(echo "$s" | grep -c 'SM lid:')" -eq "$n" ] && return 0
+        sleep 0.1
+    done
+    echo "$s" | sed 's/^/[stat] /'
+    return 1
+}
+
+"$bin/mlx4x-sm" --sweep-ms 50 >"$a" 2>&1 &
+sma=$!
+wait_for "$a" 'master lid' 10 && ok "first mlx4x-sm: $(grep 'master lid' "$a")" \
+    || { fail "the first SM did not become master"; cat "$a"; }
+"$bin/mlx4x-sm" --sweep-ms 50 >"$b" 2>&1 &
+smb=$!
+wait_for "$b" 'candidate' 10; sleep 1
+grep -q 'master' "$b" && fail "two masters" || ok "the second mlx4x-sm stays a candidate"
+
+timeout 120 mpirun --allow-run-as-root --oversubscribe -np 2 \
+    -x UCX_MLX4X_FABRIC -x MLX4X_LIB \
+    "$RUN" "$top_builddir/test/mpi/mpi_until_file" "$stop" 100 >"$log" 2>&1 &
+job=$!
+wait_for "$log" '^ready' 60 || { fail "the MPI job did not start"; cat "$log"; }
+
+lid_a=$(sed -n 's/.*master lid //p' "$a")
+owner_of() { "$bin/mlx4x-smpquery" nodedesc "$1" | sed -n 's/.* pid \([0-9]*\)$/\1/p'; }
+[ "$(owner_of "$lid_a")" = "$sma" ] && ok "lid $lid_a is the first mlx4x-sm's own port (pid $sma)" \
+    || fail "lid $lid_a is not the first SM's port"
+sm_lid_everywhere "$lid_a" && ok "both ranks' ports: SM lid $lid_a (the master's)" \
+    || fail "SM lid $lid_a not in both ranks' PortInfo"
+rank_lids=$("$bin/mlx4x-stat" -l | grep -vx "$lid_a" | tr '\n' ' ')
+
+kill -9 $sma
+wait_for "$b" 'master lid' 10 && ok "kill -9 of the master: hand-over ($(grep 'master lid' "$b"))" \
+    || { fail "no hand-over"; cat "$b"; }
+lid_b=$(sed -n 's/.*master lid //p' "$b")
+[ "$(owner_of "$lid_b")" = "$smb" ] && ok "lid $lid_b is now the second mlx4x-sm's port (pid $smb)" \
+    || fail "lid $lid_b is not the second SM's port"
+sm_lid_everywhere "$lid_b" && ok "both ranks' ports: SM lid $lid_b (the new master's)" \
+    || fail "SM lid $lid_b not in both ranks' PortInfo"
+
+# kill -9 a rank: the job ends, and the SM reports both ranks' LIDs gone.
+pkill -9 -f "mpi_until_file $stop" 2>/dev/null
+wait $job 2>/dev/null
+gone=0
+for lid in $rank_lids; do
+    wait_for "$b" "gone lid $lid\$" 10 && gone=$((gone + 1))
+done
+[ $gone -eq 2 ] && ok "kill -9 of the ranks: the SM reports LIDs $rank_lids gone" \
+    || { fail "$gone of 2 LIDs reported gone"; cat "$b"; }
+finish
