@@ -2,6 +2,7 @@
 #include "mad/sm.h"
 
 #include "hca/base/log.h"
+#include "hca/fabric/shm_fabric.h"
 #include "mad/device_sma.h"
 
 #include <cerrno>
@@ -129,6 +130,63 @@ bool subnet_manager::bring_up(uint16_t lid, const smp &port_info_resp)
     default:
         return false;   // DOWN: no link to bring up
     }
+}
+
+// ---- sm_service -----------------------------------------------------------
+
+result<std::shared_ptr<sm_service>> sm_service::get(const std::string &fabric_name,
+                                                    std::chrono::milliseconds period)
+{
+    static std::mutex                lock;
+    static std::weak_ptr<sm_service> shared;
+    std::lock_guard g(lock);
+    if (auto s = shared.lock()) {
+        return s;
+    }
+    auto s = std::make_shared<sm_service>();
+    auto f = fabric::shm_fabric::open(fabric_name);
+    if (!f.ok()) {
+        return f.error();
+    }
+    s->fabric_ = f.take();
+    auto sm = subnet_manager::create(*s->fabric_, "/dev/shm/" + fabric_name + ".sm");
+    if (!sm.ok()) {
+        return sm.error();
+    }
+    s->sm_ = sm.take();
+    s->thread_ = std::thread([raw = s.get(), period] { raw->run(period); });
+    shared = s;
+    return s;
+}
+
+void sm_service::run(std::chrono::milliseconds period)
+{
+    std::unique_lock g(mu_);
+    while (!stop_) {
+        g.unlock();
+        if (sm_->try_master()) {
+            master_ = true;
+            auto r = sm_->sweep(fabric::shm_fabric::max_lid());
+            for (uint16_t lid : r.gone) {
+                MLX4X_DEBUG("sm: lid %u gone", lid);
+            }
+        }
+        g.lock();
+        wake_.wait_for(g, period, [this] { return stop_; });
+    }
+}
+
+sm_service::~sm_service()
+{
+    {
+        std::lock_guard g(mu_);
+        stop_ = true;
+    }
+    wake_.notify_all();
+    if (thread_.joinable()) {
+        thread_.join();
+    }
+    sm_.reset();   // its port and the lock, before the fabric
 }
 
 } // namespace mlx4x::mad

@@ -20,10 +20,17 @@
 #include "hca/fabric/fabric.h"
 #include "mad/smi_client.h"
 
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <memory>
+#include <mutex>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
+
+namespace mlx4x::fabric { class shm_fabric; }
 
 namespace mlx4x::mad {
 
@@ -66,6 +73,34 @@ private:
     std::unique_ptr<drv::context> ctx_;    ///< the SM node's HCA
     std::unique_ptr<smi_client>   smi_;
     std::set<uint16_t>            known_;  ///< LIDs seen by the last sweep
+};
+
+/// A process's SM candidate on the shm fabric, shared by everything in the
+/// process that asks for it (UCT memory domains): a thread that tries for
+/// mastership every `period` and sweeps while it is the master. So the
+/// first process of a fabric is its master ("the first port up"), and when
+/// that process exits another one, or a standalone mlx4x-sm, takes over.
+class sm_service {
+public:
+    static result<std::shared_ptr<sm_service>> get(const std::string &fabric_name,
+                                                   std::chrono::milliseconds period);
+    ~sm_service();   // stops the thread; a master lets go of the fabric
+    bool master() const { return master_.load(); }
+
+    sm_service() = default;
+    sm_service(const sm_service &) = delete;
+    sm_service &operator=(const sm_service &) = delete;
+
+private:
+    void run(std::chrono::milliseconds period);
+
+    std::unique_ptr<fabric::shm_fabric> fabric_;
+    std::unique_ptr<subnet_manager>     sm_;
+    std::thread                         thread_;
+    std::mutex                          mu_;
+    std::condition_variable             wake_;
+    bool                                stop_ = false;
+    std::atomic<bool>                   master_{false};
 };
 
 } // namespace mlx4x::mad

@@ -2,6 +2,7 @@
 #include "mad/smi_client.h"
 
 #include <bit>
+#include <thread>
 
 namespace mlx4x::mad {
 
@@ -33,16 +34,22 @@ void smi_client::collect(clock::time_point until,
 {
     bool done = false;
     do {
-        ctx_.progress();
+        unsigned work = ctx_.progress();
         if (idle_) {
             idle_();
         }
         qp0_->poll([&](uint16_t slid, const mad &m) {
+            ++work;
             auto s = std::bit_cast<smp>(m);
             if (!done && s.hdr.method == uint8_t(method::get_resp)) {
                 done = on_answer(slid, s);
             }
         });
+        if (!work && !idle_) {
+            // Waiting on other processes: give the core away (an SM sweeps
+            // in the background of MPI ranks).
+            std::this_thread::sleep_for(std::chrono::microseconds(50));
+        }
     } while (!done && clock::now() < until);
 }
 

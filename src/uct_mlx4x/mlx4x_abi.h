@@ -34,6 +34,7 @@ typedef struct uct_mlx4x_md_config {
     char                  *fabric;
     int                    rcache_enable;
     uct_md_rcache_config_t rcache;
+    int                    sm;
 } uct_mlx4x_md_config_t;
 
 typedef struct uct_mlx4x_iface_config {

@@ -67,7 +67,7 @@ memory_domain::~memory_domain()
 
 result<std::unique_ptr<memory_domain>>
 memory_domain::open(const std::string &fabric_name, bool engine_thread,
-                    const uct_md_rcache_config_t *rcache)
+                    const uct_md_rcache_config_t *rcache, bool subnet_manager)
 {
     auto m = std::make_unique<memory_domain>();
     m->fabric_name_ = fabric_name.empty() ? fabric::shm_fabric::default_name() : fabric_name;
@@ -109,6 +109,16 @@ memory_domain::open(const std::string &fabric_name, bool engine_thread,
         if (status s = m->ctx_->start_engine_thread(place_engine_thread);
             s != status::ok) {
             return s;
+        }
+    }
+    if (subnet_manager) {
+        // Without it the fabric still works (each port activates itself):
+        // a failure is worth a warning, not a refused device.
+        auto sm = mad::sm_service::get(m->fabric_name_, std::chrono::milliseconds(500));
+        if (sm.ok()) {
+            m->sm_ = sm.take();
+        } else {
+            MLX4X_WARN("no subnet manager candidate: %s", to_string(sm.error()));
         }
     }
     MLX4X_DEBUG("mlx4x_0 port 1 up: lid %d guid 0x%llx", m->ctx_->port().lid,

@@ -8,6 +8,7 @@
 #include "uct_mlx4x/mlx4x_conn.h"
 #include "hca/drv/verbs.h"
 #include "hca/ib/ib_tm.h"
+#include "mad/sm.h"
 #include "tm/shadow_list.h"
 
 #include <deque>
@@ -109,10 +110,11 @@ class memory_domain {
 public:
     /// `engine_thread`: the device runs on its own thread (placed with
     /// hwloc, mlx4x_locality.cc); `rcache`: registrations are cached;
-    /// `fabric_name`: the shm segment (empty: the default name).
+    /// `fabric_name`: the shm segment (empty: the default name);
+    /// `subnet_manager`: the process runs an SM candidate (mad::sm_service).
     static result<std::unique_ptr<memory_domain>>
     open(const std::string &fabric_name, bool engine_thread,
-         const uct_md_rcache_config_t *rcache);
+         const uct_md_rcache_config_t *rcache, bool subnet_manager);
     ~memory_domain();
     drv::context &ctx() { return *ctx_; }
     uint32_t pd() const { return pd_; }
@@ -160,6 +162,7 @@ private:
     std::unique_ptr<drv::mr>        dma_mr_;
     ucs_rcache_t                   *rcache_ = nullptr;
     std::unique_ptr<mad::cm::agent> cm_;           ///< before ctx_ goes
+    std::shared_ptr<mad::sm_service> sm_;          ///< the process's SM candidate
     uint32_t                        next_service_ = 0;
     std::vector<interface *>        ifaces_;
 };

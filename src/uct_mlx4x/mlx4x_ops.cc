@@ -176,7 +176,8 @@ extern "C" ucs_status_t uct_mlx4x_md_init(uct_mlx4x_md_t *m,
         install_log_sink();
         auto r = memory_domain::open(config->fabric ? config->fabric : "",
                                      config->engine == UCT_MLX4X_ENGINE_THREAD,
-                                     config->rcache_enable ? &config->rcache : nullptr);
+                                     config->rcache_enable ? &config->rcache : nullptr,
+                                     config->sm);
         if (!r.ok()) {
             return to_ucs(r.error());
         }

@@ -51,6 +51,14 @@ static ucs_config_field_t uct_mlx4x_md_config_table[] = {
     {"", "", NULL, ucs_offsetof(uct_mlx4x_md_config_t, rcache),
      UCS_CONFIG_TYPE_TABLE(uct_md_config_rcache_table)},
 
+    {"SM", "y",
+     "Run a subnet manager candidate in this process (a thread): the first\n"
+     "process of a fabric to try is its master, with an SM port of its own; it\n"
+     "sweeps the fabric twice a second and writes its LID into every port's\n"
+     "PortInfo (SM lid). When the master exits, however it exits, another\n"
+     "process of the fabric (or a standalone mlx4x-sm) takes over.",
+     ucs_offsetof(uct_mlx4x_md_config_t, sm), UCS_CONFIG_TYPE_BOOL},
+
     {NULL}
 };
 

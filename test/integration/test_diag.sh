@@ -1,6 +1,7 @@
 #!/bin/sh
 # The diagnostic tools while a 2-rank MPI job runs over mlx4x (issue 4):
-# mlx4x-stat shows both ranks' ports ACTIVE with their LIDs, mlx4x-netdiscover
+# mlx4x-stat shows both ranks' ports ACTIVE with their LIDs and the SM LID of
+# the master subnet manager one of the ranks runs, mlx4x-netdiscover
 # lists both, and mlx4x-smpquery prints what each rank's SMA answered over
 # QP0 (portinfo, nodedesc, nodeinfo, guids, pkeys). A LID without a port gets no answer; a bad command line exits 2.
 . "$(dirname "$0")/lib.sh"
@@ -18,14 +19,31 @@ for i in $(seq 300); do
 done
 grep -q '^ready' "$log" || { fail "the MPI job did not start"; cat "$log"; }
 
-stat=$("$bin/mlx4x-stat"); rc=$?
+# The ports: both ranks' and the master SM's (UCX_MLX4X_SM=y: the first
+# rank to try runs the fabric's subnet manager on a port of its own). The
+# SM may need one sweep (half a second) to reach every port.
+for i in $(seq 50); do
+    stat=$("$bin/mlx4x-stat"); rc=$?
+    sm=$(echo "$stat" | sed -n 's/.*SM lid: //p' | sort -u)
+    [ "$(echo "$sm" | wc -l)" -eq 1 ] && [ "$sm" != 0 ] && [ "$(echo "$stat" | grep -c 'SM lid:')" -eq 3 ] && break
+    sleep 0.1
+done
 echo "$stat" | sed 's/^/[stat] /'
 active=$(echo "$stat" | grep -c 'State: Active')
-[ $rc -eq 0 ] && [ "$active" -eq 2 ] && ok "mlx4x-stat: both ranks' ports Active" \
+[ $rc -eq 0 ] && [ "$active" -eq 3 ] && ok "mlx4x-stat: both ranks' ports and the SM's Active" \
     || fail "mlx4x-stat (exit $rc, $active ports Active)"
-lids=$("$bin/mlx4x-stat" -l)
-[ "$(echo "$lids" | wc -l)" -eq 2 ] && ok "mlx4x-stat -l: LIDs $(echo $lids)" \
-    || fail "mlx4x-stat -l: '$lids'"
+[ "$(echo "$sm" | wc -l)" -eq 1 ] && [ "$sm" != 0 ] \
+    && ok "mlx4x-stat: every port has SM lid $sm" || fail "SM lids: '$(echo $sm)'"
+all=$("$bin/mlx4x-stat" -l)
+lids=$(echo "$all" | grep -vx "$sm")
+[ "$(echo "$all" | wc -l)" -eq 3 ] && [ "$(echo "$lids" | wc -l)" -eq 2 ] \
+    && ok "mlx4x-stat -l: LIDs $(echo $all) (SM $sm, ranks $(echo $lids))" \
+    || fail "mlx4x-stat -l: '$all'"
+sm_pid=$("$bin/mlx4x-smpquery" nodedesc "$sm" | sed -n 's/.* pid \([0-9]*\)$/\1/p')
+rank_pids=$(for lid in $lids; do "$bin/mlx4x-smpquery" nodedesc "$lid" | sed -n 's/.* pid \([0-9]*\)$/\1/p'; done)
+echo "$rank_pids" | grep -qx "$sm_pid" \
+    && ok "the master SM runs in rank process $sm_pid (the first port up)" \
+    || fail "the SM's process $sm_pid is not a rank ($(echo $rank_pids))"
 
 disc=$("$bin/mlx4x-netdiscover"); rc=$?
 echo "$disc" | sed 's/^/[netdiscover] /'
@@ -33,8 +51,8 @@ found=0
 for lid in $lids; do
     echo "$disc" | grep -q "# lid $lid lmc 0 \".* mlx4x_0 pid " && found=$((found + 1))
 done
-[ $rc -eq 0 ] && [ $found -eq 2 ] && echo "$disc" | grep -q '; 2 CA ports found' \
-    && ok "mlx4x-netdiscover lists both ranks' ports" || fail "mlx4x-netdiscover (exit $rc)"
+[ $rc -eq 0 ] && [ $found -eq 2 ] && echo "$disc" | grep -q '; 3 CA ports found' \
+    && ok "mlx4x-netdiscover lists both ranks' ports (and the SM's)" || fail "mlx4x-netdiscover (exit $rc)"
 
 for lid in $lids; do
     pi=$("$bin/mlx4x-smpquery" portinfo "$lid"); rc=$?

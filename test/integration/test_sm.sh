@@ -1,9 +1,11 @@
 #!/bin/sh
-# The subnet manager on the shm fabric (issue 4): of two mlx4x-sm processes
-# one is master and writes its LID into every port's PortInfo (SM lid)
-# while a 2-rank MPI job runs; kill -9 of the master hands mastership to
-# the other, which becomes every port's SM; the LIDs of kill -9'ed ranks
-# are reported gone by the SM's next sweep.
+# The subnet manager on the shm fabric (issue 4). Standalone: of two
+# mlx4x-sm processes one is master and writes its LID into every port's
+# PortInfo (SM lid) while a 2-rank MPI job runs; kill -9 of the master hands
+# mastership to the other, which becomes every port's SM; the LIDs of
+# kill -9'ed ranks are reported gone by the SM's next sweep. In-process
+# (UCX_MLX4X_SM=y, the default): the first of two MPI processes runs the
+# master; kill -9 of it hands over to the other.
 . "$(dirname "$0")/lib.sh"
 
 bin="$top_builddir/contrib"
@@ -19,12 +21,12 @@ wait_for() {
     done
     return 1
 }
-# every port mlx4x-stat sees (the ranks' and the master's own) has SM lid $1
+# every port mlx4x-stat sees (at least ${2:-3}: ranks' and SMs') has SM lid $1
 sm_lid_everywhere() {
     for i in $(seq 50); do
         s=$("$bin/mlx4x-stat" 2>/dev/null)
         n=$(echo "$s" | grep -c "SM lid: $1\$")
-        [ "$n" -ge 3 ] && [ "$(echo "$s" | grep -c 'SM lid:')" -eq "$n" ] && return 0
+        [ "$n" -ge "${2:-3}" ] && [ "$(echo "$s" | grep -c 'SM lid:')" -eq "$n" ] && return 0
         sleep 0.1
     done
     echo "$s" | sed 's/^/[stat] /'
@@ -40,8 +42,8 @@ smb=$!
 wait_for "$b" 'candidate' 10; sleep 1
 grep -q 'master' "$b" && fail "two masters" || ok "the second mlx4x-sm stays a candidate"
 
-timeout 120 mpirun --allow-run-as-root --oversubscribe -np 2 \
-    -x UCX_MLX4X_FABRIC -x MLX4X_LIB \
+UCX_MLX4X_SM=n timeout 120 mpirun --allow-run-as-root --oversubscribe -np 2 \
+    -x UCX_MLX4X_FABRIC -x MLX4X_LIB -x UCX_MLX4X_SM \
     "$RUN" "$top_builddir/test/mpi/mpi_until_file" "$stop" 100 >"$log" 2>&1 &
 job=$!
 wait_for "$log" '^ready' 60 || { fail "the MPI job did not start"; cat "$log"; }
@@ -72,4 +74,50 @@ for lid in $rank_lids; do
 done
 [ $gone -eq 2 ] && ok "kill -9 of the ranks: the SM reports LIDs $rank_lids gone" \
     || { fail "$gone of 2 LIDs reported gone"; cat "$b"; }
+kill -9 $smb; wait $smb 2>/dev/null
+
+# In-process SMs: two one-rank jobs; the first one's process is master.
+# A one-rank job never progresses its device (its collectives stay in the
+# process), so the devices run on their engine threads: that is what answers
+# the SM's SMPs and lets the other job's port be swept.
+stop2=$(mktemp -u); log1=$(mktemp); log2=$(mktemp)
+job() {
+    UCX_MLX4X_ENGINE=thread timeout 120 mpirun --allow-run-as-root --oversubscribe -np 1 \
+        -x UCX_MLX4X_FABRIC -x MLX4X_LIB -x UCX_MLX4X_ENGINE \
+        "$RUN" "$top_builddir/test/mpi/mpi_until_file" "$stop2" 100 >"$1" 2>&1
+}
+job "$log1" & job1=$!
+wait_for "$log1" '^ready' 60 || { fail "job 1 did not start"; cat "$log1"; }
+job "$log2" & job2=$!
+wait_for "$log2" '^ready' 60 || { fail "job 2 did not start"; cat "$log2"; }
+master_lid() { "$bin/mlx4x-stat" 2>/dev/null | sed -n 's/.*SM lid: //p' | sort -u; }
+first=""
+for i in $(seq 50); do
+    first=$(master_lid); [ "$(echo "$first" | wc -l)" -eq 1 ] && [ "$first" != 0 ] && break
+    sleep 0.1
+done
+pids=$(pgrep -f "mpi_until_file $stop2" | tr '\n' ' ')
+first_pid=$(owner_of "$first")
+echo "$pids" | grep -qw "$first_pid" && sm_lid_everywhere "$first" 3 \
+    && ok "in-process SM: rank process $first_pid is master (SM lid $first on all 3 ports)" \
+    || fail "in-process SM: lid '$first' owned by '$first_pid', ranks $pids"
+kill -9 "$first_pid"
+wait $job1 2>/dev/null
+second=""; second_pid=""
+for i in $(seq 100); do
+    second=$(master_lid)
+    if [ "$(echo "$second" | wc -l)" -eq 1 ] && [ "$second" != 0 ]; then
+        second_pid=$(owner_of "$second")
+        [ -n "$second_pid" ] && [ "$second_pid" != "$first_pid" ] && break
+    fi
+    sleep 0.1
+done
+echo "$pids" | grep -qw "$second_pid" && [ "$second_pid" != "$first_pid" ] \
+    && sm_lid_everywhere "$second" 2 \
+    && ok "kill -9 of the master's process: rank $second_pid took over (SM lid $second)" \
+    || fail "no in-process hand-over: lid '$second' owned by '$second_pid'"
+touch "$stop2"
+wait $job2; rc=$?
+[ $rc -eq 0 ] && ok "the other job ran on and finished" || { fail "job 2 (exit $rc)"; cat "$log2"; }
+rm -f "$stop2" "$log1" "$log2"
 finish

@@ -276,6 +276,8 @@ public:
         for (auto &g : e.multicast) {
             g.store(0, std::memory_order_relaxed);
         }
+        e.released = uint64_t(std::chrono::steady_clock::now().time_since_epoch() /
+                              std::chrono::nanoseconds(1));
         e.pid = 0;
         e.state.store(static_cast<uint32_t>(port_state::free),
                       std::memory_order_release);
@@ -498,23 +500,35 @@ result<std::unique_ptr<port>> shm_fabric::attach()
     mutex_guard    g(&h->lock);
     port_entry    *tab = ports(h);
 
-    // Reclaim ports whose owners died without detaching.
-    for (uint32_t i = 0; i < max_ports; ++i) {
-        if (tab[i].state.load(std::memory_order_acquire) !=
-                static_cast<uint32_t>(port_state::free) &&
-            !owner_alive(tab[i])) {
-            MLX4X_DEBUG("reclaiming lid %u of dead process %d", i + 1,
-                        tab[i].pid);
-            tab[i].state.store(static_cast<uint32_t>(port_state::free),
-                               std::memory_order_release);
+    // The free port that has been free longest. Ports of processes that died
+    // without detaching are reclaimed only when no free one is left: their
+    // peers' connections see them dead (peer_alive) instead of reaching a
+    // new owner, and time out cleanly.
+    auto longest_free = [&]() -> port_entry * {
+        port_entry *best = nullptr;
+        for (uint32_t i = 0; i < max_ports; ++i) {
+            if (tab[i].state.load(std::memory_order_acquire) ==
+                    static_cast<uint32_t>(port_state::free) &&
+                (!best || tab[i].released < best->released)) {
+                best = &tab[i];
+            }
         }
+        return best;
+    };
+    port_entry *free_port = longest_free();
+    if (!free_port) {
+        for (uint32_t i = 0; i < max_ports; ++i) {
+            if (!owner_alive(tab[i])) {
+                MLX4X_DEBUG("reclaiming lid %u of dead process %d", i + 1, tab[i].pid);
+                tab[i].state.store(static_cast<uint32_t>(port_state::free),
+                                   std::memory_order_release);
+            }
+        }
+        free_port = longest_free();
     }
-    for (uint32_t i = 0; i < max_ports; ++i) {
-        port_entry &e = tab[i];
-        if (e.state.load(std::memory_order_acquire) !=
-            static_cast<uint32_t>(port_state::free)) {
-            continue;
-        }
+    if (free_port) {
+        port_entry &e = *free_port;
+        uint32_t    i = uint32_t(free_port - tab);
         e.state.store(static_cast<uint32_t>(port_state::attaching),
                       std::memory_order_relaxed);
         e.pid        = getpid();
@@ -522,12 +536,12 @@ result<std::unique_ptr<port>> shm_fabric::attach()
         e.port_guid  = port_guid_of(h->next_guid++);
         ++e.generation;
         e.sleeping.store(0, std::memory_order_relaxed);
-        for (auto &g : e.multicast) {   // a dead owner's groups end with it
-            g.store(0, std::memory_order_relaxed);
+        for (auto &grp : e.multicast) {   // a dead owner's groups end with it
+            grp.store(0, std::memory_order_relaxed);
         }
         ring &r = rings(h)[i];
-        for (uint32_t s = 0; s < ring_slots; ++s) {
-            r.slots[s].seq.store(s, std::memory_order_relaxed);
+        for (uint32_t sl = 0; sl < ring_slots; ++sl) {
+            r.slots[sl].seq.store(sl, std::memory_order_relaxed);
         }
         r.head.store(0, std::memory_order_relaxed);
         r.tail.store(0, std::memory_order_relaxed);

@@ -22,8 +22,8 @@
 namespace mlx4x::fabric::shm {
 
 constexpr uint64_t region_magic   = 0x6d6c783478666162ull; // "mlx4xfab"
-constexpr uint32_t region_version = 4;   ///< 2: port_entry.sleeping; 3: 256 ports;
-                                         ///< 4: port_entry.multicast
+constexpr uint32_t region_version = 5;   ///< 2: port_entry.sleeping; 3: 256 ports;
+                                         ///< 4: port_entry.multicast; 5: released
 constexpr uint32_t max_port_groups = 8;  ///< multicast groups per port
 constexpr uint32_t max_ports      = 256;
 constexpr uint32_t ring_slots     = 256;   ///< power of two
@@ -61,6 +61,10 @@ struct alignas(64) port_entry {
     /// Multicast LIDs the port joined (0: free slot); senders copy a frame
     /// to a group to every member.
     std::atomic<uint16_t> multicast[max_port_groups];
+    /// When the port was last detached (steady clock, ns; 0: never used):
+    /// attach hands out the longest-free LID, so a LID its peers may still
+    /// address is the last one to get a new owner.
+    uint64_t              released;
 };
 static_assert(sizeof(port_entry) == 64);
 
