@@ -165,7 +165,6 @@ void sm_service::run(std::chrono::milliseconds period)
     while (!stop_) {
         g.unlock();
         if (sm_->try_master()) {
-            master_ = true;
             auto r = sm_->sweep(fabric::shm_fabric::max_lid());
             for (uint16_t lid : r.gone) {
                 MLX4X_DEBUG("sm: lid %u gone", lid);

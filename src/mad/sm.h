@@ -20,7 +20,6 @@
 #include "hca/fabric/fabric.h"
 #include "mad/smi_client.h"
 
-#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <memory>
@@ -85,7 +84,6 @@ public:
     static result<std::shared_ptr<sm_service>> get(const std::string &fabric_name,
                                                    std::chrono::milliseconds period);
     ~sm_service();   // stops the thread; a master lets go of the fabric
-    bool master() const { return master_.load(); }
 
     sm_service() = default;
     sm_service(const sm_service &) = delete;
@@ -100,7 +98,6 @@ private:
     std::mutex                          mu_;
     std::condition_variable             wake_;
     bool                                stop_ = false;
-    std::atomic<bool>                   master_{false};
 };
 
 } // namespace mlx4x::mad
