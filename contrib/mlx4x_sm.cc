@@ -7,7 +7,8 @@
 //
 //   mlx4x-sm [--once] [--sweep-ms N]
 //
-// Prints one line per event: "master lid N", "up lid N", "gone lid N".
+// Prints one line per event: "master lid N", "up lid N", "gone lid N",
+// "trap T from lid N".
 #include "hca/fabric/shm_fabric.h"
 #include "mad/sm.h"
 
@@ -77,6 +78,7 @@ int main(int argc, char **argv)
             for (uint16_t lid : r.brought_up) std::printf("mlx4x-sm: up lid %u\n", lid);
             for (uint16_t lid : r.gone) std::printf("mlx4x-sm: gone lid %u\n", lid);
             for (uint16_t lid : r.failed) std::printf("mlx4x-sm: lid %u refused\n", lid);
+            for (auto t : r.traps) std::printf("mlx4x-sm: trap %u from lid %u\n", t.number, t.lid);
             if (once) {
                 return 0;
             }

@@ -54,6 +54,17 @@ void device_sma::count_violation(bool qkey)
     }
 }
 
+bool device_sma::take_trap(uint8_t *mad_out, uint16_t &dlid)
+{
+    std::optional<mad> t = agent_ ? agent_->take_trap() : std::nullopt;
+    if (!t) {
+        return false;
+    }
+    std::memcpy(mad_out, &*t, sizeof(*t));
+    dlid = agent_->state().sm_lid;
+    return true;
+}
+
 void device_sma::port_down()
 {
     if (agent_) {

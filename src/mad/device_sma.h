@@ -26,6 +26,7 @@ public:
                  uint16_t requester_lid) override;
     bool set_port(uint32_t capability_mask, bool reset_qkey_violations) override;
     void count_violation(bool qkey) override;
+    bool take_trap(uint8_t *mad_out, uint16_t &dlid) override;
 
     /// The agent while the port is up, else nullptr.
     const sma *agent() const { return agent_.get(); }

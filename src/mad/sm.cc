@@ -56,6 +56,12 @@ bool subnet_manager::try_master()
     }
     ctx_ = c.take();
     smi_ = s.take();
+    smi_->on_trap([this](uint16_t lid, const smp &t) {
+        notice n;
+        std::memcpy(&n, t.data, sizeof(n));
+        MLX4X_DIAG("sm: trap %u from lid %u", unsigned(n.trap_num.get()), lid);
+        traps_.push_back({lid, n.trap_num.get()});
+    });
     MLX4X_DIAG("sm: master on lid %u", lid());
     return true;
 }
@@ -95,6 +101,8 @@ subnet_manager::sweep_report subnet_manager::sweep(uint16_t max_lid)
         }
     }
     known_ = std::move(seen);
+    r.traps = std::move(traps_);
+    traps_.clear();
     return r;
 }
 

@@ -57,6 +57,8 @@ public:
         std::vector<uint16_t> brought_up;  ///< ... and were set up now
         std::vector<uint16_t> gone;        ///< known before, silent now
         std::vector<uint16_t> failed;      ///< refused a Set (e.g. M_Key)
+        struct trap { uint16_t lid; uint16_t number; };
+        std::vector<trap>     traps;       ///< received (and repressed)
     };
     /// One sweep of LIDs 1..max_lid (the master only; empty otherwise).
     sweep_report sweep(uint16_t max_lid);
@@ -72,6 +74,7 @@ private:
     std::unique_ptr<drv::context> ctx_;    ///< the SM node's HCA
     std::unique_ptr<smi_client>   smi_;
     std::set<uint16_t>            known_;  ///< LIDs seen by the last sweep
+    std::vector<sweep_report::trap> traps_;   ///< since the last report
 };
 
 /// A process's SM candidate on the shm fabric, shared by everything in the

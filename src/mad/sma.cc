@@ -198,22 +198,6 @@ void sma::m_key_violation(const smp &s, uint16_t requester_lid)
                 unsigned{st_.port_num}, unsigned{s.hdr.method},
                 unsigned{s.hdr.attr_id.get()});
 
-    if (!(st_.capability_mask & port_cap::is_trap_supported) ||
-        !is_unicast(st_.sm_lid) || traps_.size() >= max_traps)
-        return;
-
-    // Trap(Notice) SMP, LID-routed to the master SM (14.2.5.1, trap 256).
-    smp t{};
-    t.hdr.base_version  = base_version;
-    t.hdr.mgmt_class    = u8(mgmt_class::subn_lid_routed);
-    t.hdr.class_version = smp_class_version;
-    t.hdr.method        = u8(method::trap);
-    if (++trap_tid_ == 0)
-        ++trap_tid_;                          // TIDs of new traps are non-zero
-    t.hdr.tid.set(trap_tid_);
-    t.hdr.attr_id.set(static_cast<uint16_t>(smp_attr::notice));
-    // The trap's own M_Key is 0, as the Linux SMAs (qib, hfi1) send it.
-
     notice_bad_m_key n{};
     notice_is_generic::set(n.type_producer, 1);
     notice_type::set(n.type_producer, u8(notice_kind::security));
@@ -238,6 +222,27 @@ void sma::m_key_violation(const smp &s, uint16_t requester_lid)
         trap256_dr_hop_count::set(n.dr_notice_hops, hop_cnt);
         std::memcpy(n.dr_return_path, s.return_path, n_path);
     }
+    queue_trap(n);
+}
+
+/// Queues Trap(Notice) `n` (any notice_* layout), LID-routed to the master
+/// SM (14.2.5.1): not without trap support, a master SM, or queue room.
+template <typename Notice> void sma::queue_trap(const Notice &n)
+{
+    static_assert(sizeof(Notice) == sizeof(notice));
+    if (!(st_.capability_mask & port_cap::is_trap_supported) ||
+        !is_unicast(st_.sm_lid) || traps_.size() >= max_traps)
+        return;
+    smp t{};
+    t.hdr.base_version  = base_version;
+    t.hdr.mgmt_class    = u8(mgmt_class::subn_lid_routed);
+    t.hdr.class_version = smp_class_version;
+    t.hdr.method        = u8(method::trap);
+    if (++trap_tid_ == 0)
+        ++trap_tid_;                          // TIDs of new traps are non-zero
+    t.hdr.tid.set(trap_tid_);
+    t.hdr.attr_id.set(static_cast<uint16_t>(smp_attr::notice));
+    // The trap's own M_Key is 0, as the Linux SMAs (qib, hfi1) send it.
     store(t.data, n);
     traps_.push_back(std::bit_cast<mad>(t));
 }
@@ -695,9 +700,23 @@ void sma::add_pkey_violation()
 
 void sma::modify_port(uint32_t capability_mask, bool reset_qkey_violations)
 {
+    bool changed = capability_mask != st_.capability_mask;
     st_.capability_mask = capability_mask;
     if (reset_qkey_violations) {
         st_.qkey_violations = 0;
+    }
+    if (changed) {
+        // Trap 144 tells the SM (which keeps the subnet's view of every
+        // port's capabilities) that this port's CapabilityMask changed.
+        notice_local_changes n{};
+        notice_is_generic::set(n.type_producer, 1);
+        notice_type::set(n.type_producer, u8(notice_kind::info));
+        notice_producer_type::set(n.type_producer, producer_ca);
+        n.trap_num.set(trap_local_changes);
+        n.issuer_lid.set(st_.lid);
+        n.lid.set(st_.lid);
+        n.new_cap_mask.set(capability_mask);
+        queue_trap(n);
     }
 }
 

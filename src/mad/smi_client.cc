@@ -41,7 +41,9 @@ void smi_client::collect(clock::time_point until,
         qp0_->poll([&](uint16_t slid, const mad &m) {
             ++work;
             auto s = std::bit_cast<smp>(m);
-            if (!done && s.hdr.method == uint8_t(method::get_resp)) {
+            if (s.hdr.method == uint8_t(method::trap)) {
+                repress(slid, s);
+            } else if (!done && s.hdr.method == uint8_t(method::get_resp)) {
                 done = on_answer(slid, s);
             }
         });
@@ -51,6 +53,18 @@ void smi_client::collect(clock::time_point until,
             std::this_thread::sleep_for(std::chrono::microseconds(50));
         }
     } while (!done && clock::now() < until);
+}
+
+/// IBA 14.2.5.1 / 13.4.9: a trap is acknowledged with a TrapRepress of the
+/// same TID and attribute, so its issuer stops repeating it.
+void smi_client::repress(uint16_t slid, const smp &trap)
+{
+    smp r = trap;
+    r.hdr.method = uint8_t(method::trap_repress);
+    (void)qp0_->send(slid, 0, 0, std::bit_cast<mad>(r));
+    if (on_trap_) {
+        on_trap_(slid, trap);
+    }
 }
 
 std::optional<smp> smi_client::get(uint16_t dlid, smp_attr attr, uint32_t attr_mod,

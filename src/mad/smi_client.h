@@ -36,6 +36,12 @@ public:
     /// GetResp, or nullopt after `tries` sends of `timeout` each.
     std::optional<smp> request(uint16_t dlid, smp req, duration timeout = duration(300),
                                unsigned tries = 3);
+    /// Traps (IBA 14.2.5.1) that arrive while this client collects answers:
+    /// each is answered with a TrapRepress and handed to `on_trap`.
+    void on_trap(std::function<void(uint16_t slid, const smp &trap)> on_trap)
+    {
+        on_trap_ = std::move(on_trap);
+    }
     /// The LID of this client's own port.
     uint16_t own_lid() const { return ctx_.port().lid; }
 
@@ -54,11 +60,13 @@ public:
 
 private:
     explicit smi_client(drv::context &ctx, idle_fn idle) : ctx_(ctx), idle_(std::move(idle)) {}
+    void repress(uint16_t slid, const smp &trap);
 
     drv::context           &ctx_;
     idle_fn                 idle_;
     std::unique_ptr<mad_qp> qp0_;
     uint64_t                next_tid_ = 1;
+    std::function<void(uint16_t, const smp &)> on_trap_;
 };
 
 } // namespace mlx4x::mad

@@ -157,5 +157,27 @@ TEST_F(sm_test, a_port_that_leaves_is_reported_gone)
     EXPECT_EQ(r.ports.size(), 2u);
 }
 
+// Traps reach the master (IBA 14.2.5.1): a port whose CapabilityMask
+// changes (Modify HCA) sends trap 144 from QP0 to its SM LID; the SM
+// represses it and reports it with the issuer's LID.
+TEST_F(sm_test, a_capability_mask_change_reaches_the_sm_as_trap_144)
+{
+    drv::context &p = port();
+    subnet_manager &sm = candidate();
+    ASSERT_TRUE(sm.try_master());
+    ASSERT_TRUE(sm.sweep(16).traps.empty());
+    uint16_t lid = port_info_of(p).lid.get();
+    ASSERT_NE(lid, 0u);
+    ASSERT_EQ(p.modify_port(port_cap::is_device_management_supported, 0, false), status::ok);
+    auto r = sm.sweep(16);
+    ASSERT_EQ(r.traps.size(), 1u);
+    EXPECT_EQ(r.traps[0].number, trap_local_changes);
+    EXPECT_EQ(r.traps[0].lid, lid);
+    EXPECT_TRUE(sm.sweep(16).traps.empty());   // one trap, reported once
+    // The same mask again is no change: no trap.
+    ASSERT_EQ(p.modify_port(port_cap::is_device_management_supported, 0, false), status::ok);
+    EXPECT_TRUE(sm.sweep(16).traps.empty());
+}
+
 } // namespace
 } // namespace mlx4x::mad

@@ -256,9 +256,11 @@ cmd_status device::cmd_set_port(uint32_t port, uint8_t op_mod, uint64_t inbox)
         return cmd_status::bad_op;
     }
     const auto *in = dma<prm::set_port_ib_inbox>(inbox);
-    return sma_->set_port(in->capability_mask.get(), in->reset_qkey_violations & 1)
-               ? cmd_status::ok
-               : cmd_status::bad_res_state;   // port not up
+    if (!sma_->set_port(in->capability_mask.get(), in->reset_qkey_violations & 1)) {
+        return cmd_status::bad_res_state;   // port not up
+    }
+    send_traps();   // trap 144 for a new CapabilityMask
+    return cmd_status::ok;
 }
 
 cmd_status device::cmd_close_port(uint32_t port)
@@ -312,6 +314,7 @@ cmd_status device::cmd_mad_ifc(uint32_t port, uint8_t op_mod, uint64_t inbox,
     auto *out = dma<uint8_t>(outbox);
     std::memset(out, 0, prm::mad_ifc_box_size);
     (void)sma_->process(request.data(), out, op_mod & prm::mad_ifc_ignore_m_key);
+    send_traps();   // a local Set may queue one too
     return cmd_status::ok;
 }
 

@@ -238,6 +238,7 @@ private:
     void respond(qp &q, const engine::pkt &p);
     void respond_ud(qp &q, const engine::pkt &p);
     void receive_smp(const engine::pkt &p);
+    void send_traps();
     void deliver_datagram(qp &q, const engine::pkt &p);
     qp  *qp0();
     void respond_send(qp &q, const engine::pkt &p);

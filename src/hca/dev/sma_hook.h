@@ -25,6 +25,10 @@ public:
     virtual bool set_port(uint32_t capability_mask, bool reset_qkey_violations) = 0;
     /// A packet dropped for its P_Key / Q_Key (PortInfo counters, E40/E41).
     virtual void count_violation(bool qkey) = 0;
+    /// The next trap the agent queued (a 256-byte MAD) and the LID it goes
+    /// to (the master SM); false when none is waiting. The firmware sends
+    /// each from QP0 (IBA 14.2.5.1).
+    virtual bool take_trap(uint8_t *mad_out, uint16_t &dlid) = 0;
 };
 
 } // namespace mlx4x::dev

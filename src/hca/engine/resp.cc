@@ -604,6 +604,29 @@ qp *device::qp0()
 /// answered by the firmware SMA from QP0 back to the sender; responses and
 /// traps go to the driver's QP0 for its management agents. Anything else
 /// (not a UD SEND of one MAD on VL15) is dropped.
+/// The SMA's queued traps, each a UD SEND from QP0 on VL15 to the master
+/// SM's QP0 (IBA 14.2.5.1). A trap that meets a full ring is lost, as a
+/// trap on the wire may be; the SMA does not resend it.
+void device::send_traps()
+{
+    std::array<uint8_t, mad::mad_size> trap;
+    uint16_t dlid = 0;
+    while (sma_ && port_ && sma_->take_trap(trap.data(), dlid)) {
+        ib::deth d;
+        d.qkey.set(0);
+        d.src_qp.set(0);
+        (void)emit({.pkey    = 0xffff,
+                    .opcode  = uint8_t(ib::opcode::ud_send_only),
+                    .dlid    = dlid,
+                    .dqpn    = 0,
+                    .psn     = 0,
+                    .ackreq  = false,
+                    .vl      = 15,
+                    .ext     = {reinterpret_cast<const uint8_t *>(&d), sizeof(d)},
+                    .payload = trap});
+    }
+}
+
 void device::receive_smp(const pkt &p)
 {
     if (p.opcode != uint8_t(ib::opcode::ud_send_only) || p.vl != 15 ||
@@ -616,7 +639,9 @@ void device::receive_smp(const pkt &p)
     std::memcpy(&h, p.payload.data(), sizeof(h));
     if (!(h.method & mad::method_r_bit) && h.method != uint8_t(mad::method::trap)) {
         std::array<uint8_t, mad::mad_size> answer;
-        if (!sma_ || !sma_->process(p.payload.data(), answer.data(), false, p.slid)) {
+        bool answered = sma_ && sma_->process(p.payload.data(), answer.data(), false, p.slid);
+        send_traps();   // e.g. a Bad M_Key trap for this SMP
+        if (!answered) {
             return;   // no SMA, or it consumed the SMP without an answer
         }
         ib::deth rd;

@@ -527,6 +527,34 @@ enum class notice_kind : uint8_t {
 constexpr uint32_t producer_ca = 1;
 /// Trap numbers (IBA 14.2.5.1).
 constexpr uint16_t trap_bad_m_key = 256;
+constexpr uint16_t trap_local_changes = 144;   ///< CapabilityMask etc. changed
+
+/// Notice of trap 144 "<LIDADDR> has a new CapabilityMask (or other local
+/// change)" (IBA 14.2.5.1; the layout Linux's ib_smi.h uses):
+///
+///     byte 10..11 reserved        12..13 LIDADDR
+///          14     reserved        15     LocalChanges [0]: other than the mask
+///          16..19 NewCapabilityMask
+///          20     reserved        21     ChangeFlags   22..23 CapabilityMask2
+struct notice_local_changes {
+    be32    type_producer;   ///< 0
+    be16    trap_num;        ///< 4
+    be16    issuer_lid;      ///< 6
+    be16    toggle_count;    ///< 8
+    be16    reserved0;       ///< 10
+    be16    lid;             ///< 12
+    uint8_t reserved1;       ///< 14
+    uint8_t local_changes;   ///< 15
+    be32    new_cap_mask;    ///< 16
+    uint8_t reserved2;       ///< 20
+    uint8_t change_flags;    ///< 21
+    be16    cap_mask2;       ///< 22
+    uint8_t reserved3[40];   ///< 24
+};
+static_assert(sizeof(notice_local_changes) == sizeof(notice));
+static_assert(offsetof(notice_local_changes, lid) == 12);
+static_assert(offsetof(notice_local_changes, new_cap_mask) == 16);
+static_assert(offsetof(notice_local_changes, cap_mask2) == 22);
 
 /// Notice of trap 256 "Bad M_Key, <M_Key> from <LID> attempted <Method> with
 /// <AttributeID> and <AttributeModifier>" (IBA 14.2.5.1): the
