@@ -198,12 +198,7 @@ void sma::m_key_violation(const smp &s, uint16_t requester_lid)
                 unsigned{st_.port_num}, unsigned{s.hdr.method},
                 unsigned{s.hdr.attr_id.get()});
 
-    notice_bad_m_key n{};
-    notice_is_generic::set(n.type_producer, 1);
-    notice_type::set(n.type_producer, u8(notice_kind::security));
-    notice_producer_type::set(n.type_producer, producer_ca);
-    n.trap_num.set(trap_bad_m_key);
-    n.issuer_lid.set(st_.lid);
+    auto n = generic_notice<notice_bad_m_key>(notice_kind::security, trap_bad_m_key);
     n.lid.set(requester_lid);
     n.method = s.hdr.method;
     n.attr_id = s.hdr.attr_id;
@@ -223,6 +218,20 @@ void sma::m_key_violation(const smp &s, uint16_t requester_lid)
         std::memcpy(n.dr_return_path, s.return_path, n_path);
     }
     queue_trap(n);
+}
+
+/// A generic Notice (IBA 13.4.8.2) of trap `number` from this CA port:
+/// the header every notice_* layout shares, details left to the caller.
+template <typename Notice> Notice sma::generic_notice(notice_kind kind, uint16_t number) const
+{
+    static_assert(sizeof(Notice) == sizeof(notice));
+    Notice n{};
+    notice_is_generic::set(n.type_producer, 1);
+    notice_type::set(n.type_producer, u8(kind));
+    notice_producer_type::set(n.type_producer, producer_ca);
+    n.trap_num.set(number);
+    n.issuer_lid.set(st_.lid);
+    return n;
 }
 
 /// Queues Trap(Notice) `n` (any notice_* layout), LID-routed to the master
@@ -708,12 +717,7 @@ void sma::modify_port(uint32_t capability_mask, bool reset_qkey_violations)
     if (changed) {
         // Trap 144 tells the SM (which keeps the subnet's view of every
         // port's capabilities) that this port's CapabilityMask changed.
-        notice_local_changes n{};
-        notice_is_generic::set(n.type_producer, 1);
-        notice_type::set(n.type_producer, u8(notice_kind::info));
-        notice_producer_type::set(n.type_producer, producer_ca);
-        n.trap_num.set(trap_local_changes);
-        n.issuer_lid.set(st_.lid);
+        auto n = generic_notice<notice_local_changes>(notice_kind::info, trap_local_changes);
         n.lid.set(st_.lid);
         n.new_cap_mask.set(capability_mask);
         queue_trap(n);

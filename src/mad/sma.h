@@ -183,6 +183,7 @@ private:
     bool dr_receive(smp &s) const;
     bool m_key_ok(const smp &s, bool local);
     void m_key_violation(const smp &s, uint16_t requester_lid);
+    template <typename Notice> Notice generic_notice(notice_kind kind, uint16_t number) const;
     template <typename Notice> void queue_trap(const Notice &n);
     void expire_lease();
     void notify(uint32_t changes, logical_state old_state);

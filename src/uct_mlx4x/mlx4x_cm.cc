@@ -45,6 +45,23 @@ static_assert(sizeof(cm_priv_hdr) == 11);
 /// (the REP has more; UCP asks one number for both).
 constexpr size_t max_conn_priv = mad::cm::ip_req_private_room - sizeof(cm_priv_hdr);
 
+/// What UCT's callbacks are told of the peer: its device address and UCP's
+/// data, both inside the private data `pd` that starts with `hdr`.
+uct_cm_remote_data_t remote_data(std::span<const uint8_t> pd, const cm_priv_hdr &hdr)
+{
+    uct_cm_remote_data_t remote{};
+    remote.field_mask = UCT_CM_REMOTE_DATA_FIELD_DEV_ADDR |
+                        UCT_CM_REMOTE_DATA_FIELD_DEV_ADDR_LENGTH |
+                        UCT_CM_REMOTE_DATA_FIELD_CONN_PRIV_DATA |
+                        UCT_CM_REMOTE_DATA_FIELD_CONN_PRIV_DATA_LENGTH;
+    remote.dev_addr              = reinterpret_cast<const uct_device_addr_t *>(
+                                       pd.data() + offsetof(cm_priv_hdr, device));
+    remote.dev_addr_length       = sizeof(device_addr);
+    remote.conn_priv_data        = pd.data() + sizeof(hdr);
+    remote.conn_priv_data_length = hdr.length;
+    return remote;
+}
+
 /// The process's CM HCA and its connection manager thread.
 class cm_device {
 public:
@@ -327,16 +344,7 @@ void cm_listener::on_request(const mad::ip::event &e)
         return;
     }
     auto *req = new conn_request{mgr_, e.conn, e.peer};
-    uct_cm_remote_data_t remote{};
-    remote.field_mask = UCT_CM_REMOTE_DATA_FIELD_DEV_ADDR |
-                        UCT_CM_REMOTE_DATA_FIELD_DEV_ADDR_LENGTH |
-                        UCT_CM_REMOTE_DATA_FIELD_CONN_PRIV_DATA |
-                        UCT_CM_REMOTE_DATA_FIELD_CONN_PRIV_DATA_LENGTH;
-    remote.dev_addr              = reinterpret_cast<const uct_device_addr_t *>(
-                                       e.private_data.data() + offsetof(cm_priv_hdr, device));
-    remote.dev_addr_length       = sizeof(device_addr);
-    remote.conn_priv_data        = e.private_data.data() + sizeof(hdr);
-    remote.conn_priv_data_length = hdr.length;
+    uct_cm_remote_data_t remote = remote_data(e.private_data, hdr);
     uct_cm_listener_conn_request_args_t args{};
     args.field_mask = UCT_CM_LISTENER_CONN_REQUEST_ARGS_FIELD_DEV_NAME |
                       UCT_CM_LISTENER_CONN_REQUEST_ARGS_FIELD_CONN_REQUEST |
@@ -599,16 +607,7 @@ void cm_ep::on_response(const mad::ip::event &e)
         return;
     }
     phase_ = phase::connected;
-    uct_cm_remote_data_t remote{};
-    remote.field_mask = UCT_CM_REMOTE_DATA_FIELD_DEV_ADDR |
-                        UCT_CM_REMOTE_DATA_FIELD_DEV_ADDR_LENGTH |
-                        UCT_CM_REMOTE_DATA_FIELD_CONN_PRIV_DATA |
-                        UCT_CM_REMOTE_DATA_FIELD_CONN_PRIV_DATA_LENGTH;
-    remote.dev_addr              = reinterpret_cast<const uct_device_addr_t *>(
-                                       e.private_data.data() + offsetof(cm_priv_hdr, device));
-    remote.dev_addr_length       = sizeof(device_addr);
-    remote.conn_priv_data        = e.private_data.data() + sizeof(hdr);
-    remote.conn_priv_data_length = hdr.length;
+    uct_cm_remote_data_t remote = remote_data(e.private_data, hdr);
     uct_cm_ep_client_connect_cb(base(), &remote, UCS_OK);
 }
 

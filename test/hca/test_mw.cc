@@ -33,17 +33,22 @@ protected:
         return w.ok() ? std::move(*w) : nullptr;
     }
 
-    /// B binds `w` to [offset, offset + len) of `r` and waits for the
+    /// B binds `w` to [addr, addr + len) of region `r` and waits for the
     /// bind's completion.
-    drv::wc bind(drv::mw &w, size_t offset, size_t len, uint32_t access = remote_rw,
-                 const drv::mr *r = nullptr)
+    drv::wc bind_to(drv::mw &w, const drv::mr &r, uint64_t addr, size_t len,
+                    uint32_t access = remote_rw)
     {
         drv::send_wr wr;
         wr.wr_id  = 100 + b.send_wcs.size();
         wr.opcode = drv::wr_opcode::bind_mw;
-        wr.bind   = {&w, r ? r : region, addr_of(offset), len, access};
+        wr.bind   = {&w, &r, addr, len, access};
         EXPECT_EQ(b.qp->post_send(wr), status::ok);
         return next_send_wc(b);
+    }
+    /// ... to [offset, offset + len) of the fixture's region.
+    drv::wc bind(drv::mw &w, size_t offset, size_t len, uint32_t access = remote_rw)
+    {
+        return bind_to(w, *region, addr_of(offset), len, access);
     }
 
     drv::wc invalidate(uint32_t rkey)
@@ -198,11 +203,8 @@ TEST_F(mw_bind_error, E30_region_without_bind_right)
     auto &r = b.reg(other.data(), other.size(),
                     drv::access_local_write | drv::access_remote_write);
     auto w = alloc();
-    drv::send_wr wr;
-    wr.opcode = drv::wr_opcode::bind_mw;
-    wr.bind   = {w.get(), &r, reinterpret_cast<uint64_t>(other.data()), 64, remote_rw};
-    ASSERT_EQ(b.qp->post_send(wr), status::ok);
-    EXPECT_EQ(next_send_wc(b).status, drv::wc_status::mw_bind_err);
+    EXPECT_EQ(bind_to(*w, r, reinterpret_cast<uint64_t>(other.data()), 64).status,
+              drv::wc_status::mw_bind_err);
 }
 
 TEST_F(mw_bind_error, E30_window_outside_the_region)
@@ -227,11 +229,8 @@ TEST_F(mw_bind_error, E30_remote_write_needs_local_write_on_the_region)
     auto &r = b.reg(other.data(), other.size(),
                     drv::access_remote_read | drv::access_mw_bind);
     auto w = alloc();
-    drv::send_wr wr;
-    wr.opcode = drv::wr_opcode::bind_mw;
-    wr.bind   = {w.get(), &r, reinterpret_cast<uint64_t>(other.data()), 64, remote_rw};
-    ASSERT_EQ(b.qp->post_send(wr), status::ok);
-    EXPECT_EQ(next_send_wc(b).status, drv::wc_status::mw_bind_err);
+    EXPECT_EQ(bind_to(*w, r, reinterpret_cast<uint64_t>(other.data()), 64).status,
+              drv::wc_status::mw_bind_err);
 }
 
 TEST_F(mw_bind_error, E30_type2_window_already_bound)
@@ -263,11 +262,8 @@ TEST_F(memory_window, deregistering_the_region_revokes_its_windows)
     std::vector<uint8_t> other(4096);
     auto &r = b.reg(other.data(), other.size(), region_access);
     auto w = alloc();
-    drv::send_wr wr;
-    wr.opcode = drv::wr_opcode::bind_mw;
-    wr.bind   = {w.get(), &r, reinterpret_cast<uint64_t>(other.data()), 4096, remote_rw};
-    ASSERT_EQ(b.qp->post_send(wr), status::ok);
-    ASSERT_EQ(next_send_wc(b).status, drv::wc_status::success);
+    ASSERT_EQ(bind_to(*w, r, reinterpret_cast<uint64_t>(other.data()), 4096).status,
+              drv::wc_status::success);
     ASSERT_EQ(b.mrs.back().get(), &r);
     b.mrs.pop_back();
     EXPECT_EQ(remote_write(reinterpret_cast<uint64_t>(other.data()), w->rkey(), 8, 20).status,

@@ -39,6 +39,12 @@ perftest_pair() {
     rm -f "$out" "$out.srv"
 }
 
+# owner_of LID: the pid of the process whose port has LID (its SMA's node
+# description ends in "pid N").
+owner_of() {
+    "$top_builddir/contrib/mlx4x-smpquery" nodedesc "$1" | sed -n 's/.* pid \([0-9]*\)$/\1/p'
+}
+
 finish() {
     echo "$passed passed, $failed failed"
     [ "$failed" -eq 0 ]

@@ -39,8 +39,8 @@ lids=$(echo "$all" | grep -vx "$sm")
 [ "$(echo "$all" | wc -l)" -eq 3 ] && [ "$(echo "$lids" | wc -l)" -eq 2 ] \
     && ok "mlx4x-stat -l: LIDs $(echo $all) (SM $sm, ranks $(echo $lids))" \
     || fail "mlx4x-stat -l: '$all'"
-sm_pid=$("$bin/mlx4x-smpquery" nodedesc "$sm" | sed -n 's/.* pid \([0-9]*\)$/\1/p')
-rank_pids=$(for lid in $lids; do "$bin/mlx4x-smpquery" nodedesc "$lid" | sed -n 's/.* pid \([0-9]*\)$/\1/p'; done)
+sm_pid=$(owner_of "$sm")
+rank_pids=$(for lid in $lids; do owner_of "$lid"; done)
 echo "$rank_pids" | grep -qx "$sm_pid" \
     && ok "the master SM runs in rank process $sm_pid (the first port up)" \
     || fail "the SM's process $sm_pid is not a rank ($(echo $rank_pids))"

@@ -49,7 +49,6 @@ job=$!
 wait_for "$log" '^ready' 60 || { fail "the MPI job did not start"; cat "$log"; }
 
 lid_a=$(sed -n 's/.*master lid //p' "$a")
-owner_of() { "$bin/mlx4x-smpquery" nodedesc "$1" | sed -n 's/.* pid \([0-9]*\)$/\1/p'; }
 [ "$(owner_of "$lid_a")" = "$sma" ] && ok "lid $lid_a is the first mlx4x-sm's own port (pid $sma)" \
     || fail "lid $lid_a is not the first SM's port"
 sm_lid_everywhere "$lid_a" && ok "both ranks' ports: SM lid $lid_a (the master's)" \

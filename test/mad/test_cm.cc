@@ -165,6 +165,38 @@ protected:
         st.id = *id;
     }
 
+    /// `text` goes from `from` on QP `sq` to `to` on QP `rq` (a SEND into a
+    /// posted receive): the QPs the CM connected carry data.
+    void expect_carries_data(side &from, drv::qp &sq, side &to, drv::qp &rq,
+                             const char *text)
+    {
+        std::string msg(text), got(msg.size() + 1, '\0');
+        auto sm = drv::mr::reg(*from.ctx, from.pd, msg.data(), msg.size() + 1,
+                               drv::access_local_write);
+        auto rm = drv::mr::reg(*to.ctx, to.pd, got.data(), got.size(),
+                               drv::access_local_write);
+        ASSERT_TRUE(sm.ok() && rm.ok());
+        drv::sge rs{reinterpret_cast<uint64_t>(got.data()), uint32_t(got.size()), (*rm)->lkey()};
+        ASSERT_EQ(rq.post_recv(1, {&rs, 1}), status::ok);
+        drv::sge ss{reinterpret_cast<uint64_t>(msg.data()), uint32_t(msg.size() + 1),
+                    (*sm)->lkey()};
+        drv::send_wr wr;
+        wr.sg = {&ss, 1};
+        ASSERT_EQ(sq.post_send(wr), status::ok);
+        drv::wc w[4];
+        bool received = false;
+        ASSERT_TRUE(run_until([&] {
+            for (side *s : {&from, &to}) {
+                unsigned n = s->cq->poll(w);
+                for (unsigned i = 0; i < n; ++i) {
+                    received |= w[i].opcode == drv::wc_opcode::recv;
+                }
+            }
+            return received;
+        }));
+        EXPECT_STREQ(got.c_str(), text);
+    }
+
     std::map<side *, std::pair<drv::qp *, drv::rc_connect_attr>> pending_rts_;
 };
 
@@ -178,26 +210,7 @@ TEST_F(cm_test, req_rep_rtu_connect_a_working_rc_pair)
     EXPECT_EQ(ls.private_data, "req-data");
     EXPECT_EQ(cs.private_data, "rep-data");
     EXPECT_EQ(a_.cm->retransmits(), 0u);
-
-    // The QPs the CM connected carry data.
-    char msg[16] = "over the wire", got[16] = {};
-    auto sm = drv::mr::reg(*a_.ctx, a_.pd, msg, sizeof(msg), drv::access_local_write);
-    auto rm = drv::mr::reg(*b_.ctx, b_.pd, got, sizeof(got), drv::access_local_write);
-    ASSERT_TRUE(sm.ok() && rm.ok());
-    drv::sge rs{reinterpret_cast<uint64_t>(got), sizeof(got), (*rm)->lkey()};
-    ASSERT_EQ(b_.qps[0]->post_recv(1, {&rs, 1}), status::ok);
-    drv::sge ss{reinterpret_cast<uint64_t>(msg), sizeof(msg), (*sm)->lkey()};
-    drv::send_wr wr;
-    wr.sg = {&ss, 1};
-    ASSERT_EQ(a_.qps[0]->post_send(wr), status::ok);
-    drv::wc w[4];
-    unsigned received = 0;
-    ASSERT_TRUE(run_until([&] {
-        received += b_.cq->poll(w);
-        (void)a_.cq->poll(w);
-        return received > 0;
-    }));
-    EXPECT_STREQ(got, "over the wire");
+    expect_carries_data(a_, *a_.qps[0], b_, *b_.qps[0], "over the wire");
 }
 
 // E45: GSI MADs to the node's own address are looped back: a port's CM
@@ -213,27 +226,7 @@ TEST_F(cm_test, E45_connect_to_a_listener_on_the_same_port)
     EXPECT_EQ(ls.private_data, "req-data");
     EXPECT_EQ(cs.private_data, "rep-data");
     ASSERT_EQ(b_.qps.size(), 2u);   // the requester's, then the listener's
-
-    char msg[8] = "to self", got[8] = {};
-    auto m = drv::mr::reg(*b_.ctx, b_.pd, msg, sizeof(msg), drv::access_local_write);
-    auto r = drv::mr::reg(*b_.ctx, b_.pd, got, sizeof(got), drv::access_local_write);
-    ASSERT_TRUE(m.ok() && r.ok());
-    drv::sge rs{reinterpret_cast<uint64_t>(got), sizeof(got), (*r)->lkey()};
-    ASSERT_EQ(b_.qps[1]->post_recv(1, {&rs, 1}), status::ok);
-    drv::sge ss{reinterpret_cast<uint64_t>(msg), sizeof(msg), (*m)->lkey()};
-    drv::send_wr wr;
-    wr.sg = {&ss, 1};
-    ASSERT_EQ(b_.qps[0]->post_send(wr), status::ok);
-    drv::wc w[4];
-    bool received = false;
-    ASSERT_TRUE(run_until([&] {
-        unsigned n = b_.cq->poll(w);
-        for (unsigned i = 0; i < n; ++i) {
-            received |= w[i].opcode == drv::wc_opcode::recv;
-        }
-        return received;
-    }));
-    EXPECT_STREQ(got, "to self");
+    expect_carries_data(b_, *b_.qps[0], b_, *b_.qps[1], "to self");
 }
 
 TEST_F(cm_test, rej_for_a_service_nobody_listens_to)

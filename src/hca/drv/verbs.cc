@@ -709,6 +709,41 @@ uint8_t next_key_tag()
     return tag_after(old);
 }
 
+/// An MPT entry (region or window) of PD `pd`, as mlx4 creates one: the PD
+/// is held (C24, C59), an index taken with a fresh key, and `write(index,
+/// key)` hands the entry to the device (SW2HW_MPT); all undone when it
+/// fails. The index and key.
+struct new_mpt { uint32_t index, key; };
+template <typename Write>
+result<new_mpt> create_mpt(context &ctx, uint32_t pd, Write write)
+{
+    if (status s = ctx.hold_pd(pd); s != status::ok) {
+        return s;
+    }
+    auto taken = ctx.alloc_mpt();
+    if (!taken.ok()) {
+        ctx.release_pd(pd);
+        return taken.error();
+    }
+    new_mpt m{*taken, prm::make_mkey(*taken, next_key_tag())};
+    if (status s = write(m.index, m.key); s != status::ok) {
+        ctx.free_mpt(m.index);
+        ctx.release_pd(pd);
+        return s;
+    }
+    return m;
+}
+
+/// Its end: the PD let go, the entry back from the device and its index
+/// free (kept out of use if the device refuses to give it back).
+void destroy_mpt(context &ctx, uint32_t pd, uint32_t index)
+{
+    ctx.release_pd(pd);
+    if (ctx.command(prm::cmd_opcode::hw2sw_mpt, index) == status::ok) {
+        ctx.free_mpt(index);
+    }
+}
+
 } // namespace
 
 status mr::write_mpt(context &ctx, uint32_t index, uint32_t key, uint32_t pd,
@@ -733,23 +768,13 @@ status mr::write_mpt(context &ctx, uint32_t index, uint32_t key, uint32_t pd,
 result<std::unique_ptr<mr>> mr::reg(context &ctx, uint32_t pd, void *addr,
                                     size_t len, uint32_t access)
 {
-    if (status s = ctx.hold_pd(pd); s != status::ok) {
-        return s;
+    auto m = create_mpt(ctx, pd, [&](uint32_t index, uint32_t key) {
+        return write_mpt(ctx, index, key, pd, addr, len, access);
+    });
+    if (!m.ok()) {
+        return m.error();
     }
-    auto taken = ctx.alloc_mpt();
-    if (!taken.ok()) {
-        ctx.release_pd(pd);
-        return taken.error();
-    }
-    uint32_t idx = *taken;
-    uint32_t key = prm::make_mkey(idx, next_key_tag());
-    if (status s = write_mpt(ctx, idx, key, pd, addr, len, access);
-        s != status::ok) {
-        ctx.free_mpt(idx);
-        ctx.release_pd(pd);
-        return s;
-    }
-    return std::unique_ptr<mr>(new mr(ctx, idx, key, pd, addr, len));
+    return std::unique_ptr<mr>(new mr(ctx, m->index, m->key, pd, addr, len));
 }
 
 result<std::unique_ptr<mr>> mr::reg_shared(const mr &orig, uint32_t pd, uint32_t access)
@@ -803,42 +828,29 @@ status mr::rewrite(void *addr, size_t len, uint32_t access, uint32_t pd)
 
 mr::~mr()
 {
-    ctx_.release_pd(pd_);
-    if (ctx_.command(prm::cmd_opcode::hw2sw_mpt, index_) == status::ok) {
-        ctx_.free_mpt(index_);
-    }
+    destroy_mpt(ctx_, pd_, index_);
 }
 
 // ---- mw -----------------------------------------------------------------
 
 result<std::unique_ptr<mw>> mw::alloc(context &ctx, uint32_t pd, type t)
 {
-    if (status s = ctx.hold_pd(pd); s != status::ok) {   // C59: MWs count too
-        return s;
+    auto m = create_mpt(ctx, pd, [&](uint32_t index, uint32_t key) {
+        // An MPT entry without the region flag is a window (mlx4_mw_enable).
+        auto *e = static_cast<prm::mpt_entry *>(ctx.mailbox());
+        std::memset(e, 0, sizeof(*e));
+        e->key.set(key);
+        e->pd_flags.set(pd | prm::mpt_pd_flag_en_inv);
+        if (t == type::type2) {
+            e->flags.set(prm::mpt_flag_free);
+            e->qpn.set(prm::mpt_qp_flag_bound_qp);
+        }
+        return ctx.command(prm::cmd_opcode::sw2hw_mpt, index, dma_addr(e));
+    });
+    if (!m.ok()) {
+        return m.error();
     }
-    auto taken = ctx.alloc_mpt();
-    if (!taken.ok()) {
-        ctx.release_pd(pd);
-        return taken.error();
-    }
-    uint32_t idx = *taken;
-    uint32_t key = prm::make_mkey(idx, next_key_tag());
-    // An MPT entry without the region flag is a window (mlx4_mw_enable).
-    auto *e = static_cast<prm::mpt_entry *>(ctx.mailbox());
-    std::memset(e, 0, sizeof(*e));
-    e->key.set(key);
-    e->pd_flags.set(pd | prm::mpt_pd_flag_en_inv);
-    if (t == type::type2) {
-        e->flags.set(prm::mpt_flag_free);
-        e->qpn.set(prm::mpt_qp_flag_bound_qp);
-    }
-    if (status s = ctx.command(prm::cmd_opcode::sw2hw_mpt, idx, dma_addr(e));
-        s != status::ok) {
-        ctx.free_mpt(idx);
-        ctx.release_pd(pd);
-        return s;
-    }
-    return std::unique_ptr<mw>(new mw(ctx, idx, key, pd, t));
+    return std::unique_ptr<mw>(new mw(ctx, m->index, m->key, pd, t));
 }
 
 uint32_t mw::next_rkey() const
@@ -867,10 +879,7 @@ result<mw::attr> mw::query() const
 
 mw::~mw()
 {
-    ctx_.release_pd(pd_);
-    if (ctx_.command(prm::cmd_opcode::hw2sw_mpt, index_) == status::ok) {
-        ctx_.free_mpt(index_);
-    }
+    destroy_mpt(ctx_, pd_, index_);
 }
 
 // ---- cq -----------------------------------------------------------------
