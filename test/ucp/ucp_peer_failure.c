@@ -6,7 +6,8 @@
  * exchange worker addresses over a socketpair and stream 1 MiB tagged
  * messages (rendezvous) at each other's request; after a few arrived, the
  * survivor kills the victim with SIGKILL while transfers are in flight.
- *   survivor=sender:   the survivor keeps WINDOW sends outstanding;
+ *   survivor=sender:   the survivor keeps WINDOW sends outstanding; the
+ *                      victim takes BEFORE_KILL of them and no more;
  *   survivor=receiver: the survivor has a receive posted for the message
  *                      the victim is sending (its data read from the victim);
  *   survivor=idle:     the survivor has nothing posted or in flight, so only
@@ -31,6 +32,7 @@
 #define MSG_SIZE   (1u << 20)
 #define WINDOW     4
 #define BEFORE_KILL 3           /* messages that arrive before the kill */
+_Static_assert(WINDOW > BEFORE_KILL, "sends must be left to cut off");
 #define TAG        0x5eedull
 
 static int passed, failed;
@@ -161,7 +163,12 @@ static void *post_recv(struct side *s, void *buf, struct op *o)
 }
 
 /* The victim: sends (or receives) 1 MiB messages until it is killed,
- * telling the survivor over the socket how many have gone through. */
+ * telling the survivor over the socket how many have gone through. A
+ * receiving victim takes BEFORE_KILL messages and then only progresses,
+ * posting no receive: the survivor's first WINDOW (> BEFORE_KILL) sends
+ * can never all complete before the kill lands, however late the survivor
+ * gets to it, so some are always cut off by the death (their rendezvous
+ * started, waiting for the victim). */
 static void victim(int sock, int sends)
 {
     struct side s;
@@ -169,6 +176,9 @@ static void victim(int sock, int sends)
     char *buf = malloc(MSG_SIZE);
     memset(buf, 0x5a, MSG_SIZE);
     for (unsigned n = 1;; ++n) {
+        if (!sends && n > BEFORE_KILL) {
+            for (;;) ucp_worker_progress(s.worker);   /* until the SIGKILL */
+        }
         struct op o;
         void *r = sends ? post_send(&s, buf, &o) : post_recv(&s, buf, &o);
         while (!o.done) {
