@@ -35,6 +35,7 @@ typedef struct uct_mlx4x_md_config {
     int                    rcache_enable;
     uct_md_rcache_config_t rcache;
     int                    sm;
+    size_t                 single_copy_thresh;
 } uct_mlx4x_md_config_t;
 
 typedef struct uct_mlx4x_iface_config {

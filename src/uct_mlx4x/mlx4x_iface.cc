@@ -66,12 +66,13 @@ memory_domain::~memory_domain()
 }
 
 result<std::unique_ptr<memory_domain>>
-memory_domain::open(const std::string &fabric_name, bool engine_thread,
-                    const uct_md_rcache_config_t *rcache, bool subnet_manager)
+memory_domain::open(const options &o)
 {
     auto m = std::make_unique<memory_domain>();
-    m->fabric_name_ = fabric_name.empty() ? fabric::shm_fabric::default_name() : fabric_name;
-    auto f = fabric::shm_fabric::open(m->fabric_name_);
+    m->fabric_name_ = o.fabric_name.empty() ? fabric::shm_fabric::default_name()
+                                            : o.fabric_name;
+    auto f = fabric::shm_fabric::open(m->fabric_name_,
+                                      {.single_copy_min = o.single_copy_min});
     if (!f.ok()) {
         return f.error();
     }
@@ -89,8 +90,8 @@ memory_domain::open(const std::string &fabric_name, bool engine_thread,
         return dma.error();
     }
     m->dma_mr_ = dma.take();
-    if (rcache) {
-        m->create_rcache(*rcache);
+    if (o.rcache) {
+        m->create_rcache(*o.rcache);
     }
     auto cm = mad::cm::agent::create(*m->ctx_);
     if (!cm.ok()) {
@@ -105,13 +106,13 @@ memory_domain::open(const std::string &fabric_name, bool engine_thread,
             i->on_peer_disconnect(id);
         }
     });
-    if (engine_thread) {
+    if (o.engine_thread) {
         if (status s = m->ctx_->start_engine_thread(place_engine_thread);
             s != status::ok) {
             return s;
         }
     }
-    if (subnet_manager) {
+    if (o.subnet_manager) {
         // Without it the fabric still works (each port activates itself):
         // a failure is worth a warning, not a refused device.
         auto sm = mad::sm_service::get(m->fabric_name_, std::chrono::milliseconds(500));

@@ -108,13 +108,15 @@ inline drv::mr *mr_of(uct_mem_h h)
 
 class memory_domain {
 public:
-    /// `engine_thread`: the device runs on its own thread (placed with
-    /// hwloc, mlx4x_locality.cc); `rcache`: registrations are cached;
-    /// `fabric_name`: the shm segment (empty: the default name);
-    /// `subnet_manager`: the process runs an SM candidate (mad::sm_service).
-    static result<std::unique_ptr<memory_domain>>
-    open(const std::string &fabric_name, bool engine_thread,
-         const uct_md_rcache_config_t *rcache, bool subnet_manager);
+    struct options {
+        std::string fabric_name;          ///< the shm segment; empty: default
+        bool engine_thread = false;       ///< the device on its own thread
+                                          ///< (placed with hwloc, mlx4x_locality.cc)
+        const uct_md_rcache_config_t *rcache = nullptr;   ///< cache registrations
+        bool subnet_manager = false;      ///< an SM candidate (mad::sm_service)
+        uint64_t single_copy_min = 0;     ///< shm_fabric::options
+    };
+    static result<std::unique_ptr<memory_domain>> open(const options &o);
     ~memory_domain();
     drv::context &ctx() { return *ctx_; }
     uint32_t pd() const { return pd_; }

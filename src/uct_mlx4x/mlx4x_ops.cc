@@ -174,10 +174,15 @@ extern "C" ucs_status_t uct_mlx4x_md_init(uct_mlx4x_md_t *m,
 {
     return c_entry([&] {
         install_log_sink();
-        auto r = memory_domain::open(config->fabric ? config->fabric : "",
-                                     config->engine == UCT_MLX4X_ENGINE_THREAD,
-                                     config->rcache_enable ? &config->rcache : nullptr,
-                                     config->sm);
+        auto r = memory_domain::open({
+            .fabric_name     = config->fabric ? config->fabric : "",
+            .engine_thread   = config->engine == UCT_MLX4X_ENGINE_THREAD,
+            .rcache          = config->rcache_enable ? &config->rcache : nullptr,
+            .subnet_manager  = config->sm != 0,
+            // "inf" (SIZE_MAX): never
+            .single_copy_min = config->single_copy_thresh == SIZE_MAX
+                                   ? 0 : std::max<size_t>(config->single_copy_thresh, 1),
+        });
         if (!r.ok()) {
             return to_ucs(r.error());
         }

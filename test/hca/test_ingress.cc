@@ -5,6 +5,8 @@
 #include "hca/ib/ib_opcode.h"
 #include "hca/ib/ib_psn.h"
 
+#include <algorithm>
+
 namespace mlx4x::test {
 namespace {
 
@@ -154,6 +156,31 @@ TEST_F(ingress, psn_in_the_future_is_naked_once_and_nothing_is_written)
     EXPECT_EQ(expected_psn(), epsn);
     // The requester side ignores a NAK for a PSN it never sent (ghost).
     expect_still_working();
+}
+
+// A single-copy request whose ranges do not add up to its DMA length is an
+// invalid request (IBA 9.7.5.2.2): NAKed before any byte is copied (the
+// range names an address nothing may touch), and the responder QP fails.
+TEST_F(ingress, malformed_single_copy_request_is_naked_and_copies_nothing)
+{
+    fab.set_direct(1);
+    constexpr auto op = ib::opcode::x_rdma_write_direct;
+    auto f = frame(op, expected_psn(), sizeof(ib::x_direct_seg));
+    ib::reth r;
+    r.va.set(reinterpret_cast<uint64_t>(rbuf.data()));
+    r.rkey.set(rm->rkey());
+    r.dma_len.set(64);
+    std::memcpy(f.data() + sizeof(ib::lrh) + sizeof(ib::bth), &r, sizeof(r));
+    ib::x_direct_seg d{};
+    d.va.set(0x10);
+    d.len.set(32);
+    std::memcpy(f.data() + sizeof(ib::lrh) + ib::info(op).hdr_len, &d, sizeof(d));
+    inject(f);
+    EXPECT_EQ(b.counter(dev::counter::naks_sent), 1u);
+    EXPECT_EQ(b.counter(dev::counter::direct_writes), 0u);
+    EXPECT_EQ(std::count(rbuf.begin(), rbuf.end(), 0), long(rbuf.size()));
+    ASSERT_FALSE(b.recv_wcs.empty());   // the QP failed: its receives flushed
+    EXPECT_EQ(b.recv_wcs[0].status, drv::wc_status::wr_flush_err);
 }
 
 TEST_F(ingress, rc_packet_from_a_foreign_port_is_dropped)

@@ -10,9 +10,12 @@ export UCX_MLX4X_FABRIC="mlx4x-test-$$"
 trap 'rm -f "/dev/shm/$UCX_MLX4X_FABRIC"' EXIT
 passed=0
 failed=0
+skipped=0
 
 ok()   { passed=$((passed + 1)); echo "ok: $*"; }
 fail() { failed=$((failed + 1)); echo "FAIL: $*"; }
+# A check this host cannot run, with the reason; counted apart.
+skip() { skipped=$((skipped + 1)); echo "skip: $*"; }
 
 # A TCP port for ucx_perftest's out-of-band exchange, different per call.
 next_port() { echo $(( 20000 + ($$ * 7 + ${_port_seq:=0}) % 20000 )); _port_seq=$((_port_seq + 1)); }
@@ -46,6 +49,6 @@ owner_of() {
 }
 
 finish() {
-    echo "$passed passed, $failed failed"
+    echo "$passed passed, $failed failed, $skipped skipped"
     [ "$failed" -eq 0 ]
 }

@@ -38,7 +38,8 @@ const char *counter_name(counter c)
         "cq_overruns", "eq_overflows", "events", "interrupts", "fabric_busy",
         "tm_expected_eager", "tm_expected_rndv", "tm_unexpected_eager",
         "tm_unexpected_rndv", "tm_rndv_done", "tm_list_ops", "tm_syncs",
-        "tm_cancels", "engine_sleeps", "engine_doorbell_wakeups"};
+        "tm_cancels", "engine_sleeps", "engine_doorbell_wakeups",
+        "direct_writes", "direct_reads", "direct_bytes", "direct_refusals"};
     static_assert(std::size(names) == static_cast<size_t>(counter::count_));
     return names[static_cast<unsigned>(c)];
 }

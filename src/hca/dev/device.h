@@ -11,6 +11,7 @@
 #include "hca/dev/sma_hook.h"
 #include "hca/fabric/fabric.h"
 #include "hca/ib/ib_hdr.h"
+#include "hca/ib/ib_opcode.h"
 #include "hca/prm/prm_cmd.h"
 #include "hca/prm/prm_cqe.h"
 #include "hca/prm/prm_eqe.h"
@@ -23,6 +24,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <thread>
 #include <vector>
@@ -74,6 +76,11 @@ enum class counter : unsigned {
     // engine thread (engine_thread.cc)
     engine_sleeps,            ///< times the idle thread went to sleep
     engine_doorbell_wakeups,  ///< times a send doorbell woke it
+    // single-copy RDMA (responder side)
+    direct_writes,    ///< direct WRITEs placed
+    direct_reads,     ///< direct READs placed (duplicates again)
+    direct_bytes,     ///< bytes they moved
+    direct_refusals,  ///< direct requests refused (requester fell back)
     count_
 };
 const char *counter_name(counter c);
@@ -225,7 +232,10 @@ private:
     unsigned run_requesters();
     unsigned run_requester(qp &q);   ///< one QP's burst
     bool     send_one_packet(qp &q);
-    bool     send_rd_atomic_request(qp &q, const engine::send_wqe &w, bool fresh);
+    enum class single_tx { sent, busy, not_single };
+    single_tx send_single_request(qp &q, const engine::send_wqe &w, bool fresh);
+    bool     use_direct(const qp &q, const engine::send_wqe &w);
+    size_t   direct_segs(const qp &q, const engine::send_wqe &w, std::span<uint8_t> out);
     bool     gather_payload(qp &q, const engine::send_wqe &w, uint32_t offset,
                             uint32_t len, std::span<const uint8_t> &out);
     status   emit(const tx_packet &p);
@@ -245,6 +255,17 @@ private:
     void respond_write(qp &q, const engine::pkt &p);
     void respond_read(qp &q, const engine::pkt &p, bool duplicate);
     void respond_atomic(qp &q, const engine::pkt &p);
+    // single-copy requests (kind_direct)
+    struct direct_ranges {
+        std::array<fabric::mem_range, limits::max_sg> ranges;
+        size_t count = 0;
+        std::span<const fabric::mem_range> span() const { return {ranges.data(), count}; }
+    };
+    static std::optional<direct_ranges> parse_direct_ranges(const engine::pkt &p,
+                                                            uint32_t dma_len);
+    void respond_direct_write(qp &q, const engine::pkt &p);
+    void respond_direct_read(qp &q, const engine::pkt &p, bool duplicate);
+    void refuse_direct(qp &q, uint32_t psn);
     void replay_atomic(qp &q, uint32_t psn);
     const mpt *check_rkey(const qp &q, uint32_t rkey, uint64_t va, uint64_t len,
                           uint32_t perm) const;
@@ -262,7 +283,10 @@ private:
                            std::span<const uint8_t> data);
     scatter_result scatter_segs(const qp &q, const uint8_t *segs, size_t nseg,
                                 uint32_t offset, std::span<const uint8_t> data);
-    void send_nak(qp &q, uint8_t syndrome);
+    bool emit_aeth(qp &q, uint8_t opcode, uint8_t syndrome, uint32_t psn);
+    void send_nak(qp &q, uint8_t syndrome,
+                  ib::opcode opcode = ib::opcode::rc_acknowledge,
+                  std::optional<uint32_t> psn = std::nullopt);
     void responder_error(qp &q, ib::nak_code code);
     bool send_ack(qp &q);
     void schedule_ack(qp &q);

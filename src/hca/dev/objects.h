@@ -109,7 +109,8 @@ struct wqe_track {
 /// A responder resource (IBA 9.7.5.1.4/5): a READ whose responses are
 /// (being) sent, or an atomic whose result is kept to answer duplicates.
 struct resp_resource {
-    enum class type : uint8_t { read, atomic } kind = type::read;
+    /// direct_read: a single-copy READ, already placed; one response.
+    enum class type : uint8_t { read, atomic, direct_read } kind = type::read;
     bool     queued = false;   ///< waiting in the response queue
     uint32_t psn  = 0;         ///< PSN of the first response packet
     uint32_t npackets = 0;     ///< READ: response packets of the request
@@ -173,6 +174,8 @@ struct qp {
     std::vector<wqe_track> track;    ///< per SQ slot
 
     uint32_t     rd_atomic_inflight = 0;   ///< READ/atomic WQEs started, not done
+    /// The responder refused a single-copy request: packets from now on.
+    bool         direct_refused = false;
 
     // Completer.
     uint32_t     sq_tail = 0;        ///< oldest WQE not completed
@@ -203,7 +206,13 @@ struct qp {
     bool         comm_est_sent = false;  ///< COMM_EST raised (first RTR packet)
     bool         drained_sent  = false;  ///< SQ_DRAINED raised in this SQD
     bool         ack_pending = false;
-    uint8_t      ack_syndrome = 0;
+    /// A NAK or single-copy refusal the fabric pushed back, sent again with
+    /// the ACKs: on a lossless fabric nothing else would ever recover it.
+    struct nak_hold {
+        bool     set = false;
+        uint8_t  opcode = 0, syndrome = 0;
+        uint32_t psn = 0;
+    } held_nak;
 
     // Tag matching: the SEND in progress goes to posted receive
     // `tag_index` of the QP's TM SRQ instead of an SRQ WQE.

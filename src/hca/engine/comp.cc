@@ -102,7 +102,9 @@ void device::complete_response(qp &q, const engine::pkt &p)
             return;
         }
         uint32_t offset = uint32_t(ib::psn_diff(p.psn, *first_psn)) * q.mtu;
-        placed = scatter_segs(q, w.segs, w.segs_len / sizeof(prm::wqe_data_seg),
+        // A single-copy READ's data is in place before its response leaves.
+        placed = p.has(ib::kind_direct) ||
+                 scatter_segs(q, w.segs, w.segs_len / sizeof(prm::wqe_data_seg),
                               offset, p.payload) == scatter_result::ok;
     } else {
         if (!p.has(ib::kind_atomic)) {
@@ -152,10 +154,25 @@ void device::complete(qp &q, const engine::pkt &p)
         return;
     }
 
-    // ACK: everything up to psn is done. RNR / NAK: everything before psn.
-    uint32_t done_to = cls == ib::ack_class::ack ? ib::psn_add(psn, 1) : psn;
+    // ACK: everything up to psn is done. RNR / NAK / refusal: everything
+    // before psn.
+    bool refused = p.opcode == uint8_t(ib::opcode::x_direct_refused);
+    uint32_t done_to = cls == ib::ack_class::ack && !refused ? ib::psn_add(psn, 1) : psn;
     if (!advance_acked(q, done_to)) {
         return;   // a READ/atomic lost its responses: being asked again
+    }
+    if (refused) {
+        // The responder cannot reach this process's memory: that message
+        // and everything after it go again, the single copies as ordinary
+        // packets. Their PSNs change, so they count as not started.
+        q.direct_refused = true;
+        rewind(q, psn);
+        for (uint32_t i = q.cur_wqe; i != q.sq_head; ++i) {
+            q.rd_atomic_inflight -= q.track[i & (q.sq_size() - 1)].rd_atomic;
+        }
+        q.sq_head = q.cur_wqe;
+        q.timer_deadline = q.acked_psn == q.next_psn ? 0 : now() + ack_timeout_ns(q);
+        return;
     }
     switch (cls) {
     case ib::ack_class::ack:

@@ -200,8 +200,12 @@ bool device::send_one_packet(qp &q)
                       (rd_atomic && q.rd_atomic_inflight >= q.max_rd_atomic))) {
             return false;
         }
-        if (rd_atomic) {
-            return send_rd_atomic_request(q, w, fresh);
+        if (rd_atomic || w.opcode == prm::send_opcode::rdma_write) {
+            switch (send_single_request(q, w, fresh)) {
+            case single_tx::sent:       return true;
+            case single_tx::busy:       return false;
+            case single_tx::not_single: break;   // a WRITE as packets
+            }
         }
     }
     uint32_t mtu    = ud ? limits::mtu : q.mtu;
@@ -312,17 +316,65 @@ bool device::send_one_packet(qp &q)
     return true;
 }
 
-/// One request packet for a READ (RETH; it uses one PSN per response
-/// packet) or an atomic (AtomicETH, one PSN). After a rewind into the middle
-/// of a READ the request asks only for the missing part (IBA 9.7.4.1.4).
-bool device::send_rd_atomic_request(qp &q, const send_wqe &w, bool fresh)
+/// Whether WQE `w` goes as one single-copy request: an RDMA WRITE or READ
+/// of more than a packet, to a port whose process the fabric reaches.
+bool device::use_direct(const qp &q, const send_wqe &w)
+{
+    if (q.direct_refused || w.is_inline || w.total_len <= q.mtu ||
+        (w.opcode != prm::send_opcode::rdma_write && !engine::is_read(w.opcode))) {
+        return false;
+    }
+    uint64_t min = port_->direct_min(q.dlid);
+    return min && w.total_len >= min;
+}
+
+/// The WQE's gather (WRITE) or scatter (READ) entries as x_direct_segs, each
+/// checked as the packet path checks it (C53 / IBA 10.6.3: L_Key valid, of
+/// the QP's PD, covering the range; local write for a READ's target).
+/// Returns the bytes written to `out`; 0 when a check fails (the WQE then
+/// goes as packets, whose path reports the error).
+size_t device::direct_segs(const qp &q, const send_wqe &w, std::span<uint8_t> out)
+{
+    bool   read  = engine::is_read(w.opcode);
+    size_t used  = 0;
+    uint64_t total = 0;
+    for (size_t o = 0; o + sizeof(prm::wqe_data_seg) <= w.segs_len;
+         o += sizeof(prm::wqe_data_seg)) {
+        prm::wqe_data_seg d;
+        std::memcpy(&d, w.segs + o, sizeof(d));
+        uint32_t n    = d.byte_count.get() & 0x7fffffff;
+        uint64_t addr = d.addr.get();
+        const mpt *m  = find_region(d.lkey.get());
+        if (!m || m->pd != q.pd || !m->covers(addr, n) ||
+            (read && !(m->flags & prm::mpt_perm_local_write)) ||
+            used + sizeof(ib::x_direct_seg) > out.size()) {
+            return 0;
+        }
+        ib::x_direct_seg x{};
+        x.va.set(addr);
+        x.len.set(n);
+        std::memcpy(out.data() + used, &x, sizeof(x));
+        used  += sizeof(x);
+        total += n;
+    }
+    return total == w.total_len ? used : 0;
+}
+
+/// A message that is one request packet whatever its length: a READ (RETH;
+/// it uses one PSN per response packet), an atomic (AtomicETH, one PSN), or
+/// a single-copy WRITE or READ (one PSN). After a rewind into the middle of
+/// a READ the request asks only for the missing part (IBA 9.7.4.1.4).
+device::single_tx device::send_single_request(qp &q, const send_wqe &w, bool fresh)
 {
     uint32_t psn = q.next_psn;
-    uint32_t npackets;
+    uint32_t npackets = 1;
     std::array<uint8_t, sizeof(ib::x_atomic_eth)> ext;
     size_t   ext_len;
     uint8_t  op;
-    if (engine::is_read(w.opcode)) {
+    std::array<uint8_t, limits::max_sg * sizeof(ib::x_direct_seg)> segs;
+    size_t   segs_len = 0;
+    bool     read  = engine::is_read(w.opcode);
+    if (read || w.opcode == prm::send_opcode::rdma_write) {
         uint32_t done = q.cur_offset;
         uint32_t len  = w.total_len - done;
         ib::reth r;
@@ -330,9 +382,18 @@ bool device::send_rd_atomic_request(qp &q, const send_wqe &w, bool fresh)
         r.rkey.set(w.rkey);
         r.dma_len.set(len);
         std::memcpy(ext.data(), &r, sizeof(r));
-        ext_len  = sizeof(r);
-        op       = uint8_t(opcode::rc_rdma_read_request);
-        npackets = packets_of(len, q.mtu);
+        ext_len = sizeof(r);
+        if (done == 0 && use_direct(q, w)) {
+            segs_len = direct_segs(q, w, segs);
+        }
+        if (segs_len) {
+            op = uint8_t(read ? opcode::x_rdma_read_direct : opcode::x_rdma_write_direct);
+        } else if (read) {
+            op       = uint8_t(opcode::rc_rdma_read_request);
+            npackets = packets_of(len, q.mtu);
+        } else {
+            return single_tx::not_single;   // a WRITE that goes as packets
+        }
     } else if (engine::is_masked_atomic(w.opcode)) {
         ib::x_atomic_eth a{};
         a.va.set(w.raddr);
@@ -347,7 +408,6 @@ bool device::send_rd_atomic_request(qp &q, const send_wqe &w, bool fresh)
         op       = uint8_t(w.opcode == prm::send_opcode::masked_atomic_cs
                                ? opcode::x_masked_compare_swap
                                : opcode::x_masked_fetch_add);
-        npackets = 1;
     } else {
         ib::atomic_eth a;
         a.va.set(w.raddr);
@@ -359,7 +419,6 @@ bool device::send_rd_atomic_request(qp &q, const send_wqe &w, bool fresh)
         op       = uint8_t(w.opcode == prm::send_opcode::atomic_cs
                                ? opcode::rc_compare_swap
                                : opcode::rc_fetch_add);
-        npackets = 1;
     }
     status s = emit({.pkey    = q.pkey,
                      .opcode  = op,
@@ -368,15 +427,21 @@ bool device::send_rd_atomic_request(qp &q, const send_wqe &w, bool fresh)
                      .psn     = psn,
                      .ackreq  = true,
                      .ext     = {ext.data(), ext_len},
-                     .payload = {}});
+                     .payload = {segs.data(), segs_len}});
     if (s == status::no_resource) {
-        return false;
+        return single_tx::busy;
     }
-    if (fresh) {
-        q.track[q.cur_wqe & (q.sq_size() - 1)] = {psn, npackets, true};
+    // The WQE's PSNs: a READ asked again from its middle keeps those of the
+    // part already answered; anything sent again from its start (after a
+    // rewind, or as packets after a refused single copy) takes new ones.
+    uint32_t answered = q.cur_offset / q.mtu;
+    bool rd_atomic = read || engine::is_atomic(w.opcode);
+    q.track[q.cur_wqe & (q.sq_size() - 1)] = {
+        ib::psn_add(psn, ib::psn_mask + 1 - answered), answered + npackets, rd_atomic};
+    if (int32_t(q.cur_wqe + 1 - q.sq_head) > 0) {
         q.sq_head = q.cur_wqe + 1;
-        ++q.rd_atomic_inflight;
     }
+    q.rd_atomic_inflight += fresh && rd_atomic;
     q.next_psn   = ib::psn_add(psn, npackets);
     q.cur_offset = 0;
     q.sending    = false;
@@ -384,7 +449,7 @@ bool device::send_rd_atomic_request(qp &q, const send_wqe &w, bool fresh)
     if (!q.timer_deadline) {
         q.timer_deadline = now() + ack_timeout_ns(q);
     }
-    return true;
+    return single_tx::sent;
 }
 
 bool device::gather_payload(qp &q, const send_wqe &w, uint32_t offset,

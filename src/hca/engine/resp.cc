@@ -96,7 +96,14 @@ void device::respond(qp &q, const pkt &p)
         // Duplicate (IBA 9.7.5.1.1): a READ is executed again, an atomic
         // answered from its saved result, anything else acknowledged again.
         count(counter::duplicates);
-        if (p.has(ib::kind_read)) {
+        if (p.has(ib::kind_direct)) {
+            // A direct READ is executed again; a direct WRITE was placed.
+            if (p.has(ib::kind_read)) {
+                respond_direct_read(q, p, true);
+            } else {
+                schedule_ack(q);
+            }
+        } else if (p.has(ib::kind_read)) {
             respond_read(q, p, true);
         } else if (p.has(ib::kind_atomic)) {
             replay_atomic(q, p.psn);
@@ -116,7 +123,13 @@ void device::respond(qp &q, const pkt &p)
         return;
     }
     q.nak_sent = false;
-    if (p.has(ib::kind_send)) {
+    if (p.has(ib::kind_direct)) {
+        if (p.has(ib::kind_read)) {
+            respond_direct_read(q, p, false);
+        } else {
+            respond_direct_write(q, p);
+        }
+    } else if (p.has(ib::kind_send)) {
         respond_send(q, p);
     } else if (p.has(ib::kind_write)) {
         respond_write(q, p);
@@ -224,6 +237,123 @@ void device::respond_read(qp &q, const pkt &p, bool duplicate)
         return;
     }
     q.epsn = ib::psn_add(q.epsn, npackets);
+    q.msn  = ib::psn_add(q.msn, 1);
+}
+
+/// The requester's memory a direct request names (its x_direct_seg list),
+/// which must add up to the RETH's DMA length. nullopt: malformed.
+std::optional<device::direct_ranges>
+device::parse_direct_ranges(const pkt &p, uint32_t dma_len)
+{
+    direct_ranges r;
+    size_t n = p.payload.size() / sizeof(ib::x_direct_seg);
+    if (p.payload.size() % sizeof(ib::x_direct_seg) || n > r.ranges.size()) {
+        return std::nullopt;
+    }
+    uint64_t total = 0;
+    for (size_t i = 0; i < n; ++i) {
+        ib::x_direct_seg d;
+        std::memcpy(&d, p.payload.data() + i * sizeof(d), sizeof(d));
+        r.ranges[i] = {d.va.get(), d.len.get()};
+        total += d.len.get();
+    }
+    if (total != dma_len) {
+        return std::nullopt;
+    }
+    r.count = n;
+    return r;
+}
+
+/// A direct request this responder cannot serve (its process may not reach
+/// the requester's memory): the PSN is not consumed, later packets are
+/// dropped until it comes again, as ordinary packets.
+void device::refuse_direct(qp &q, uint32_t psn)
+{
+    count(counter::direct_refusals);
+    q.nak_sent = true;
+    send_nak(q, ib::make_syndrome(ib::ack_class::ack, ib::ack_credits_invalid),
+             ib::opcode::x_direct_refused, psn);
+}
+
+/// Single-copy RDMA WRITE: the same checks as a WRITE's first packet (C9-88:
+/// key, PD, rights, bounds), then the requester's bytes are copied straight
+/// into the region.
+void device::respond_direct_write(qp &q, const pkt &p)
+{
+    if (q.in_write || q.in_send) {
+        responder_error(q, ib::nak_code::invalid_request);   // opcode sequence
+        return;
+    }
+    ib::reth r = p.ext<ib::reth>(ib::hdr_reth);
+    uint32_t len = r.dma_len.get();
+    if (!check_rkey(q, r.rkey.get(), r.va.get(), len, prm::mpt_perm_remote_write)) {
+        responder_error(q, ib::nak_code::remote_access);
+        return;
+    }
+    std::optional<direct_ranges> from = parse_direct_ranges(p, len);
+    if (!from) {
+        responder_error(q, ib::nak_code::invalid_request);
+        return;
+    }
+    if (len && port_->direct_copy(p.slid, fabric::copy_dir::from_peer,
+                                  {r.va.get(), len}, from->span()) != status::ok) {
+        refuse_direct(q, p.psn);
+        return;
+    }
+    count(counter::direct_writes);
+    count(counter::direct_bytes, len);
+    q.epsn = ib::psn_add(q.epsn, 1);
+    q.msn  = ib::psn_add(q.msn, 1);
+    schedule_ack(q);
+}
+
+/// Single-copy RDMA READ: checked as a READ, the region's bytes copied
+/// straight into the requester's ranges, then one response without data
+/// (through the response queue, in order with earlier READs and atomics).
+/// A duplicate is executed again (IBA 9.7.5.1.1).
+void device::respond_direct_read(qp &q, const pkt &p, bool duplicate)
+{
+    ib::reth r = p.ext<ib::reth>(ib::hdr_reth);
+    uint32_t len = r.dma_len.get();
+    if (!check_rkey(q, r.rkey.get(), r.va.get(), len, prm::mpt_perm_remote_read)) {
+        if (!duplicate) {
+            responder_error(q, ib::nak_code::remote_access);
+        }
+        return;
+    }
+    std::optional<direct_ranges> to = parse_direct_ranges(p, len);
+    resp_resource *old = duplicate ? find_resource(q, p.psn) : nullptr;
+    if (!to || (duplicate && (!old || old->kind != resp_resource::type::direct_read))) {
+        if (!duplicate) {
+            responder_error(q, ib::nak_code::invalid_request);
+        }
+        return;   // a duplicate too old to answer: the requester's retries decide
+    }
+    if (len && port_->direct_copy(p.slid, fabric::copy_dir::to_peer,
+                                  {r.va.get(), len}, to->span()) != status::ok) {
+        if (!duplicate) {
+            refuse_direct(q, p.psn);
+        }
+        return;
+    }
+    count(counter::direct_reads);
+    count(counter::direct_bytes, len);
+    if (duplicate) {
+        queue_response(q, uint32_t(old - q.resources.data()));
+        return;
+    }
+    resp_resource res;
+    res.kind     = resp_resource::type::direct_read;
+    res.psn      = p.psn;
+    res.npackets = 1;
+    res.rkey     = r.rkey.get();
+    res.va       = r.va.get();
+    res.len      = len;
+    if (!take_resource(q, res)) {
+        responder_error(q, ib::nak_code::invalid_request);   // depth exceeded
+        return;
+    }
+    q.epsn = ib::psn_add(q.epsn, 1);
     q.msn  = ib::psn_add(q.msn, 1);
 }
 
@@ -393,6 +523,15 @@ bool device::send_response_packet(qp &q)
     };
     if (r.kind == resp_resource::type::atomic) {
         if (send_atomic_ack(q, r) == status::no_resource) {
+            return false;
+        }
+        done();
+        return true;
+    }
+    if (r.kind == resp_resource::type::direct_read) {
+        if (!emit_aeth(q, uint8_t(ib::opcode::x_rdma_read_direct_response),
+                       ib::make_syndrome(ib::ack_class::ack, ib::ack_credits_invalid),
+                       r.psn)) {
             return false;
         }
         done();
@@ -725,39 +864,41 @@ void device::responder_error(qp &q, ib::nak_code code)
     set_qp_error(q);
 }
 
-void device::send_nak(qp &q, uint8_t syndrome)
+/// An AETH-only answer (an ACK, a NAK or a single-copy refusal) for `psn`.
+bool device::emit_aeth(qp &q, uint8_t opcode, uint8_t syndrome, uint32_t psn)
 {
     ib::aeth a{};
     ib::aeth_syndrome::set(a.syn_msn, syndrome);
     ib::aeth_msn::set(a.syn_msn, q.msn);
-    // A NAK that meets a full ring is dropped: the requester's timer
-    // recovers (only possible on lossy fabrics; lossless ones push back).
-    (void)emit({.pkey    = q.pkey,
-                     .opcode  = uint8_t(ib::opcode::rc_acknowledge),
-                .dlid    = q.dlid,
-                .dqpn    = q.remote_qpn,
-                .psn     = q.epsn,
-                .ackreq  = false,
-                .ext     = {reinterpret_cast<const uint8_t *>(&a), sizeof(a)},
-                .payload = {}});
+    return emit({.pkey    = q.pkey,
+                 .opcode  = opcode,
+                 .dlid    = q.dlid,
+                 .dqpn    = q.remote_qpn,
+                 .psn     = psn,
+                 .ackreq  = false,
+                 .ext     = {reinterpret_cast<const uint8_t *>(&a), sizeof(a)},
+                 .payload = {}}) != status::no_resource;
+}
+
+/// A NAK for the expected PSN, or `opcode`'s answer for `psn`. One the
+/// fabric pushes back is held and sent with the ACKs (flush_acks): a
+/// lossless fabric never drops it, so no requester timer would recover it.
+void device::send_nak(qp &q, uint8_t syndrome, ib::opcode opcode,
+                      std::optional<uint32_t> psn)
+{
+    uint32_t at = psn.value_or(q.epsn);
+    if (emit_aeth(q, uint8_t(opcode), syndrome, at) || q.held_nak.set) {
+        return;
+    }
+    q.held_nak = {true, uint8_t(opcode), syndrome, at};
+    ack_list_.push_back(q.qpn);
 }
 
 bool device::send_ack(qp &q)
 {
-    ib::aeth a{};
-    ib::aeth_syndrome::set(a.syn_msn,
-                           ib::make_syndrome(ib::ack_class::ack,
-                                             ib::ack_credits_invalid));
-    ib::aeth_msn::set(a.syn_msn, q.msn);
-    status s = emit({.pkey    = q.pkey,
-                     .opcode  = uint8_t(ib::opcode::rc_acknowledge),
-                     .dlid    = q.dlid,
-                     .dqpn    = q.remote_qpn,
-                     .psn     = ib::psn_add(q.epsn, ib::psn_mask),   // epsn - 1
-                     .ackreq  = false,
-                     .ext     = {reinterpret_cast<const uint8_t *>(&a), sizeof(a)},
-                     .payload = {}});
-    if (s == status::no_resource) {
+    if (!emit_aeth(q, uint8_t(ib::opcode::rc_acknowledge),
+                   ib::make_syndrome(ib::ack_class::ack, ib::ack_credits_invalid),
+                   ib::psn_add(q.epsn, ib::psn_mask))) {   // epsn - 1
         return false;
     }
     count(counter::acks_sent);
@@ -778,6 +919,13 @@ void device::flush_acks()
 {
     std::erase_if(ack_list_, [this](uint32_t qpn) {
         qp *q = find_qp(qpn);
+        if (q && q->held_nak.set) {
+            const qp::nak_hold &n = q->held_nak;
+            if (!emit_aeth(*q, n.opcode, n.syndrome, n.psn)) {
+                return false;   // still full
+            }
+            q->held_nak.set = false;
+        }
         if (!q || !q->ack_pending) {
             return true;
         }

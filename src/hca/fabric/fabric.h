@@ -31,6 +31,14 @@ constexpr bool is_multicast_lid(uint16_t lid)
     return lid >= 0xc000 && lid != 0xffff;
 }
 
+/// Memory of one process: an address in its address space and a length.
+struct mem_range {
+    uint64_t addr;
+    uint64_t len;
+};
+
+enum class copy_dir { from_peer, to_peer };
+
 /// Receives frames during port::poll(); the bytes are valid only during the
 /// call.
 class frame_sink {
@@ -69,6 +77,23 @@ public:
     /// back instead). A missing ACK from a live peer then means the peer is
     /// not progressing, not that a packet was lost.
     virtual bool lossless() const = 0;
+
+    // Single-copy transfers: the host's DMA engine between the processes of
+    // two ports. A responder that has validated a direct RDMA request (key,
+    // rights, bounds) moves its payload between its own memory and the
+    // requester's in one copy instead of packets through the fabric.
+    /// Smallest message worth a direct transfer with port `lid`; 0: never
+    /// (direct transfers off, or this process cannot reach that one's memory).
+    virtual uint64_t direct_min(uint16_t /*lid*/) { return 0; }
+    /// Copies between `local` (this process) and `remote` (ranges of the
+    /// process owning port `lid`, in order). ok: every byte moved;
+    /// unsupported: not all of them (no access to that process, or a range
+    /// not mapped on either side), and no byte may be counted on.
+    virtual status direct_copy(uint16_t /*lid*/, copy_dir /*dir*/, mem_range /*local*/,
+                               std::span<const mem_range> /*remote*/)
+    {
+        return status::unsupported;
+    }
 
     // The fabric's interrupt line, for a device that sleeps when idle (the
     // engine thread, or a driver blocked in interrupt mode).

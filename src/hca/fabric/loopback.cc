@@ -2,6 +2,7 @@
 #include "hca/fabric/loopback.h"
 
 #include <algorithm>
+#include <cstring>
 
 namespace mlx4x::fabric {
 
@@ -72,6 +73,37 @@ public:
         const fault_plan &p = fabric_.plan_;
         return !p.drop_one_in && !p.duplicate_one_in && !p.reorder_one_in &&
                !p.delay_one_in;
+    }
+
+    uint64_t direct_min(uint16_t lid) override
+    {
+        return fabric_.queues_.count(lid) ? fabric_.direct_min_ : 0;
+    }
+
+    status direct_copy(uint16_t lid, copy_dir dir, mem_range local,
+                       std::span<const mem_range> remote) override
+    {
+        if (!direct_min(lid) || fabric_.direct_refuse_) {
+            return status::unsupported;
+        }
+        uint64_t total = 0;
+        for (const mem_range &r : remote) {
+            total += r.len;
+        }
+        if (total != local.len) {
+            return status::unsupported;
+        }
+        auto *l = reinterpret_cast<uint8_t *>(static_cast<uintptr_t>(local.addr));
+        for (const mem_range &r : remote) {
+            auto *p = reinterpret_cast<uint8_t *>(static_cast<uintptr_t>(r.addr));
+            if (dir == copy_dir::from_peer) {
+                std::memmove(l, p, r.len);
+            } else {
+                std::memmove(p, l, r.len);
+            }
+            l += r.len;
+        }
+        return status::ok;
     }
 
 private:

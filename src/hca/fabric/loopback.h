@@ -37,6 +37,15 @@ public:
         plan_ = plan;
         rng_  = plan.seed | 1;
     }
+    /// Single-copy transfers between its ports (all in this process, so a
+    /// plain copy): offered from `min` bytes on (0: never). `refuse`: offered
+    /// but every copy fails, as when the responder's process may not reach
+    /// the requester's (the requester must fall back to packets).
+    void set_direct(uint64_t min, bool refuse = false)
+    {
+        direct_min_    = min;
+        direct_refuse_ = refuse;
+    }
     uint64_t frames_sent() const { return sent_; }
     uint64_t frames_dropped() const { return dropped_; }
 
@@ -61,6 +70,8 @@ private:
     std::map<uint16_t, std::deque<std::vector<uint8_t>>> queues_;
     std::map<uint16_t, std::set<uint16_t>>   groups_;   ///< MLID -> member LIDs
     uint16_t                                 next_lid_ = 1;
+    uint64_t                                 direct_min_ = 0;
+    bool                                     direct_refuse_ = false;
     uint64_t                                 sent_     = 0;
     uint64_t                                 dropped_  = 0;
 };

@@ -12,8 +12,9 @@
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
-#include <sys/un.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
+#include <sys/un.h>
 #include <thread>
 #include <unistd.h>
 
@@ -153,7 +154,8 @@ region_header *shm_fabric::hdr() const
     return static_cast<region_header *>(base_);
 }
 
-result<std::unique_ptr<shm_fabric>> shm_fabric::open(const std::string &name)
+result<std::unique_ptr<shm_fabric>> shm_fabric::open(const std::string &name,
+                                                     options opts)
 {
     const std::string shm_name = "/" + name;
     for (int attempt = 0; attempt < 2; ++attempt) {
@@ -188,7 +190,7 @@ result<std::unique_ptr<shm_fabric>> shm_fabric::open(const std::string &name)
         auto *h = static_cast<region_header *>(base);
         if (created) {
             init_region(h);
-            return std::unique_ptr<shm_fabric>(new shm_fabric(name, base));
+            return std::unique_ptr<shm_fabric>(new shm_fabric(name, base, opts));
         }
 
         // Someone else created it: wait (bounded) for initialisation.
@@ -214,7 +216,7 @@ result<std::unique_ptr<shm_fabric>> shm_fabric::open(const std::string &name)
         bool size_ok = stat(("/dev/shm/" + name).c_str(), &now) == 0 &&
                        static_cast<size_t>(now.st_size) == total_size;
         if (magic == region_magic && size_ok && layout_matches(h)) {
-            return std::unique_ptr<shm_fabric>(new shm_fabric(name, base));
+            return std::unique_ptr<shm_fabric>(new shm_fabric(name, base, opts));
         }
         bool abandoned = magic == region_magic && !layout_matches(h) &&
                          nobody_attached(h, size_t(now.st_size));
@@ -252,8 +254,9 @@ shm_fabric::~shm_fabric() { munmap(base_, total_size); }
 class shm_fabric::shm_port final : public port {
 public:
     shm_port(region_header *h, const std::string &fabric, uint32_t index,
-             uint64_t guid)
-        : h_(h), fabric_(fabric), index_(index), guid_(guid)
+             uint64_t guid, std::unique_ptr<uint64_t> probe, uint64_t single_copy_min)
+        : h_(h), fabric_(fabric), index_(index), guid_(guid),
+          probe_(std::move(probe)), single_copy_min_(single_copy_min)
     {
         // The port's interrupt line; without it the owner never sleeps.
         wake_rx_ = wakeup_socket();
@@ -279,6 +282,7 @@ public:
         e.released = uint64_t(std::chrono::steady_clock::now().time_since_epoch() /
                               std::chrono::nanoseconds(1));
         e.pid = 0;
+        e.probe_va = 0;
         e.state.store(static_cast<uint32_t>(port_state::free),
                       std::memory_order_release);
     }
@@ -451,7 +455,70 @@ public:
 
     bool lossless() const override { return true; }
 
+    uint64_t direct_min(uint16_t lid) override
+    {
+        return single_copy_min_ && can_reach(lid) ? single_copy_min_ : 0;
+    }
+
+    status direct_copy(uint16_t lid, copy_dir dir, mem_range local,
+                       std::span<const mem_range> remote) override
+    {
+        constexpr size_t max_ranges = 64;
+        if (lid == 0 || lid > max_ports || remote.size() > max_ranges) {
+            return status::unsupported;
+        }
+        iovec liov{reinterpret_cast<void *>(static_cast<uintptr_t>(local.addr)),
+                   local.len};
+        iovec riov[max_ranges];
+        uint64_t total = 0;
+        for (size_t i = 0; i < remote.size(); ++i) {
+            riov[i] = {reinterpret_cast<void *>(static_cast<uintptr_t>(remote[i].addr)),
+                       remote[i].len};
+            total += remote[i].len;
+        }
+        if (total != local.len) {
+            return status::unsupported;
+        }
+        pid_t pid = ports(h_)[lid - 1].pid;
+        ssize_t n = dir == copy_dir::from_peer
+                        ? process_vm_readv(pid, &liov, 1, riov, remote.size(), 0)
+                        : process_vm_writev(pid, &liov, 1, riov, remote.size(), 0);
+        if (n != ssize_t(total)) {
+            MLX4X_DEBUG("fabric %s: single copy %s lid %u (pid %d) failed: %s",
+                        fabric_.c_str(), dir == copy_dir::from_peer ? "from" : "to",
+                        lid, int(pid), n < 0 ? std::strerror(errno) : "partial");
+            return status::unsupported;
+        }
+        return status::ok;
+    }
+
 private:
+    /// Whether this process can reach the memory of the owner of `lid`:
+    /// reading the owner's probe word through process_vm_readv answers every
+    /// reason it might not (another user, a ptrace restriction such as Yama,
+    /// a seccomp filter). Asked once per attach generation of the LID.
+    bool can_reach(uint16_t lid)
+    {
+        if (lid == 0 || lid > max_ports) {
+            return false;
+        }
+        const port_entry &e = ports(h_)[lid - 1];
+        reach &r = reach_[lid - 1];
+        uint32_t gen = e.generation;
+        if (r.generation != gen || !r.known) {
+            uint64_t word = 0;
+            iovec    l{&word, sizeof(word)};
+            iovec    rem{reinterpret_cast<void *>(static_cast<uintptr_t>(e.probe_va)),
+                         sizeof(word)};
+            r.ok = e.probe_va &&
+                   process_vm_readv(e.pid, &l, 1, &rem, 1, 0) == ssize_t(sizeof(word)) &&
+                   word == e.port_guid;
+            r.known      = true;
+            r.generation = gen;
+        }
+        return r.ok;
+    }
+
     /// A full ring whose owner died is never drained: its frames are lost
     /// on the wire, as on a link to a dead node, so the sender's transport
     /// (retries, then an error) takes over instead of pushing for ever.
@@ -492,6 +559,13 @@ private:
     int            wake_tx_ = -1;   ///< unbound: wakes other ports
     uint64_t       last_liveness_check_us_[max_ports] = {};
     bool           gone_[max_ports] = {};
+    std::unique_ptr<uint64_t> probe_;   ///< holds guid_; port_entry.probe_va
+    uint64_t       single_copy_min_;
+    struct reach {
+        uint32_t generation = 0;
+        bool     known = false, ok = false;
+    };
+    reach          reach_[max_ports];
 };
 
 result<std::unique_ptr<port>> shm_fabric::attach()
@@ -539,6 +613,8 @@ result<std::unique_ptr<port>> shm_fabric::attach()
         for (auto &grp : e.multicast) {   // a dead owner's groups end with it
             grp.store(0, std::memory_order_relaxed);
         }
+        auto probe = std::make_unique<uint64_t>(e.port_guid);
+        e.probe_va = reinterpret_cast<uintptr_t>(probe.get());
         ring &r = rings(h)[i];
         for (uint32_t sl = 0; sl < ring_slots; ++sl) {
             r.slots[sl].seq.store(sl, std::memory_order_relaxed);
@@ -548,7 +624,9 @@ result<std::unique_ptr<port>> shm_fabric::attach()
         // Ring reset is visible before any sender sees the port active.
         e.state.store(static_cast<uint32_t>(port_state::active),
                       std::memory_order_release);
-        return std::unique_ptr<port>(new shm_port(h, name_, i, e.port_guid));
+        return std::unique_ptr<port>(new shm_port(h, name_, i, e.port_guid,
+                                                  std::move(probe),
+                                                  opts_.single_copy_min));
     }
     MLX4X_ERROR("fabric %s is full: %u ports in use", name_.c_str(), max_ports);
     return status::exceeds_limit;

@@ -15,10 +15,23 @@ namespace shm { struct region_header; }
 
 class shm_fabric final : public fabric {
 public:
+    struct options {
+        /// Smallest RDMA message moved by a single copy between the two
+        /// processes (process_vm_readv/writev, after the responder checked
+        /// key, rights and bounds); 0: always packets. Used only between
+        /// processes that can reach each other's memory (same user, no
+        /// ptrace restriction).
+        uint64_t single_copy_min = 64 * 1024;
+    };
     /// Maps (creating if needed) /dev/shm/<name>. A segment that is not an
     /// mlx4x fabric of this version fails with status::shmem_segment and
     /// one error line naming the file.
-    static result<std::unique_ptr<shm_fabric>> open(const std::string &name);
+    static result<std::unique_ptr<shm_fabric>> open(const std::string &name,
+                                                     options opts);
+    static result<std::unique_ptr<shm_fabric>> open(const std::string &name)
+    {
+        return open(name, options{});
+    }
     ~shm_fabric() override;
 
     result<std::unique_ptr<port>> attach() override;
@@ -30,11 +43,15 @@ public:
 
     class shm_port;
 private:
-    shm_fabric(std::string name, void *base) : name_(std::move(name)), base_(base) {}
+    shm_fabric(std::string name, void *base, options opts)
+        : name_(std::move(name)), base_(base), opts_(opts)
+    {
+    }
     shm::region_header *hdr() const;
 
     std::string name_;
     void       *base_;
+    options     opts_;
 };
 
 } // namespace mlx4x::fabric

@@ -22,8 +22,9 @@
 namespace mlx4x::fabric::shm {
 
 constexpr uint64_t region_magic   = 0x6d6c783478666162ull; // "mlx4xfab"
-constexpr uint32_t region_version = 5;   ///< 2: port_entry.sleeping; 3: 256 ports;
-                                         ///< 4: port_entry.multicast; 5: released
+constexpr uint32_t region_version = 6;   ///< 2: port_entry.sleeping; 3: 256 ports;
+                                         ///< 4: port_entry.multicast; 5: released;
+                                         ///< 6: probe_va
 constexpr uint32_t max_port_groups = 8;  ///< multicast groups per port
 constexpr uint32_t max_ports      = 256;
 constexpr uint32_t ring_slots     = 256;   ///< power of two
@@ -65,6 +66,10 @@ struct alignas(64) port_entry {
     /// attach hands out the longest-free LID, so a LID its peers may still
     /// address is the last one to get a new owner.
     uint64_t              released;
+    /// Address, in the owner's memory, of a word holding port_guid: a
+    /// process that can read it there with process_vm_readv can move
+    /// single-copy payloads to and from the owner (shm_fabric.cc).
+    uint64_t              probe_va;
 };
 static_assert(sizeof(port_entry) == 64);
 

@@ -101,6 +101,19 @@ static_assert(sizeof(x_atomic_eth) == 48);
 static_assert(offsetof(x_atomic_eth, log_size) == 12);
 static_assert(offsetof(x_atomic_eth, swap_add) == 16);
 
+/// mlx4x single-copy RDMA (manufacturer-specific opcodes, IBA 9.2): a
+/// direct WRITE or READ request names the requester's memory instead of
+/// carrying or asking for the data; its payload is a list of these, in the
+/// order of the WQE's gather (WRITE) or scatter (READ) entries. The
+/// responder validates the RETH as for any RDMA request, then moves the
+/// bytes between its region and these ranges itself (fabric.h, direct_copy).
+struct x_direct_seg {
+    be64_split va;
+    be32       len;
+    be32       reserved;
+};
+static_assert(sizeof(x_direct_seg) == 16);
+
 /// Atomic ACK Extended Transport Header (IBA 9.3.6): the original value.
 struct atomic_ack_eth {
     be64_split orig;

@@ -37,6 +37,15 @@ enum class opcode : uint8_t {
     // 9.2): masked atomics (see x_atomic_eth), RC semantics.
     x_masked_compare_swap        = 0xc0,
     x_masked_fetch_add           = 0xc1,
+    // Single-copy RDMA between processes of one host (x_direct_seg): one
+    // request packet and one PSN whatever the length; the READ's answer is
+    // one response without data. A responder that cannot reach the
+    // requester's memory answers DIRECT_REFUSED (AETH) for that PSN, and the
+    // requester sends the message again as ordinary packets.
+    x_rdma_write_direct          = 0xc2,
+    x_rdma_read_direct           = 0xc3,
+    x_rdma_read_direct_response  = 0xc4,
+    x_direct_refused             = 0xc5,
     ud_send_only                 = 0x64,
     ud_send_only_imm             = 0x65,
 };
@@ -67,6 +76,7 @@ enum kind_bits : uint16_t {
     kind_read    = 1 << 9,    ///< RDMA READ request or response
     kind_atomic  = 1 << 10,   ///< atomic request or atomic ACK
     kind_response= 1 << 11,   ///< goes to the completer (ACK / READ resp.)
+    kind_direct  = 1 << 12,   ///< mlx4x single-copy request or answer
 };
 
 struct opcode_info {
@@ -155,6 +165,15 @@ constexpr row rows[] = {
      R | kind_atomic | kind_first | kind_last, "X_MASKED_COMPARE_SWAP"},
     {opcode::x_masked_fetch_add, hdr_x_atomic_eth,
      R | kind_atomic | kind_first | kind_last, "X_MASKED_FETCH_ADD"},
+    {opcode::x_rdma_write_direct, hdr_reth,
+     R | kind_write | kind_first | kind_last | kind_direct, "X_RDMA_WRITE_DIRECT"},
+    {opcode::x_rdma_read_direct, hdr_reth,
+     R | kind_read | kind_first | kind_last | kind_direct, "X_RDMA_READ_DIRECT"},
+    {opcode::x_rdma_read_direct_response, hdr_aeth,
+     kind_response | kind_read | kind_first | kind_last | kind_direct,
+     "X_RDMA_READ_DIRECT_RESPONSE"},
+    {opcode::x_direct_refused, hdr_aeth, kind_response | kind_ack | kind_direct,
+     "X_DIRECT_REFUSED"},
     {opcode::ud_send_only, hdr_deth,
      R | kind_send | kind_first | kind_last | kind_ud, "UD_SEND_ONLY"},
     {opcode::ud_send_only_imm, hdr_deth | hdr_immdt,
@@ -209,5 +228,7 @@ static_assert(info(opcode::x_masked_fetch_add).hdr_len == 12 + 48);
 static_assert(ext_offset(info(opcode::rc_atomic_acknowledge), hdr_atomic_ack) ==
               12 + 4);
 static_assert(info(opcode::rc_rdma_read_response_middle).hdr_len == 12);
+static_assert(info(opcode::x_rdma_read_direct).hdr_len == 12 + 16);
+static_assert(info(opcode::x_direct_refused).hdr_len == 12 + 4);
 
 } // namespace mlx4x::ib

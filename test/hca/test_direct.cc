@@ -1,0 +1,262 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// Single-copy RDMA (X_RDMA_WRITE_DIRECT / X_RDMA_READ_DIRECT): one request
+// packet names the requester's memory and the responder, after the same
+// key, rights and bounds checks as any RDMA request, moves the bytes itself.
+// Data and completions as for packets; E28 errors as for packets; a refusal
+// falls back to packets with nothing lost or doubled; lost packets retried.
+#include "hca_fixture.h"
+#include "hca/ib/ib_opcode.h"
+
+#include <numeric>
+
+namespace mlx4x::test {
+namespace {
+
+constexpr uint32_t all_local = drv::access_local_write |
+                               drv::access_remote_write |
+                               drv::access_remote_read |
+                               drv::access_remote_atomic;
+constexpr uint64_t direct_min = 16 * 1024;
+
+class direct : public rc_pair {
+protected:
+    void SetUp() override
+    {
+        rc_pair::SetUp();
+        fab.set_direct(direct_min);
+    }
+
+    /// Posts an RDMA WRITE or READ on `a` whose local side is `pieces`
+    /// consecutive pieces of `local` (a gather / scatter list).
+    status post_rdma(drv::wr_opcode op, uint64_t wr_id, uint8_t *local,
+                     uint32_t len, uint32_t lkey, const void *remote, uint32_t rkey,
+                     unsigned pieces = 1)
+    {
+        std::vector<drv::sge> sg;
+        uint32_t at = 0;
+        for (unsigned i = 0; i < pieces; ++i) {
+            uint32_t n = i + 1 == pieces ? len - at : len / pieces;
+            sg.push_back({reinterpret_cast<uint64_t>(local + at), n, lkey});
+            at += n;
+        }
+        drv::send_wr wr;
+        wr.wr_id       = wr_id;
+        wr.opcode      = op;
+        wr.flags       = drv::send_signaled;
+        wr.sg          = sg;
+        wr.remote_addr = reinterpret_cast<uint64_t>(remote);
+        wr.rkey        = rkey;
+        return a.qp->post_send(wr);
+    }
+
+    bool sends_done(size_t n)
+    {
+        return progress_until([&] { return a.send_wcs.size() >= n; });
+    }
+
+    void expect_all_succeeded()
+    {
+        for (const drv::wc &w : a.send_wcs) {
+            EXPECT_EQ(w.status, drv::wc_status::success) << dump(a.send_wcs);
+        }
+    }
+};
+
+// A gathered 1 MiB WRITE is one request packet and one ACK; the bytes land
+// exactly in the target range.
+TEST_F(direct, write_of_a_gather_list_is_placed_by_the_responder_in_one_request)
+{
+    start();
+    constexpr uint32_t len = 1 << 20;
+    std::vector<uint8_t> src(len), dst(len + 2, 0xee);
+    fill_pattern(src.data(), len, 7);
+    auto &sm = a.reg(src.data(), len, all_local);
+    auto &dm = b.reg(dst.data(), dst.size(), all_local);
+    ASSERT_EQ(post_rdma(drv::wr_opcode::rdma_write, 1, src.data(), len, sm.lkey(),
+                        dst.data() + 1, dm.rkey(), 3),
+              status::ok);
+    ASSERT_TRUE(sends_done(1));
+    expect_all_succeeded();
+    EXPECT_EQ(a.send_wcs[0].opcode, drv::wc_opcode::rdma_write);
+    EXPECT_EQ(check_pattern(dst.data() + 1, len, 7), -1);
+    EXPECT_EQ(dst[0], 0xee);
+    EXPECT_EQ(dst[len + 1], 0xee);
+    EXPECT_EQ(b.counter(dev::counter::direct_writes), 1u);
+    EXPECT_EQ(b.counter(dev::counter::direct_bytes), len);
+    EXPECT_EQ(b.counter(dev::counter::rx_packets), 1u);   // not 256 packets
+    EXPECT_EQ(a.counter(dev::counter::tx_bytes), 3 * sizeof(ib::x_direct_seg));
+}
+
+// C60 with single copy: a READ into a scatter list of three pieces.
+TEST_F(direct, read_into_a_scatter_list_is_placed_before_its_response)
+{
+    start();
+    constexpr uint32_t len = 300000;
+    std::vector<uint8_t> remote(len), local(len + 2, 0xee);
+    fill_pattern(remote.data(), len, 9);
+    auto &rm = b.reg(remote.data(), len, all_local);
+    auto &lm = a.reg(local.data(), local.size(), all_local);
+    ASSERT_EQ(post_rdma(drv::wr_opcode::rdma_read, 2, local.data() + 1, len, lm.lkey(),
+                        remote.data(), rm.rkey(), 3),
+              status::ok);
+    ASSERT_TRUE(sends_done(1));
+    expect_all_succeeded();
+    EXPECT_EQ(a.send_wcs[0].opcode, drv::wc_opcode::rdma_read);
+    EXPECT_EQ(check_pattern(local.data() + 1, len, 9), -1);
+    EXPECT_EQ(local[0], 0xee);
+    EXPECT_EQ(local[len + 1], 0xee);
+    EXPECT_EQ(b.counter(dev::counter::direct_reads), 1u);
+    EXPECT_EQ(a.counter(dev::counter::rx_packets), 1u);   // the one response
+}
+
+// Below the fabric's threshold (and for a single packet) RDMA goes as
+// packets.
+TEST_F(direct, messages_below_the_threshold_go_as_packets)
+{
+    start();
+    constexpr uint32_t len = direct_min - 1;
+    std::vector<uint8_t> src(len), dst(len);
+    fill_pattern(src.data(), len, 3);
+    auto &sm = a.reg(src.data(), len, all_local);
+    auto &dm = b.reg(dst.data(), len, all_local);
+    ASSERT_EQ(post_rdma(drv::wr_opcode::rdma_write, 1, src.data(), len, sm.lkey(),
+                        dst.data(), dm.rkey()),
+              status::ok);
+    ASSERT_TRUE(sends_done(1));
+    expect_all_succeeded();
+    EXPECT_EQ(check_pattern(dst.data(), len, 3), -1);
+    EXPECT_EQ(b.counter(dev::counter::direct_writes), 0u);
+    EXPECT_EQ(b.counter(dev::counter::rx_packets), (len + 4095) / 4096);
+}
+
+// E28: the responder validates a direct request exactly as a packet one:
+// out of bounds (WRITE) or without remote read right (READ) is a remote
+// access error at the requester, and nothing is written.
+TEST_F(direct, E28_bounds_and_rights_are_checked_before_any_byte_moves)
+{
+    start();
+    constexpr uint32_t len = 64 * 1024;
+    std::vector<uint8_t> src(len, 0x5a), dst(len, 0);
+    auto &sm = a.reg(src.data(), len, all_local);
+    auto &dm = b.reg(dst.data(), len, all_local);
+    ASSERT_EQ(post_rdma(drv::wr_opcode::rdma_write, 1, src.data(), len, sm.lkey(),
+                        dst.data() + 1, dm.rkey()),   // one byte past the region
+              status::ok);
+    ASSERT_TRUE(sends_done(1));
+    EXPECT_EQ(a.send_wcs[0].status, drv::wc_status::remote_access_err);
+    EXPECT_EQ(std::accumulate(dst.begin(), dst.end(), 0u), 0u);
+    EXPECT_EQ(b.counter(dev::counter::direct_writes), 0u);
+
+    // A fresh connection; a region without remote read.
+    a.destroy();
+    b.destroy();
+    start();
+    std::vector<uint8_t> local(len, 0);
+    auto &lm = a.reg(local.data(), len, all_local);
+    auto &wo = b.reg(src.data(), len, drv::access_local_write | drv::access_remote_write);
+    ASSERT_EQ(post_rdma(drv::wr_opcode::rdma_read, 2, local.data(), len, lm.lkey(),
+                        src.data(), wo.rkey()),
+              status::ok);
+    ASSERT_TRUE(sends_done(1));
+    EXPECT_EQ(a.send_wcs[0].status, drv::wc_status::remote_access_err);
+    EXPECT_EQ(std::accumulate(local.begin(), local.end(), 0u), 0u);
+    EXPECT_EQ(b.counter(dev::counter::direct_reads), 0u);
+}
+
+// A responder that cannot reach the requester's memory refuses; the
+// requester sends that WRITE, the READ and the SENDs behind them again as
+// packets: each arrives once, in order, and the QP does not ask again.
+TEST_F(direct, a_refused_single_copy_is_sent_again_as_packets_nothing_lost_or_doubled)
+{
+    fab.set_direct(direct_min, /*refuse=*/true);
+    start();
+    constexpr uint32_t len = 100000;
+    std::vector<uint8_t> src(len), dst(len), remote(len), local(len);
+    fill_pattern(src.data(), len, 11);
+    fill_pattern(remote.data(), len, 12);
+    auto &sm = a.reg(src.data(), len, all_local);
+    auto &lm = a.reg(local.data(), len, all_local);
+    auto &dm = b.reg(dst.data(), len, all_local);
+    auto &rm = b.reg(remote.data(), len, all_local);
+    std::vector<uint8_t> msgs(4 * 64), rbuf(4 * 64);
+    auto &mm = a.reg(msgs.data(), msgs.size());
+    auto &rbm = b.reg(rbuf.data(), rbuf.size());
+    for (int i = 0; i < 4; ++i) {
+        msgs[64 * i] = uint8_t(i + 1);
+        ASSERT_EQ(b.post_recv(10 + i, rbuf.data() + 64 * i, 64, rbm.lkey()), status::ok);
+    }
+    ASSERT_EQ(post_rdma(drv::wr_opcode::rdma_write, 1, src.data(), len, sm.lkey(),
+                        dst.data(), dm.rkey(), 2),
+              status::ok);
+    ASSERT_EQ(a.post_send(2, msgs.data(), 64, mm.lkey()), status::ok);
+    ASSERT_EQ(post_rdma(drv::wr_opcode::rdma_read, 3, local.data(), len, lm.lkey(),
+                        remote.data(), rm.rkey()),
+              status::ok);
+    for (int i = 1; i < 4; ++i) {
+        ASSERT_EQ(a.post_send(3 + i, msgs.data() + 64 * i, 64, mm.lkey()), status::ok);
+    }
+    ASSERT_TRUE(progress_until([&] {
+        return a.send_wcs.size() == 6 && b.recv_wcs.size() == 4;
+    })) << dump(a.send_wcs) << " / " << dump(b.recv_wcs);
+    expect_all_succeeded();
+    for (size_t i = 0; i < a.send_wcs.size(); ++i) {
+        EXPECT_EQ(a.send_wcs[i].wr_id, i + 1);   // in posting order
+    }
+    for (int i = 0; i < 4; ++i) {
+        EXPECT_EQ(b.recv_wcs[i].status, drv::wc_status::success);
+        EXPECT_EQ(rbuf[64 * i], i + 1);          // each SEND once, in order
+    }
+    progress_rounds(10);
+    EXPECT_EQ(b.recv_wcs.size(), 4u);
+    EXPECT_EQ(check_pattern(dst.data(), len, 11), -1);
+    EXPECT_EQ(check_pattern(local.data(), len, 12), -1);
+    EXPECT_EQ(b.counter(dev::counter::direct_refusals), 1u);   // once per QP
+    EXPECT_EQ(b.counter(dev::counter::direct_writes) +
+                  b.counter(dev::counter::direct_reads), 0u);
+}
+
+// Lost requests, ACKs and responses: direct WRITEs and READs are sent again
+// by the ACK timer (a duplicate READ is executed again), every one
+// completes once with the right data.
+TEST_F(direct, lost_requests_and_responses_are_retried_until_each_completes_once)
+{
+    fabric::fault_plan plan;
+    plan.drop_one_in = 4;
+    fab.set_faults(plan);
+    drv::rc_connect_attr attr;
+    attr.retry_cnt = 7;
+    attr.max_rd_atomic = attr.max_dest_rd_atomic = 4;
+    drv::qp_caps caps;
+    caps.max_send_wr = 64;
+    start(caps, attr);
+    constexpr uint32_t len = 40000;
+    constexpr int n = 24;
+    std::vector<uint8_t> src(len * n), dst(len * n), local(len * n);
+    fill_pattern(src.data(), src.size(), 21);
+    auto &sm = a.reg(src.data(), src.size(), all_local);
+    auto &lm = a.reg(local.data(), local.size(), all_local);
+    auto &dm = b.reg(dst.data(), dst.size(), all_local);
+    for (int i = 0; i < n; ++i) {
+        ASSERT_EQ(post_rdma(drv::wr_opcode::rdma_write, i, src.data() + len * i, len,
+                            sm.lkey(), dst.data() + len * i, dm.rkey()),
+                  status::ok);
+    }
+    ASSERT_TRUE(sends_done(n)) << dump(a.send_wcs);
+    for (int i = 0; i < n; ++i) {
+        ASSERT_EQ(post_rdma(drv::wr_opcode::rdma_read, n + i, local.data() + len * i,
+                            len, lm.lkey(), dst.data() + len * i, dm.rkey()),
+                  status::ok);
+    }
+    ASSERT_TRUE(sends_done(2 * n)) << dump(a.send_wcs);
+    expect_all_succeeded();
+    for (int i = 0; i < 2 * n; ++i) {
+        EXPECT_EQ(a.send_wcs[i].wr_id, uint64_t(i));
+    }
+    EXPECT_EQ(check_pattern(local.data(), local.size(), 21), -1);
+    EXPECT_GT(fab.frames_dropped(), 0u);
+    EXPECT_GE(b.counter(dev::counter::direct_writes), uint64_t(n));
+    EXPECT_GE(b.counter(dev::counter::direct_reads), uint64_t(n));
+}
+
+} // namespace
+} // namespace mlx4x::test
