@@ -33,12 +33,12 @@ std::string to_string(hwloc_const_bitmap_t b)
 
 } // namespace
 
-void place_engine_thread()
+bool place_engine_thread()
 {
     topology topo;
     if (!topo.ok) {
         MLX4X_DEBUG("engine thread: no hwloc topology, left unbound");
-        return;
+        return false;
     }
     // The new thread inherited the binding of the application thread.
     bitmap app, free_pus;
@@ -46,17 +46,18 @@ void place_engine_thread()
     if (hwloc_get_cpubind(topo.t, app, HWLOC_CPUBIND_THREAD) != 0 ||
         hwloc_bitmap_isincluded(allowed, app)) {
         MLX4X_DEBUG("engine thread: application not bound, thread left unbound");
-        return;
+        return false;
     }
     hwloc_bitmap_andnot(free_pus, allowed, app);
     hwloc_const_bitmap_t target = hwloc_bitmap_iszero(free_pus) ? allowed
                                                                 : free_pus.b;
     if (hwloc_set_cpubind(topo.t, target, HWLOC_CPUBIND_THREAD) != 0) {
         MLX4X_DEBUG("engine thread: binding to %s failed", to_string(target).c_str());
-        return;
+        return false;
     }
     MLX4X_DEBUG("engine thread on PUs %s (application on %s)",
                 to_string(target).c_str(), to_string(app).c_str());
+    return target == free_pus.b;
 }
 
 } // namespace mlx4x::uct

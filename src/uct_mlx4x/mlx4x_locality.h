@@ -8,7 +8,8 @@ namespace mlx4x::uct {
 /// the process may use but the application is not bound to, or, when the
 /// application is bound to a subset and no unit is free, widens it to every
 /// allowed unit (the scheduler then finds an idle one). An unbound
-/// application leaves the thread unbound.
-void place_engine_thread();
+/// application leaves the thread unbound. True when the thread got units
+/// the application is not bound to.
+bool place_engine_thread();
 
 } // namespace mlx4x::uct

@@ -102,16 +102,21 @@ public:
     uint32_t mmio_read32(uint32_t offset) const;
 
     /// One time slice: frames received + packets and list operations sent
-    /// (0: nothing to do). Does nothing while the engine thread runs.
+    /// (0: nothing to do). With the engine thread, the slice runs here too
+    /// when the thread is not in one: an application waiting in progress
+    /// drives its device at once instead of waiting for the thread's turn
+    /// on a core.
     unsigned progress(unsigned budget);
 
     /// Runs the device on a thread of its own (DESIGN decision 5: the same
     /// time slice, called by the device instead of the driver's progress),
     /// so matching and rendezvous go on while the application computes.
-    /// `on_start` runs first on the new thread (placement). The thread
-    /// spins while there is work, then sleeps on the fabric's wake-up
-    /// line, a send doorbell, or the timer tick.
-    status start_engine_thread(std::function<void()> on_start = {});
+    /// `on_start` runs first on the new thread (placement) and says whether
+    /// the thread got cores the application does not use. The thread spins
+    /// while there is work (briefly where it shares the application's
+    /// cores), then sleeps on the fabric's wake-up line, a send doorbell,
+    /// or the timer tick.
+    status start_engine_thread(std::function<bool()> on_start = {});
     void   stop_engine_thread();
     bool   engine_threaded() const { return thread_.joinable(); }
 
@@ -214,7 +219,7 @@ private:
     };
     unsigned run(unsigned budget);   ///< progress() without the thread check
     unsigned run_slice();            ///< the engine thread's run(), locked
-    void     engine_loop(const std::function<void()> &on_start);
+    void     engine_loop(const std::function<bool()> &on_start);
     void     engine_sleep();
     /// Held around the device's work while the engine thread runs: MMIO
     /// from the driver (commands, CQ/EQ doorbells) against the thread. The

@@ -4,26 +4,64 @@
 // loop. It spins while there is work and for a short grace period after,
 // then sleeps until a frame arrives (the fabric's wake-up line), the driver
 // rings a send doorbell, or the timer tick is due (retransmission, RNR).
+// While the application calls progress, it runs the slice itself whenever
+// the thread is not in one (device::progress).
 #include "hca/dev/device.h"
 #include "hca/base/log.h"
 
 #include <chrono>
+#include <cstdint>
 #include <poll.h>
+#include <sched.h>
 #include <sys/eventfd.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 namespace mlx4x::dev {
 
 namespace {
-/// Empty time slices before sleeping, each followed by a yield: short, so
-/// an idle device does not take the CPU from the application (whose cores
-/// it often shares), long enough to catch the next packet of a burst.
-constexpr unsigned idle_spins = 200;
+/// Empty time slices before sleeping, each followed by a yield: long enough
+/// to catch the next packet of a burst, and short where the thread shares
+/// the application's cores, since every spin is taken from it.
+constexpr unsigned idle_spins_own_cores = 200;
+constexpr unsigned idle_spins_shared    = 8;
 /// Longest sleep: the granularity of the device's timers while idle.
 constexpr int tick_ms = 1;
+
+/// Linux's struct sched_attr (SCHED_ATTR_SIZE_VER1); glibc 2.36 has no
+/// sched_setattr() wrapper.
+struct sched_attr_v1 {
+    uint32_t size;
+    uint32_t sched_policy;
+    uint64_t sched_flags;
+    int32_t  sched_nice;
+    uint32_t sched_priority;
+    uint64_t sched_runtime;
+    uint64_t sched_deadline;
+    uint64_t sched_period;
+    uint32_t sched_util_min;
+    uint32_t sched_util_max;
+};
+static_assert(sizeof(sched_attr_v1) == 56);
+
+/// Asks the scheduler for short time slices (100 us, the least it grants):
+/// on EEVDF kernels (6.12 and later) a thread with a shorter slice than the
+/// running one preempts it when it wakes, so a frame that wakes the engine
+/// is handled within microseconds even while the application computes on
+/// the same core. Needs no privilege; older kernels ignore the request.
+void request_short_slices()
+{
+    sched_attr_v1 a{};
+    a.size          = sizeof(a);
+    a.sched_policy  = SCHED_OTHER;
+    a.sched_runtime = 100 * 1000;   // ns
+    if (syscall(SYS_sched_setattr, 0, &a, 0) != 0) {
+        MLX4X_DEBUG("engine thread: short scheduler slices not granted: %m");
+    }
+}
 } // namespace
 
-status device::start_engine_thread(std::function<void()> on_start)
+status device::start_engine_thread(std::function<bool()> on_start)
 {
     if (thread_.joinable()) {
         return status::ok;
@@ -62,11 +100,11 @@ unsigned device::run_slice()
     return run(64);
 }
 
-void device::engine_loop(const std::function<void()> &on_start)
+void device::engine_loop(const std::function<bool()> &on_start)
 {
-    if (on_start) {
-        on_start();
-    }
+    request_short_slices();
+    bool own_cores = on_start && on_start();
+    unsigned idle_spins = own_cores ? idle_spins_own_cores : idle_spins_shared;
     unsigned idle = 0;
     while (!engine_stop_.load(std::memory_order_relaxed)) {
         unsigned n = run_slice();

@@ -113,9 +113,10 @@ public:
 
     /// Gives the device its time slice (DESIGN decision 5).
     unsigned progress(unsigned budget = 64) { return dev_->progress(budget); }
-    /// Lets the device run on a thread of its own instead; progress() then
-    /// does nothing (dev::device::start_engine_thread).
-    status start_engine_thread(std::function<void()> on_start = {})
+    /// Lets the device run on a thread of its own as well; progress() then
+    /// runs a slice only when the thread is not in one
+    /// (dev::device::start_engine_thread).
+    status start_engine_thread(std::function<bool()> on_start = {})
     {
         return dev_->start_engine_thread(std::move(on_start));
     }

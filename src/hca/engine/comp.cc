@@ -28,7 +28,11 @@ uint64_t rnr_timer_ns(uint8_t field)
 
 unsigned device::progress(unsigned budget)
 {
-    return thread_.joinable() ? 0 : run(budget);
+    if (!thread_.joinable()) {
+        return run(budget);
+    }
+    std::unique_lock g(engine_mu_, std::try_to_lock);
+    return g.owns_lock() ? run(budget) : 0;
 }
 
 unsigned device::run(unsigned budget)

@@ -21,7 +21,7 @@ public:
         /// key, rights and bounds); 0: always packets. Used only between
         /// processes that can reach each other's memory (same user, no
         /// ptrace restriction).
-        uint64_t single_copy_min = 64 * 1024;
+        uint64_t single_copy_min = 0;
     };
     /// Maps (creating if needed) /dev/shm/<name>. A segment that is not an
     /// mlx4x fabric of this version fails with status::shmem_segment and
