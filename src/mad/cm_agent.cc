@@ -97,7 +97,7 @@ void agent::arm(conn &c, const mad &m)
 {
     c.last_sent    = m;
     c.retries_left = c.tm.max_retries;
-    c.deadline     = now() + timeout(c.tm);
+    set_deadline(c, now() + timeout(c.tm));
     (void)send(c.peer_lid, m);
 }
 
@@ -218,7 +218,7 @@ bool agent::arm()
 
 unsigned agent::progress()
 {
-    if (!qp1_->ready() && conns_.empty()) {
+    if (!qp1_->ready() && !timers_armed_) {
         return 0;   // idle: nothing arrived, no timer running
     }
     unsigned handled = qp1_->poll([this](uint16_t slid, const mad &m) { receive(slid, m); });
@@ -291,8 +291,8 @@ void agent::on_req(uint16_t slid, const mad &m)
             .max_retries      = uint8_t(req_max_cm_retries::get(q.max_retries_srq))};
     if (l->second.on_req_later) {
         // The requester waits (MaxCMRetries + 1) MRA service times at most.
-        c.deadline = now() + (c.tm.max_retries + 1) *
-                                 (service_wait(mra_service_timeout) + timeout(c.tm));
+        set_deadline(c, now() + (c.tm.max_retries + 1) *
+                                    (service_wait(mra_service_timeout) + timeout(c.tm)));
         auto &stored = conns_.emplace(id, std::move(c)).first->second;
         by_remote_[remote_key(slid, remote_id)] = id;
         send_mra(stored, id);
@@ -376,8 +376,9 @@ void agent::on_mra(const mad &m)
     }
     conn &c = it->second;
     c.remote_id = a.local_comm_id.get();
-    c.deadline  = now() + service_wait(uint8_t(mra_service_timeout::get(a.service_timeout))) +
-                 timeout(c.tm);
+    set_deadline(c, now() +
+                        service_wait(uint8_t(mra_service_timeout::get(a.service_timeout))) +
+                        timeout(c.tm));
 }
 
 void agent::fail_passive(uint32_t id, const conn &c)
@@ -538,12 +539,26 @@ std::optional<std::chrono::steady_clock::time_point> agent::next_deadline() cons
 
 /// No answer in time: send the message again, MaxCMRetries times, then
 /// give up (IBA 12.9.2: the connection fails with a timeout).
+void agent::set_deadline(conn &c, std::chrono::steady_clock::time_point when)
+{
+    c.deadline    = when;
+    timers_armed_ = true;
+}
+
 void agent::run_timers()
 {
+    if (!timers_armed_) {
+        return;
+    }
     auto t = now();
     std::vector<uint32_t> expired;
+    timers_armed_ = false;
     for (auto &[id, c] : conns_) {
-        if (c.deadline == std::chrono::steady_clock::time_point{} || t < c.deadline) {
+        if (c.deadline == std::chrono::steady_clock::time_point{}) {
+            continue;
+        }
+        timers_armed_ = true;
+        if (t < c.deadline) {
             continue;
         }
         if (c.retries_left > 0) {

@@ -195,6 +195,8 @@ private:
     void   on_drep(const mad &m);
     void   send_rtu(uint32_t id, conn &c);
     void   run_timers();
+    /// Arms a connection's retry timer (and the agent's timer scan).
+    void   set_deadline(conn &c, std::chrono::steady_clock::time_point when);
     void   forget(uint32_t id);
 
     drv::context                  &ctx_;
@@ -203,6 +205,7 @@ private:
     std::unique_ptr<mad_qp>        qp1_;
     std::map<uint64_t, listener>   listeners_;
     std::map<uint32_t, conn>       conns_;            ///< by local comm ID
+    bool                           timers_armed_ = false;   ///< a conn may have a deadline
     std::map<uint64_t, uint32_t>   by_remote_;        ///< (peer lid, remote ID) -> local
     uint32_t                       next_id_;
     uint64_t                       next_tid_ = 1;

@@ -42,6 +42,7 @@ typedef struct uct_mlx4x_iface_config {
     uct_iface_config_t super;
     size_t             seg_size;
     unsigned           tx_queue_len;
+    unsigned           tx_cq_moderation;
     unsigned           rx_queue_len;
     unsigned           max_inline;
     double             conn_timeout;

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // Interface, endpoint and memory domain of the mlx4x UCT transport.
 #include "uct_mlx4x/mlx4x_iface.h"
+#include "uct_mlx4x/mlx4x_post.h"
 #include "uct_mlx4x/mlx4x_locality.h"
 #include "uct_mlx4x/mlx4x_boundary.h"
 #include "hca/base/log.h"
@@ -250,10 +251,10 @@ endpoint::~endpoint()
         }
     }
     iface_.remove_ep(this);
+    iface_.pending_removed(pending.size());   // UCT wants them purged first
     qp_.reset();
     rx_qp_.reset();
     for (uint32_t n = posted - completed; n > 0; --n) {
-        iface_.tx_credit_return();
         complete_next(UCS_ERR_CANCELED);
     }
     for (const flush_waiter &f : flushes) {
@@ -305,9 +306,30 @@ status interface::connect_rc(drv::qp &q, uint16_t dlid, uint32_t remote_qpn,
     return status::ok;
 }
 
+/// Posts a signalled NOP behind unsignalled operations: it completes once
+/// they have (the device knows, the peer is not asked again), so a flush
+/// sees them complete. On a canceled endpoint (QP in ERROR) the NOP is
+/// flushed like the rest (IBA 10.3.1), which reports them just the same.
+ucs_status_t endpoint::signal_tail()
+{
+    if (state_ != ep_state::canceled) {
+        if (ucs_status_t st = tx_check(*this); st != UCS_OK) {
+            return st;
+        }
+    } else if (qp_->sq_free() == 0 || !iface_.tx_credit_available()) {
+        return UCS_ERR_NO_RESOURCE;   // room comes with the flushed CQEs
+    }
+    drv::send_wr wr;
+    wr.opcode = drv::wr_opcode::nop;
+    return post(*this, wr, {}, true);
+}
+
 void endpoint::complete_next(ucs_status_t st)
 {
     tx_op &o = op(completed++);
+    if (o.signaled) {
+        iface_.tx_credit_return();
+    }
     if (o.unpack && st == UCS_OK) {
         o.unpack(o.arg, o.data, o.length);
     }
@@ -339,6 +361,12 @@ status interface::init(const uct_iface_params_t &params)
     if (seg_size_ < 64 || seg_size_ > (size_t{1} << 20) || !cfg_.tx_queue_len ||
         !cfg_.rx_queue_len) {
         MLX4X_ERROR("invalid UCX_MLX4X_SEG_SIZE/TX_QUEUE_LEN/RX_QUEUE_LEN");
+        return status::invalid_param;
+    }
+    if (cfg_.tx_cq_moderation < 1 || cfg_.tx_cq_moderation > cfg_.tx_queue_len / 2) {
+        // A full send queue must hold a signalled WQE, or nothing frees it.
+        MLX4X_ERROR("invalid UCX_MLX4X_TX_CQ_MODERATION %u (1..TX_QUEUE_LEN/2)",
+                    cfg_.tx_cq_moderation);
         return status::invalid_param;
     }
     if (cfg_.conn_retries > 15 || !(cfg_.conn_timeout > 0)) {
@@ -595,12 +623,18 @@ unsigned interface::poll_send()
     unsigned n = send_cq_->poll(wcs);
     for (unsigned k = 0; k < n; ++k) {
         const drv::wc &w = wcs[k];
-        ++tx_credits_;
         auto it = ep_by_qpn_.find(w.qpn);
         if (it == ep_by_qpn_.end()) {
+            ++tx_credits_;
             continue;   // connection-service datagram, or a destroyed endpoint
         }
         endpoint &e = *it->second;
+        // The unsignalled WQEs before this one completed with it (C64); an
+        // error CQE is the device's for this WQE alone: earlier ones had
+        // succeeded.
+        while (e.completed != uint32_t(w.wr_id)) {
+            e.complete_next(UCS_OK);
+        }
         ucs_status_t st = UCS_OK;
         if (e.state() == ep_state::canceled) {
             st = w.status == drv::wc_status::success ? UCS_OK : UCS_ERR_CANCELED;
@@ -630,6 +664,13 @@ unsigned interface::poll_send()
 
 unsigned interface::poll_recv()
 {
+    if (srq_->has_dropped()) [[unlikely]] {
+        // Messages a destroyed connection took with it: their buffers
+        // serve the others again.
+        for (uint64_t slot : srq_->take_dropped()) {
+            (void)post_rx(uint32_t(slot));
+        }
+    }
     if (!recv_cq_->ready()) {
         return 0;
     }
@@ -745,6 +786,9 @@ result<std::unique_ptr<drv::qp>> interface::create_rx_qp()
 
 void interface::dispatch_pending()
 {
+    if (pending_reqs_ == 0) {
+        return;   // the common case: no endpoint waits for resources
+    }
     size_t n = eps_.size();
     for (size_t k = 0; k < n; ++k) {
         // Round-robin start point: every endpoint gets its turn first.
@@ -760,6 +804,7 @@ void interface::dispatch_pending()
             e->dispatching_pending = false;
             if (st == UCS_OK) {
                 e->pending.pop_front();
+                --pending_reqs_;
             } else if (st != UCS_INPROGRESS) {
                 break;
             }
@@ -770,8 +815,13 @@ void interface::dispatch_pending()
     }
 }
 
-bool interface::all_flushed() const
+bool interface::all_flushed()
 {
+    for (endpoint *e : eps_) {
+        if (e && e->posted != e->signaled_upto && e->state() == ep_state::connected) {
+            (void)e->signal_tail();   // no room now: the next flush asks again
+        }
+    }
     for (const endpoint *e : eps_) {
         if (e && e->posted != e->completed) {
             return false;

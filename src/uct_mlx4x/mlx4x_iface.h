@@ -190,6 +190,7 @@ struct tx_op {
     void                 *arg    = nullptr;
     const void           *data   = nullptr;
     uint32_t              length = 0;
+    bool                  signaled = false;   ///< holds a send CQ credit
 };
 
 class endpoint {
@@ -224,12 +225,15 @@ public:
     struct flush_waiter { uint32_t until; uct_completion_t *comp; };
     std::deque<flush_waiter> flushes;
     uint32_t   posted = 0, completed = 0;   ///< WQE counters for flush
+    uint32_t   signaled_upto = 0;           ///< posted after the last signalled WQE
     std::vector<tx_op> ops;                 ///< by WQE counter % SQ size
     alignas(8) uint64_t atomic_sink = 0;    ///< result of atomic posts
 
     tx_op &op(uint32_t counter) { return ops[counter % ops.size()]; }
     /// Runs the completed WQE's callbacks; `st` is its status.
     void complete_next(ucs_status_t st);
+    /// Makes the last posted operations report completion (flush).
+    ucs_status_t signal_tail();
 
     /// The REP: our QP to RTR and RTS towards the peer's receiving QP.
     bool on_rep(const mad::cm::peer_info &rep);
@@ -283,14 +287,19 @@ public:
     uint32_t add_ep(endpoint *e);
     size_t   endpoint_count() const { return ep_by_qpn_.size(); }
     void     remove_ep(endpoint *e);
-    bool     tx_credit_take()
-    {
-        if (tx_credits_ == 0) return false;
-        --tx_credits_;
-        return true;
-    }
+    /// Send CQ credits: one per signalled WQE in flight, so the CQ never
+    /// overruns (an error flush of unsignalled WQEs aside, as in UCX's rc).
+    bool     tx_credit_available() const { return tx_credits_ != 0; }
+    void     tx_credit_take() { --tx_credits_; }
     void     tx_credit_return() { ++tx_credits_; }
-    bool     all_flushed() const;
+    /// Requests queued in the endpoints' pending queues (dispatch_pending
+    /// looks at the endpoints only when there are some).
+    void     pending_added() { ++pending_reqs_; }
+    void     pending_removed(size_t n) { pending_reqs_ -= n; }
+    /// Whether every endpoint's operations completed; asks those whose
+    /// last operations were unsignalled to report them.
+    bool     all_flushed();
+    uint32_t tx_cq_moderation() const { return cfg_.tx_cq_moderation; }
 
     // tag matching (mlx4x_tag.cc)
     ucs_status_t tag_recv(uint64_t tag, uint64_t mask, const uct_iov_t &iov,
@@ -336,6 +345,7 @@ private:
     uint32_t                       service_ = 0;   ///< CM service we listen on
     bool                           listening_ = false;
     uint32_t                       tx_credits_ = 0;
+    size_t                         pending_reqs_ = 0;
     std::vector<endpoint *>              eps_;        ///< by conn_id (index)
     std::map<uint32_t, endpoint *>       ep_by_qpn_;
     /// Receiving QPs of incoming connections, by the CM's connection ID.

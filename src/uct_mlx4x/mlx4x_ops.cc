@@ -751,6 +751,13 @@ extern "C" ucs_status_t uct_mlx4x_ep_flush(uct_ep_h h, unsigned flags,
             return to_ucs(s);
         }
     }
+    if (e.posted != e.signaled_upto) {
+        // The last operations asked for no completion: one that does
+        // follows them (no room: the caller flushes again later).
+        if (ucs_status_t st = e.signal_tail(); st != UCS_OK) {
+            return st;
+        }
+    }
     if (comp) {
         e.flushes.push_back({e.posted, comp});
     }
@@ -770,13 +777,16 @@ extern "C" ucs_status_t uct_mlx4x_ep_check(uct_ep_h h, unsigned flags,
         return UCS_ERR_INVALID_PARAM;   // UCT 1.13: both reserved
     }
     endpoint &e = ep_of(h);
-    if (e.state() != ep_state::connected || e.posted != e.completed ||
+    // A signalled operation in flight probes already (unsignalled ones may
+    // have been acknowledged long ago: they do not count).
+    if (e.state() != ep_state::connected ||
+        (e.posted != e.completed && e.posted == e.signaled_upto) ||
         tx_check(e) != UCS_OK) {
         return UCS_OK;
     }
     drv::send_wr wr;
     wr.opcode = drv::wr_opcode::rdma_write;
-    ucs_status_t st = post(e, wr);
+    ucs_status_t st = post(e, wr, {}, true);
     return st == UCS_ERR_NO_RESOURCE ? UCS_OK : st;
 }
 
@@ -788,6 +798,7 @@ extern "C" ucs_status_t uct_mlx4x_ep_pending_add(uct_ep_h h, uct_pending_req_t *
         return UCS_ERR_BUSY;   // resources are there: send now
     }
     e.pending.push_back(r);
+    e.owner().pending_added();
     return UCS_OK;
 }
 
@@ -799,6 +810,7 @@ extern "C" void uct_mlx4x_ep_pending_purge(uct_ep_h h,
     while (!e.pending.empty()) {
         uct_pending_req_t *r = e.pending.front();
         e.pending.pop_front();
+        e.owner().pending_removed(1);
         if (cb) {
             cb(r, arg);
         }

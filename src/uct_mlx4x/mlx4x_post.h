@@ -16,7 +16,7 @@ inline interface &iface_of(uct_iface_h h)
 inline endpoint &ep_of(uct_ep_h h) { return *static_cast<endpoint *>(reinterpret_cast<uct_mlx4x_ep_t *>(h)->impl); }
 
 /// Shared by every op that posts: connected, a free WQE, no earlier pending
-/// request, and a CQ credit.
+/// request, and a CQ credit (taken by post() if the WQE is signalled).
 inline ucs_status_t tx_check(endpoint &e)
 {
     if (e.state() == ep_state::failed) [[unlikely]] {
@@ -28,7 +28,7 @@ inline ucs_status_t tx_check(endpoint &e)
     // Requests waiting in the pending queue go first: a send from anywhere
     // else (e.g. a completion callback) must not overtake them.
     if (!e.can_send() || (!e.pending.empty() && !e.dispatching_pending) ||
-        !e.owner().tx_credit_take()) [[unlikely]] {
+        !e.owner().tx_credit_available()) [[unlikely]] {
         return UCS_ERR_NO_RESOURCE;
     }
     return UCS_OK;
@@ -59,18 +59,28 @@ inline bool am_id_ok(uint8_t id)
     return false;
 }
 
-/// Posts one signalled WQE; `op` says what to do when it completes.
-inline ucs_status_t post(endpoint &e, drv::send_wr &wr, const tx_op &op = {})
+/// Posts one WQE; `op` says what to do when it completes. Completion
+/// moderation: the WQE asks for a CQE (and so for an immediate ACK) when
+/// something waits for it (`op`, `signal`) or once per TX_CQ_MODERATION
+/// posts; the others complete with the next signalled one.
+inline ucs_status_t post(endpoint &e, drv::send_wr &wr, const tx_op &op = {},
+                         bool signal = false)
 {
+    signal = signal || op.comp || op.unpack ||
+             e.posted + 1 - e.signaled_upto >= e.owner().tx_cq_moderation();
+    wr.flags = signal ? wr.flags | drv::send_signaled : wr.flags & ~drv::send_signaled;
     wr.wr_id = e.posted;
-    e.op(e.posted) = op;
     status s = e.qp().post_send(wr);
     if (s != status::ok) [[unlikely]] {
-        e.op(e.posted) = tx_op{};
-        e.owner().tx_credit_return();
         return to_ucs(s);
     }
-    ++e.posted;
+    tx_op &o = e.op(e.posted++);
+    o = op;
+    o.signaled = signal;
+    if (signal) {
+        e.owner().tx_credit_take();
+        e.signaled_upto = e.posted;
+    }
     return UCS_OK;
 }
 

@@ -155,7 +155,6 @@ extern "C" ucs_status_ptr_t uct_mlx4x_ep_tag_rndv_zcopy(uct_ep_h h, uct_tag_t ta
                               iov[0].buffer, iov[0].length,
                               drv::access_local_write | drv::access_remote_read);
         if (!r.ok()) {
-            e.owner().tx_credit_return();
             return UCS_STATUS_PTR(to_ucs(r.error()));
         }
         own  = r.take();

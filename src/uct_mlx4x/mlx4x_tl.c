@@ -88,6 +88,13 @@ static ucs_config_field_t uct_mlx4x_iface_config_table[] = {
      "Send queue length of each connection (work requests in flight).",
      ucs_offsetof(uct_mlx4x_iface_config_t, tx_queue_len), UCS_CONFIG_TYPE_UINT},
 
+    {"TX_CQ_MODERATION", "16",
+     "Send operations nobody waits for (active messages, puts without a\n"
+     "completion) ask for a completion, and so for an immediate ACK from the\n"
+     "peer, once per this many; the others are retired with it, and their\n"
+     "ACKs coalesced by the peer. 1: every send. At most TX_QUEUE_LEN / 2.",
+     ucs_offsetof(uct_mlx4x_iface_config_t, tx_cq_moderation), UCS_CONFIG_TYPE_UINT},
+
     {"RX_QUEUE_LEN", "1024",
      "Receive buffers (of SEG_SIZE bytes) in the interface's shared receive\n"
      "queue, which every connection receives from.",

@@ -389,6 +389,42 @@ TEST_F(completion, C64_unsignalled_wqes_are_retired_by_the_next_signalled_cqe)
     }
 }
 
+// A signalled NOP after unsignalled sends (how UCT's flush reports
+// moderated sends): it completes only once they have been acknowledged,
+// which needs the peer, and then retires them with its one CQE; it sends
+// nothing itself.
+TEST_F(completion, C64_a_signalled_nop_completes_after_the_unsignalled_wqes_before_it)
+{
+    start();
+    std::vector<uint8_t> src(3 * 100), dst(3 * 100, 0);
+    auto &sm = a.reg(src.data(), src.size(), 0);
+    auto &dm = b.reg(dst.data(), dst.size());
+    for (int i = 0; i < 3; ++i) {
+        ASSERT_EQ(b.post_recv(100 + i, dst.data() + i * 100, 100, dm.lkey()), status::ok);
+        ASSERT_EQ(a.post_send(i + 1, src.data() + i * 100, 100, sm.lkey(), 0), status::ok);
+    }
+    drv::send_wr nop;
+    nop.wr_id  = 9;
+    nop.opcode = drv::wr_opcode::nop;
+    ASSERT_EQ(a.qp->post_send(nop), status::ok);
+    // Only a progresses: its sends leave, nobody acknowledges them yet.
+    for (int i = 0; i < 20; ++i) {
+        a.ctx->progress();
+        a.poll();
+    }
+    EXPECT_TRUE(a.send_wcs.empty());
+    uint64_t sent = a.counter(dev::counter::tx_packets);
+    EXPECT_EQ(sent, 3u);                       // the NOP is not on the wire
+    ASSERT_TRUE(progress_until([&] { return a.send_wcs.size() == 1; }));
+    progress_rounds(5);
+    ASSERT_EQ(a.send_wcs.size(), 1u);
+    EXPECT_EQ(a.send_wcs[0].wr_id, 9u);
+    EXPECT_EQ(a.send_wcs[0].opcode, drv::wc_opcode::nop);
+    EXPECT_EQ(a.send_wcs[0].status, drv::wc_status::success);
+    EXPECT_EQ(a.qp->sq_outstanding(), 0u);
+    EXPECT_EQ(b.recv_wcs.size(), 3u);
+}
+
 TEST_F(completion, C63_wr_ids_come_back_in_order_across_many_ring_wraps)
 {
     drv::qp_caps caps;

@@ -145,6 +145,45 @@ TEST_F(shared_rq, empty_srq_makes_the_responder_send_rnr_naks)
     EXPECT_EQ(b.recv_wcs[0].wr_id, 7u);
 }
 
+// C40: destroying a QP removes its unpolled CQEs. The SRQ WQEs those
+// receives consumed are free again, and their wr_ids are handed back
+// (take_dropped) so the consumer posts their buffers anew: without that,
+// every connection closed with messages in flight would leak receive buffers
+// until the SRQ ran dry (a UCT interface then RNR-NAKed for ever).
+TEST_F(shared_rq, C40_receives_dropped_with_a_destroyed_qp_hand_their_buffers_back)
+{
+    for (uint32_t i = 0; i < 4; ++i) {
+        ASSERT_EQ(post_srq(100 + i, i), status::ok);
+    }
+    for (uint32_t i = 0; i < 2; ++i) {
+        ASSERT_EQ(c.post_send(i, msg.data(), 64, cm->lkey()), status::ok);
+    }
+    for (unsigned r = 0; r < 20; ++r) {   // delivered, never polled
+        c.ctx->progress();
+        b.ctx->progress();
+    }
+    EXPECT_EQ(srq->posted(), 4u);   // the driver has seen no completion
+    EXPECT_FALSE(srq->has_dropped());
+    bc.reset();
+    ASSERT_TRUE(srq->has_dropped());
+    std::vector<uint64_t> dropped = srq->take_dropped();
+    std::sort(dropped.begin(), dropped.end());
+    EXPECT_EQ(dropped, (std::vector<uint64_t>{100, 101}));
+    EXPECT_FALSE(srq->has_dropped());
+    EXPECT_EQ(srq->posted(), 2u);
+    // Posted again, all four serve the QP that is left.
+    for (uint64_t id : dropped) {
+        ASSERT_EQ(post_srq(id, uint32_t(id - 100)), status::ok);
+    }
+    for (uint32_t i = 0; i < 4; ++i) {
+        ASSERT_EQ(a.post_send(10 + i, msg.data(), 64, am->lkey()), status::ok);
+    }
+    ASSERT_TRUE(run_until([&] { return b.recv_wcs.size() == 4; }));
+    for (const drv::wc &w : b.recv_wcs) {
+        EXPECT_EQ(w.status, drv::wc_status::success);
+    }
+}
+
 TEST_F(shared_rq, srq_limit_event_fires_once_below_the_limit)
 {
     for (uint32_t i = 0; i < 4; ++i) {

@@ -709,7 +709,7 @@ cmd_status device::qp_from_reset(qp &q, uint32_t qpn, const prm::qp_context &ctx
     q.track.assign(q.sq_size(), wqe_track{});
     ++scq->bound_qps;
     ++rcq->bound_qps;
-    active_qpns_.push_back(qpn);
+    active_qps_.push_back(&q);
     return cmd_status::ok;
 }
 
@@ -778,7 +778,7 @@ void device::qp_to_reset(qp &q)
         if (cq *c = find_cq(q.send_cqn)) --c->bound_qps;
         if (cq *c = find_cq(q.recv_cqn)) --c->bound_qps;
         if (srq *s = q.has_srq ? find_srq(q.srqn) : nullptr) --s->attached_qps;
-        std::erase(active_qpns_, q.qpn);
+        std::erase(active_qps_, &q);
         std::erase(ack_list_, q.qpn);
         release_windows_of(q.qpn);
     }

@@ -383,7 +383,8 @@ private:
     bool                           catastrophic_ = false;
     uint32_t                       cq_arm_word_ = 0;
     std::vector<std::unique_ptr<qp>> qps_;
-    std::vector<uint32_t>          active_qpns_;   ///< QPs out of RESET
+    /// QPs out of RESET (a QP object, once made, lives as long as the device).
+    std::vector<qp *>              active_qps_;
     std::vector<uint32_t>          ack_list_;
     std::array<uint8_t, fabric::max_frame_size> staging_{};
     std::array<uint8_t, fabric::max_frame_size> loopback_frame_{};   ///< multicast

@@ -213,8 +213,8 @@ void device::eq_doorbell(uint32_t eqn, uint32_t value)
 void device::catastrophic_error()
 {
     catastrophic_ = true;
-    for (uint32_t qpn : active_qpns_) {
-        if (qp *q = find_qp(qpn); q && q->state != prm::qp_state::err) {
+    for (qp *q : active_qps_) {
+        if (q->state != prm::qp_state::err) {
             set_qp_error(*q);
         }
     }

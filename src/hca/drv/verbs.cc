@@ -959,7 +959,7 @@ void cq::clean(uint32_t qpn, srq *shared_rq)
             // Tag matching CQEs of a dropped QP are lost with it, like the
             // rest: its posted receives are the upper layer's to cancel.
             if (shared_rq && detail::consumes_srq_wqe(c.owner_sr_opcode)) {
-                (void)shared_rq->complete(c.wqe_index.get());
+                shared_rq->drop(c.wqe_index.get());
             }
             ++freed;
         } else if (freed) {

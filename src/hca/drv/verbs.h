@@ -24,6 +24,8 @@
 #include <memory>
 #include <optional>
 #include <span>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 namespace mlx4x::drv {
@@ -416,7 +418,7 @@ const char *to_string(wc_status s);
 
 enum class wc_opcode : uint8_t {
     send, rdma_write, rdma_read, atomic_cs, atomic_fa, masked_atomic_cs,
-    masked_atomic_fa, bind_mw, local_inv, recv, recv_imm,
+    masked_atomic_fa, bind_mw, local_inv, nop, recv, recv_imm,
     recv_rdma_imm,
     // tag matching (prm_tm.h): receive side of a TM SRQ ...
     tm_expected,     ///< eager message placed in posted receive tm.index
@@ -427,18 +429,21 @@ enum class wc_opcode : uint8_t {
     tm_list_op,      ///< list operation tm.op on tm.index done (tm.result)
 };
 
-/// What a tag matching completion adds (tm_* opcodes only).
+/// Tag-matching details of a work completion: set only for the tm_*
+/// opcodes (the CQ poll fills it from the CQE's first half). No default
+/// initialisers: a poll batch of work completions is not cleared first.
 struct wc_tm {
-    uint64_t tag     = 0;
-    uint32_t app_ctx = 0;
-    uint32_t index   = 0;        ///< list entry
-    uint32_t msg_len = 0;        ///< rendezvous: length the sender announced
-    prm::tm_list_op    op     = prm::tm_list_op::nop;
-    prm::tm_list_result result = prm::tm_list_result::ok;
-    bool     truncated = false;
-    bool     with_imm  = false;
-    bool     failed    = false;
+    uint64_t tag;
+    uint32_t app_ctx;
+    uint32_t index;              ///< list entry
+    uint32_t msg_len;            ///< rendezvous: length the sender announced
+    prm::tm_list_op    op;
+    prm::tm_list_result result;
+    bool     truncated;
+    bool     with_imm;
+    bool     failed;
 };
+static_assert(std::is_trivially_default_constructible_v<wc_tm>);
 
 struct wc {
     uint64_t  wr_id;
@@ -559,6 +564,15 @@ public:
     status arm(uint16_t limit);
     /// A CQE consumed WQE `wqe_index`: its wr_id; the WQE is free again.
     uint64_t complete(uint16_t wqe_index);
+    /// WQE `wqe_index` was consumed by a QP destroyed before its completion
+    /// was polled (cq::clean): free again, and its wr_id kept for the
+    /// consumer, whose buffer it still holds (take_dropped()).
+    void drop(uint16_t wqe_index) { dropped_.push_back(complete(wqe_index)); }
+    bool has_dropped() const { return !dropped_.empty(); }
+    /// The wr_ids of dropped WQEs since the last call: their buffers are the
+    /// consumer's again, to post anew (libmlx4 frees them silently, which
+    /// leaks them from a consumer that never polls their completions).
+    std::vector<uint64_t> take_dropped() { return std::exchange(dropped_, {}); }
 
 private:
     srq(context &c) : ctx_(c) {}
@@ -576,6 +590,7 @@ private:
     uint8_t *buf_ = nullptr;
     uint64_t mtt_ = ~uint64_t{0};
     std::vector<uint64_t> wrid_;
+    std::vector<uint64_t> dropped_;
     alignas(8) uint32_t db_ = 0;
 };
 
@@ -631,6 +646,10 @@ enum class wr_opcode : uint8_t {
     /// rkey() is the new R_Key from the moment the bind is posted.
     bind_mw,
     local_inv,   ///< frees the type 2 window of R_Key invalidate_rkey
+    /// Moves nothing; completes once every earlier WQE has (mlx4's NOP):
+    /// signalled, it reports unsignalled predecessors done without asking
+    /// the peer anything.
+    nop,
 };
 
 struct mw_bind {

@@ -23,6 +23,7 @@ inline prm::send_opcode to_prm(wr_opcode op)
     case wr_opcode::masked_atomic_fa: return prm::send_opcode::masked_atomic_fa;
     case wr_opcode::bind_mw:        return prm::send_opcode::bind_mw;
     case wr_opcode::local_inv:      return prm::send_opcode::local_inval;
+    case wr_opcode::nop:            return prm::send_opcode::nop;
     }
     return prm::send_opcode::nop;
 }
@@ -74,6 +75,7 @@ inline wc_opcode send_wc_opcode(uint8_t op)
     case prm::send_opcode::tag_matching:   return wc_opcode::tm_list_op;
     case prm::send_opcode::bind_mw:        return wc_opcode::bind_mw;
     case prm::send_opcode::local_inval:    return wc_opcode::local_inv;
+    case prm::send_opcode::nop:            return wc_opcode::nop;
     default:                               return wc_opcode::send;
     }
 }
@@ -196,6 +198,10 @@ inline status qp::post_send(const send_wr &wr)
             std::memcpy(wqe + off, &seg, sizeof(seg));
         }
         off += sizeof(prm::wqe_bind_seg);
+    } else if (wr.opcode == wr_opcode::nop) {
+        if (!wr.sg.empty() || inl) {
+            return status::invalid_param;   // a control segment only
+        }
     } else if (wr.opcode != wr_opcode::send && wr.opcode != wr_opcode::send_imm) {
         prm::wqe_raddr_seg r{};
         r.raddr.set(wr.remote_addr);

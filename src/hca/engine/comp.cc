@@ -299,9 +299,8 @@ void device::complete_wqe(qp &q, uint32_t index, prm::cqe_syndrome syndrome,
 uint64_t device::next_timer_ns() const
 {
     uint64_t next = 0;
-    for (uint32_t qpn : active_qpns_) {
-        const qp *q = qpn < qps_.size() ? qps_[qpn].get() : nullptr;
-        if (q && q->timer_deadline && (!next || q->timer_deadline < next)) {
+    for (const qp *q : active_qps_) {
+        if (q->timer_deadline && (!next || q->timer_deadline < next)) {
             next = q->timer_deadline;
         }
     }
@@ -311,9 +310,8 @@ uint64_t device::next_timer_ns() const
 void device::run_timers()
 {
     uint64_t t = 0;
-    for (uint32_t qpn : active_qpns_) {
-        qp *q = find_qp(qpn);
-        if (!q || !q->timer_deadline ||
+    for (qp *q : active_qps_) {
+        if (!q->timer_deadline ||
             (q->state != prm::qp_state::rts && q->state != prm::qp_state::sqd)) {
             continue;
         }
@@ -420,10 +418,8 @@ void device::flush_sq(qp &q)
 
 void device::flush_all()
 {
-    for (uint32_t qpn : active_qpns_) {
-        if (qp *q = find_qp(qpn)) {
-            flush_queues(*q);
-        }
+    for (qp *q : active_qps_) {
+        flush_queues(*q);
     }
 }
 

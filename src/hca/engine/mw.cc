@@ -41,7 +41,9 @@ device::local_op device::run_local_op(qp &q, const engine::send_wqe &w)
         return local_op::waiting;
     }
     bool ok;
-    if (w.opcode == prm::send_opcode::bind_mw) {
+    if (w.opcode == prm::send_opcode::nop) {
+        ok = true;
+    } else if (w.opcode == prm::send_opcode::bind_mw) {
         prm::wqe_bind_seg b;
         std::memcpy(&b, w.segs, sizeof(b));
         ok = bind_window(q, b);

@@ -90,12 +90,11 @@ status device::emit(const tx_packet &p)
 unsigned device::run_requesters()
 {
     unsigned work = 0;
-    for (uint32_t qpn : active_qpns_) {
-        qp *q = find_qp(qpn);
+    for (qp *q : active_qps_) {
         // The common idle case, answered here: an RTS QP with no message
         // under way and no new WQE (the doorbell started the last one).
-        if (!q || (q->state == prm::qp_state::rts && !q->sending &&
-                   !engine::sq_wqe_ready(*q, q->cur_wqe))) {
+        if (q->state == prm::qp_state::rts && !q->sending &&
+            !engine::sq_wqe_ready(*q, q->cur_wqe)) {
             continue;
         }
         work += run_requester(*q);

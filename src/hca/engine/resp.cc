@@ -500,9 +500,8 @@ status device::send_atomic_ack(qp &q, const resp_resource &r)
 unsigned device::run_responders()
 {
     unsigned work = 0;
-    for (uint32_t qpn : active_qpns_) {
-        qp *q = find_qp(qpn);
-        if (!q || !q->responses_pending()) {
+    for (qp *q : active_qps_) {
+        if (!q->responses_pending()) {
             continue;
         }
         while (q->responses_pending() && send_response_packet(*q)) {
@@ -914,7 +913,10 @@ void device::schedule_ack(qp &q)
 }
 
 /// One ACK per QP per receive batch (ACK coalescing, IBA 9.7.5.1.1 allows
-/// acknowledging several packets with the latest PSN).
+/// acknowledging several packets with the latest PSN), sent at the end of
+/// the slice that received them: never later, since nothing but the next
+/// slice would send it, and the receiving application may not call again
+/// (a peer's flush would then wait for ever).
 void device::flush_acks()
 {
     std::erase_if(ack_list_, [this](uint32_t qpn) {

@@ -44,11 +44,13 @@ constexpr bool is_read(prm::send_opcode op)
 {
     return op == prm::send_opcode::rdma_read;
 }
-/// Operations the requester carries out itself, sending nothing: memory
-/// window binds and invalidations (their segment is in segs).
+/// Operations the requester carries out itself, sending nothing, once
+/// every earlier WQE completed: memory window binds and invalidations
+/// (their segment is in segs), and NOPs.
 constexpr bool is_local_op(prm::send_opcode op)
 {
-    return op == prm::send_opcode::bind_mw || op == prm::send_opcode::local_inval;
+    return op == prm::send_opcode::bind_mw || op == prm::send_opcode::local_inval ||
+           op == prm::send_opcode::nop;
 }
 static_assert(sizeof(prm::wqe_bind_seg) == sizeof(prm::wqe_local_inval_seg));
 
@@ -129,9 +131,10 @@ inline bool decode_send_wqe(const dev::qp &q, uint32_t index, send_wqe &w)
         w.ud_qkey = d.qkey.get();
         off += sizeof(d);
     } else if (is_local_op(w.opcode)) {
-        if (off + sizeof(prm::wqe_bind_seg) > size) return false;
+        size_t seg = w.opcode == prm::send_opcode::nop ? 0 : sizeof(prm::wqe_bind_seg);
+        if (off + seg > size) return false;
         w.segs      = p + off;
-        w.segs_len  = sizeof(prm::wqe_bind_seg);
+        w.segs_len  = seg;
         w.total_len = 0;
         return true;
     } else if (has_raddr(w.opcode)) {
