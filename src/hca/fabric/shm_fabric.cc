@@ -385,12 +385,13 @@ private:
             std::memcpy(s->data + hdr.size(), payload.data(), payload.size());
         }
         s->len = static_cast<uint32_t>(len);
-        // Orders the frame bytes before the slot becomes visible as full.
-        s->seq.store(pos + 1, std::memory_order_release);
-        // Dekker with arm_wakeup(): either the owner sees this frame, or we
-        // see its sleeping flag.
-        std::atomic_thread_fence(std::memory_order_seq_cst);
-        if (e.sleeping.load(std::memory_order_relaxed) &&
+        // Publishes the frame (after its bytes). Dekker with arm_wakeup():
+        // this and the flag's load are seq_cst, as are the owner's flag
+        // store and slot load there, so either the owner sees this frame or
+        // we see its flag. An exchange, not a store and a fence: one locked
+        // instruction on x86 instead of a store and an mfence, per frame.
+        (void)s->seq.exchange(pos + 1, std::memory_order_seq_cst);
+        if (e.sleeping.load(std::memory_order_seq_cst) &&
             e.sleeping.exchange(0, std::memory_order_relaxed)) {
             wake(dlid, e.generation);
         }
@@ -409,11 +410,10 @@ public:
         while (recv(wake_rx_, buf, sizeof(buf), 0) > 0) {
         }
         port_entry &e = ports(h_)[index_];
-        e.sleeping.store(1, std::memory_order_relaxed);
-        std::atomic_thread_fence(std::memory_order_seq_cst);
+        e.sleeping.store(1, std::memory_order_seq_cst);   // Dekker: see send_to()
         ring &r = rings(h_)[index_];
         uint64_t pos = r.head.load(std::memory_order_relaxed);
-        if (frame_ready(r.slots[pos & (ring_slots - 1)], pos)) {
+        if (r.slots[pos & (ring_slots - 1)].seq.load(std::memory_order_seq_cst) == pos + 1) {
             e.sleeping.store(0, std::memory_order_relaxed);
             return false;   // a frame is already here
         }
