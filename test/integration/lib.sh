@@ -7,7 +7,7 @@ export MLX4X_LIB="$top_builddir/.libs/libuct_mlx4x.so"
 RUN="$top_srcdir/contrib/mlx4x-run"
 # Each test uses its own fabric segment, removed at exit.
 export UCX_MLX4X_FABRIC="mlx4x-test-$$"
-trap 'rm -f "/dev/shm/$UCX_MLX4X_FABRIC"' EXIT
+trap 'rm -f "/dev/shm/$UCX_MLX4X_FABRIC" "/dev/shm/$UCX_MLX4X_FABRIC".*' EXIT   # with its SM lock and IP CM tables
 passed=0
 failed=0
 skipped=0

@@ -16,7 +16,7 @@ for d in /usr/share/doc/libucx-dev/examples "$top_srcdir"/.deps/ucx-*/examples; 
     fi
 done
 work=$(mktemp -d)
-trap 'rm -rf "$work"; rm -f "/dev/shm/$UCX_MLX4X_FABRIC" "/dev/shm/$UCX_MLX4X_FABRIC.ipcm.v2"' EXIT
+trap 'rm -rf "$work"; rm -f "/dev/shm/$UCX_MLX4X_FABRIC" "/dev/shm/$UCX_MLX4X_FABRIC".*' EXIT
 if [ -z "$src" ] || ! cc -O2 -I"$src" -o "$work/ucp_client_server" "$src/ucp_client_server.c" \
         -lucp -lucs 2>"$work/cc.log"; then
     fail "building ucp_client_server from ${src:-<no examples found>}"
