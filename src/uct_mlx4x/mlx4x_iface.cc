@@ -632,7 +632,7 @@ unsigned interface::poll_send()
         // The unsignalled WQEs before this one completed with it (C64); an
         // error CQE is the device's for this WQE alone: earlier ones had
         // succeeded.
-        while (e.completed != uint32_t(w.wr_id)) {
+        while (int32_t(uint32_t(w.wr_id) - e.completed) > 0) {
             e.complete_next(UCS_OK);
         }
         ucs_status_t st = UCS_OK;

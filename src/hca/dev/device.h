@@ -196,6 +196,16 @@ private:
     const mpt *find_mpt(uint32_t key) const;
     /// A region by L_Key: windows never serve local access.
     const mpt *find_region(uint32_t lkey) const;
+    /// C53 / IBA 10.6.3: a local access of QP `q` to [addr, addr + len)
+    /// through `lkey` — the region exists, is in the QP's PD and covers it,
+    /// and allows local write where `write` (local read is always allowed).
+    bool local_access_ok(const qp &q, uint32_t lkey, uint64_t addr, uint32_t len,
+                         bool write) const
+    {
+        const mpt *m = find_region(lkey);
+        return m && m->pd == q.pd && m->covers(addr, len) &&
+               (!write || (m->flags & prm::mpt_perm_local_write));
+    }
     /// What an R_Key reaches through QP `q`: a region, or a bound window
     /// whose region still covers it (mw.cc).
     const mpt *find_remote(const qp &q, uint32_t rkey) const;

@@ -147,9 +147,7 @@ device::scatter_result device::scatter_segs(const qp &q, const uint8_t *segs,
         uint32_t n    = d.byte_count.get() & 0x7fffffff;
         uint64_t addr = d.addr.get();
         if (pos + n > offset + done) {
-            const mpt *m = find_region(d.lkey.get());
-            if (!m || m->pd != q.pd || !(m->flags & prm::mpt_perm_local_write) ||
-                !m->covers(addr, n)) {
+            if (!local_access_ok(q, d.lkey.get(), addr, n, true)) {
                 return scatter_result::protection;
             }
             uint32_t from = uint32_t(offset + done - pos);

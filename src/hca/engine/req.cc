@@ -199,11 +199,11 @@ bool device::send_one_packet(qp &q)
                       (rd_atomic && q.rd_atomic_inflight >= q.max_rd_atomic))) {
             return false;
         }
-        if (rd_atomic || w.opcode == prm::send_opcode::rdma_write) {
+        if (rd_atomic || (w.opcode == prm::send_opcode::rdma_write && use_direct(q, w))) {
             switch (send_single_request(q, w, fresh)) {
             case single_tx::sent:       return true;
             case single_tx::busy:       return false;
-            case single_tx::not_single: break;   // a WRITE as packets
+            case single_tx::not_single: break;   // its ranges failed a check: packets
             }
         }
     }
@@ -343,9 +343,7 @@ size_t device::direct_segs(const qp &q, const send_wqe &w, std::span<uint8_t> ou
         std::memcpy(&d, w.segs + o, sizeof(d));
         uint32_t n    = d.byte_count.get() & 0x7fffffff;
         uint64_t addr = d.addr.get();
-        const mpt *m  = find_region(d.lkey.get());
-        if (!m || m->pd != q.pd || !m->covers(addr, n) ||
-            (read && !(m->flags & prm::mpt_perm_local_write)) ||
+        if (!local_access_ok(q, d.lkey.get(), addr, n, read) ||
             used + sizeof(ib::x_direct_seg) > out.size()) {
             return 0;
         }
@@ -486,10 +484,7 @@ bool device::gather_payload(qp &q, const send_wqe &w, uint32_t offset,
         std::memcpy(&d, w.segs + o, sizeof(d));
         uint32_t n    = d.byte_count.get() & 0x7fffffff;
         uint64_t addr = d.addr.get();
-        const mpt *m  = find_region(d.lkey.get());
-        // C53 / IBA 10.6.3: L_Key must be valid, of the QP's PD and cover
-        // the gathered range (local read is always permitted).
-        if (!m || m->pd != q.pd || !m->covers(addr, n)) {
+        if (!local_access_ok(q, d.lkey.get(), addr, n, false)) {
             return false;
         }
         take(reinterpret_cast<const uint8_t *>(static_cast<uintptr_t>(addr)), n);
