@@ -125,7 +125,7 @@ unset UCX_TLS UCX_NET_DEVICES
 srv_pid=""
 cleanup() {
     [ -n "$srv_pid" ] && kill "$srv_pid" 2>/dev/null
-    rm -f "/dev/shm/$UCX_MLX4X_FABRIC"
+    rm -f "/dev/shm/$UCX_MLX4X_FABRIC" "/dev/shm/$UCX_MLX4X_FABRIC".*   # with its SM lock
 }
 trap cleanup EXIT
 trap 'echo "run-bench: interrupted" >&2; exit 130' INT TERM
