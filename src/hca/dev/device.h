@@ -269,6 +269,9 @@ private:
     void respond_send(qp &q, const engine::pkt &p);
     void respond_write(qp &q, const engine::pkt &p);
     void respond_read(qp &q, const engine::pkt &p, bool duplicate);
+    std::optional<ib::reth> checked_read_reth(qp &q, const engine::pkt &p,
+                                              bool duplicate);
+    void accept_read(qp &q, const resp_resource &res);
     void respond_atomic(qp &q, const engine::pkt &p);
     // single-copy requests (kind_direct)
     struct direct_ranges {

@@ -199,16 +199,41 @@ resp_resource *device::find_resource(qp &q, uint32_t psn)
     return nullptr;
 }
 
-void device::respond_read(qp &q, const pkt &p, bool duplicate)
+/// The RETH of a READ request (either kind) whose R_Key allows remote read
+/// of its range (C9-88); nullopt after a remote-access NAK, or silently for
+/// a duplicate (the requester's retries decide).
+std::optional<ib::reth> device::checked_read_reth(qp &q, const pkt &p, bool duplicate)
 {
     ib::reth r = p.ext<ib::reth>(ib::hdr_reth);
-    uint32_t len = r.dma_len.get();
-    if (!check_rkey(q, r.rkey.get(), r.va.get(), len, prm::mpt_perm_remote_read)) {
+    if (!check_rkey(q, r.rkey.get(), r.va.get(), r.dma_len.get(),
+                    prm::mpt_perm_remote_read)) {
         if (!duplicate) {
             responder_error(q, ib::nak_code::remote_access);
         }
+        return std::nullopt;
+    }
+    return r;
+}
+
+/// A new READ (either kind) takes a responder resource and its PSNs; a
+/// requester beyond the negotiated depth gets an invalid-request NAK.
+void device::accept_read(qp &q, const resp_resource &res)
+{
+    if (!take_resource(q, res)) {
+        responder_error(q, ib::nak_code::invalid_request);   // depth exceeded
         return;
     }
+    q.epsn = ib::psn_add(q.epsn, res.npackets);
+    q.msn  = ib::psn_add(q.msn, 1);
+}
+
+void device::respond_read(qp &q, const pkt &p, bool duplicate)
+{
+    std::optional<ib::reth> r = checked_read_reth(q, p, duplicate);
+    if (!r) {
+        return;
+    }
+    uint32_t len = r->dma_len.get();
     uint32_t npackets = len ? (len + q.mtu - 1) / q.mtu : 1;
     if (duplicate) {
         // Re-execute from the PSN the requester asks for (9.7.5.1.1): its
@@ -218,7 +243,7 @@ void device::respond_read(qp &q, const pkt &p, bool duplicate)
             return;   // too old to answer: the requester's retries decide
         }
         res->psn  = p.psn;
-        res->va   = r.va.get();
+        res->va   = r->va.get();
         res->len  = len;
         res->sent = 0;
         res->npackets = npackets;
@@ -229,15 +254,10 @@ void device::respond_read(qp &q, const pkt &p, bool duplicate)
     res.kind     = resp_resource::type::read;
     res.psn      = p.psn;
     res.npackets = npackets;
-    res.rkey     = r.rkey.get();
-    res.va       = r.va.get();
+    res.rkey     = r->rkey.get();
+    res.va       = r->va.get();
     res.len      = len;
-    if (!take_resource(q, res)) {
-        responder_error(q, ib::nak_code::invalid_request);   // depth exceeded
-        return;
-    }
-    q.epsn = ib::psn_add(q.epsn, npackets);
-    q.msn  = ib::psn_add(q.msn, 1);
+    accept_read(q, res);
 }
 
 /// The requester's memory a direct request names (its x_direct_seg list),
@@ -313,14 +333,11 @@ void device::respond_direct_write(qp &q, const pkt &p)
 /// A duplicate is executed again (IBA 9.7.5.1.1).
 void device::respond_direct_read(qp &q, const pkt &p, bool duplicate)
 {
-    ib::reth r = p.ext<ib::reth>(ib::hdr_reth);
-    uint32_t len = r.dma_len.get();
-    if (!check_rkey(q, r.rkey.get(), r.va.get(), len, prm::mpt_perm_remote_read)) {
-        if (!duplicate) {
-            responder_error(q, ib::nak_code::remote_access);
-        }
+    std::optional<ib::reth> r = checked_read_reth(q, p, duplicate);
+    if (!r) {
         return;
     }
+    uint32_t len = r->dma_len.get();
     std::optional<direct_ranges> to = parse_direct_ranges(p, len);
     resp_resource *old = duplicate ? find_resource(q, p.psn) : nullptr;
     if (!to || (duplicate && (!old || old->kind != resp_resource::type::direct_read))) {
@@ -330,7 +347,7 @@ void device::respond_direct_read(qp &q, const pkt &p, bool duplicate)
         return;   // a duplicate too old to answer: the requester's retries decide
     }
     if (len && port_->direct_copy(p.slid, fabric::copy_dir::to_peer,
-                                  {r.va.get(), len}, to->span()) != status::ok) {
+                                  {r->va.get(), len}, to->span()) != status::ok) {
         if (!duplicate) {
             refuse_direct(q, p.psn);
         }
@@ -346,15 +363,10 @@ void device::respond_direct_read(qp &q, const pkt &p, bool duplicate)
     res.kind     = resp_resource::type::direct_read;
     res.psn      = p.psn;
     res.npackets = 1;
-    res.rkey     = r.rkey.get();
-    res.va       = r.va.get();
+    res.rkey     = r->rkey.get();
+    res.va       = r->va.get();
     res.len      = len;
-    if (!take_resource(q, res)) {
-        responder_error(q, ib::nak_code::invalid_request);   // depth exceeded
-        return;
-    }
-    q.epsn = ib::psn_add(q.epsn, 1);
-    q.msn  = ib::psn_add(q.msn, 1);
+    accept_read(q, res);
 }
 
 namespace {
