@@ -78,6 +78,8 @@ struct endpoint {
 constexpr uint32_t all_remote_access = drv::access_remote_write |
                                        drv::access_remote_read |
                                        drv::access_remote_atomic;
+/// Every access right, for a region registered as both source and target.
+constexpr uint32_t all_local = drv::access_local_write | all_remote_access;
 
 /// Moves `a` RESET -> INIT -> RTR -> RTS towards `b` (and only `a`).
 void connect_one(endpoint &a, const endpoint &b,

@@ -12,10 +12,6 @@
 namespace mlx4x::test {
 namespace {
 
-constexpr uint32_t all_local = drv::access_local_write |
-                               drv::access_remote_write |
-                               drv::access_remote_read |
-                               drv::access_remote_atomic;
 constexpr uint64_t direct_min = 16 * 1024;
 
 class direct : public rc_pair {

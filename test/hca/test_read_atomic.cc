@@ -10,11 +10,6 @@
 namespace mlx4x::test {
 namespace {
 
-constexpr uint32_t all_local = drv::access_local_write |
-                               drv::access_remote_write |
-                               drv::access_remote_read |
-                               drv::access_remote_atomic;
-
 class read_atomic : public rc_pair {
 protected:
     status post_read(uint64_t wr_id, void *buf, uint32_t len, uint32_t lkey,
