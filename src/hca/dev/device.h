@@ -248,7 +248,8 @@ private:
     unsigned run_requester(qp &q);   ///< one QP's burst
     bool     send_one_packet(qp &q);
     enum class single_tx { sent, busy, not_single };
-    single_tx send_single_request(qp &q, const engine::send_wqe &w, bool fresh);
+    single_tx send_single_request(qp &q, const engine::send_wqe &w, bool fresh,
+                                  bool direct);
     bool     use_direct(const qp &q, const engine::send_wqe &w);
     size_t   direct_segs(const qp &q, const engine::send_wqe &w, std::span<uint8_t> out);
     bool     gather_payload(qp &q, const engine::send_wqe &w, uint32_t offset,

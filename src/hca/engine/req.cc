@@ -199,8 +199,10 @@ bool device::send_one_packet(qp &q)
                       (rd_atomic && q.rd_atomic_inflight >= q.max_rd_atomic))) {
             return false;
         }
-        if (rd_atomic || (w.opcode == prm::send_opcode::rdma_write && use_direct(q, w))) {
-            switch (send_single_request(q, w, fresh)) {
+        // A READ asked again from its middle goes as packets.
+        bool direct = q.cur_offset == 0 && use_direct(q, w);
+        if (rd_atomic || direct) {
+            switch (send_single_request(q, w, fresh, direct)) {
             case single_tx::sent:       return true;
             case single_tx::busy:       return false;
             case single_tx::not_single: break;   // its ranges failed a check: packets
@@ -358,10 +360,12 @@ size_t device::direct_segs(const qp &q, const send_wqe &w, std::span<uint8_t> ou
 }
 
 /// A message that is one request packet whatever its length: a READ (RETH;
-/// it uses one PSN per response packet), an atomic (AtomicETH, one PSN), or
-/// a single-copy WRITE or READ (one PSN). After a rewind into the middle of
-/// a READ the request asks only for the missing part (IBA 9.7.4.1.4).
-device::single_tx device::send_single_request(qp &q, const send_wqe &w, bool fresh)
+/// it uses one PSN per response packet), an atomic (AtomicETH, one PSN), or,
+/// with `direct` (use_direct()), a single-copy WRITE or READ (one PSN).
+/// After a rewind into the middle of a READ the request asks only for the
+/// missing part (IBA 9.7.4.1.4).
+device::single_tx device::send_single_request(qp &q, const send_wqe &w, bool fresh,
+                                               bool direct)
 {
     uint32_t psn = q.next_psn;
     uint32_t npackets = 1;
@@ -380,7 +384,7 @@ device::single_tx device::send_single_request(qp &q, const send_wqe &w, bool fre
         r.dma_len.set(len);
         std::memcpy(ext.data(), &r, sizeof(r));
         ext_len = sizeof(r);
-        if (done == 0 && use_direct(q, w)) {
+        if (direct) {
             segs_len = direct_segs(q, w, segs);
         }
         if (segs_len) {
