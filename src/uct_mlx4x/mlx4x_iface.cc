@@ -22,6 +22,14 @@ namespace mlx4x::uct {
 namespace {
 
 constexpr unsigned poll_batch     = 16;
+
+/// The steady clock in ns, as the device's timers and the CM's deadlines.
+uint64_t steady_ns()
+{
+    return uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                        std::chrono::steady_clock::now().time_since_epoch())
+                        .count());
+}
 constexpr uint32_t all_access     = drv::access_local_write |
                                     drv::access_remote_write |
                                     drv::access_remote_read |
@@ -345,6 +353,12 @@ void endpoint::fail(ucs_status_t why)
         return;
     }
     state_ = ep_state::failed;
+    // Its rendezvous sends complete first, with the error: their FIN will
+    // not come, and UCP (without PEER error handling) tracks no request it
+    // could purge.
+    if (tag_offload *tm = iface_.tm()) {
+        tm->fail_rndvs(qp_->qpn(), why);
+    }
     uct_iface_handle_ep_err(&iface_.uct()->super.super, &uct_ep_->super.super,
                             why);
 }
@@ -486,6 +500,9 @@ uint64_t interface::next_deadline_ns() const
 {
     drv::context &c    = md_.ctx();
     uint64_t      next = c.engine_threaded() ? 0 : c.next_timer_ns();
+    if (rndv_probe_at_ && (!next || rndv_probe_at_ < next)) {
+        next = rndv_probe_at_;
+    }
     if (auto cm = md_.cm().next_deadline()) {
         uint64_t t = uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(
                                   cm->time_since_epoch())
@@ -606,12 +623,45 @@ unsigned interface::progress()
     n += poll_recv();
     (void)md_.cm().progress();
     dispatch_pending();
+    if (tm_ && (rndv_probe_at_ || tm_->waiting_for_fin())) [[unlikely]] {
+        probe_rndv_receivers();
+    }
     if (n == 0 && ctx().engine_threaded()) {
         // Nothing for us yet: the device thread may need this core (MPI
         // ranks are often bound one per core).
         sched_yield();
     }
     return n;
+}
+
+/// A rendezvous send waits for its receiver's FIN with no WQE in flight:
+/// its RTS was acknowledged, the receiver's device reads the data when the
+/// tag is matched, which may take long. Nothing on the wire would notice
+/// the receiver dying meanwhile, and without UCP's keepalive (Open MPI 4.1
+/// asks for no error handling) the send would wait for ever. So every
+/// transport timeout while such sends wait, their endpoints are probed
+/// (probe_peer): a live receiver that is busy costs one small WRITE, a dead
+/// one fails the endpoint, and UCP completes the send with the error.
+void interface::probe_rndv_receivers()
+{
+    if (!tm_->waiting_for_fin()) {
+        rndv_probe_at_ = 0;   // the next wait gets a full period
+        return;
+    }
+    uint64_t now = steady_ns();
+    if (!rndv_probe_at_) {
+        rndv_probe_at_ = now + uint64_t(cfg_.timeout * 1e9);
+        return;
+    }
+    if (now < rndv_probe_at_) {
+        return;
+    }
+    for (const tag_offload::rndv_send &r : tm_->rndvs) {
+        if (auto it = ep_by_qpn_.find(r.qpn); r.active && it != ep_by_qpn_.end()) {
+            (void)probe_peer(*it->second);   // idempotent while one is in flight
+        }
+    }
+    rndv_probe_at_ = now + uint64_t(cfg_.timeout * 1e9);
 }
 
 unsigned interface::poll_send()

@@ -82,15 +82,21 @@ struct tag_offload {
         bool                     active = false;
         uct_completion_t        *comp = nullptr;
         std::unique_ptr<drv::mr> mr;   ///< registered for it, if UCP had none
+        uint32_t                 qpn = 0;   ///< its endpoint's send QP
     };
     std::vector<rndv_send>    rndvs;   ///< by app_ctx - 1
     std::vector<uint32_t>     rndv_free;
     uint64_t                  posted = 0, exceeds_limit = 0, canceled = 0;
 
     /// Keeps a rendezvous send until its FIN; returns its app_ctx (never 0).
-    uint32_t add_rndv(uct_completion_t *comp, std::unique_ptr<drv::mr> mr);
+    uint32_t add_rndv(uct_completion_t *comp, std::unique_ptr<drv::mr> mr,
+                      uint32_t qpn);
+    bool waiting_for_fin() const { return rndv_free.size() != rndvs.size(); }
     /// Forgets it (FIN or cancel); false if unknown.
     bool take_rndv(uint32_t app_ctx, uct_completion_t *&comp);
+    /// Completes the rendezvous sends of the endpoint on send QP `qpn` with
+    /// `why`: its failure means no FIN will come.
+    void fail_rndvs(uint32_t qpn, ucs_status_t why);
 };
 
 class interface;
@@ -325,6 +331,7 @@ private:
                         const tm::shadow_list::receive *r = nullptr,
                         uint32_t lkey = 0);
     void dispatch_pending();
+    void probe_rndv_receivers();
     status post_rx(uint32_t slot);
     status init_events();
     /// Progress-driven with a fabric wake-up line: a sleeping process is
@@ -351,6 +358,9 @@ private:
     /// Receiving QPs of incoming connections, by the CM's connection ID.
     std::map<uint32_t, std::unique_ptr<drv::qp>> rx_qps_;
     size_t                         pending_cursor_ = 0;
+    /// When the receivers of rendezvous sends waiting for their FIN are
+    /// probed next (steady clock, ns; 0: none waits).
+    uint64_t                       rndv_probe_at_ = 0;
     int                            event_fd_ = -1;   ///< epoll set UCX sleeps on
     int                            timer_fd_ = -1;   ///< next_deadline_ns()
 };

@@ -764,30 +764,14 @@ extern "C" ucs_status_t uct_mlx4x_ep_flush(uct_ep_h h, unsigned flags,
     return UCS_INPROGRESS;
 }
 
-/// Keepalive probe: a zero-length RDMA WRITE (no rkey check, IBA 9.7.5.2.3)
-/// the peer's responder must acknowledge; a dead peer exhausts the retries
-/// and the endpoint fails through uct_iface_handle_ep_err. An endpoint with
-/// operations in flight, still connecting, or out of send resources is being
-/// probed already (by those operations, the handshake's retries, or the
-/// WQEs holding the resources), so nothing more is posted.
+/// UCP's keepalive (PEER error handling mode): probe_peer.
 extern "C" ucs_status_t uct_mlx4x_ep_check(uct_ep_h h, unsigned flags,
                                            uct_completion_t *comp)
 {
     if (flags != 0 || comp != nullptr) {
         return UCS_ERR_INVALID_PARAM;   // UCT 1.13: both reserved
     }
-    endpoint &e = ep_of(h);
-    // A signalled operation in flight probes already (unsignalled ones may
-    // have been acknowledged long ago: they do not count).
-    if (e.state() != ep_state::connected ||
-        (e.posted != e.completed && e.posted == e.signaled_upto) ||
-        tx_check(e) != UCS_OK) {
-        return UCS_OK;
-    }
-    drv::send_wr wr;
-    wr.opcode = drv::wr_opcode::rdma_write;
-    ucs_status_t st = post(e, wr, {}, true);
-    return st == UCS_ERR_NO_RESOURCE ? UCS_OK : st;
+    return probe_peer(ep_of(h));
 }
 
 extern "C" ucs_status_t uct_mlx4x_ep_pending_add(uct_ep_h h, uct_pending_req_t *r,

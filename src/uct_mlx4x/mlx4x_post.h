@@ -84,6 +84,27 @@ inline ucs_status_t post(endpoint &e, drv::send_wr &wr, const tx_op &op = {},
     return UCS_OK;
 }
 
+/// Keepalive probe: a zero-length RDMA WRITE (no rkey check, IBA 9.7.5.2.3)
+/// the peer's responder must acknowledge; a dead peer exhausts the retries
+/// and the endpoint fails through uct_iface_handle_ep_err. An endpoint with
+/// operations in flight, still connecting, or out of send resources is being
+/// probed already (by those operations, the handshake's retries, or the
+/// WQEs holding the resources), so nothing more is posted.
+inline ucs_status_t probe_peer(endpoint &e)
+{
+    // A signalled operation in flight probes already (unsignalled ones may
+    // have been acknowledged long ago: they do not count).
+    if (e.state() != ep_state::connected ||
+        (e.posted != e.completed && e.posted == e.signaled_upto) ||
+        tx_check(e) != UCS_OK) {
+        return UCS_OK;
+    }
+    drv::send_wr wr;
+    wr.opcode = drv::wr_opcode::rdma_write;
+    ucs_status_t st = post(e, wr, {}, true);
+    return st == UCS_ERR_NO_RESOURCE ? UCS_OK : st;
+}
+
 /// UCT iov -> scatter/gather list (no strided entries).
 inline bool to_sge(endpoint &e, const uct_iov_t *iov, size_t iovcnt, drv::sge *sg,
             size_t &total)

@@ -160,7 +160,7 @@ extern "C" ucs_status_ptr_t uct_mlx4x_ep_tag_rndv_zcopy(uct_ep_h h, uct_tag_t ta
         own  = r.take();
         memh = own.get();
     }
-    uint32_t app_ctx = tm->add_rndv(comp, std::move(own));
+    uint32_t app_ctx = tm->add_rndv(comp, std::move(own), e.qp().qpn());
     uint8_t *buf = bounce_slot(e);
     ib::tmh tmh = make_tmh(ib::tmh_opcode::rndv, tag, app_ctx);
     ib::rvh rvh{};
@@ -245,7 +245,8 @@ extern "C" ucs_status_t uct_mlx4x_iface_tag_recv_cancel(uct_iface_h h,
 
 namespace mlx4x::uct {
 
-uint32_t tag_offload::add_rndv(uct_completion_t *comp, std::unique_ptr<drv::mr> mr)
+uint32_t tag_offload::add_rndv(uct_completion_t *comp, std::unique_ptr<drv::mr> mr,
+                               uint32_t qpn)
 {
     uint32_t i;
     if (rndv_free.empty()) {
@@ -255,7 +256,7 @@ uint32_t tag_offload::add_rndv(uct_completion_t *comp, std::unique_ptr<drv::mr> 
         i = rndv_free.back();
         rndv_free.pop_back();
     }
-    rndvs[i] = {true, comp, std::move(mr)};
+    rndvs[i] = {true, comp, std::move(mr), qpn};
     return i + 1;
 }
 
@@ -269,6 +270,16 @@ bool tag_offload::take_rndv(uint32_t app_ctx, uct_completion_t *&comp)
     r = rndv_send{};   // deregisters a buffer registered for it
     rndv_free.push_back(app_ctx - 1);
     return true;
+}
+
+void tag_offload::fail_rndvs(uint32_t qpn, ucs_status_t why)
+{
+    for (uint32_t i = 0; i < rndvs.size(); ++i) {
+        uct_completion_t *comp = nullptr;
+        if (rndvs[i].active && rndvs[i].qpn == qpn && take_rndv(i + 1, comp) && comp) {
+            uct_invoke_completion(comp, why);
+        }
+    }
 }
 
 status interface::init_tm(const uct_iface_params_t &params)

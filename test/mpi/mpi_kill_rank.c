@@ -3,7 +3,10 @@
  * not hang. Every rank streams 1 MiB messages around a ring (send to the
  * right neighbour, receive from the left one, non-blocking); after a few
  * rounds the last rank kills itself with SIGKILL while its transfers are in
- * flight. Errors are returned (MPI_ERRORS_RETURN), so a survivor that sees
+ * flight. The last rank only receives: under MPI's rules a receive from a
+ * dead rank whose message never left may wait for ever (no transport has
+ * anything to fail), so the ring is cut there and each survivor's waits
+ * involve the dead rank only through its sends. Errors are returned (MPI_ERRORS_RETURN), so a survivor that sees
  * the failure prints
  *     rank R: transfer failed after N rounds: <MPI error string>
  * and exits with status 3. A survivor that completes all rounds (the death
@@ -34,9 +37,12 @@ int main(int argc, char **argv)
     memset(sbuf, rank, MSG_SIZE);
     int right = (rank + 1) % size, left = (rank + size - 1) % size;
     for (int n = 0; n < rounds; ++n) {
-        MPI_Request req[2];
-        int rc = MPI_Irecv(rbuf, MSG_SIZE, MPI_BYTE, left, n, MPI_COMM_WORLD, &req[0]);
-        if (rc == MPI_SUCCESS) {
+        MPI_Request req[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+        int rc = MPI_SUCCESS;
+        if (left != size - 1) {
+            rc = MPI_Irecv(rbuf, MSG_SIZE, MPI_BYTE, left, n, MPI_COMM_WORLD, &req[0]);
+        }
+        if (rc == MPI_SUCCESS && rank != size - 1) {
             rc = MPI_Isend(sbuf, MSG_SIZE, MPI_BYTE, right, n, MPI_COMM_WORLD, &req[1]);
         }
         if (rank == size - 1 && n == KILL_ROUND) {
