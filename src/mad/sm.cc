@@ -2,6 +2,7 @@
 #include "mad/sm.h"
 
 #include "hca/base/log.h"
+#include "hca/base/shared_instance.h"
 #include "hca/fabric/shm_fabric.h"
 #include "mad/device_sma.h"
 
@@ -145,26 +146,22 @@ bool subnet_manager::bring_up(uint16_t lid, const smp &port_info_resp)
 result<std::shared_ptr<sm_service>> sm_service::get(const std::string &fabric_name,
                                                     std::chrono::milliseconds period)
 {
-    static std::mutex                lock;
-    static std::weak_ptr<sm_service> shared;
-    std::lock_guard g(lock);
-    if (auto s = shared.lock()) {
+    static shared_instance<sm_service> shared;
+    return shared.get([&]() -> result<std::shared_ptr<sm_service>> {
+        auto s = std::make_shared<sm_service>();
+        auto f = fabric::shm_fabric::open(fabric_name);
+        if (!f.ok()) {
+            return f.error();
+        }
+        s->fabric_ = f.take();
+        auto sm = subnet_manager::create(*s->fabric_, "/dev/shm/" + fabric_name + ".sm");
+        if (!sm.ok()) {
+            return sm.error();
+        }
+        s->sm_ = sm.take();
+        s->thread_ = std::thread([raw = s.get(), period] { raw->run(period); });
         return s;
-    }
-    auto s = std::make_shared<sm_service>();
-    auto f = fabric::shm_fabric::open(fabric_name);
-    if (!f.ok()) {
-        return f.error();
-    }
-    s->fabric_ = f.take();
-    auto sm = subnet_manager::create(*s->fabric_, "/dev/shm/" + fabric_name + ".sm");
-    if (!sm.ok()) {
-        return sm.error();
-    }
-    s->sm_ = sm.take();
-    s->thread_ = std::thread([raw = s.get(), period] { raw->run(period); });
-    shared = s;
-    return s;
+    });
 }
 
 void sm_service::run(std::chrono::milliseconds period)

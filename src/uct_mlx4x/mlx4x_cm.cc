@@ -16,6 +16,7 @@
 // for a CM).
 #include "uct_mlx4x/mlx4x_boundary.h"
 #include "uct_mlx4x/mlx4x_iface.h"
+#include "hca/base/shared_instance.h"
 #include "hca/fabric/shm_fabric.h"
 #include "mad/device_sma.h"
 #include "mad/ip_cm.h"
@@ -28,7 +29,6 @@ extern "C" {
 
 #include <arpa/inet.h>
 #include <cstring>
-#include <mutex>
 
 using namespace mlx4x;
 using namespace mlx4x::uct;
@@ -79,38 +79,34 @@ private:
 
 result<std::shared_ptr<cm_device>> cm_device::get(const std::string &fabric_name)
 {
-    static std::mutex               lock;
-    static std::weak_ptr<cm_device> shared;
-    std::lock_guard g(lock);
-    if (auto d = shared.lock()) {
+    static shared_instance<cm_device> shared;
+    return shared.get([&]() -> result<std::shared_ptr<cm_device>> {
+        auto d = std::make_shared<cm_device>();
+        auto f = fabric::shm_fabric::open(fabric_name);
+        if (!f.ok()) {
+            return f.error();
+        }
+        d->fabric_ = f.take();
+        auto c = drv::context::open(*d->fabric_, nullptr, std::make_unique<mad::device_sma>());
+        if (!c.ok()) {
+            return c.error();
+        }
+        d->ctx_ = c.take();
+        auto p = mad::ip::port_space::open(fabric_name);
+        if (!p.ok()) {
+            return p.error();
+        }
+        d->ports_ = p.take();
+        auto m = mad::ip::connection_manager::create(*d->ctx_, *d->ports_);
+        if (!m.ok()) {
+            return m.error();
+        }
+        d->mgr_ = m.take();
+        if (status s = d->mgr_->start_thread(); s != status::ok) {
+            return s;
+        }
         return d;
-    }
-    auto d = std::make_shared<cm_device>();
-    auto f = fabric::shm_fabric::open(fabric_name);
-    if (!f.ok()) {
-        return f.error();
-    }
-    d->fabric_ = f.take();
-    auto c = drv::context::open(*d->fabric_, nullptr, std::make_unique<mad::device_sma>());
-    if (!c.ok()) {
-        return c.error();
-    }
-    d->ctx_ = c.take();
-    auto p = mad::ip::port_space::open(fabric_name);
-    if (!p.ok()) {
-        return p.error();
-    }
-    d->ports_ = p.take();
-    auto m = mad::ip::connection_manager::create(*d->ctx_, *d->ports_);
-    if (!m.ok()) {
-        return m.error();
-    }
-    d->mgr_ = m.take();
-    if (status s = d->mgr_->start_thread(); s != status::ok) {
-        return s;
-    }
-    shared = d;
-    return d;
+    });
 }
 
 class cm_listener;
