@@ -201,8 +201,13 @@ extern "C" void uct_mlx4x_md_close(uct_md_h h)
 extern "C" ucs_status_t uct_mlx4x_md_query(uct_md_h h, uct_md_attr_t *attr)
 {
     const memory_domain &m = md_of(h);
-    attr->cap.flags            = UCT_MD_FLAG_REG | UCT_MD_FLAG_NEED_RKEY |
-                                 UCT_MD_FLAG_INVALIDATE;
+    // NEED_MEMH: zero-copy operations get the registration of their buffer.
+    // A local access could use the DMA MR instead, but UCP 1.13 then passes
+    // whatever memh[0] a recycled request held to put_zcopy (rma_basic.c
+    // does not check the flag): a dangling pointer (UCX's
+    // test_ucp_wireup_1sided.stress_connect crashed in to_sge).
+    attr->cap.flags            = UCT_MD_FLAG_REG | UCT_MD_FLAG_NEED_MEMH |
+                                 UCT_MD_FLAG_NEED_RKEY | UCT_MD_FLAG_INVALIDATE;
     attr->cap.reg_mem_types    = UCS_BIT(UCS_MEMORY_TYPE_HOST);
     attr->cap.alloc_mem_types  = 0;
     attr->cap.detect_mem_types = 0;

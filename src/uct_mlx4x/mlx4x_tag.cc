@@ -145,9 +145,9 @@ extern "C" ucs_status_ptr_t uct_mlx4x_ep_tag_rndv_zcopy(uct_ep_h h, uct_tag_t ta
     if (ucs_status_t st = tx_check(e); st != UCS_OK) {
         return UCS_STATUS_PTR(st);
     }
-    // The receiver's device reads the data with an R_Key. UCP passes no
-    // memory handle (our MD does not ask for one: local access uses the
-    // DMA MR), so the buffer is registered for this transfer.
+    // The receiver's device reads the data with the R_Key of the buffer's
+    // registration; a caller without one (UCT_MEM_HANDLE_NULL) gets the
+    // buffer registered for this transfer.
     std::unique_ptr<drv::mr> own;
     drv::mr *memh = mr_of(iov[0].memh);
     if (!memh) {
