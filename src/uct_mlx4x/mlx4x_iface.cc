@@ -202,7 +202,10 @@ status endpoint::connect(const device_addr &dev, const iface_addr &ifa)
         cm_id.reset();   // the CM has forgotten it
         MLX4X_ERROR("endpoint %u: connection to lid %d refused (CM reject reason %u)",
                     conn_id, peer_lid, unsigned(why));
-        fail(why == mad::cm::reject_reason::timeout ? UCS_ERR_UNREACHABLE
+        // The handshake is the transport's own: a peer that never answers
+        // times out as a QP whose retries ran out would (UCX's rc reports
+        // that too, and UCP's peer-failure handling expects it).
+        fail(why == mad::cm::reject_reason::timeout ? UCS_ERR_ENDPOINT_TIMEOUT
                                                     : UCS_ERR_REJECTED);
     };
     const auto &cfg = iface_.config();

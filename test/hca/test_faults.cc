@@ -3,7 +3,7 @@
 // or reordered, large SENDs and WRITEs still complete exactly once with the
 // right data (ACK timer + go-back-N retransmission on the manual clock).
 // Peer death ends in retry_exc_err; a live but idle peer on a lossless
-// fabric does not burn retries.
+// fabric does not burn retries, a live one without the QP does.
 #include "hca_fixture.h"
 
 #include <gtest/gtest.h>
@@ -235,6 +235,21 @@ TEST_F(peer, idle_live_peer_on_a_lossless_fabric_burns_no_retries)
         [&] { return a.send_wcs.size() == 1 && b.recv_wcs.size() == 1; }, 100));
     EXPECT_EQ(a.send_wcs[0].status, drv::wc_status::success);
     EXPECT_EQ(check_pattern(dst.data(), 4096, 6), -1);
+}
+
+TEST_F(peer, live_peer_without_the_qp_exhausts_retries)
+{
+    // IBA 9.6.1.1: a packet for a QP that does not exist is dropped. The
+    // peer's device is alive and takes every packet off the fabric, so the
+    // missing ACK is not a peer that is merely not progressing: the retries
+    // run out as on a lossy link (UCX's peer-failure tests close the
+    // receiving endpoint inside a process that lives on).
+    b.qp.reset();
+    ASSERT_EQ(a.post_send(1, src.data(), 4096, sm->lkey()), status::ok);
+    ASSERT_TRUE(progress_until([&] { return !a.send_wcs.empty(); }, 1000));
+    EXPECT_EQ(a.send_wcs[0].status, drv::wc_status::retry_exc_err);
+    EXPECT_EQ(a.counter(dev::counter::retransmits), 3u);
+    EXPECT_GE(b.counter(dev::counter::unknown_qp), 4u);   // all four dropped
 }
 
 TEST_F(peer, lossy_fabric_with_idle_peer_exhausts_retries)

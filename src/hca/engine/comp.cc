@@ -321,9 +321,13 @@ void device::run_timers()
         if (t < q->timer_deadline) {
             continue;
         }
-        if (port_->lossless() && port_->peer_alive(q->dlid)) {
-            // Nothing is lost between live ports of a lossless fabric; the
-            // peer is just not progressing. Wait, do not burn retries.
+        if (port_->lossless() && port_->peer_alive(q->dlid) &&
+            !port_->delivered(q->dlid)) {
+            // Nothing is lost between live ports of a lossless fabric; a
+            // peer that has not even taken our packets is just not
+            // progressing. Wait, do not burn retries. One that took them and
+            // did not answer dropped them (its QP is gone: IBA 9.6.1.1):
+            // those retries run out as on a lossy link.
             q->timer_deadline = t + ack_timeout_ns(*q);
             continue;
         }

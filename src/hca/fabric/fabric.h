@@ -77,6 +77,11 @@ public:
     /// back instead). A missing ACK from a live peer then means the peer is
     /// not progressing, not that a packet was lost.
     virtual bool lossless() const = 0;
+    /// Whether every frame this port sent to `lid` has been taken off the
+    /// fabric by that port's owner: an answer still missing then was not
+    /// held up but dropped by the peer (no such QP, say). False when the
+    /// fabric cannot tell.
+    virtual bool delivered(uint16_t /*lid*/) const { return false; }
 
     // Single-copy transfers: the host's DMA engine between the processes of
     // two ports. A responder that has validated a direct RDMA request (key,

@@ -68,6 +68,12 @@ public:
         return fabric_.queues_.count(lid) != 0;
     }
 
+    bool delivered(uint16_t lid) const override
+    {
+        auto it = fabric_.queues_.find(lid);
+        return it != fabric_.queues_.end() && it->second.empty();
+    }
+
     bool lossless() const override
     {
         const fault_plan &p = fabric_.plan_;

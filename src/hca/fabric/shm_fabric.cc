@@ -385,6 +385,7 @@ private:
             std::memcpy(s->data + hdr.size(), payload.data(), payload.size());
         }
         s->len = static_cast<uint32_t>(len);
+        sent_upto_[dlid - 1] = pos + 1;
         // Publishes the frame (after its bytes). Dekker with arm_wakeup():
         // this and the flag's load are seq_cst, as are the owner's flag
         // store and slot load there, so either the owner sees this frame or
@@ -454,6 +455,14 @@ public:
     }
 
     bool lossless() const override { return true; }
+
+    bool delivered(uint16_t lid) const override
+    {
+        // The ring's owner moves head past each frame it has handled.
+        return lid != 0 && lid <= max_ports &&
+               rings(h_)[lid - 1].head.load(std::memory_order_acquire) >=
+                   sent_upto_[lid - 1];
+    }
 
     uint64_t direct_min(uint16_t lid) override
     {
@@ -559,6 +568,7 @@ private:
     int            wake_tx_ = -1;   ///< unbound: wakes other ports
     uint64_t       last_liveness_check_us_[max_ports] = {};
     bool           gone_[max_ports] = {};
+    uint64_t       sent_upto_[max_ports] = {};   ///< ring position after our last frame
     std::unique_ptr<uint64_t> probe_;   ///< holds guid_; port_entry.probe_va
     uint64_t       single_copy_min_;
     struct reach {
