@@ -588,8 +588,17 @@ interface::~interface()
         }
     }
     rx_qps_.clear();
+    closed_rx_qps_.clear();
     if (tm_) {
         tm_->cmd.reset();
+    }
+}
+
+void interface::on_peer_disconnect(uint32_t cm_id)
+{
+    if (auto it = rx_qps_.find(cm_id); it != rx_qps_.end()) {
+        closed_rx_qps_.push_back(std::move(it->second));
+        rx_qps_.erase(it);
     }
 }
 
@@ -625,6 +634,9 @@ unsigned interface::progress()
     unsigned n = poll_send();
     n += poll_recv();
     (void)md_.cm().progress();
+    if (!closed_rx_qps_.empty() && !recv_cq_->ready()) {
+        closed_rx_qps_.clear();   // what they delivered has been polled
+    }
     dispatch_pending();
     if (tm_ && (rndv_probe_at_ || tm_->waiting_for_fin())) [[unlikely]] {
         probe_rndv_receivers();

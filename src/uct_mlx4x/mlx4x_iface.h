@@ -269,8 +269,10 @@ public:
     uct_mlx4x_iface_t *uct() { return uct_; }
     uint32_t service() const { return service_; }
     /// The peer's endpoint of incoming connection `cm_id` is gone (its
-    /// DREQ): the receiving QP goes too.
-    void on_peer_disconnect(uint32_t cm_id) { rx_qps_.erase(cm_id); }
+    /// DREQ): the receiving QP goes too, once the messages it delivered
+    /// before have been handed to UCX (destroying it removes their CQEs
+    /// from the CQ, C40).
+    void on_peer_disconnect(uint32_t cm_id);
     drv::cq &send_cq() { return *send_cq_; }
     drv::cq &recv_cq() { return *recv_cq_; }
     drv::srq &srq() { return *srq_; }
@@ -357,6 +359,9 @@ private:
     std::map<uint32_t, endpoint *>       ep_by_qpn_;
     /// Receiving QPs of incoming connections, by the CM's connection ID.
     std::map<uint32_t, std::unique_ptr<drv::qp>> rx_qps_;
+    /// Those whose peer disconnected, destroyed once the receive CQ has
+    /// been drained (everything they delivered polled).
+    std::vector<std::unique_ptr<drv::qp>>        closed_rx_qps_;
     size_t                         pending_cursor_ = 0;
     /// When the receivers of rendezvous sends waiting for their FIN are
     /// probed next (steady clock, ns; 0: none waits).
