@@ -319,7 +319,10 @@ extern "C" ucs_status_t uct_mlx4x_iface_query(uct_iface_h h, uct_iface_attr_t *a
     attr->cap.am.max_short    = i.max_inline() - sizeof(am_hdr);
     attr->cap.am.max_bcopy    = i.seg_size() - sizeof(am_hdr);
     attr->cap.am.min_zcopy    = 0;
-    attr->cap.am.max_zcopy    = i.seg_size() - sizeof(am_hdr) - max_am_zcopy_hdr;
+    // Header and payload together (UCX's rc convention: UCP subtracts the
+    // headers it sends from max_zcopy, and sizes its largest AM user header
+    // by max_bcopy, so a smaller max_zcopy made its arithmetic wrap).
+    attr->cap.am.max_zcopy    = i.seg_size() - sizeof(am_hdr);
     attr->cap.am.max_hdr      = max_am_zcopy_hdr;
     attr->cap.am.max_iov      = max_iov - 1;   // one entry carries the header
     attr->cap.am.opt_zcopy_align = 1;
