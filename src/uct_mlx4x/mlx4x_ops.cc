@@ -751,6 +751,14 @@ extern "C" ucs_status_t uct_mlx4x_ep_flush(uct_ep_h h, unsigned flags,
     if (e.state() == ep_state::failed) {
         return UCS_ERR_CONNECTION_RESET;
     }
+    // Requests still waiting in the pending queue are not flushed yet: the
+    // caller adds the flush behind them (uct_ep_flush's contract; UCP
+    // destroys an endpoint it believes flushed and asserts that the
+    // pending queue is empty).
+    if (!e.pending.empty() && !e.dispatching_pending &&
+        !(flags & UCT_FLUSH_FLAG_CANCEL)) {
+        return UCS_ERR_NO_RESOURCE;
+    }
     if (e.posted == e.completed) {
         return UCS_OK;
     }
