@@ -23,13 +23,14 @@ namespace {
 
 constexpr unsigned poll_batch     = 16;
 
-/// The steady clock in ns, as the device's timers and the CM's deadlines.
-uint64_t steady_ns()
+/// A steady-clock time in ns, the unit of the device's timers.
+uint64_t ns_of(std::chrono::steady_clock::time_point t)
 {
-    return uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                        std::chrono::steady_clock::now().time_since_epoch())
-                        .count());
+    return uint64_t(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count());
 }
+uint64_t steady_ns() { return ns_of(std::chrono::steady_clock::now()); }
+
 constexpr uint32_t all_access     = drv::access_local_write |
                                     drv::access_remote_write |
                                     drv::access_remote_read |
@@ -507,9 +508,7 @@ uint64_t interface::next_deadline_ns() const
         next = rndv_probe_at_;
     }
     if (auto cm = md_.cm().next_deadline()) {
-        uint64_t t = uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                  cm->time_since_epoch())
-                                  .count());
+        uint64_t t = ns_of(*cm);
         if (!next || t < next) {
             next = t;
         }
