@@ -663,16 +663,14 @@ void interface::probe_rndv_receivers()
         return;
     }
     uint64_t now = steady_ns();
-    if (!rndv_probe_at_) {
-        rndv_probe_at_ = now + uint64_t(cfg_.timeout * 1e9);
+    if (rndv_probe_at_ && now < rndv_probe_at_) {
         return;
     }
-    if (now < rndv_probe_at_) {
-        return;
-    }
-    for (const tag_offload::rndv_send &r : tm_->rndvs) {
-        if (auto it = ep_by_qpn_.find(r.qpn); r.active && it != ep_by_qpn_.end()) {
-            (void)probe_peer(*it->second);   // idempotent while one is in flight
+    if (rndv_probe_at_) {   // a period has passed: probe
+        for (const tag_offload::rndv_send &r : tm_->rndvs) {
+            if (auto it = ep_by_qpn_.find(r.qpn); r.active && it != ep_by_qpn_.end()) {
+                (void)probe_peer(*it->second);   // idempotent while one is in flight
+            }
         }
     }
     rndv_probe_at_ = now + uint64_t(cfg_.timeout * 1e9);
