@@ -77,6 +77,7 @@ struct tag_offload {
     void                     *eager_arg = nullptr;
     uct_tag_unexp_rndv_cb_t   rndv_cb   = nullptr;
     void                     *rndv_arg  = nullptr;
+    size_t                    rx_headroom = 0;   ///< UCT_IFACE_PARAM rx_headroom
     /// A rendezvous send waiting for its FIN.
     struct rndv_send {
         bool                     active = false;
@@ -326,6 +327,8 @@ private:
     status init_tm(const uct_iface_params_t &params);
     void on_tm_completion(const drv::wc &w);
     void on_unexpected(const uint8_t *buf, const drv::wc &w);
+    void unexpected_sync_eager(const uint8_t *data, uint32_t len, uint64_t tag,
+                               uint64_t imm);
     void on_fin(const uint8_t *buf, uint32_t len);
     void on_list_op(const drv::wc &w);
     void tm_note_unexpected();

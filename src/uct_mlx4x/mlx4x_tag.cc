@@ -10,6 +10,7 @@
 #include "hca/base/log.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 
 using namespace mlx4x;
@@ -292,6 +293,9 @@ status interface::init_tm(const uct_iface_params_t &params)
     tm_->eager_arg = params.eager_arg;
     tm_->rndv_cb   = params.rndv_cb;
     tm_->rndv_arg  = params.rndv_arg;
+    if (params.field_mask & UCT_IFACE_PARAM_FIELD_RX_HEADROOM) {
+        tm_->rx_headroom = params.rx_headroom;
+    }
     drv::qp_caps caps;
     caps.max_send_wr = max_ops;
     // List-op completions go to the receive CQ, in order with the matches.
@@ -448,10 +452,52 @@ void interface::on_unexpected(const uint8_t *buf, const drv::wc &w)
     } else {
         uint64_t imm = w.tm.with_imm ? (uint64_t(h.app_ctx.get()) << 32) | w.imm : 0;
         void *context = nullptr;
-        (void)tm_->eager_cb(tm_->eager_arg, const_cast<uint8_t *>(data), len,
-                            UCT_CB_PARAM_FLAG_FIRST, h.tag.get(), imm, &context);
+        if (imm) {
+            unexpected_sync_eager(data, len, h.tag.get(), imm);
+        } else {
+            (void)tm_->eager_cb(tm_->eager_arg, const_cast<uint8_t *>(data), len,
+                                UCT_CB_PARAM_FLAG_FIRST, h.tag.get(), imm, &context);
+        }
     }
     tm_note_unexpected();
+}
+
+namespace {
+/// Frees a descriptor of unexpected_sync_eager when UCP releases it.
+void free_heap_desc(uct_recv_desc_t *, void *desc)
+{
+    std::free(static_cast<uint8_t *>(desc) - sizeof(uct_recv_desc_t *));
+}
+uct_recv_desc_t heap_desc = {free_heap_desc};
+} // namespace
+
+/// An unexpected synchronous eager message goes to UCP in a descriptor
+/// (UCT_CB_PARAM_FLAG_DESC) with the iface's rx headroom before the data:
+/// without one UCP builds its sync header in a stack copy of the message,
+/// which its assertion (on in Debian's build) limits to 1200 bytes, so an
+/// unexpected MPI_Ssend of a few KiB aborted the receiver. The SRQ buffer
+/// has no headroom to lend and goes back at once, so the descriptor is a
+/// heap copy: [release pointer][rx headroom][data]; UCP frees it through
+/// uct_iface_release_desc when it keeps it, we free it when it does not.
+void interface::unexpected_sync_eager(const uint8_t *data, uint32_t len,
+                                      uint64_t tag, uint64_t imm)
+{
+    size_t head = sizeof(uct_recv_desc_t *) + tm_->rx_headroom;
+    auto  *base = static_cast<uint8_t *>(std::malloc(head + len));
+    if (!base) {
+        MLX4X_ERROR("unexpected sync eager message of %u bytes dropped: no memory", len);
+        return;
+    }
+    uct_recv_desc_t *release = &heap_desc;
+    std::memcpy(base, &release, sizeof(release));
+    std::memcpy(base + head, data, len);
+    void *context = nullptr;
+    ucs_status_t st = tm_->eager_cb(tm_->eager_arg, base + head, len,
+                                    UCT_CB_PARAM_FLAG_FIRST | UCT_CB_PARAM_FLAG_DESC,
+                                    tag, imm, &context);
+    if (st != UCS_INPROGRESS) {
+        std::free(base);   // UCP copied what it needed
+    }
 }
 
 /// Counts a handled unexpected message; every sync_every of them a NOP

@@ -71,6 +71,19 @@ else
     grep -E '^(#|tm_)' "$log"
 fi
 
+# Unexpected synchronous sends (MPI_Ssend before the receive) over device
+# tag matching: UCP gets them in a descriptor with headroom (it aborted on
+# the first one of a few KiB when it had to copy them to its stack).
+out=$(timeout 120 mpirun --allow-run-as-root --oversubscribe -np 2 \
+    -x UCX_MLX4X_FABRIC -x MLX4X_LIB \
+    "$RUN" "$top_builddir/test/mpi/mpi_ssend_unexpected" 2>&1); rc=$?
+if [ $rc -eq 0 ] && echo "$out" | grep -q "^# ssend unexpected: 14 messages, 0 data errors"; then
+    ok "MPI_Ssend 4 KiB (3x), 8 KiB .. 8 B before the receive: all 14 received intact"
+else
+    fail "unexpected MPI_Ssend (exit $rc)"
+    echo "$out" | tail -5
+fi
+
 # Single copy (issue 7): the rendezvous READs of 64 KiB and more that the
 # device issued in that job moved their data by one process_vm_writev of
 # the sender's device, where the host allows it (cma_probe says).

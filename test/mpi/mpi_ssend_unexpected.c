@@ -1,0 +1,39 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Synchronous sends that arrive before their receive is posted: rank 0
+ * MPI_Ssends 4 KiB three times, then 8 KiB .. 8 B, while rank 1 waits
+ * 100 ms before each receive,
+ * so every message reaches rank 1's device tag list unmatched and goes to
+ * UCP as an unexpected synchronous eager message. UCP builds its sync
+ * header in front of the data: in a descriptor the transport provides, or
+ * in a stack copy that UCP's assertion (on in Debian's UCX) limits to
+ * 1200 bytes — the receiver aborted on the first Ssend of a few KiB.
+ * Prints "# ssend unexpected: N messages, N data errors". */
+#include <mpi.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+static unsigned char pattern(int i, int k) { return (unsigned char)(i * 29 + k * 3 + 1); }
+
+int main(int argc, char **argv)
+{
+    MPI_Init(&argc, &argv);
+    int rank, n = 0, errors = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    static unsigned char buf[8192];
+    for (int i = 0; i < 14; ++i, ++n) {
+        int size = i < 3 ? 4096 : 8192 >> (i - 3);
+        if (rank == 0) {
+            for (int k = 0; k < size; ++k) buf[k] = pattern(n, k);
+            MPI_Ssend(buf, size, MPI_BYTE, 1, n, MPI_COMM_WORLD);
+        } else if (rank == 1) {
+            usleep(100000);   /* the message is here before the receive */
+            memset(buf, 0, sizeof(buf));
+            MPI_Recv(buf, size, MPI_BYTE, 0, n, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+            for (int k = 0; k < size; ++k) errors += buf[k] != pattern(n, k);
+        }
+    }
+    if (rank == 1) printf("# ssend unexpected: %d messages, %d data errors\n", n, errors);
+    MPI_Finalize();
+    return errors != 0;
+}
