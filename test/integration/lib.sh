@@ -42,6 +42,22 @@ perftest_pair() {
     rm -f "$out" "$out.srv"
 }
 
+# each_engine WHAT EXPECTED PROG [ARGS...]: runs a test program with the
+# progress-driven device and with the engine thread; each run passes when
+# it exits 0 and prints the line EXPECTED.
+each_engine() {
+    what=$1; expected=$2; shift 2
+    for engine in progress thread; do
+        out=$(UCX_MLX4X_ENGINE=$engine timeout 120 "$RUN" "$@" 2>&1); rc=$?
+        echo "$out" | sed "s/^/[$engine] /"
+        if [ $rc -eq 0 ] && echo "$out" | grep -qxF "$expected"; then
+            ok "ENGINE=$engine: $what"
+        else
+            fail "ENGINE=$engine: $what (exit $rc)"
+        fi
+    done
+}
+
 # owner_of LID: the pid of the process whose port has LID (its SMA's node
 # description ends in "pid N").
 owner_of() {

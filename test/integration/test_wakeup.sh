@@ -5,15 +5,7 @@
 # on its own thread (the device raises the completion interrupt).
 . "$(dirname "$0")/lib.sh"
 
-prog="$top_builddir/test/ucp/ucp_wakeup"
 export UCX_TLS=mlx4x,self
-for engine in progress thread; do
-    out=$(UCX_MLX4X_ENGINE=$engine timeout 120 "$RUN" "$prog" 5 2>&1); rc=$?
-    echo "$out" | sed "s/^/[$engine] /"
-    if [ $rc -eq 0 ] && echo "$out" | grep -q '^10 passed, 0 failed$'; then
-        ok "ENGINE=$engine: 5 blocking receives woken by their messages"
-    else
-        fail "ENGINE=$engine (exit $rc)"
-    fi
-done
+each_engine "5 blocking receives woken by their messages" "10 passed, 0 failed" \
+    "$top_builddir/test/ucp/ucp_wakeup" 5
 finish

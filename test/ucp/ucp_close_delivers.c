@@ -9,43 +9,15 @@
  * polled what it delivered: destroying it at the DREQ removes those CQEs.
  * Prints "N passed, N failed"; exit status 0 when all passed.
  * usage: ucp_close_delivers [messages]   (default 100, at most 128) */
-#include <ucp/api/ucp.h>
+#define PROG "ucp_close_delivers"
+#include "ucp_pair.h"
 
-#include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #define MSG_SIZE 8000   /* one 8 KiB receive buffer each, as UCX's test */
 
-struct side {
-    ucp_context_h ctx;
-    ucp_worker_h  worker;
-};
-
 static struct side rx, tx;
-
-static void die(const char *what, ucs_status_t s)
-{
-    fprintf(stderr, "ucp_close_delivers: %s: %s\n", what, ucs_status_string(s));
-    exit(2);
-}
-
-static void open_side(struct side *s)
-{
-    ucp_params_t p = {
-        .field_mask = UCP_PARAM_FIELD_FEATURES,
-        .features   = UCP_FEATURE_TAG,
-    };
-    ucp_worker_params_t wp = {
-        .field_mask  = UCP_WORKER_PARAM_FIELD_THREAD_MODE,
-        .thread_mode = UCS_THREAD_MODE_SINGLE,
-    };
-    ucs_status_t st = ucp_init(&p, NULL, &s->ctx);
-    if (st != UCS_OK) die("ucp_init", st);
-    st = ucp_worker_create(s->ctx, &wp, &s->worker);
-    if (st != UCS_OK) die("ucp_worker_create", st);
-}
 
 static double now(void)
 {
@@ -84,21 +56,9 @@ int main(int argc, char **argv)
     setenv("UCX_ZCOPY_THRESH", "-1", 0);
     const char *engine = getenv("UCX_MLX4X_ENGINE");
     int threaded = engine && strcmp(engine, "thread") == 0;
-    open_side(&rx);
-    open_side(&tx);
-
-    ucp_address_t *addr;
-    size_t len;
-    ucs_status_t st = ucp_worker_get_address(rx.worker, &addr, &len);
-    if (st != UCS_OK) die("ucp_worker_get_address", st);
-    ucp_ep_params_t ep_params = {
-        .field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS,
-        .address    = addr,
-    };
-    ucp_ep_h ep;
-    st = ucp_ep_create(tx.worker, &ep_params, &ep);
-    if (st != UCS_OK) die("ucp_ep_create", st);
-    ucp_worker_release_address(rx.worker, addr);
+    open_side(&rx, UCP_FEATURE_TAG);
+    open_side(&tx, UCP_FEATURE_TAG);
+    ucp_ep_h ep = connect_side(&tx, &rx);
 
     static unsigned char sbuf[MSG_SIZE], rbuf[MSG_SIZE];   /* rbuf: the wire-up's */
     ucp_request_param_t none = {0};
@@ -154,10 +114,8 @@ int main(int argc, char **argv)
         }
         if (reqs[i]) ucp_request_free(reqs[i]);
     }
-    ucp_worker_destroy(tx.worker);
-    ucp_worker_destroy(rx.worker);
-    ucp_cleanup(tx.ctx);
-    ucp_cleanup(rx.ctx);
+    close_side(&tx);
+    close_side(&rx);
     printf("%d passed, %d failed\n", passed, failed);
     return failed != 0;
 }

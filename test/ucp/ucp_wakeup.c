@@ -9,22 +9,16 @@
  * Prints "N passed, N failed"; exit status 0 when all passed.
  * usage: ucp_wakeup [messages]   (default 5; sender pauses 200 ms before each) */
 #define _GNU_SOURCE   /* pthread_tryjoin_np */
-#include <ucp/api/ucp.h>
+#define PROG "ucp_wakeup"
+#include "ucp_pair.h"
 
 #include <pthread.h>
-#include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
 
 #define MSG_SIZE 4096
 #define PAUSE_MS 200
-
-struct side {
-    ucp_context_h ctx;
-    ucp_worker_h  worker;
-};
 
 static int passed, failed;
 
@@ -39,28 +33,6 @@ static double seconds(clockid_t c)
     struct timespec t;
     clock_gettime(c, &t);
     return t.tv_sec + t.tv_nsec * 1e-9;
-}
-
-static void die(const char *what, ucs_status_t s)
-{
-    fprintf(stderr, "ucp_wakeup: %s: %s\n", what, ucs_status_string(s));
-    exit(2);
-}
-
-static void open_side(struct side *s)
-{
-    ucp_params_t p = {
-        .field_mask = UCP_PARAM_FIELD_FEATURES,
-        .features   = UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP,
-    };
-    ucp_worker_params_t wp = {
-        .field_mask  = UCP_WORKER_PARAM_FIELD_THREAD_MODE,
-        .thread_mode = UCS_THREAD_MODE_SINGLE,
-    };
-    ucs_status_t st = ucp_init(&p, NULL, &s->ctx);
-    if (st != UCS_OK) die("ucp_init", st);
-    st = ucp_worker_create(s->ctx, &wp, &s->worker);
-    if (st != UCS_OK) die("ucp_worker_create", st);
 }
 
 static void request_done(void *req, ucs_status_t st, void *user)
@@ -144,21 +116,9 @@ int main(int argc, char **argv)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
     if (argc > 1) messages = atoi(argv[1]);
-    open_side(&rx);
-    open_side(&tx);
-
-    ucp_address_t *addr;
-    size_t len;
-    ucs_status_t st = ucp_worker_get_address(rx.worker, &addr, &len);
-    if (st != UCS_OK) die("ucp_worker_get_address", st);
-    ucp_ep_params_t ep_params = {
-        .field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS,
-        .address    = addr,
-    };
-    ucp_ep_h ep;
-    st = ucp_ep_create(tx.worker, &ep_params, &ep);
-    if (st != UCS_OK) die("ucp_ep_create", st);
-    ucp_worker_release_address(rx.worker, addr);
+    open_side(&rx, UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP);
+    open_side(&tx, UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP);
+    ucp_ep_h ep = connect_side(&tx, &rx);
 
     pthread_t thr;
     pthread_create(&thr, NULL, receiver, NULL);
@@ -180,10 +140,8 @@ int main(int argc, char **argv)
     }
     ucp_request_param_t cp = {0};
     progress_until_done(tx.worker, ucp_ep_close_nbx(ep, &cp));
-    ucp_worker_destroy(tx.worker);
-    ucp_worker_destroy(rx.worker);
-    ucp_cleanup(tx.ctx);
-    ucp_cleanup(rx.ctx);
+    close_side(&tx);
+    close_side(&rx);
     printf("%d passed, %d failed\n", passed, failed);
     return failed != 0;
 }

@@ -1,0 +1,65 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Two UCP contexts in one process, so two mlx4x devices on the fabric:
+ * what the single-process UCP test programs share. The including file
+ * defines PROG (its name, for error messages) first. */
+#ifndef MLX4X_TEST_UCP_PAIR_H
+#define MLX4X_TEST_UCP_PAIR_H
+
+#include <ucp/api/ucp.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+
+struct side {
+    ucp_context_h ctx;
+    ucp_worker_h  worker;
+};
+
+static void die(const char *what, ucs_status_t s)
+{
+    fprintf(stderr, "%s: %s: %s\n", PROG, what, ucs_status_string(s));
+    exit(2);
+}
+
+/* A context with `features` and one single-threaded worker. */
+static void open_side(struct side *s, uint64_t features)
+{
+    ucp_params_t p = {
+        .field_mask = UCP_PARAM_FIELD_FEATURES,
+        .features   = features,
+    };
+    ucp_worker_params_t wp = {
+        .field_mask  = UCP_WORKER_PARAM_FIELD_THREAD_MODE,
+        .thread_mode = UCS_THREAD_MODE_SINGLE,
+    };
+    ucs_status_t st = ucp_init(&p, NULL, &s->ctx);
+    if (st != UCS_OK) die("ucp_init", st);
+    st = ucp_worker_create(s->ctx, &wp, &s->worker);
+    if (st != UCS_OK) die("ucp_worker_create", st);
+}
+
+/* An endpoint from `from` to `to`'s worker address. */
+static ucp_ep_h connect_side(struct side *from, struct side *to)
+{
+    ucp_address_t *addr;
+    size_t len;
+    ucs_status_t st = ucp_worker_get_address(to->worker, &addr, &len);
+    if (st != UCS_OK) die("ucp_worker_get_address", st);
+    ucp_ep_params_t ep_params = {
+        .field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS,
+        .address    = addr,
+    };
+    ucp_ep_h ep;
+    st = ucp_ep_create(from->worker, &ep_params, &ep);
+    if (st != UCS_OK) die("ucp_ep_create", st);
+    ucp_worker_release_address(to->worker, addr);
+    return ep;
+}
+
+static void close_side(struct side *s)
+{
+    ucp_worker_destroy(s->worker);
+    ucp_cleanup(s->ctx);
+}
+
+#endif
