@@ -451,10 +451,10 @@ void interface::on_unexpected(const uint8_t *buf, const drv::wc &w)
         (void)tm_->rndv_cb(tm_->rndv_arg, 0, h.tag.get(), data, len, 0, 0, nullptr);
     } else {
         uint64_t imm = w.tm.with_imm ? (uint64_t(h.app_ctx.get()) << 32) | w.imm : 0;
-        void *context = nullptr;
         if (imm) {
             unexpected_sync_eager(data, len, h.tag.get(), imm);
         } else {
+            void *context = nullptr;
             (void)tm_->eager_cb(tm_->eager_arg, const_cast<uint8_t *>(data), len,
                                 UCT_CB_PARAM_FLAG_FIRST, h.tag.get(), imm, &context);
         }
