@@ -694,6 +694,55 @@ TEST_F(shm_test, sleeping_process_is_woken_by_a_frame_from_another)
     EXPECT_EQ((*rx)->poll(sink, 16), 1u);
 }
 
+// ---- frames written in place ------------------------------------------------------
+
+struct keep_frames final : fabric::frame_sink {
+    std::vector<std::vector<uint8_t>> frames;
+    void on_frame(std::span<const uint8_t> f) override { frames.emplace_back(f.begin(), f.end()); }
+};
+
+// The data path writes packets straight into the destination's ring
+// (port::reserve / commit): what arrives is exactly what was written, in
+// order with frames sent by copy; a full ring pushes back at reserve and
+// nothing is sent; an unknown LID is unreachable.
+TEST_F(shm_test, frame_written_in_place_arrives_intact_and_a_full_ring_pushes_back)
+{
+    auto f = shm_fabric::open(name);
+    ASSERT_TRUE(f.ok());
+    auto rx = (*f)->attach(), tx = (*f)->attach();
+    ASSERT_TRUE(rx.ok() && tx.ok());
+    uint16_t lid = (*rx)->lid();
+    auto hdr = frame_to(lid);
+
+    fabric::frame_slot slot;
+    ASSERT_EQ((*tx)->reserve(lid, hdr.size() + 3, slot), status::ok);
+    ASSERT_EQ(slot.len, hdr.size() + 3);
+    std::memcpy(slot.data, hdr.data(), hdr.size());
+    std::memcpy(slot.data + hdr.size(), "abc", 3);
+    ASSERT_EQ((*tx)->commit(slot), status::ok);
+    EXPECT_FALSE((*tx)->delivered(lid));   // published, not taken yet
+    ASSERT_EQ((*tx)->send(hdr, {}), status::ok);
+
+    keep_frames sink;
+    ASSERT_EQ((*rx)->poll(sink, 16), 2u);
+    ASSERT_EQ(sink.frames[0].size(), hdr.size() + 3);
+    EXPECT_EQ(std::memcmp(sink.frames[0].data() + hdr.size(), "abc", 3), 0);
+    EXPECT_EQ(sink.frames[1].size(), hdr.size());
+    EXPECT_TRUE((*tx)->delivered(lid));
+
+    for (uint32_t i = 0; i < fabric::shm::ring_slots; ++i) {
+        ASSERT_EQ((*tx)->reserve(lid, hdr.size(), slot), status::ok) << "frame " << i;
+        std::memcpy(slot.data, hdr.data(), hdr.size());
+        ASSERT_EQ((*tx)->commit(slot), status::ok);
+    }
+    EXPECT_EQ((*tx)->reserve(lid, hdr.size(), slot), status::no_resource);
+    EXPECT_EQ((*tx)->reserve(lid, fabric::max_frame_size + 1, slot), status::unreachable);
+    EXPECT_EQ((*tx)->reserve(uint16_t(fabric::shm::max_ports), hdr.size(), slot),
+              status::unreachable);   // no port attached there
+    sink.frames.clear();
+    EXPECT_EQ((*rx)->poll(sink, 2 * fabric::shm::ring_slots), fabric::shm::ring_slots);
+}
+
 // ---- multicast -----------------------------------------------------------------
 
 // C51 on the shared-memory fabric: a frame to a multicast LID reaches every

@@ -412,15 +412,6 @@ cmd_status device::cmd_query_adapter(uint64_t outbox)
     return cmd_status::ok;
 }
 
-const mpt *device::find_mpt(uint32_t key) const
-{
-    uint32_t idx = prm::mkey_index(key);
-    if (idx >= mpts_.size() || !mpts_[idx].valid || mpts_[idx].key != key) {
-        return nullptr;
-    }
-    return &mpts_[idx];
-}
-
 // ---- CQ ---------------------------------------------------------------
 
 cmd_status device::cmd_sw2hw_cq(uint32_t cqn, uint64_t inbox)
@@ -517,17 +508,6 @@ cmd_status device::cmd_resize_cq(uint32_t cqn, uint64_t inbox)
     c->buf      = buf;
     c->log_size = log_size;
     return cmd_status::ok;
-}
-
-cq *device::find_cq(uint32_t cqn)
-{
-    return cqn < cqs_.size() && cqs_[cqn].valid ? &cqs_[cqn] : nullptr;
-}
-
-qp *device::find_qp(uint32_t qpn)
-{
-    return qpn < qps_.size() && qps_[qpn] && qps_[qpn]->valid ? qps_[qpn].get()
-                                                            : nullptr;
 }
 
 // ---- QP transitions ---------------------------------------------------
@@ -634,6 +614,7 @@ cmd_status device::cmd_qp_transition(cmd_opcode op, uint32_t qpn,
     }
     apply_optional(q, ctx, mb->optpar.get());
     q.state = t->to;
+    build_tx_headers(q);
     return cmd_status::ok;
 }
 

@@ -167,7 +167,10 @@ private:
     prm::cmd_status cmd_hw2sw_srq(uint32_t srqn);
     prm::cmd_status cmd_query_srq(uint32_t srqn, uint64_t outbox);
     prm::cmd_status cmd_arm_srq(uint32_t srqn, uint64_t limit);
-    srq *find_srq(uint32_t srqn);
+    srq *find_srq(uint32_t srqn)
+    {
+        return srqn < srqs_.size() && srqs_[srqn].valid ? &srqs_[srqn] : nullptr;
+    }
     // multicast groups (mcg.cc)
     prm::cmd_status cmd_mgid_hash(uint64_t inbox, uint64_t &hash);
     prm::cmd_status cmd_read_mcg(uint32_t index, uint64_t outbox);
@@ -190,12 +193,30 @@ private:
                                    uint32_t optpar);
     void            qp_to_reset(qp &q);
 
-    // objects
-    qp  *find_qp(uint32_t qpn);
-    cq  *find_cq(uint32_t cqn);
-    const mpt *find_mpt(uint32_t key) const;
+    // objects (inline: every packet looks up its QP, CQ and keys)
+    qp *find_qp(uint32_t qpn)
+    {
+        return qpn < qps_.size() && qps_[qpn] && qps_[qpn]->valid ? qps_[qpn].get()
+                                                                : nullptr;
+    }
+    cq *find_cq(uint32_t cqn)
+    {
+        return cqn < cqs_.size() && cqs_[cqn].valid ? &cqs_[cqn] : nullptr;
+    }
+    const mpt *find_mpt(uint32_t key) const
+    {
+        uint32_t idx = prm::mkey_index(key);
+        if (idx >= mpts_.size() || !mpts_[idx].valid || mpts_[idx].key != key) {
+            return nullptr;
+        }
+        return &mpts_[idx];
+    }
     /// A region by L_Key: windows never serve local access.
-    const mpt *find_region(uint32_t lkey) const;
+    const mpt *find_region(uint32_t lkey) const
+    {
+        const mpt *m = find_mpt(lkey);
+        return m && !m->window ? m : nullptr;
+    }
     /// C53 / IBA 10.6.3: a local access of QP `q` to [addr, addr + len)
     /// through `lkey` — the region exists, is in the QP's PD and covers it,
     /// and allows local write where `write` (local read is always allowed).
@@ -248,6 +269,11 @@ private:
     unsigned run_requester(qp &q);   ///< one QP's burst
     bool     send_one_packet(qp &q);
     enum class single_tx { sent, busy, not_single };
+    single_tx send_inline_message(qp &q);
+    void     build_tx_headers(qp &q);
+    static uint8_t *write_rc_headers(const fabric::frame_slot &f, const qp &q,
+                                     uint8_t opcode, size_t payload_len, uint32_t psn,
+                                     bool ackreq, bool solicited);
     single_tx send_single_request(qp &q, const engine::send_wqe &w, bool fresh,
                                   bool direct);
     bool     use_direct(const qp &q, const engine::send_wqe &w);
@@ -268,6 +294,8 @@ private:
     void deliver_datagram(qp &q, const engine::pkt &p);
     qp  *qp0();
     void respond_send(qp &q, const engine::pkt &p);
+    bool receive_send_only(std::span<const uint8_t> frame);
+    void complete_receive(qp &q, uint16_t slid, std::optional<be32> imm, bool solicited);
     void respond_write(qp &q, const engine::pkt &p);
     void respond_read(qp &q, const engine::pkt &p, bool duplicate);
     std::optional<ib::reth> checked_read_reth(qp &q, const engine::pkt &p,
@@ -298,6 +326,7 @@ private:
     bool     recv_available(qp &q);
     uint16_t recv_take(qp &q);
     enum class scatter_result { ok, too_long, protection };
+    void fail_receive(qp &q, scatter_result r);
     scatter_result scatter(qp &q, uint32_t wqe_index, uint32_t offset,
                            std::span<const uint8_t> data);
     scatter_result scatter_segs(const qp &q, const uint8_t *segs, size_t nseg,

@@ -4,6 +4,7 @@
 // so the data path never re-parses big-endian contexts.
 #pragma once
 
+#include "hca/ib/ib_hdr.h"
 #include "hca/prm/prm_ctx.h"
 #include "hca/prm/prm_db.h"
 #include "hca/prm/prm_wqe.h"
@@ -172,6 +173,11 @@ struct qp {
     uint32_t     next_psn = 0;
     bool         sending = false;    ///< cur_wqe is between first and last
     std::vector<wqe_track> track;    ///< per SQ slot
+    /// LRH and BTH of this QP's packets without the per-packet fields
+    /// (PktLen, opcode, SE/pad, AckReq/PSN): built at every transition,
+    /// copied by the single-packet path (req.cc).
+    ib::lrh      tx_lrh{};
+    ib::bth      tx_bth{};
 
     uint32_t     rd_atomic_inflight = 0;   ///< READ/atomic WQEs started, not done
     /// The responder refused a single-copy request: packets from now on.

@@ -20,11 +20,6 @@ uint16_t counter_of(const uint32_t *db)
 }
 } // namespace
 
-srq *device::find_srq(uint32_t srqn)
-{
-    return srqn < srqs_.size() && srqs_[srqn].valid ? &srqs_[srqn] : nullptr;
-}
-
 cmd_status device::cmd_sw2hw_srq(uint32_t srqn, uint64_t inbox)
 {
     if (srqn >= srqs_.size()) {

@@ -10,12 +10,6 @@
 
 namespace mlx4x::dev {
 
-const mpt *device::find_region(uint32_t lkey) const
-{
-    const mpt *m = find_mpt(lkey);
-    return m && !m->window ? m : nullptr;
-}
-
 const mpt *device::find_remote(const qp &q, uint32_t rkey) const
 {
     const mpt *m = find_mpt(rkey);

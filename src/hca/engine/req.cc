@@ -50,15 +50,29 @@ uint32_t packets_of(uint32_t len, uint32_t mtu)
 status device::emit(const tx_packet &p)
 {
     std::span<const uint8_t> ext = p.ext, payload = p.payload;
-    std::array<uint8_t, sizeof(ib::lrh) + sizeof(ib::bth) + 32> hdr;
     size_t hdr_len = sizeof(ib::lrh) + sizeof(ib::bth) + ext.size();
-    size_t total   = hdr_len + payload.size() + ib::icrc_size;
+    size_t len     = hdr_len + payload.size();
+    bool   multicast = fabric::is_multicast_lid(p.dlid);
+    // Unicast frames are written in place (the destination's ring); a
+    // multicast one is staged, since the fabric copies it to each member.
+    std::array<uint8_t, sizeof(ib::lrh) + sizeof(ib::bth) + 32> staged;
+    fabric::frame_slot f{staged.data(), hdr_len};
+    if (!multicast) {
+        if (status s = port_->reserve(p.dlid, len, f); s != status::ok) {
+            if (s == status::no_resource) {
+                count(counter::fabric_busy);
+            }
+            return s;
+        }
+    }
 
     ib::lrh l{};
     l.vl_lver = uint8_t(p.vl << 4);
     l.sl_lnh  = ib::lnh_iba_local;
     l.dlid.set(p.dlid);
-    l.pkt_len.set(static_cast<uint16_t>(((total + 3) / 4) & 0x7ff));
+    // ICRC: not carried on the in-host fabrics (the frame length is exact),
+    // but counted in PktLen as on the wire.
+    l.pkt_len.set(static_cast<uint16_t>(((len + ib::icrc_size + 3) / 4) & 0x7ff));
     l.slid.set(port_->lid());
 
     ib::bth b{};
@@ -70,17 +84,24 @@ status device::emit(const tx_packet &p)
     ib::bth_psn::set(b.apsn, p.psn);
     ib::bth_ackreq::set(b.apsn, p.ackreq);
 
-    std::memcpy(hdr.data(), &l, sizeof(l));
-    std::memcpy(hdr.data() + sizeof(l), &b, sizeof(b));
-    std::memcpy(hdr.data() + sizeof(l) + sizeof(b), ext.data(), ext.size());
-    // ICRC: not carried on the in-host fabrics (the frame length is exact).
-    status s = port_->send({hdr.data(), hdr_len}, payload);
+    std::memcpy(f.data, &l, sizeof(l));
+    std::memcpy(f.data + sizeof(l), &b, sizeof(b));
+    std::memcpy(f.data + sizeof(l) + sizeof(b), ext.data(), ext.size());
+    status s;
+    if (multicast) {
+        s = port_->send({f.data, hdr_len}, payload);
+        if (s == status::ok) {
+            loop_back_multicast({f.data, hdr_len}, payload);
+        }
+    } else {
+        if (!payload.empty()) {
+            std::memcpy(f.data + hdr_len, payload.data(), payload.size());
+        }
+        s = port_->commit(f);
+    }
     if (s == status::ok) {
         count(counter::tx_packets);
         count(counter::tx_bytes, payload.size());
-        if (fabric::is_multicast_lid(p.dlid)) {
-            loop_back_multicast({hdr.data(), hdr_len}, payload);
-        }
     } else if (s == status::no_resource) {
         count(counter::fabric_busy);
     }
@@ -172,6 +193,13 @@ bool device::send_one_packet(qp &q)
         }
         return false;
     };
+    if (!ud && !q.sending) {
+        switch (send_inline_message(q)) {
+        case single_tx::sent:       return true;
+        case single_tx::busy:       return false;
+        case single_tx::not_single: break;
+        }
+    }
     send_wqe w;
     if (!engine::decode_send_wqe(q, q.cur_wqe, w)) {
         return fail(prm::cqe_syndrome::local_qp_op_err);
@@ -315,6 +343,129 @@ bool device::send_one_packet(qp &q)
         q.cur_offset = offset + chunk;
     }
     return true;
+}
+
+/// LRH and BTH of an RC packet of `q` from its prebuilt headers, at the
+/// start of `f`, a frame whose payload (after the extended headers) is
+/// `payload_len` bytes. Returns where the extended headers go.
+uint8_t *device::write_rc_headers(const fabric::frame_slot &f, const qp &q, uint8_t opcode,
+                                  size_t payload_len, uint32_t psn, bool ackreq,
+                                  bool solicited)
+{
+    ib::lrh l = q.tx_lrh;
+    // ICRC: not carried on the in-host fabrics, counted in PktLen as on the wire.
+    l.pkt_len.set(static_cast<uint16_t>(((f.len + ib::icrc_size + 3) / 4) & 0x7ff));
+    ib::bth b = q.tx_bth;
+    b.opcode        = opcode;
+    b.se_m_pad_tver = static_cast<uint8_t>(((4 - payload_len % 4) % 4) << 4 |
+                                           (solicited ? ib::bth_se_bit : 0));
+    ib::bth_psn::set(b.apsn, psn);
+    ib::bth_ackreq::set(b.apsn, ackreq);
+    std::memcpy(f.data, &l, sizeof(l));
+    std::memcpy(f.data + sizeof(l), &b, sizeof(b));
+    return f.data + sizeof(l) + sizeof(b);
+}
+
+void device::build_tx_headers(qp &q)
+{
+    q.tx_lrh = {};
+    q.tx_lrh.sl_lnh = ib::lnh_iba_local;
+    q.tx_lrh.dlid.set(q.dlid);
+    q.tx_lrh.slid.set(port_ ? port_->lid() : 0);
+    q.tx_bth = {};
+    q.tx_bth.pkey.set(q.pkey);
+    q.tx_bth.dest_qp.set(q.remote_qpn & ib::psn_mask);
+}
+
+/// The common small message, in a fraction of the general path's work: an
+/// RC SEND or RDMA WRITE, with or without immediate, whose inline data fits
+/// one packet, written from the WQE straight into the destination's ring
+/// with the QP's prebuilt headers. The caller checked what every packet
+/// needs (state, a WQE posted, window, RNR pause). not_single: any other
+/// WQE, or one whose checks fail, for the general path, which decodes it
+/// fully and reports what is wrong with it.
+device::single_tx device::send_inline_message(qp &q)
+{
+    const uint8_t *wqe = q.sq_wqe(q.cur_wqe);
+    prm::wqe_ctrl_seg ctrl;
+    std::memcpy(&ctrl, wqe, sizeof(ctrl));
+    auto op    = static_cast<prm::send_opcode>(ctrl.owner_opcode.get() & 0x1f);
+    bool write = op == prm::send_opcode::rdma_write || op == prm::send_opcode::rdma_write_imm;
+    bool imm   = op == prm::send_opcode::send_imm || op == prm::send_opcode::rdma_write_imm;
+    if (!write && !imm && op != prm::send_opcode::send) {
+        return single_tx::not_single;
+    }
+    if ((ctrl.fence_size & prm::ctrl_fence) && q.rd_atomic_inflight) {
+        return single_tx::not_single;   // the general path waits
+    }
+    size_t size = size_t(ctrl.fence_size & prm::ctrl_ds_mask) * prm::seg_size;
+    size_t off  = sizeof(ctrl) + (write ? sizeof(prm::wqe_raddr_seg) : 0);
+    uint32_t first_seg = 0;
+    if (size > (size_t{1} << q.sq_log_stride) || size < off + sizeof(first_seg)) {
+        return single_tx::not_single;
+    }
+    std::memcpy(&first_seg, wqe + off, sizeof(first_seg));
+    if (!(byteswap_if_little(first_seg) & prm::inline_seg_flag)) {
+        return single_tx::not_single;   // a gather list
+    }
+    send_wqe w;
+    w.segs     = wqe + off;
+    w.segs_len = size - off;
+    uint32_t len = 0;
+    engine::for_each_inline_chunk(w, [&](const uint8_t *, uint32_t n) { len += n; });
+    if (len > q.mtu) {
+        return single_tx::not_single;
+    }
+
+    uint8_t opcode = rc_opcode(op, true, true);
+    size_t  hdr_len = sizeof(ib::lrh) + sizeof(ib::bth) + (write ? sizeof(ib::reth) : 0) +
+                     (imm ? sizeof(ib::immdt) : 0);
+    fabric::frame_slot f;
+    status s = port_->reserve(q.dlid, hdr_len + len, f);
+    if (s == status::no_resource) {
+        count(counter::fabric_busy);
+        return single_tx::busy;   // back-pressure: the same WQE next time
+    }
+    uint32_t psn = q.next_psn;
+    if (s == status::ok) {
+        bool solicited = (ctrl.srcrb_flags.get() & prm::ctrl_solicited) != 0;
+        // AckReq: the message's last packet.
+        uint8_t *out = write_rc_headers(f, q, opcode, len, psn, true, solicited);
+        if (write) {
+            prm::wqe_raddr_seg r;
+            std::memcpy(&r, wqe + sizeof(ctrl), sizeof(r));
+            ib::reth h;
+            h.va.set(r.raddr.get());
+            h.rkey = r.rkey;
+            h.dma_len.set(len);
+            std::memcpy(out, &h, sizeof(h));
+            out += sizeof(h);
+        }
+        if (imm) {
+            std::memcpy(out, &ctrl.imm, sizeof(ctrl.imm));
+            out += sizeof(ctrl.imm);
+        }
+        engine::for_each_inline_chunk(w, [&](const uint8_t *data, uint32_t n) {
+            std::memcpy(out, data, n);
+            out += n;
+        });
+        (void)port_->commit(f);
+        count(counter::tx_packets);
+        count(counter::tx_bytes, len);
+    }
+    // status::unreachable: lost on the wire, as in emit()'s callers.
+
+    q.track[q.cur_wqe & (q.sq_size() - 1)] = {psn, 1};
+    q.next_psn = ib::psn_add(psn, 1);
+    if (!q.timer_deadline) {
+        q.timer_deadline = now() + ack_timeout_ns(q);
+    }
+    q.cur_offset = 0;
+    ++q.cur_wqe;
+    if (int32_t(q.cur_wqe - q.sq_head) > 0) {
+        q.sq_head = q.cur_wqe;
+    }
+    return single_tx::sent;
 }
 
 /// Whether WQE `w` goes as one single-copy request: an RDMA WRITE or READ

@@ -19,6 +19,9 @@ using engine::pkt;
 void device::on_frame(std::span<const uint8_t> frame)
 {
     count(counter::rx_packets);
+    if (receive_send_only(frame)) {
+        return;
+    }
     std::optional<pkt> p = engine::parse(frame);
     if (!p) {
         count(counter::bad_packets);   // malformed: silently dropped (9.6)
@@ -641,48 +644,124 @@ void device::respond_send(qp &q, const pkt &p)
     }
     if (scatter_result r = scatter(q, q.recv_wqe, q.recv_offset, p.payload);
         r != scatter_result::ok) {
-        // E35: longer than the receive buffers, an invalid request of the
-        // requester's. E27: a receive buffer the device may not write, the
-        // responder's own failure: a Remote Operational Error NAK (E39;
-        // IBA 9.7.5.2.4, as rxe does for a receive WQE it cannot use).
-        bool too_long = r == scatter_result::too_long;
-        write_err_cqe(q, q.recv_wqe,
-                      too_long ? prm::cqe_syndrome::local_length_err
-                               : prm::cqe_syndrome::local_prot_err,
-                      false);
-        responder_error(q, too_long ? ib::nak_code::invalid_request
-                                    : ib::nak_code::remote_op_err);
+        fail_receive(q, r);
         return;
     }
     q.recv_offset += uint32_t(p.payload.size());
     q.epsn = ib::psn_add(q.epsn, 1);
     if (last) {
-        q.in_send = false;
-        q.msn     = ib::psn_add(q.msn, 1);
-        prm::cqe c{};
-        c.vlan_my_qpn.set(q.qpn);
-        c.byte_cnt.set(q.recv_offset);
-        c.wqe_index.set(q.recv_wqe);
-        c.g_mlpath_rqpn.set(q.remote_qpn);
-        c.rlid.set(p.slid);
-        bool imm = p.has(ib::kind_imm);
-        if (imm) {
-            c.immed_rss_invalid.raw = p.ext<ib::immdt>(ib::hdr_immdt).imm.raw;
+        std::optional<be32> imm;
+        if (p.has(ib::kind_imm)) {
+            imm = p.ext<ib::immdt>(ib::hdr_immdt).imm;
         }
-        c.owner_sr_opcode = uint8_t(imm ? prm::recv_opcode::send_imm
-                                        : prm::recv_opcode::send);
-        if (q.recv_unexpected) {
-            // A tagged message for software; its tmh leads the data.
-            prm::tm_cqe x{};
-            x.flags = imm ? prm::tm_cqe_with_imm : 0;
-            c.owner_sr_opcode = uint8_t(prm::tm_cqe_opcode::unexpected);
-            q.recv_unexpected = false;
-            write_cqe(q, false, c, ib::bth_solicited(p.bth), &x);
-        } else {
-            write_cqe(q, false, c, ib::bth_solicited(p.bth));
-        }
+        complete_receive(q, p.slid, imm, ib::bth_solicited(p.bth));
     }
     schedule_ack(q);
+}
+
+/// A SEND's data could not be placed in its receive WQE. E35: longer than
+/// the receive buffers, an invalid request of the requester's. E27: a
+/// receive buffer the device may not write, the responder's own failure: a
+/// Remote Operational Error NAK (E39; IBA 9.7.5.2.4, as rxe does for a
+/// receive WQE it cannot use).
+void device::fail_receive(qp &q, scatter_result r)
+{
+    bool too_long = r == scatter_result::too_long;
+    write_err_cqe(q, q.recv_wqe,
+                  too_long ? prm::cqe_syndrome::local_length_err
+                           : prm::cqe_syndrome::local_prot_err,
+                  false);
+    responder_error(q, too_long ? ib::nak_code::invalid_request
+                                : ib::nak_code::remote_op_err);
+}
+
+/// The last packet of a SEND is placed: the message counts (MSN) and its
+/// receive WQE completes.
+void device::complete_receive(qp &q, uint16_t slid, std::optional<be32> imm,
+                              bool solicited)
+{
+    q.in_send = false;
+    q.msn     = ib::psn_add(q.msn, 1);
+    prm::cqe c{};
+    c.vlan_my_qpn.set(q.qpn);
+    c.byte_cnt.set(q.recv_offset);
+    c.wqe_index.set(q.recv_wqe);
+    c.g_mlpath_rqpn.set(q.remote_qpn);
+    c.rlid.set(slid);
+    if (imm) {
+        c.immed_rss_invalid.raw = imm->raw;
+    }
+    c.owner_sr_opcode = uint8_t(imm ? prm::recv_opcode::send_imm : prm::recv_opcode::send);
+    if (q.recv_unexpected) {
+        // A tagged message for software; its tmh leads the data.
+        prm::tm_cqe x{};
+        x.flags = imm ? prm::tm_cqe_with_imm : 0;
+        c.owner_sr_opcode = uint8_t(prm::tm_cqe_opcode::unexpected);
+        q.recv_unexpected = false;
+        write_cqe(q, false, c, solicited, &x);
+    } else {
+        write_cqe(q, false, c, solicited);
+    }
+}
+
+/// The common small message in a fraction of the general path's work: an
+/// in-sequence RC SEND_ONLY, with or without immediate, to an RTS QP, from
+/// its peer's port, of its partition (full member), not tagged, with a
+/// receive WQE waiting. Each condition is one the general path checks (IBA
+/// 9.6.1 header checks, 9.7.5.1 sequence, 9.7.5.2.8 RNR); false leaves the
+/// packet untouched to that path, which also answers every error.
+bool device::receive_send_only(std::span<const uint8_t> frame)
+{
+    ib::lrh l;
+    ib::bth b;
+    if (frame.size() < sizeof(l) + sizeof(b)) {
+        return false;
+    }
+    std::memcpy(&l, frame.data(), sizeof(l));
+    std::memcpy(&b, frame.data() + sizeof(l), sizeof(b));
+    bool imm = b.opcode == uint8_t(ib::opcode::rc_send_only_imm);
+    if ((!imm && b.opcode != uint8_t(ib::opcode::rc_send_only)) || l.vl_lver != 0 ||
+        (l.sl_lnh & 0x03) != ib::lnh_iba_local || (b.se_m_pad_tver & 0x0f) != 0) {
+        return false;
+    }
+    size_t hdr_len = sizeof(l) + sizeof(b) + (imm ? sizeof(ib::immdt) : 0);
+    qp    *q       = find_qp(ib::bth_qpn::get(b.dest_qp));
+    if (frame.size() < hdr_len || !q || q->st != prm::qp_st::rc ||
+        q->state != prm::qp_state::rts || q->in_send || b.pkey.get() != q->pkey ||
+        !(q->pkey & 0x8000) || l.slid.get() != q->dlid ||
+        fabric::is_multicast_lid(l.dlid.get()) || ib::bth_psn::get(b.apsn) != q->epsn) {
+        return false;
+    }
+    std::span<const uint8_t> payload = frame.subspan(hdr_len);
+    if (!payload.empty() && tm_srq_of(*q) &&
+        (payload[0] == uint8_t(ib::tmh_opcode::eager) ||
+         payload[0] == uint8_t(ib::tmh_opcode::rndv))) {
+        return false;   // tagged: matched against the tag list
+    }
+    if (!recv_available(*q)) {
+        return false;   // RNR NAK
+    }
+    count(counter::rx_bytes, payload.size());
+    q->nak_sent    = false;
+    q->recv_to_tag = q->recv_unexpected = q->recv_truncated = false;
+    q->recv_wqe    = recv_take(*q);
+    q->recv_offset = 0;
+    q->in_send     = true;
+    if (scatter_result r = scatter(*q, q->recv_wqe, 0, payload); r != scatter_result::ok) {
+        fail_receive(*q, r);
+        return true;
+    }
+    q->recv_offset = uint32_t(payload.size());
+    q->epsn        = ib::psn_add(q->epsn, 1);
+    std::optional<be32> imm_data;
+    if (imm) {
+        ib::immdt i;
+        std::memcpy(&i, frame.data() + sizeof(l) + sizeof(b), sizeof(i));
+        imm_data = i.imm;
+    }
+    complete_receive(*q, l.slid.get(), imm_data, (b.se_m_pad_tver & ib::bth_se_bit) != 0);
+    schedule_ack(*q);
+    return true;
 }
 
 void device::respond_write(qp &q, const pkt &p)
@@ -881,14 +960,20 @@ bool device::emit_aeth(qp &q, uint8_t opcode, uint8_t syndrome, uint32_t psn)
     ib::aeth a{};
     ib::aeth_syndrome::set(a.syn_msn, syndrome);
     ib::aeth_msn::set(a.syn_msn, q.msn);
-    return emit({.pkey    = q.pkey,
-                 .opcode  = opcode,
-                 .dlid    = q.dlid,
-                 .dqpn    = q.remote_qpn,
-                 .psn     = psn,
-                 .ackreq  = false,
-                 .ext     = {reinterpret_cast<const uint8_t *>(&a), sizeof(a)},
-                 .payload = {}}) != status::no_resource;
+    fabric::frame_slot f;
+    status s = port_->reserve(q.dlid, sizeof(ib::lrh) + sizeof(ib::bth) + sizeof(a), f);
+    if (s == status::ok) {
+        uint8_t *ext = write_rc_headers(f, q, opcode, 0, psn, false, false);
+        std::memcpy(ext, &a, sizeof(a));
+        s = port_->commit(f);
+    }
+    if (s == status::ok) {
+        count(counter::tx_packets);
+    } else if (s == status::no_resource) {
+        count(counter::fabric_busy);
+    }
+    // status::unreachable: lost on the wire (the requester's timer recovers).
+    return s != status::no_resource;
 }
 
 /// A NAK for the expected PSN, or `opcode`'s answer for `psn`. One the

@@ -6,6 +6,7 @@
 
 #include "hca/base/status.h"
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -48,6 +49,14 @@ protected:
     ~frame_sink() = default;
 };
 
+/// Room for one frame, reserved by port::reserve() and written in place.
+struct frame_slot {
+    uint8_t *data = nullptr;   ///< `len` writable bytes
+    size_t   len  = 0;
+    uint64_t pos  = 0;         ///< the fabric's bookkeeping
+    uint16_t dlid = 0;
+};
+
 /// A device port attached to a fabric.
 class port {
 public:
@@ -61,6 +70,21 @@ public:
     /// has the destination LID.
     virtual status send(std::span<const uint8_t> hdr,
                         std::span<const uint8_t> payload) = 0;
+    /// The same for a unicast frame of `len` bytes the caller writes in
+    /// place (on the shm fabric: straight into the destination's receive
+    /// ring, no staging copy). ok: write `f.data`, then commit(f), which
+    /// returns what send() would have (the frame is gone only if ok).
+    /// no_resource / unreachable from either as from send(). The base
+    /// version stages the frame and sends it at commit.
+    virtual status reserve(uint16_t dlid, size_t len, frame_slot &f)
+    {
+        if (len > staged_.size()) {
+            return status::unreachable;
+        }
+        f = {staged_.data(), len, 0, dlid};
+        return status::ok;
+    }
+    virtual status commit(const frame_slot &f) { return send({f.data, f.len}, {}); }
     /// Multicast membership of this port, what the SM programs into the
     /// switches' multicast forwarding tables (IBA 18.2.4.3.3): a frame to a
     /// multicast LID goes to every member port except the sender's (the
@@ -108,6 +132,9 @@ public:
     /// Clears old wake-ups and asks senders to signal wakeup_fd() at the
     /// next frame. False when a frame is already waiting: do not sleep.
     virtual bool arm_wakeup() { return false; }
+
+private:
+    std::array<uint8_t, max_frame_size> staged_;   ///< reserve()'s default
 };
 
 class fabric {

@@ -352,13 +352,28 @@ private:
     status send_to(uint16_t dlid, std::span<const uint8_t> hdr,
                    std::span<const uint8_t> payload)
     {
-        size_t   len  = hdr.size() + payload.size();
+        frame_slot f;
+        if (status s = reserve(dlid, hdr.size() + payload.size(), f); s != status::ok) {
+            return s;
+        }
+        std::memcpy(f.data, hdr.data(), hdr.size());
+        if (!payload.empty()) {
+            std::memcpy(f.data + hdr.size(), payload.data(), payload.size());
+        }
+        return commit(f);
+    }
+
+public:
+    /// Claims the destination ring's next slot (Vyukov MPSC: a CAS on the
+    /// tail); the frame is written in the slot itself.
+    status reserve(uint16_t dlid, size_t len, frame_slot &f) override
+    {
         if (dlid == 0 || dlid > max_ports || len > slot_data_size) {
             return status::unreachable;
         }
         port_entry &e = ports(h_)[dlid - 1];
         if (e.state.load(std::memory_order_acquire) !=
-            static_cast<uint32_t>(port_state::active)) {
+            static_cast<uint32_t>(port_state::active)) [[unlikely]] {
             return status::unreachable;
         }
         ring &r   = rings(h_)[dlid - 1];
@@ -380,21 +395,27 @@ private:
                 pos = r.tail.load(std::memory_order_relaxed);
             }
         }
-        std::memcpy(s->data, hdr.data(), hdr.size());
-        if (!payload.empty()) {
-            std::memcpy(s->data + hdr.size(), payload.data(), payload.size());
-        }
-        s->len = static_cast<uint32_t>(len);
-        sent_upto_[dlid - 1] = pos + 1;
+        f = {s->data, len, pos, dlid};
+        return status::ok;
+    }
+
+    /// Publishes a reserved slot (a claimed slot cannot be given back, so
+    /// this never fails).
+    status commit(const frame_slot &f) override
+    {
+        port_entry &e = ports(h_)[f.dlid - 1];
+        slot &s = rings(h_)[f.dlid - 1].slots[f.pos & (ring_slots - 1)];
+        s.len = static_cast<uint32_t>(f.len);
+        sent_upto_[f.dlid - 1] = f.pos + 1;
         // Publishes the frame (after its bytes). Dekker with arm_wakeup():
         // this and the flag's load are seq_cst, as are the owner's flag
         // store and slot load there, so either the owner sees this frame or
         // we see its flag. An exchange, not a store and a fence: one locked
         // instruction on x86 instead of a store and an mfence, per frame.
-        (void)s->seq.exchange(pos + 1, std::memory_order_seq_cst);
+        (void)s.seq.exchange(f.pos + 1, std::memory_order_seq_cst);
         if (e.sleeping.load(std::memory_order_seq_cst) &&
             e.sleeping.exchange(0, std::memory_order_relaxed)) {
-            wake(dlid, e.generation);
+            wake(f.dlid, e.generation);
         }
         return status::ok;
     }
