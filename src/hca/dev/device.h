@@ -271,6 +271,9 @@ private:
     enum class single_tx { sent, busy, not_single };
     single_tx send_inline_message(qp &q);
     void     build_tx_headers(qp &q);
+    static uint8_t *write_headers(const fabric::frame_slot &f, ib::lrh l, ib::bth b,
+                                  uint8_t opcode, size_t payload_len, uint32_t psn,
+                                  bool ackreq, bool solicited);
     static uint8_t *write_rc_headers(const fabric::frame_slot &f, const qp &q,
                                      uint8_t opcode, size_t payload_len, uint32_t psn,
                                      bool ackreq, bool solicited);

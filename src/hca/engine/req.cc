@@ -70,23 +70,14 @@ status device::emit(const tx_packet &p)
     l.vl_lver = uint8_t(p.vl << 4);
     l.sl_lnh  = ib::lnh_iba_local;
     l.dlid.set(p.dlid);
-    // ICRC: not carried on the in-host fabrics (the frame length is exact),
-    // but counted in PktLen as on the wire.
-    l.pkt_len.set(static_cast<uint16_t>(((len + ib::icrc_size + 3) / 4) & 0x7ff));
     l.slid.set(port_->lid());
-
     ib::bth b{};
-    b.opcode        = p.opcode;
-    b.se_m_pad_tver = static_cast<uint8_t>(((4 - payload.size() % 4) % 4) << 4 |
-                                           (p.solicited ? ib::bth_se_bit : 0));
     b.pkey.set(p.pkey);
     b.dest_qp.set(p.dqpn & ib::psn_mask);
-    ib::bth_psn::set(b.apsn, p.psn);
-    ib::bth_ackreq::set(b.apsn, p.ackreq);
-
-    std::memcpy(f.data, &l, sizeof(l));
-    std::memcpy(f.data + sizeof(l), &b, sizeof(b));
-    std::memcpy(f.data + sizeof(l) + sizeof(b), ext.data(), ext.size());
+    f.len = len;   // PktLen counts the whole frame, staged or not
+    uint8_t *at = write_headers(f, l, b, p.opcode, payload.size(), p.psn, p.ackreq,
+                                p.solicited);
+    std::memcpy(at, ext.data(), ext.size());
     status s;
     if (multicast) {
         s = port_->send({f.data, hdr_len}, payload);
@@ -345,17 +336,16 @@ bool device::send_one_packet(qp &q)
     return true;
 }
 
-/// LRH and BTH of an RC packet of `q` from its prebuilt headers, at the
-/// start of `f`, a frame whose payload (after the extended headers) is
-/// `payload_len` bytes. Returns where the extended headers go.
-uint8_t *device::write_rc_headers(const fabric::frame_slot &f, const qp &q, uint8_t opcode,
-                                  size_t payload_len, uint32_t psn, bool ackreq,
-                                  bool solicited)
+/// LRH and BTH at the start of frame `f` (`f.len` bytes, its payload after
+/// the extended headers `payload_len`): `l` and `b` with the per-packet
+/// fields filled in. Returns where the extended headers go.
+uint8_t *device::write_headers(const fabric::frame_slot &f, ib::lrh l, ib::bth b,
+                               uint8_t opcode, size_t payload_len, uint32_t psn,
+                               bool ackreq, bool solicited)
 {
-    ib::lrh l = q.tx_lrh;
-    // ICRC: not carried on the in-host fabrics, counted in PktLen as on the wire.
+    // ICRC: not carried on the in-host fabrics (the frame length is
+    // exact), but counted in PktLen as on the wire.
     l.pkt_len.set(static_cast<uint16_t>(((f.len + ib::icrc_size + 3) / 4) & 0x7ff));
-    ib::bth b = q.tx_bth;
     b.opcode        = opcode;
     b.se_m_pad_tver = static_cast<uint8_t>(((4 - payload_len % 4) % 4) << 4 |
                                            (solicited ? ib::bth_se_bit : 0));
@@ -364,6 +354,14 @@ uint8_t *device::write_rc_headers(const fabric::frame_slot &f, const qp &q, uint
     std::memcpy(f.data, &l, sizeof(l));
     std::memcpy(f.data + sizeof(l), &b, sizeof(b));
     return f.data + sizeof(l) + sizeof(b);
+}
+
+/// The same for an RC packet of `q`, from its prebuilt headers.
+uint8_t *device::write_rc_headers(const fabric::frame_slot &f, const qp &q, uint8_t opcode,
+                                  size_t payload_len, uint32_t psn, bool ackreq,
+                                  bool solicited)
+{
+    return write_headers(f, q.tx_lrh, q.tx_bth, opcode, payload_len, psn, ackreq, solicited);
 }
 
 void device::build_tx_headers(qp &q)
