@@ -107,6 +107,38 @@ TEST_F(rc_send, small_inline)
     EXPECT_STREQ(reinterpret_cast<const char *>(rbuf.data()), msg);
 }
 
+// The single-packet inline path on a fabric that pushes back only when the
+// staged frame is sent (the loopback fabric's full queue): the WQE waits and
+// goes again, nothing is lost, so nothing is retransmitted.
+TEST_F(rc_send, inline_sends_pushed_back_at_commit_wait_and_arrive_in_order)
+{
+    fab.set_faults({.queue_capacity = 2});
+    drv::qp_caps caps;
+    caps.max_inline = 64;
+    start(caps);
+    constexpr int n = 8;
+    std::vector<uint8_t> rbuf(n * 16, 0);
+    auto &rmr = b.reg(rbuf.data(), rbuf.size());
+    for (int i = 0; i < n; ++i) {
+        ASSERT_EQ(b.post_recv(i, rbuf.data() + i * 16, 16, rmr.lkey()), status::ok);
+    }
+    for (int i = 0; i < n; ++i) {
+        uint8_t msg[16];
+        std::memset(msg, 'a' + i, sizeof(msg));
+        ASSERT_EQ(a.post_send(i, msg, sizeof(msg), 0, drv::send_signaled | drv::send_inline),
+                  status::ok);
+    }
+    EXPECT_GT(a.counter(dev::counter::fabric_busy), 0u);   // the queue was full
+    ASSERT_TRUE(progress_until(
+        [&] { return a.send_wcs.size() == n && b.recv_wcs.size() == n; }));
+    for (int i = 0; i < n; ++i) {
+        EXPECT_EQ(a.send_wcs[i].status, drv::wc_status::success);
+        EXPECT_EQ(b.recv_wcs[i].wr_id, uint64_t(i));
+        EXPECT_EQ(rbuf[i * 16 + 15], uint8_t('a' + i)) << i;
+    }
+    EXPECT_EQ(a.counter(dev::counter::retransmits), 0u);
+}
+
 TEST_F(rc_send, gather_two_entries_scatter_two_entries)
 {
     drv::qp_caps caps;

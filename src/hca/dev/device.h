@@ -284,6 +284,7 @@ private:
     bool     gather_payload(qp &q, const engine::send_wqe &w, uint32_t offset,
                             uint32_t len, std::span<const uint8_t> &out);
     status   emit(const tx_packet &p);
+    status   count_tx(status s, size_t payload_bytes);
     void     rewind(qp &q, uint32_t psn);
     uint64_t ack_timeout_ns(const qp &q) const;
 

@@ -59,10 +59,7 @@ status device::emit(const tx_packet &p)
     fabric::frame_slot f{staged.data(), hdr_len};
     if (!multicast) {
         if (status s = port_->reserve(p.dlid, len, f); s != status::ok) {
-            if (s == status::no_resource) {
-                count(counter::fabric_busy);
-            }
-            return s;
+            return count_tx(s, 0);
         }
     }
 
@@ -90,9 +87,16 @@ status device::emit(const tx_packet &p)
         }
         s = port_->commit(f);
     }
+    return count_tx(s, payload.size());
+}
+
+/// Counts what the fabric made of a packet with `payload_bytes` of payload
+/// (sent, or pushed back); returns `s`.
+status device::count_tx(status s, size_t payload_bytes)
+{
     if (s == status::ok) {
         count(counter::tx_packets);
-        count(counter::tx_bytes, payload.size());
+        count(counter::tx_bytes, payload_bytes);
     } else if (s == status::no_resource) {
         count(counter::fabric_busy);
     }
@@ -419,11 +423,7 @@ device::single_tx device::send_inline_message(qp &q)
     size_t  hdr_len = sizeof(ib::lrh) + sizeof(ib::bth) + (write ? sizeof(ib::reth) : 0) +
                      (imm ? sizeof(ib::immdt) : 0);
     fabric::frame_slot f;
-    status s = port_->reserve(q.dlid, hdr_len + len, f);
-    if (s == status::no_resource) {
-        count(counter::fabric_busy);
-        return single_tx::busy;   // back-pressure: the same WQE next time
-    }
+    status   s   = port_->reserve(q.dlid, hdr_len + len, f);
     uint32_t psn = q.next_psn;
     if (s == status::ok) {
         bool solicited = (ctrl.srcrb_flags.get() & prm::ctrl_solicited) != 0;
@@ -447,9 +447,10 @@ device::single_tx device::send_inline_message(qp &q)
             std::memcpy(out, data, n);
             out += n;
         });
-        (void)port_->commit(f);
-        count(counter::tx_packets);
-        count(counter::tx_bytes, len);
+        s = port_->commit(f);   // a staging fabric may push back only now
+    }
+    if (count_tx(s, len) == status::no_resource) {
+        return single_tx::busy;   // back-pressure: the same WQE next time
     }
     // status::unreachable: lost on the wire, as in emit()'s callers.
 

@@ -967,13 +967,8 @@ bool device::emit_aeth(qp &q, uint8_t opcode, uint8_t syndrome, uint32_t psn)
         std::memcpy(ext, &a, sizeof(a));
         s = port_->commit(f);
     }
-    if (s == status::ok) {
-        count(counter::tx_packets);
-    } else if (s == status::no_resource) {
-        count(counter::fabric_busy);
-    }
     // status::unreachable: lost on the wire (the requester's timer recovers).
-    return s != status::no_resource;
+    return count_tx(s, 0) != status::no_resource;
 }
 
 /// A NAK for the expected PSN, or `opcode`'s answer for `psn`. One the
