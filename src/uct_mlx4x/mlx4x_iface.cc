@@ -29,7 +29,6 @@ uint64_t ns_of(std::chrono::steady_clock::time_point t)
     return uint64_t(
         std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count());
 }
-uint64_t steady_ns() { return ns_of(std::chrono::steady_clock::now()); }
 
 constexpr uint32_t all_access     = drv::access_local_write |
                                     drv::access_remote_write |
@@ -662,7 +661,7 @@ void interface::probe_rndv_receivers()
         rndv_probe_at_ = 0;   // the next wait gets a full period
         return;
     }
-    uint64_t now = steady_ns();
+    uint64_t now = ctx().clock_ns();   // the device's clock, as next_deadline_ns()'s
     if (rndv_probe_at_ && now < rndv_probe_at_) {
         return;
     }

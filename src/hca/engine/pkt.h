@@ -35,6 +35,14 @@ struct pkt {
     bool has_hdr(ib::hdr_bits h) const { return (info->hdrs & h) != 0; }
 };
 
+/// The LRH and BTH fields every accepted packet has (IBA 9.6): link
+/// version 0, no GRH (IBA local), transport header version 0.
+inline bool base_headers_ok(const ib::lrh &l, const ib::bth &b)
+{
+    return (l.vl_lver & 0x0f) == 0 && (l.sl_lnh & 0x03) == ib::lnh_iba_local &&
+           (b.se_m_pad_tver & 0x0f) == 0;
+}
+
 /// Ingress checks (IBA 9.6 header validation): LRH version and next header,
 /// known opcode, lengths consistent. Malformed frames yield nullopt.
 inline std::optional<pkt> parse(std::span<const uint8_t> frame)
@@ -44,15 +52,12 @@ inline std::optional<pkt> parse(std::span<const uint8_t> frame)
     }
     ib::lrh l;
     std::memcpy(&l, frame.data(), sizeof(l));
-    if ((l.vl_lver & 0x0f) != 0 || (l.sl_lnh & 0x03) != ib::lnh_iba_local) {
-        return std::nullopt;
-    }
     const uint8_t *b = frame.data() + sizeof(ib::lrh);
     ib::bth bh;
     std::memcpy(&bh, b, sizeof(bh));
     const ib::opcode_info &i = ib::info(bh.opcode);
     size_t after_lrh = frame.size() - sizeof(ib::lrh);
-    if (!i.valid || after_lrh < i.hdr_len || (bh.se_m_pad_tver & 0x0f) != 0) {
+    if (!base_headers_ok(l, bh) || !i.valid || after_lrh < i.hdr_len) {
         return std::nullopt;
     }
     pkt p;

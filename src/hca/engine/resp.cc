@@ -720,8 +720,9 @@ bool device::receive_send_only(std::span<const uint8_t> frame)
     std::memcpy(&l, frame.data(), sizeof(l));
     std::memcpy(&b, frame.data() + sizeof(l), sizeof(b));
     bool imm = b.opcode == uint8_t(ib::opcode::rc_send_only_imm);
-    if ((!imm && b.opcode != uint8_t(ib::opcode::rc_send_only)) || l.vl_lver != 0 ||
-        (l.sl_lnh & 0x03) != ib::lnh_iba_local || (b.se_m_pad_tver & 0x0f) != 0) {
+    // VL 0: VL15 carries QP0 traffic only, which the general path sorts out.
+    if ((!imm && b.opcode != uint8_t(ib::opcode::rc_send_only)) || (l.vl_lver >> 4) != 0 ||
+        !engine::base_headers_ok(l, b)) {
         return false;
     }
     size_t hdr_len = sizeof(l) + sizeof(b) + (imm ? sizeof(ib::immdt) : 0);
