@@ -60,18 +60,29 @@ public:
     /// message is unexpected (the caller then calls note_unexpected()).
     std::optional<std::pair<uint32_t, tag_entry>> match(uint64_t tag)
     {
+        uint32_t i = find(tag);
+        if (i == none) {
+            return std::nullopt;
+        }
+        tag_entry e = slots_[i].e;
+        unlink(i);
+        return std::pair{i, e};
+    }
+
+    /// The slot match() would consume for `tag`, consuming nothing; none:
+    /// the message would be unexpected.
+    uint32_t find(uint64_t tag) const
+    {
         for (uint32_t i = head_; i != none; i = slots_[i].next) {
             const slot &s = slots_[i];
             if (s.unsynced) {
                 break;   // every later entry was appended unsynced too
             }
             if (((tag ^ s.e.tag) & s.e.mask) == 0) {
-                tag_entry e = s.e;
-                unlink(i);
-                return std::pair{i, e};
+                return i;
             }
         }
-        return std::nullopt;
+        return none;
     }
 
     /// The device delivered a message to software as unexpected.

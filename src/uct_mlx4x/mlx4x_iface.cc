@@ -22,6 +22,12 @@ namespace mlx4x::uct {
 namespace {
 
 constexpr unsigned poll_batch     = 16;
+/// Frames the device takes per progress call, and receive completions
+/// polled in the same call: as many, so every SRQ WQE a call consumes is
+/// posted again before the next (fewer would drain the SRQ under a stream
+/// of small messages, and the receiver would RNR-NAK).
+constexpr unsigned progress_budget = 64;
+static_assert(progress_budget % poll_batch == 0);
 
 /// A steady-clock time in ns, the unit of the device's timers.
 uint64_t ns_of(std::chrono::steady_clock::time_point t)
@@ -519,7 +525,7 @@ ucs_status_t interface::event_arm(unsigned)
 {
     // Work that needs no peer is done now, not slept through.
     if (!ctx().engine_threaded()) {
-        for (unsigned i = 0; i < 16 && ctx().progress(64); ++i) {
+        for (unsigned i = 0; i < 16 && ctx().progress(progress_budget); ++i) {
         }
     }
     if (send_cq_->ready() || recv_cq_->ready() || !md_.cm().arm()) {
@@ -628,7 +634,7 @@ unsigned interface::progress()
     // work (ACKs, answering an SM's SMPs) and connection management are
     // not: UCP counts any event without an active message as a reason to
     // stay awake, and asserts there is none while it sets an interface up.
-    (void)ctx().progress(64);
+    (void)ctx().progress(progress_budget);
     unsigned n = poll_send();
     n += poll_recv();
     (void)md_.cm().progress();
@@ -732,16 +738,16 @@ unsigned interface::poll_recv()
             (void)post_rx(uint32_t(slot));
         }
     }
-    if (!recv_cq_->ready()) {
-        return 0;
+    unsigned total = 0;
+    while (total < progress_budget && recv_cq_->ready()) {
+        drv::wc  wcs[poll_batch];
+        unsigned n = recv_cq_->poll(wcs);
+        for (unsigned k = 0; k < n; ++k) {
+            on_receive(wcs[k]);
+        }
+        total += n;
     }
-    drv::wc wcs[poll_batch];
-    unsigned n = recv_cq_->poll(wcs);
-    for (unsigned k = 0; k < n; ++k) {
-        const drv::wc &w = wcs[k];
-        on_receive(w);
-    }
-    return n;
+    return total;
 }
 
 /// A completion from the SRQ every RC QP receives from.

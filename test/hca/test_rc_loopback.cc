@@ -139,6 +139,114 @@ TEST_F(rc_send, inline_sends_pushed_back_at_commit_wait_and_arrive_in_order)
     EXPECT_EQ(a.counter(dev::counter::retransmits), 0u);
 }
 
+// A BlueFlame write is sent from the write only when its WQE is the next
+// to go: behind a WQE still waiting (pushed back by a full fabric queue,
+// which has room again when the write comes) it only rings the doorbell,
+// and the waiting one goes first.
+TEST_F(rc_send, blueflame_write_behind_a_waiting_wqe_does_not_overtake_it)
+{
+    fab.set_faults({.queue_capacity = 2});
+    drv::qp_caps caps;
+    caps.max_inline = 64;
+    start(caps);
+    constexpr int n = 4;
+    std::vector<uint8_t> rbuf(n * 16, 0);
+    auto &rmr = b.reg(rbuf.data(), rbuf.size());
+    for (int i = 0; i < n; ++i) {
+        ASSERT_EQ(b.post_recv(i, rbuf.data() + i * 16, 16, rmr.lkey()), status::ok);
+    }
+    auto send = [&](int i) {
+        uint8_t msg[16];
+        std::memset(msg, 'a' + i, sizeof(msg));
+        return a.post_send(i, msg, sizeof(msg), 0, drv::send_signaled | drv::send_inline);
+    };
+    for (int i = 0; i < n - 1; ++i) {
+        ASSERT_EQ(send(i), status::ok);
+    }
+    ASSERT_GT(a.counter(dev::counter::fabric_busy), 0u);   // the third waits
+    b.ctx->progress();                                     // room again
+    ASSERT_EQ(send(n - 1), status::ok);
+    EXPECT_EQ(a.counter(dev::counter::blueflame_sends), 2u);
+    ASSERT_TRUE(progress_until(
+        [&] { return a.send_wcs.size() == n && b.recv_wcs.size() == n; }));
+    for (int i = 0; i < n; ++i) {
+        EXPECT_EQ(b.recv_wcs[i].wr_id, uint64_t(i));
+        EXPECT_EQ(rbuf[i * 16], uint8_t('a' + i)) << i;
+    }
+}
+
+// BlueFlame (prm_db.h): a small inline WQE is its own doorbell and leaves
+// from the write; a WQE with a gather list rings the doorbell and is
+// fetched from the send queue.
+TEST_F(rc_send, blueflame_carries_small_inline_sends_a_gather_list_rings_the_doorbell)
+{
+    drv::qp_caps caps;
+    caps.max_inline = 64;
+    start(caps);
+    std::vector<uint8_t> rbuf(128, 0);
+    auto &rmr = b.reg(rbuf.data(), rbuf.size());
+    ASSERT_EQ(b.post_recv(1, rbuf.data(), 64, rmr.lkey()), status::ok);
+    ASSERT_EQ(b.post_recv(2, rbuf.data() + 64, 64, rmr.lkey()), status::ok);
+    const char inl[] = "by blueflame";
+    ASSERT_EQ(a.post_send(1, inl, sizeof(inl), 0, drv::send_signaled | drv::send_inline),
+              status::ok);
+    EXPECT_EQ(a.counter(dev::counter::blueflame_sends), 1u);
+    char gathered[] = "from the queue";
+    auto &smr = a.reg(gathered, sizeof(gathered), 0);
+    ASSERT_EQ(a.post_send(2, gathered, sizeof(gathered), smr.lkey()), status::ok);
+    EXPECT_EQ(a.counter(dev::counter::blueflame_sends), 1u);
+    ASSERT_TRUE(progress_until(
+        [&] { return a.send_wcs.size() == 2 && b.recv_wcs.size() == 2; }));
+    EXPECT_STREQ(reinterpret_cast<const char *>(rbuf.data()), inl);
+    EXPECT_STREQ(reinterpret_cast<const char *>(rbuf.data() + 64), gathered);
+    EXPECT_EQ(a.counter(dev::counter::tx_packets), 2u);
+}
+
+// A BlueFlame write that is not a WQE of a live QP's queue (bad buffer
+// offset or length, unknown QPN, a QP with nothing posted) has no effect:
+// nothing is sent, and the QP works on.
+TEST_F(rc_send, blueflame_write_that_is_no_posted_wqe_sends_nothing)
+{
+    drv::qp_caps caps;
+    caps.max_inline = 64;
+    start(caps);
+    // A well-formed 8-byte inline SEND, but in no queue.
+    alignas(64) uint8_t wqe[prm::bf_buf_size * 2] = {};
+    prm::wqe_ctrl_seg ctrl{};
+    ctrl.owner_opcode.set(uint32_t(prm::send_opcode::send));
+    ctrl.fence_size = 2;
+    be32 inline_hdr = be32::of(prm::inline_seg_flag | 8);
+    std::memcpy(wqe + sizeof(ctrl), &inline_hdr, sizeof(inline_hdr));
+    auto write_for = [&](uint32_t qpn, uint32_t offset, size_t len) {
+        ctrl.vlan_tag.set(uint16_t(qpn >> 8));
+        ctrl.ins_vlan = uint8_t(qpn);
+        std::memcpy(wqe, &ctrl, sizeof(ctrl));
+        a.ctx->write_blueflame(offset, {wqe, len});
+    };
+    uint32_t qpn = a.qp->qpn();
+    write_for(qpn ^ 0x40, 0, 64);                   // no such QP
+    write_for(qpn, 8, 64);                          // not a buffer's start
+    write_for(qpn, 2 * prm::bf_buf_size, 64);       // beyond the two buffers
+    write_for(qpn, 0, 8);                           // shorter than a control segment
+    write_for(qpn, 0, prm::bf_buf_size + 64);       // longer than a buffer
+    write_for(qpn, prm::bf_buf_size, 64);           // the QP has nothing posted
+    progress_rounds(5);
+    EXPECT_EQ(a.counter(dev::counter::tx_packets), 0u);
+    EXPECT_EQ(a.counter(dev::counter::blueflame_sends), 0u);
+    EXPECT_EQ(b.counter(dev::counter::rx_packets), 0u);
+
+    std::vector<uint8_t> rbuf(64, 0);
+    auto &rmr = b.reg(rbuf.data(), rbuf.size());
+    ASSERT_EQ(b.post_recv(1, rbuf.data(), 64, rmr.lkey()), status::ok);
+    const char msg[] = "still fine";
+    ASSERT_EQ(a.post_send(1, msg, sizeof(msg), 0, drv::send_signaled | drv::send_inline),
+              status::ok);
+    ASSERT_TRUE(progress_until(
+        [&] { return a.send_wcs.size() == 1 && b.recv_wcs.size() == 1; }));
+    EXPECT_EQ(b.recv_wcs[0].status, drv::wc_status::success);
+    EXPECT_STREQ(reinterpret_cast<const char *>(rbuf.data()), msg);
+}
+
 TEST_F(rc_send, gather_two_entries_scatter_two_entries)
 {
     drv::qp_caps caps;

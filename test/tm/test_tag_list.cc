@@ -37,6 +37,23 @@ TEST(tag_list, TM2_earliest_posted_matching_receive_wins)
     EXPECT_EQ(l.posted(), 0u);
 }
 
+// find() (the device's fast receive path asks it first) names the entry
+// match() would take, and takes nothing.
+TEST(tag_list, find_names_the_entry_match_takes_and_consumes_nothing)
+{
+    tag_list l(8);
+    ASSERT_EQ(l.append(6, entry(0x20, exact, 1), 0), status::ok);
+    ASSERT_EQ(l.append(1, entry(0x10, exact, 2), 0), status::ok);
+    EXPECT_EQ(l.find(0x10), 1u);
+    EXPECT_EQ(l.find(0x10), 1u);
+    EXPECT_EQ(l.find(0x30), tag_list::none);
+    EXPECT_EQ(l.posted(), 2u);
+    auto m = l.match(0x10);
+    ASSERT_TRUE(m);
+    EXPECT_EQ(m->first, 1u);
+    EXPECT_EQ(l.find(0x10), tag_list::none);
+}
+
 TEST(tag_list, TM2_a_later_tag_is_consumed_when_earlier_ones_cannot_match)
 {
     tag_list l(8);

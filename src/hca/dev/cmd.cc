@@ -39,7 +39,8 @@ const char *counter_name(counter c)
         "tm_expected_eager", "tm_expected_rndv", "tm_unexpected_eager",
         "tm_unexpected_rndv", "tm_rndv_done", "tm_list_ops", "tm_syncs",
         "tm_cancels", "engine_sleeps", "engine_doorbell_wakeups",
-        "direct_writes", "direct_reads", "direct_bytes", "direct_refusals"};
+        "direct_writes", "direct_reads", "direct_bytes", "direct_refusals",
+        "blueflame_sends"};
     static_assert(std::size(names) == static_cast<size_t>(counter::count_));
     return names[static_cast<unsigned>(c)];
 }
@@ -74,19 +75,7 @@ void device::mmio_write32(uint32_t offset, uint32_t be_value)
                 run_requester(*q);
             }
         }
-        if (!thread_.joinable()) {
-            return;
-        }
-        // The rest of a long message is the thread's: a sleeping one is
-        // woken (Dekker with engine_sleep(): it sees the WQE or we see the
-        // flag).
-        std::atomic_thread_fence(std::memory_order_seq_cst);
-        if (engine_sleeping_.load(std::memory_order_relaxed) &&
-            engine_sleeping_.exchange(false)) {
-            count(counter::engine_doorbell_wakeups);
-            uint64_t one = 1;
-            (void)!write(doorbell_fd_, &one, sizeof(one));
-        }
+        wake_engine_for_doorbell();
         return;
     }
     auto lock = engine_lock();
@@ -111,6 +100,45 @@ void device::mmio_write32(uint32_t offset, uint32_t be_value)
         uint32_t eqn = (offset / prm::uar_page_size - 1) * 4 + (in_page - 0x800) / 8;
         eq_doorbell(eqn, byteswap_if_little(be_value));
         return;
+    }
+}
+
+void device::mmio_write_blueflame(uint32_t bf_offset, std::span<const uint8_t> wqe)
+{
+    if (bf_offset % prm::bf_buf_size || bf_offset >= prm::bf_buf_size * prm::bf_buffers ||
+        wqe.size() < sizeof(prm::wqe_ctrl_seg) || wqe.size() > prm::bf_buf_size) {
+        return;   // not a BlueFlame buffer, or not a WQE: no effect
+    }
+    {
+        auto lock = engine_lock();
+        prm::wqe_ctrl_seg ctrl;
+        std::memcpy(&ctrl, wqe.data(), sizeof(ctrl));
+        if (qp *q = find_qp(prm::bf_qpn(ctrl))) {
+            // Whatever the fast path does not take, the WQE (also in the
+            // send queue) goes the doorbell's way.
+            if (send_blueflame(*q, wqe) == single_tx::sent) {
+                count(counter::blueflame_sends);
+            } else {
+                run_requester(*q);
+            }
+        }
+    }
+    wake_engine_for_doorbell();
+}
+
+void device::wake_engine_for_doorbell()
+{
+    if (!thread_.joinable()) {
+        return;
+    }
+    // The rest of a long message is the thread's: a sleeping one is woken
+    // (Dekker with engine_sleep(): it sees the WQE or we see the flag).
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    if (engine_sleeping_.load(std::memory_order_relaxed) &&
+        engine_sleeping_.exchange(false)) {
+        count(counter::engine_doorbell_wakeups);
+        uint64_t one = 1;
+        (void)!write(doorbell_fd_, &one, sizeof(one));
     }
 }
 

@@ -81,6 +81,8 @@ enum class counter : unsigned {
     direct_reads,     ///< direct READs placed (duplicates again)
     direct_bytes,     ///< bytes they moved
     direct_refusals,  ///< direct requests refused (requester fell back)
+    // send doorbells (cmd.cc)
+    blueflame_sends,  ///< WQEs sent straight from their BlueFlame write
     count_
 };
 const char *counter_name(counter c);
@@ -99,6 +101,9 @@ public:
 
     // ---- MMIO (BAR0 / UAR) ----
     void     mmio_write32(uint32_t offset, uint32_t be_value);
+    /// A BlueFlame write (prm_db.h): the WQE in `wqe` to buffer `bf_offset`
+    /// of the BF page.
+    void     mmio_write_blueflame(uint32_t bf_offset, std::span<const uint8_t> wqe);
     uint32_t mmio_read32(uint32_t offset) const;
 
     /// One time slice: frames received + packets and list operations sent
@@ -269,7 +274,9 @@ private:
     unsigned run_requester(qp &q);   ///< one QP's burst
     bool     send_one_packet(qp &q);
     enum class single_tx { sent, busy, not_single };
-    single_tx send_inline_message(qp &q);
+    single_tx send_inline_message(qp &q, const uint8_t *wqe, size_t room);
+    single_tx send_blueflame(qp &q, std::span<const uint8_t> wqe);
+    void      wake_engine_for_doorbell();
     void     build_tx_headers(qp &q);
     static uint8_t *write_headers(const fabric::frame_slot &f, ib::lrh l, ib::bth b,
                                   uint8_t opcode, size_t payload_len, uint32_t psn,

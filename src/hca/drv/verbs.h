@@ -164,6 +164,12 @@ public:
                            byteswap_if_little(qpn << 8));
     }
 
+    /// A WQE written whole to a BlueFlame buffer (prm_db.h): its doorbell.
+    void write_blueflame(uint32_t bf_offset, std::span<const uint8_t> wqe)
+    {
+        dev_->mmio_write_blueflame(bf_offset, wqe);
+    }
+
     // number allocation (the driver owns the number spaces, as mlx4_core),
     // bounded by what QUERY_DEV_CAP reported: exceeds_limit beyond it.
     result<uint32_t> alloc_cqn() { return cqns_.take(); }
@@ -747,6 +753,9 @@ private:
     status modify(prm::cmd_opcode op, prm::qp_state to,
                   const prm::qp_modify_mailbox &mb);
     prm::qp_modify_mailbox base_mailbox() const;
+    inline bool   post_small_inline(const send_wr &wr, status &st);
+    inline status publish_send(uint32_t idx, uint8_t *wqe, const send_wr &wr, size_t bytes,
+                               uint32_t opmod, bool blueflame);
     void reset_rings();
     void clean_cqs();
 
@@ -762,6 +771,7 @@ private:
     uint64_t      mtt_ = ~uint64_t{0};
     uint32_t      sq_size_ = 0, sq_log_stride_ = 0, rq_size_ = 0, rq_log_stride_ = 0;
     uint32_t      sq_head_ = 0, sq_tail_ = 0, rq_head_ = 0, rq_tail_ = 0;
+    uint32_t      bf_offset_ = 0;   ///< BlueFlame buffer of the next write
     uint32_t      max_inline_ = 0;
     srq          *srq_ = nullptr;
     /// C35 TIME WAIT: a connected QP (it reached RTR) may not connect

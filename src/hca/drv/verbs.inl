@@ -3,6 +3,8 @@
 // doorbells; cq::poll reads CQEs by owner bit. No allocation, no locks.
 #pragma once
 
+#include "hca/base/copy.h"
+
 #include <cstring>
 
 namespace mlx4x::drv {
@@ -141,8 +143,52 @@ inline prm::wqe_bind_seg bind_seg(const mw_bind &b, uint32_t new_rkey)
 
 } // namespace detail
 
+/// The common small message: an inline SEND or RDMA WRITE (with or without
+/// immediate) on a connected QP in RTS whose data fits the WQE's first 64
+/// bytes, so one inline chunk and no boundary to split at. True when it
+/// took the WR (`st` says how it went); false: the general post's.
+inline bool qp::post_small_inline(const send_wr &wr, status &st)
+{
+    bool write = wr.opcode == wr_opcode::rdma_write || wr.opcode == wr_opcode::rdma_write_imm;
+    if (type_ != qp_type::rc || state_ != prm::qp_state::rts ||
+        (!write && wr.opcode != wr_opcode::send && wr.opcode != wr_opcode::send_imm)) {
+        return false;
+    }
+    size_t total = 0;
+    for (const sge &s : wr.sg) total += s.length;
+    size_t data_off = sizeof(prm::wqe_ctrl_seg) + (write ? sizeof(prm::wqe_raddr_seg) : 0) +
+                      sizeof(prm::wqe_inline_seg);
+    if (total == 0 || data_off + total > prm::inline_align) {
+        return false;   // no inline segment at all, or more than one chunk
+    }
+    if (sq_outstanding() >= sq_size_) {
+        st = status::no_resource;   // C62: never overwrite a WQE
+        return true;
+    }
+    uint32_t idx = sq_head_;
+    uint8_t *wqe = buf_ + (size_t(idx & (sq_size_ - 1)) << sq_log_stride_);
+    if (write) {
+        prm::wqe_raddr_seg r{};
+        r.raddr.set(wr.remote_addr);
+        r.rkey.set(wr.rkey);
+        std::memcpy(wqe + sizeof(prm::wqe_ctrl_seg), &r, sizeof(r));
+    }
+    be32 bc = be32::of(prm::inline_seg_flag | uint32_t(total));
+    std::memcpy(wqe + data_off - sizeof(bc), &bc, sizeof(bc));
+    uint8_t *p = wqe + data_off;
+    for (const sge &s : wr.sg) {
+        copy_small(p, reinterpret_cast<const void *>(s.addr), s.length);
+        p += s.length;
+    }
+    st = publish_send(idx, wqe, wr, data_off + total, 0, true);
+    return true;
+}
+
 inline status qp::post_send(const send_wr &wr)
 {
+    if (status st; (wr.flags & send_inline) && post_small_inline(wr, st)) {
+        return st;
+    }
     // C37/E1: posting to a QP that cannot send is an immediate error. In
     // SQD the WQE waits for SQD2RTS (E3); in ERROR it is flushed (E4).
     if (state_ != prm::qp_state::rts && state_ != prm::qp_state::sqd &&
@@ -259,16 +305,36 @@ inline status qp::post_send(const send_wr &wr)
             off += sizeof(d);
         }
     }
-    size_t ds = (off + 15) / 16;
-    if (ds * 16 > stride) {
+    if (off > stride) {
         return status::invalid_param;
     }
+    if (wr.opcode == wr_opcode::bind_mw) {
+        wr.bind.window->rkey_ = wr.bind.window->next_rkey();
+    }
+    return publish_send(idx, wqe, wr, off, opmod, inl);
+}
 
+/// The control segment of the WQE at `idx` whose other segments take
+/// `bytes`, then ownership, then the doorbell. A WQE with its data inline
+/// goes by BlueFlame when it fits a buffer, as libmlx4 posts one
+/// (mlx4_post_send): the write carries the WQE, so the device need not
+/// fetch it. The QPN rides in the control segment (prm::bf_qpn).
+inline status qp::publish_send(uint32_t idx, uint8_t *wqe, const send_wr &wr, size_t bytes,
+                               uint32_t opmod, bool blueflame)
+{
+    size_t ds     = (bytes + prm::seg_size - 1) / prm::seg_size;
+    size_t bf_len = (bytes + prm::inline_align - 1) & ~size_t(prm::inline_align - 1);
+    blueflame = blueflame && bf_len <= prm::bf_buf_size &&
+                bf_len <= size_t{1} << sq_log_stride_;
     prm::wqe_ctrl_seg ctrl{};
     ctrl.fence_size = uint8_t(ds | ((wr.flags & send_fence) ? prm::ctrl_fence : 0));
     ctrl.srcrb_flags.set(((wr.flags & send_signaled) ? prm::ctrl_cq_update : 0) |
                          ((wr.flags & send_solicited) ? prm::ctrl_solicited : 0));
     ctrl.imm.set(wr.imm);
+    if (blueflame) {
+        ctrl.vlan_tag.set(uint16_t(qpn_ >> 8));
+        ctrl.ins_vlan = uint8_t(qpn_);
+    }
     // Everything but the owner/opcode word first...
     std::memcpy(wqe + 4, reinterpret_cast<uint8_t *>(&ctrl) + 4, sizeof(ctrl) - 4);
     sq_wrid_[idx & (sq_size_ - 1)] = wr.wr_id;
@@ -279,11 +345,13 @@ inline status qp::post_send(const send_wr &wr)
     // owner bit is right, so the release orders the descriptor before it.
     std::atomic_ref<uint32_t>(*reinterpret_cast<uint32_t *>(wqe))
         .store(byteswap_if_little(owner_opcode), std::memory_order_release);
-    if (wr.opcode == wr_opcode::bind_mw) {
-        wr.bind.window->rkey_ = wr.bind.window->next_rkey();
-    }
     ++sq_head_;
-    ctx_.ring_send_doorbell(qpn_);
+    if (blueflame) {
+        ctx_.write_blueflame(bf_offset_, {wqe, bf_len});
+        bf_offset_ ^= prm::bf_buf_size;   // the other buffer next (prm::bf_buffers)
+    } else {
+        ctx_.ring_send_doorbell(qpn_);
+    }
     return status::ok;
 }
 

@@ -227,7 +227,9 @@ void device::complete(qp &q, const engine::pkt &p)
 /// IBA 9.7.5.2.6). Returns false in that case.
 bool device::advance_acked(qp &q, uint32_t to)
 {
-    for (uint32_t i = q.sq_tail; i != q.sq_head; ++i) {
+    // rd_atomic_inflight counts the READ/atomic WQEs among the outstanding
+    // ones: without any, no walk (an ACK per window of small SENDs).
+    for (uint32_t i = q.sq_tail; q.rd_atomic_inflight && i != q.sq_head; ++i) {
         const wqe_track &t = q.track[i & (q.sq_size() - 1)];
         if (t.rd_atomic && ib::psn_diff(to, t.first_psn) > 0) {
             if (ib::psn_diff(t.first_psn, q.acked_psn) > 0) {

@@ -2,6 +2,7 @@
 // Requester: turns SQ WQEs into packets (segmentation at the path MTU, one
 // PSN per packet), keeps a window of unacknowledged packets, and rewinds
 // for retransmission (go-back-N, IBA 9.7.4.1).
+#include "hca/base/copy.h"
 #include "hca/dev/device.h"
 #include "hca/engine/wqe.h"
 #include "hca/ib/ib_opcode.h"
@@ -189,7 +190,7 @@ bool device::send_one_packet(qp &q)
         return false;
     };
     if (!ud && !q.sending) {
-        switch (send_inline_message(q)) {
+        switch (send_inline_message(q, q.sq_wqe(q.cur_wqe), size_t{1} << q.sq_log_stride)) {
         case single_tx::sent:       return true;
         case single_tx::busy:       return false;
         case single_tx::not_single: break;
@@ -379,16 +380,34 @@ void device::build_tx_headers(qp &q)
     q.tx_bth.dest_qp.set(q.remote_qpn & ib::psn_mask);
 }
 
+/// A BlueFlame WQE (prm_db.h), sent from the write itself when it is the
+/// QP's next WQE and nothing holds it back: the checks send_one_packet()
+/// makes before any packet, then send_inline_message(). not_single or busy:
+/// the caller runs the requester as for a doorbell (the WQE is also in the
+/// send queue).
+device::single_tx device::send_blueflame(qp &q, std::span<const uint8_t> wqe)
+{
+    // The write is the WQE at cur_wqe only when that is the last one
+    // posted: an earlier one still waiting goes first, from the queue.
+    if (q.state != prm::qp_state::rts || q.sending || q.st == prm::qp_st::tm_cmd ||
+        q.datagram() || q.rnr_until ||
+        ib::psn_diff(q.next_psn, q.acked_psn) >= int32_t(limits::max_unacked) ||
+        !engine::sq_wqe_ready(q, q.cur_wqe) || engine::sq_wqe_ready(q, q.cur_wqe + 1)) {
+        return single_tx::not_single;
+    }
+    return send_inline_message(q, wqe.data(), wqe.size());
+}
+
 /// The common small message, in a fraction of the general path's work: an
 /// RC SEND or RDMA WRITE, with or without immediate, whose inline data fits
-/// one packet, written from the WQE straight into the destination's ring
-/// with the QP's prebuilt headers. The caller checked what every packet
-/// needs (state, a WQE posted, window, RNR pause). not_single: any other
-/// WQE, or one whose checks fail, for the general path, which decodes it
-/// fully and reports what is wrong with it.
-device::single_tx device::send_inline_message(qp &q)
+/// one packet, written from the WQE (`room` bytes readable at `wqe`: the
+/// queue's stride, or a BlueFlame write) straight into the destination's
+/// ring with the QP's prebuilt headers. The caller checked what every
+/// packet needs (state, a WQE posted, window, RNR pause). not_single: any
+/// other WQE, or one whose checks fail, for the general path, which decodes
+/// it fully and reports what is wrong with it.
+device::single_tx device::send_inline_message(qp &q, const uint8_t *wqe, size_t room)
 {
-    const uint8_t *wqe = q.sq_wqe(q.cur_wqe);
     prm::wqe_ctrl_seg ctrl;
     std::memcpy(&ctrl, wqe, sizeof(ctrl));
     auto op    = static_cast<prm::send_opcode>(ctrl.owner_opcode.get() & 0x1f);
@@ -403,18 +422,18 @@ device::single_tx device::send_inline_message(qp &q)
     size_t size = size_t(ctrl.fence_size & prm::ctrl_ds_mask) * prm::seg_size;
     size_t off  = sizeof(ctrl) + (write ? sizeof(prm::wqe_raddr_seg) : 0);
     uint32_t first_seg = 0;
-    if (size > (size_t{1} << q.sq_log_stride) || size < off + sizeof(first_seg)) {
+    if (size > room || size < off + sizeof(first_seg)) {
         return single_tx::not_single;
     }
     std::memcpy(&first_seg, wqe + off, sizeof(first_seg));
     if (!(byteswap_if_little(first_seg) & prm::inline_seg_flag)) {
         return single_tx::not_single;   // a gather list
     }
-    send_wqe w;
-    w.segs     = wqe + off;
-    w.segs_len = size - off;
+    const uint8_t *segs     = wqe + off;
+    size_t         segs_len = size - off;
     uint32_t len = 0;
-    engine::for_each_inline_chunk(w, [&](const uint8_t *, uint32_t n) { len += n; });
+    engine::for_each_inline_chunk(segs, segs_len, off,
+                                  [&](const uint8_t *, uint32_t n) { len += n; });
     if (len > q.mtu) {
         return single_tx::not_single;
     }
@@ -443,8 +462,8 @@ device::single_tx device::send_inline_message(qp &q)
             std::memcpy(out, &ctrl.imm, sizeof(ctrl.imm));
             out += sizeof(ctrl.imm);
         }
-        engine::for_each_inline_chunk(w, [&](const uint8_t *data, uint32_t n) {
-            std::memcpy(out, data, n);
+        engine::for_each_inline_chunk(segs, segs_len, off, [&](const uint8_t *data, uint32_t n) {
+            copy_small(out, data, n);
             out += n;
         });
         s = port_->commit(f);   // a staging fabric may push back only now

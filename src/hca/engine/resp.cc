@@ -734,18 +734,38 @@ bool device::receive_send_only(std::span<const uint8_t> frame)
         return false;
     }
     std::span<const uint8_t> payload = frame.subspan(hdr_len);
-    if (!payload.empty() && tm_srq_of(*q) &&
-        (payload[0] == uint8_t(ib::tmh_opcode::eager) ||
-         payload[0] == uint8_t(ib::tmh_opcode::rndv))) {
-        return false;   // tagged: matched against the tag list
+    // Tagged: an eager message no posted receive matches is unexpected and
+    // lands in an SRQ WQE like an untagged one (tm_first_packet()'s rule);
+    // a matching one, a rendezvous or a malformed header goes the general
+    // way.
+    srq *tm         = payload.empty() ? nullptr : tm_srq_of(*q);
+    bool unexpected = false;
+    if (tm && payload[0] == uint8_t(ib::tmh_opcode::rndv)) {
+        return false;
+    }
+    if (tm && payload[0] == uint8_t(ib::tmh_opcode::eager)) {
+        ib::tmh h;
+        if (payload.size() < sizeof(h)) {
+            return false;
+        }
+        std::memcpy(&h, payload.data(), sizeof(h));
+        if (tm->tm->list.find(h.tag.get()) != tm::tag_list::none) {
+            return false;
+        }
+        unexpected = true;
     }
     if (!recv_available(*q)) {
         return false;   // RNR NAK
     }
     count(counter::rx_bytes, payload.size());
     q->nak_sent    = false;
-    q->recv_to_tag = q->recv_unexpected = q->recv_truncated = false;
+    q->recv_to_tag = q->recv_truncated = false;
+    q->recv_unexpected = unexpected;
     q->recv_wqe    = recv_take(*q);
+    if (unexpected) {
+        tm->tm->list.note_unexpected();
+        count(counter::tm_unexpected_eager);
+    }
     q->recv_offset = 0;
     q->in_send     = true;
     if (scatter_result r = scatter(*q, q->recv_wqe, 0, payload); r != scatter_result::ok) {

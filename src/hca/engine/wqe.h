@@ -79,27 +79,36 @@ inline bool sq_wqe_ready(const dev::qp &q, uint32_t index)
 /// Calls f(data, len) for each inline chunk. mlx4 inline data is split so
 /// that no chunk crosses a 64-byte boundary: every chunk but the last ends
 /// exactly on one, and the next 4-byte header follows at the boundary.
-template <typename F> void for_each_inline_chunk(const send_wqe &w, F &&f)
+/// `segs` is `wqe_off` bytes into its WQE (whose start is 64-byte aligned
+/// in the queue, and offset 0 of a BlueFlame buffer).
+template <typename F>
+void for_each_inline_chunk(const uint8_t *segs, size_t segs_len, size_t wqe_off, F &&f)
 {
     size_t o = 0;
-    while (o + sizeof(prm::wqe_inline_seg) <= w.segs_len) {
+    while (o + sizeof(prm::wqe_inline_seg) <= segs_len) {
         uint32_t bc;
-        std::memcpy(&bc, w.segs + o, sizeof(bc));
+        std::memcpy(&bc, segs + o, sizeof(bc));
         bc = byteswap_if_little(bc);
         if (!(bc & prm::inline_seg_flag)) {
             break;
         }
         uint32_t n   = bc & ~prm::inline_seg_flag;
         size_t   end = o + sizeof(prm::wqe_inline_seg) + n;
-        if (end > w.segs_len) {
+        if (end > segs_len) {
             break;
         }
-        f(w.segs + o + sizeof(prm::wqe_inline_seg), n);
-        if (reinterpret_cast<uintptr_t>(w.segs + end) % prm::inline_align) {
+        f(segs + o + sizeof(prm::wqe_inline_seg), n);
+        if ((wqe_off + end) % prm::inline_align) {
             break;   // did not end on a boundary: last chunk
         }
         o = end;
     }
+}
+template <typename F> void for_each_inline_chunk(const send_wqe &w, F &&f)
+{
+    for_each_inline_chunk(w.segs, w.segs_len,
+                          reinterpret_cast<uintptr_t>(w.segs) % prm::inline_align,
+                          std::forward<F>(f));
 }
 
 /// Decodes the WQE; false if it is malformed (size or segments).

@@ -69,6 +69,14 @@ static_assert(sizeof(wqe_ctrl_seg) == 16);
 static_assert(offsetof(wqe_ctrl_seg, fence_size) == 7);
 static_assert(offsetof(wqe_ctrl_seg, imm) == 12);
 
+/// A BlueFlame WQE's QPN (prm_db.h): the big-endian word at vlan_tag holds
+/// qpn << 8 | fence_size.
+constexpr uint32_t bf_qpn_shift = 8;
+inline uint32_t bf_qpn(const wqe_ctrl_seg &c)
+{
+    return (uint32_t(c.vlan_tag.get()) << 8 | c.ins_vlan) & 0xffffff;
+}
+
 struct wqe_data_seg {
     be32 byte_count;
     be32 lkey;
