@@ -22,12 +22,13 @@ namespace mlx4x::uct {
 namespace {
 
 constexpr unsigned poll_batch     = 16;
-/// Frames the device takes per progress call, and receive completions
-/// polled in the same call: as many, so every SRQ WQE a call consumes is
-/// posted again before the next (fewer would drain the SRQ under a stream
-/// of small messages, and the receiver would RNR-NAK).
+/// Frames the device takes per progress call. The receive completions
+/// polled in the same call may be more (twice as many): every SRQ WQE a
+/// call consumes is posted again before the next even when tag list
+/// operations complete on the same CQ. Fewer would drain the SRQ under a
+/// stream of small messages, and the receiver would RNR-NAK.
 constexpr unsigned progress_budget = 64;
-static_assert(progress_budget % poll_batch == 0);
+constexpr unsigned recv_poll_max   = 2 * progress_budget;
 
 /// A steady-clock time in ns, the unit of the device's timers.
 uint64_t ns_of(std::chrono::steady_clock::time_point t)
@@ -739,7 +740,7 @@ unsigned interface::poll_recv()
         }
     }
     unsigned total = 0;
-    while (total < progress_budget && recv_cq_->ready()) {
+    while (total < recv_poll_max && recv_cq_->ready()) {
         drv::wc  wcs[poll_batch];
         unsigned n = recv_cq_->poll(wcs);
         for (unsigned k = 0; k < n; ++k) {
