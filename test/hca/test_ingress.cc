@@ -67,15 +67,17 @@ protected:
         EXPECT_EQ(b.recv_wcs.back().status, drv::wc_status::success);
     }
 
-    uint32_t expected_psn()
+    /// The PSN `e`'s QP expects next from its peer: read back from the
+    /// device (QUERY_QP). For b, a's next PSN towards it.
+    uint32_t expected_psn(endpoint &e)
     {
-        // a's next PSN towards b: read back from the device (QUERY_QP).
-        uint64_t out = reinterpret_cast<uintptr_t>(b.ctx->mailbox());
-        EXPECT_EQ(b.ctx->command(prm::cmd_opcode::query_qp, b.qp->qpn(), 0, &out),
+        uint64_t out = reinterpret_cast<uintptr_t>(e.ctx->mailbox());
+        EXPECT_EQ(e.ctx->command(prm::cmd_opcode::query_qp, e.qp->qpn(), 0, &out),
                   status::ok);
-        auto *mb = static_cast<prm::qp_modify_mailbox *>(b.ctx->mailbox());
+        auto *mb = static_cast<prm::qp_modify_mailbox *>(e.ctx->mailbox());
         return prm::psn_field::get(mb->context.rnr_nextrecvpsn);
     }
+    uint32_t expected_psn() { return expected_psn(b); }
 
     std::unique_ptr<fabric::port> raw;
     std::vector<uint8_t>          msg, rbuf;
@@ -156,6 +158,34 @@ TEST_F(ingress, psn_in_the_future_is_naked_once_and_nothing_is_written)
     EXPECT_EQ(expected_psn(), epsn);
     // The requester side ignores a NAK for a PSN it never sent (ghost).
     expect_still_working();
+}
+
+// ACKs for PSNs not outstanding (never sent, or acknowledged already)
+// complete nothing (IBA 9.7.5.2.1: only outstanding PSNs count); the ACK of
+// the outstanding one completes the send, with no retransmission.
+TEST_F(ingress, ack_of_a_psn_not_outstanding_completes_nothing)
+{
+    fab.set_faults({.drop_one_in = 1});
+    ASSERT_EQ(b.post_send(7, rbuf.data(), 8, rm->lkey()), status::ok);   // lost
+    fab.set_faults({});
+    uint32_t psn = expected_psn(a);   // what a expects from b: that send's PSN
+    auto ack = [&](uint32_t p) {
+        // As a's responder would answer b's requester.
+        auto f = frame(ib::opcode::rc_acknowledge, p, 0);
+        ib::aeth x{};
+        ib::aeth_syndrome::set(x.syn_msn, ib::make_syndrome(ib::ack_class::ack,
+                                                            ib::ack_credits_invalid));
+        std::memcpy(f.data() + sizeof(ib::lrh) + sizeof(ib::bth), &x, sizeof(x));
+        return f;
+    };
+    inject(ack(ib::psn_add(psn, 10)));            // never sent
+    inject(ack(ib::psn_add(psn, ib::psn_mask)));  // psn - 1: acknowledged before
+    EXPECT_TRUE(b.send_wcs.empty());
+    inject(ack(psn));
+    ASSERT_EQ(b.send_wcs.size(), 1u);
+    EXPECT_EQ(b.send_wcs[0].wr_id, 7u);
+    EXPECT_EQ(b.send_wcs[0].status, drv::wc_status::success);
+    EXPECT_EQ(b.counter(dev::counter::retransmits), 0u);
 }
 
 // A single-copy request whose ranges do not add up to its DMA length is an

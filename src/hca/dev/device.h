@@ -306,6 +306,8 @@ private:
     qp  *qp0();
     void respond_send(qp &q, const engine::pkt &p);
     bool receive_send_only(std::span<const uint8_t> frame);
+    bool receive_ack(std::span<const uint8_t> frame);
+    void acknowledged(qp &q);
     void complete_receive(qp &q, uint16_t slid, std::optional<be32> imm, bool solicited);
     void respond_write(qp &q, const engine::pkt &p);
     void respond_read(qp &q, const engine::pkt &p, bool duplicate);
@@ -338,6 +340,7 @@ private:
     uint16_t recv_take(qp &q);
     enum class scatter_result { ok, too_long, protection };
     void fail_receive(qp &q, scatter_result r);
+    scatter_result scatter_whole(qp &q, uint32_t wqe_index, std::span<const uint8_t> data);
     scatter_result scatter(qp &q, uint32_t wqe_index, uint32_t offset,
                            std::span<const uint8_t> data);
     scatter_result scatter_segs(const qp &q, const uint8_t *segs, size_t nseg,

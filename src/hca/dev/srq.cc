@@ -3,6 +3,7 @@
 // responder's source of receive WQEs: the QP's own RQ or its SRQ. The SRQ
 // limit event fires once, when the number of posted WQEs drops below the
 // armed limit (IBA 10.2.9.3).
+#include "hca/base/copy.h"
 #include "hca/dev/device.h"
 #include "hca/prm/prm_wqe.h"
 
@@ -153,6 +154,30 @@ device::scatter_result device::scatter_segs(const qp &q, const uint8_t *segs,
         pos += n;
     }
     return done == data.size() ? scatter_result::ok : scatter_result::too_long;
+}
+
+/// scatter() of a whole message (offset 0) that fits the receive WQE's
+/// first entry, as UCX posts them (one buffer each): that entry's checks
+/// (C53) and one small copy. Anything else goes through scatter().
+device::scatter_result device::scatter_whole(qp &q, uint32_t wqe_index,
+                                             std::span<const uint8_t> data)
+{
+    if (data.empty()) {
+        return scatter_result::ok;   // nothing placed, nothing checked
+    }
+    const uint8_t *segs = q.has_srq ? srqs_[q.srqn].wqe(wqe_index) + sizeof(prm::wqe_srq_next_seg)
+                                    : q.rq_wqe(wqe_index);
+    prm::wqe_data_seg d;
+    std::memcpy(&d, segs, sizeof(d));
+    uint32_t n = d.byte_count.get() & 0x7fffffff;
+    if (d.lkey.get() == prm::invalid_lkey || n < data.size()) {
+        return scatter(q, wqe_index, 0, data);
+    }
+    if (!local_access_ok(q, d.lkey.get(), d.addr.get(), n, true)) {
+        return scatter_result::protection;
+    }
+    copy_small(dma<uint8_t>(d.addr.get()), data.data(), data.size());
+    return scatter_result::ok;
 }
 
 /// Receive WQE `wqe_index` of the QP's RQ or SRQ.

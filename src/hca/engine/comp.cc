@@ -180,9 +180,8 @@ void device::complete(qp &q, const engine::pkt &p)
     }
     switch (cls) {
     case ib::ack_class::ack:
-        q.retries_left = q.retry_cnt;
-        q.rnr_left     = q.rnr_retry;
-        break;
+        acknowledged(q);
+        return;
     case ib::ack_class::rnr_nak:
         if (q.rnr_retry != 7) {               // 7 = retry forever (9.7.5.2.8)
             if (q.rnr_left == 0) {
@@ -216,6 +215,15 @@ void device::complete(qp &q, const engine::pkt &p)
         count(counter::bad_packets);
         return;
     }
+    q.timer_deadline = q.acked_psn == q.next_psn ? 0 : now() + ack_timeout_ns(q);
+}
+
+/// A positive ACK moved acked_psn: the retry counts start over, and the
+/// ACK timer runs again while packets are still outstanding.
+void device::acknowledged(qp &q)
+{
+    q.retries_left   = q.retry_cnt;
+    q.rnr_left       = q.rnr_retry;
     q.timer_deadline = q.acked_psn == q.next_psn ? 0 : now() + ack_timeout_ns(q);
 }
 
