@@ -34,7 +34,8 @@ args="-x mlx4x -d mlx4x_0:1"
 run mlx4x "$top/contrib/mlx4x-run"
 python3 "$calls" "$out/mlx4x.cg" '^uct_mlx4x_ep_am_short$' '^uct_mlx4x_iface_progress$' \
     'device::on_frame' 'interface::on_receive' 'interface::poll_recv' 'device::progress\(' \
-    'device::mmio_write32'
+    'device::mmio_write_blueflame' 'device::receive_send_only' 'device::receive_ack' \
+    'device::flush_acks'
 args="-x posix -d memory"
 run posix env
 # UCX is stripped: the posix progress function shows as an address (the one
