@@ -305,6 +305,7 @@ private:
     void deliver_datagram(qp &q, const engine::pkt &p);
     qp  *qp0();
     void respond_send(qp &q, const engine::pkt &p);
+    qp  *fast_path_qp(const ib::lrh &l, const ib::bth &b);
     bool receive_send_only(std::span<const uint8_t> frame);
     bool receive_ack(std::span<const uint8_t> frame);
     void acknowledged(qp &q);

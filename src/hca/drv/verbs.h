@@ -753,6 +753,10 @@ private:
     status modify(prm::cmd_opcode op, prm::qp_state to,
                   const prm::qp_modify_mailbox &mb);
     prm::qp_modify_mailbox base_mailbox() const;
+    uint8_t *sq_slot(uint32_t idx) const
+    {
+        return buf_ + (size_t(idx & (sq_size_ - 1)) << sq_log_stride_);
+    }
     inline bool   post_small_inline(const send_wr &wr, status &st);
     inline status publish_send(uint32_t idx, uint8_t *wqe, const send_wr &wr, size_t bytes,
                                uint32_t opmod, bool blueflame);

@@ -166,7 +166,7 @@ inline bool qp::post_small_inline(const send_wr &wr, status &st)
         return true;
     }
     uint32_t idx = sq_head_;
-    uint8_t *wqe = buf_ + (size_t(idx & (sq_size_ - 1)) << sq_log_stride_);
+    uint8_t *wqe = sq_slot(idx);
     if (write) {
         prm::wqe_raddr_seg r{};
         r.raddr.set(wr.remote_addr);
@@ -212,7 +212,7 @@ inline status qp::post_send(const send_wr &wr)
     }
     uint32_t idx    = sq_head_;
     uint32_t opmod  = 0;
-    uint8_t *wqe    = buf_ + (size_t(idx & (sq_size_ - 1)) << sq_log_stride_);
+    uint8_t *wqe    = sq_slot(idx);
     size_t   stride = size_t{1} << sq_log_stride_;
     size_t   off    = sizeof(prm::wqe_ctrl_seg);
 
@@ -364,7 +364,7 @@ inline status qp::post_tm_op(const tm_op &o)
         return status::no_resource;
     }
     uint32_t idx = sq_head_;
-    uint8_t *wqe = buf_ + (size_t(idx & (sq_size_ - 1)) << sq_log_stride_);
+    uint8_t *wqe = sq_slot(idx);
     size_t   off = sizeof(prm::wqe_ctrl_seg);
     prm::wqe_tm_seg t{};
     t.opcode = uint8_t(uint8_t(o.op) << 4);

@@ -704,6 +704,25 @@ void device::complete_receive(qp &q, uint16_t slid, std::optional<be32> imm,
     }
 }
 
+/// The QP a packet with headers `l`, `b` goes to when it may take a fast
+/// path: an RTS RC QP, the packet from its peer's port, in its partition as
+/// a full member, on VL 0 (VL15 carries QP0 traffic only), unicast, with
+/// valid base headers (the checks of on_frame() and admits() that such a
+/// packet needs). nullptr: the general path decides.
+qp *device::fast_path_qp(const ib::lrh &l, const ib::bth &b)
+{
+    if ((l.vl_lver >> 4) != 0 || !engine::base_headers_ok(l, b)) {
+        return nullptr;
+    }
+    qp *q = find_qp(ib::bth_qpn::get(b.dest_qp));
+    if (!q || q->st != prm::qp_st::rc || q->state != prm::qp_state::rts ||
+        b.pkey.get() != q->pkey || !(q->pkey & 0x8000) || l.slid.get() != q->dlid ||
+        fabric::is_multicast_lid(l.dlid.get())) {
+        return nullptr;
+    }
+    return q;
+}
+
 /// The common small message in a fraction of the general path's work: an
 /// in-sequence RC SEND_ONLY, with or without immediate, to an RTS QP, from
 /// its peer's port, of its partition (full member), not tagged, with a
@@ -720,17 +739,12 @@ bool device::receive_send_only(std::span<const uint8_t> frame)
     std::memcpy(&l, frame.data(), sizeof(l));
     std::memcpy(&b, frame.data() + sizeof(l), sizeof(b));
     bool imm = b.opcode == uint8_t(ib::opcode::rc_send_only_imm);
-    // VL 0: VL15 carries QP0 traffic only, which the general path sorts out.
-    if ((!imm && b.opcode != uint8_t(ib::opcode::rc_send_only)) || (l.vl_lver >> 4) != 0 ||
-        !engine::base_headers_ok(l, b)) {
+    if (!imm && b.opcode != uint8_t(ib::opcode::rc_send_only)) {
         return false;
     }
     size_t hdr_len = sizeof(l) + sizeof(b) + (imm ? sizeof(ib::immdt) : 0);
-    qp    *q       = find_qp(ib::bth_qpn::get(b.dest_qp));
-    if (frame.size() < hdr_len || !q || q->st != prm::qp_st::rc ||
-        q->state != prm::qp_state::rts || q->in_send || b.pkey.get() != q->pkey ||
-        !(q->pkey & 0x8000) || l.slid.get() != q->dlid ||
-        fabric::is_multicast_lid(l.dlid.get()) || ib::bth_psn::get(b.apsn) != q->epsn) {
+    qp    *q       = fast_path_qp(l, b);
+    if (frame.size() < hdr_len || !q || q->in_send || ib::bth_psn::get(b.apsn) != q->epsn) {
         return false;
     }
     std::span<const uint8_t> payload = frame.subspan(hdr_len);
@@ -801,18 +815,15 @@ bool device::receive_ack(std::span<const uint8_t> frame)
     std::memcpy(&l, frame.data(), sizeof(l));
     std::memcpy(&b, frame.data() + sizeof(l), sizeof(b));
     std::memcpy(&a, frame.data() + sizeof(l) + sizeof(b), sizeof(a));
-    if (b.opcode != uint8_t(ib::opcode::rc_acknowledge) || (l.vl_lver >> 4) != 0 ||
-        !engine::base_headers_ok(l, b) ||
+    if (b.opcode != uint8_t(ib::opcode::rc_acknowledge) ||
         static_cast<ib::ack_class>(ib::aeth_syndrome::get(a.syn_msn) >> 5) !=
             ib::ack_class::ack) {
         return false;
     }
-    qp      *q   = find_qp(ib::bth_qpn::get(b.dest_qp));
+    qp      *q   = fast_path_qp(l, b);
     uint32_t psn = ib::bth_psn::get(b.apsn);
-    if (!q || q->st != prm::qp_st::rc || q->state != prm::qp_state::rts ||
-        q->rd_atomic_inflight || b.pkey.get() != q->pkey || !(q->pkey & 0x8000) ||
-        l.slid.get() != q->dlid || fabric::is_multicast_lid(l.dlid.get()) ||
-        ib::psn_diff(psn, q->acked_psn) < 0 || ib::psn_diff(q->next_psn, psn) <= 0) {
+    if (!q || q->rd_atomic_inflight || ib::psn_diff(psn, q->acked_psn) < 0 ||
+        ib::psn_diff(q->next_psn, psn) <= 0) {
         return false;
     }
     (void)advance_acked(*q, ib::psn_add(psn, 1));   // no READ/atomic: cannot stop short
