@@ -107,59 +107,70 @@ TEST_F(rc_send, small_inline)
     EXPECT_STREQ(reinterpret_cast<const char *>(rbuf.data()), msg);
 }
 
-// The single-packet inline path on a fabric that pushes back only when the
-// staged frame is sent (the loopback fabric's full queue): the WQE waits and
-// goes again, nothing is lost, so nothing is retransmitted.
-TEST_F(rc_send, inline_sends_pushed_back_at_commit_wait_and_arrive_in_order)
-{
-    fab.set_faults({.queue_capacity = 2});
-    drv::qp_caps caps;
-    caps.max_inline = 64;
-    start(caps);
-    constexpr int n = 8;
-    std::vector<uint8_t> rbuf(n * 16, 0);
-    auto &rmr = b.reg(rbuf.data(), rbuf.size());
-    for (int i = 0; i < n; ++i) {
-        ASSERT_EQ(b.post_recv(i, rbuf.data() + i * 16, 16, rmr.lkey()), status::ok);
+/// 16-byte inline SENDs ('a' + i, wr_id i) into receives of 16 bytes, on a
+/// fabric whose queue holds two frames and pushes back only when a staged
+/// frame is sent (the loopback fabric's full queue).
+class rc_send_full_queue : public rc_send {
+protected:
+    static constexpr size_t msg_size = 16;
+
+    void start_with_receives(int n)
+    {
+        fab.set_faults({.queue_capacity = 2});
+        drv::qp_caps caps;
+        caps.max_inline = 64;
+        start(caps);
+        rbuf.assign(n * msg_size, 0);
+        auto &rmr = b.reg(rbuf.data(), rbuf.size());
+        for (int i = 0; i < n; ++i) {
+            ASSERT_EQ(b.post_recv(i, rbuf.data() + i * msg_size, msg_size, rmr.lkey()),
+                      status::ok);
+        }
     }
-    for (int i = 0; i < n; ++i) {
-        uint8_t msg[16];
+    status send(int i)
+    {
+        uint8_t msg[msg_size];
         std::memset(msg, 'a' + i, sizeof(msg));
-        ASSERT_EQ(a.post_send(i, msg, sizeof(msg), 0, drv::send_signaled | drv::send_inline),
-                  status::ok);
+        return a.post_send(i, msg, sizeof(msg), 0, drv::send_signaled | drv::send_inline);
+    }
+    /// All `n` arrive, each whole and in posting order.
+    void expect_all_in_order(int n)
+    {
+        ASSERT_TRUE(progress_until(
+            [&] { return a.send_wcs.size() == size_t(n) && b.recv_wcs.size() == size_t(n); }));
+        for (int i = 0; i < n; ++i) {
+            EXPECT_EQ(a.send_wcs[i].status, drv::wc_status::success);
+            EXPECT_EQ(b.recv_wcs[i].wr_id, uint64_t(i));
+            EXPECT_EQ(rbuf[i * msg_size], uint8_t('a' + i)) << i;
+            EXPECT_EQ(rbuf[i * msg_size + msg_size - 1], uint8_t('a' + i)) << i;
+        }
+    }
+
+    std::vector<uint8_t> rbuf;
+};
+
+// The single-packet inline path on that fabric: the WQE waits and goes
+// again, nothing is lost, so nothing is retransmitted.
+TEST_F(rc_send_full_queue, inline_sends_pushed_back_at_commit_wait_and_arrive_in_order)
+{
+    constexpr int n = 8;
+    start_with_receives(n);
+    for (int i = 0; i < n; ++i) {
+        ASSERT_EQ(send(i), status::ok);
     }
     EXPECT_GT(a.counter(dev::counter::fabric_busy), 0u);   // the queue was full
-    ASSERT_TRUE(progress_until(
-        [&] { return a.send_wcs.size() == n && b.recv_wcs.size() == n; }));
-    for (int i = 0; i < n; ++i) {
-        EXPECT_EQ(a.send_wcs[i].status, drv::wc_status::success);
-        EXPECT_EQ(b.recv_wcs[i].wr_id, uint64_t(i));
-        EXPECT_EQ(rbuf[i * 16 + 15], uint8_t('a' + i)) << i;
-    }
+    expect_all_in_order(n);
     EXPECT_EQ(a.counter(dev::counter::retransmits), 0u);
 }
 
 // A BlueFlame write is sent from the write only when its WQE is the next
-// to go: behind a WQE still waiting (pushed back by a full fabric queue,
-// which has room again when the write comes) it only rings the doorbell,
-// and the waiting one goes first.
-TEST_F(rc_send, blueflame_write_behind_a_waiting_wqe_does_not_overtake_it)
+// to go: behind a WQE still waiting (pushed back by the full queue, which
+// has room again when the write comes) it only rings the doorbell, and the
+// waiting one goes first.
+TEST_F(rc_send_full_queue, blueflame_write_behind_a_waiting_wqe_does_not_overtake_it)
 {
-    fab.set_faults({.queue_capacity = 2});
-    drv::qp_caps caps;
-    caps.max_inline = 64;
-    start(caps);
     constexpr int n = 4;
-    std::vector<uint8_t> rbuf(n * 16, 0);
-    auto &rmr = b.reg(rbuf.data(), rbuf.size());
-    for (int i = 0; i < n; ++i) {
-        ASSERT_EQ(b.post_recv(i, rbuf.data() + i * 16, 16, rmr.lkey()), status::ok);
-    }
-    auto send = [&](int i) {
-        uint8_t msg[16];
-        std::memset(msg, 'a' + i, sizeof(msg));
-        return a.post_send(i, msg, sizeof(msg), 0, drv::send_signaled | drv::send_inline);
-    };
+    start_with_receives(n);
     for (int i = 0; i < n - 1; ++i) {
         ASSERT_EQ(send(i), status::ok);
     }
@@ -167,12 +178,7 @@ TEST_F(rc_send, blueflame_write_behind_a_waiting_wqe_does_not_overtake_it)
     b.ctx->progress();                                     // room again
     ASSERT_EQ(send(n - 1), status::ok);
     EXPECT_EQ(a.counter(dev::counter::blueflame_sends), 2u);
-    ASSERT_TRUE(progress_until(
-        [&] { return a.send_wcs.size() == n && b.recv_wcs.size() == n; }));
-    for (int i = 0; i < n; ++i) {
-        EXPECT_EQ(b.recv_wcs[i].wr_id, uint64_t(i));
-        EXPECT_EQ(rbuf[i * 16], uint8_t('a' + i)) << i;
-    }
+    expect_all_in_order(n);
 }
 
 // BlueFlame (prm_db.h): a small inline WQE is its own doorbell and leaves
