@@ -635,9 +635,10 @@ unsigned interface::progress()
     // work (ACKs, answering an SM's SMPs) and connection management are
     // not: UCP counts any event without an active message as a reason to
     // stay awake, and asserts there is none while it sets an interface up.
-    (void)ctx().progress(progress_budget);
+    (void)ctx().progress_holding_acks(progress_budget);
     unsigned n = poll_send();
     n += poll_recv();
+    ctx().finish_progress();   // the ACKs after what the handlers sent
     (void)md_.cm().progress();
     if (!closed_rx_qps_.empty() && !recv_cq_->ready()) {
         closed_rx_qps_.clear();   // what they delivered has been polled

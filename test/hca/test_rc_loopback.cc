@@ -253,6 +253,48 @@ TEST_F(rc_send, blueflame_write_that_is_no_posted_wqe_sends_nothing)
     EXPECT_STREQ(reinterpret_cast<const char *>(rbuf.data()), msg);
 }
 
+// A slice that holds its ACKs (what the UCT progress uses): the SEND is
+// received and completed, the reply its handler posts goes on the wire
+// first, and the ACK follows at finish_progress(). A plain slice ACKs at
+// its end. The fabric's frame count tells which frame went when.
+TEST_F(rc_send, held_ack_goes_after_the_reply_posted_before_finish_progress)
+{
+    drv::qp_caps caps;
+    caps.max_inline = 64;
+    start(caps);
+    std::vector<uint8_t> abuf(64, 0), bbuf(64, 0);
+    auto &amr = a.reg(abuf.data(), abuf.size());
+    auto &bmr = b.reg(bbuf.data(), bbuf.size());
+    ASSERT_EQ(a.post_recv(1, abuf.data(), 64, amr.lkey()), status::ok);
+    ASSERT_EQ(b.post_recv(2, bbuf.data(), 64, bmr.lkey()), status::ok);
+    ASSERT_EQ(b.post_recv(3, bbuf.data(), 64, bmr.lkey()), status::ok);
+    const char ping[] = "ping", pong[] = "pong";
+    const uint32_t flags = drv::send_signaled | drv::send_inline;
+
+    ASSERT_EQ(a.post_send(10, ping, sizeof(ping), 0, flags), status::ok);
+    uint64_t sent = fab.frames_sent();   // the ping
+    (void)b.ctx->progress_holding_acks(64);
+    ASSERT_EQ(b.poll(), 1u);
+    EXPECT_STREQ(reinterpret_cast<const char *>(bbuf.data()), ping);
+    EXPECT_EQ(fab.frames_sent(), sent);            // no ACK yet
+    ASSERT_EQ(b.post_send(20, pong, sizeof(pong), 0, flags), status::ok);
+    EXPECT_EQ(fab.frames_sent(), sent + 1);        // the reply
+    EXPECT_EQ(b.counter(dev::counter::acks_sent), 0u);
+    b.ctx->finish_progress();
+    EXPECT_EQ(fab.frames_sent(), sent + 2);        // then the ACK
+    EXPECT_EQ(b.counter(dev::counter::acks_sent), 1u);
+    ASSERT_TRUE(progress_until([&] { return a.send_wcs.size() == 1 && a.recv_wcs.size() == 1; }));
+    EXPECT_EQ(a.send_wcs[0].status, drv::wc_status::success);
+    EXPECT_STREQ(reinterpret_cast<const char *>(abuf.data()), pong);
+
+    // A plain slice sends its ACK before returning.
+    ASSERT_EQ(a.post_send(11, ping, sizeof(ping), 0, flags), status::ok);
+    sent = fab.frames_sent();
+    (void)b.ctx->progress(64);
+    EXPECT_EQ(fab.frames_sent(), sent + 1);
+    EXPECT_EQ(b.counter(dev::counter::acks_sent), 2u);
+}
+
 TEST_F(rc_send, gather_two_entries_scatter_two_entries)
 {
     drv::qp_caps caps;

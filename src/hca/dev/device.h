@@ -112,6 +112,15 @@ public:
     /// drives its device at once instead of waiting for the thread's turn
     /// on a core.
     unsigned progress(unsigned budget);
+    /// The same slice, but its ACKs wait for send_held_acks(), which the
+    /// caller makes before it returns to its application: completions it
+    /// polls in between, and the replies their handlers post, go out
+    /// first, so a ping-pong's reply is not queued behind an ACK and the
+    /// ACK is handled by the other side while it waits anyway. Only a
+    /// progress-driven device holds ACKs (the engine thread's slices send
+    /// theirs: it may run this one's too).
+    unsigned progress_holding_acks(unsigned budget);
+    void     send_held_acks();
 
     /// Runs the device on a thread of its own (DESIGN decision 5: the same
     /// time slice, called by the device instead of the driver's progress),
@@ -253,7 +262,7 @@ private:
         std::span<const uint8_t> ext;       ///< extended headers after BTH
         std::span<const uint8_t> payload;
     };
-    unsigned run(unsigned budget);   ///< progress() without the thread check
+    unsigned run(unsigned budget, bool hold_acks = false);   ///< progress() without the thread check
     unsigned run_slice();            ///< the engine thread's run(), locked
     void     engine_loop(const std::function<bool()> &on_start);
     void     engine_sleep();

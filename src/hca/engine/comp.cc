@@ -35,7 +35,19 @@ unsigned device::progress(unsigned budget)
     return g.owns_lock() ? run(budget) : 0;
 }
 
-unsigned device::run(unsigned budget)
+unsigned device::progress_holding_acks(unsigned budget)
+{
+    return thread_.joinable() ? progress(budget) : run(budget, true);
+}
+
+void device::send_held_acks()
+{
+    if (!thread_.joinable() && !ack_list_.empty()) {
+        flush_acks();
+    }
+}
+
+unsigned device::run(unsigned budget, bool hold_acks)
 {
     if (!port_) {
         if (catastrophic_) {
@@ -50,7 +62,7 @@ unsigned device::run(unsigned budget)
         return n;
     }
     n += run_responders();
-    if (!ack_list_.empty()) {
+    if (!hold_acks && !ack_list_.empty()) {
         flush_acks();
     }
     n += run_requesters();
