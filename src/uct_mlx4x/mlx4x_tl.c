@@ -85,8 +85,9 @@ static ucs_config_field_t uct_mlx4x_iface_config_table[] = {
      "(am_bcopy / put_bcopy), in bytes.",
      ucs_offsetof(uct_mlx4x_iface_config_t, seg_size), UCS_CONFIG_TYPE_MEMUNITS},
 
-    {"TX_QUEUE_LEN", "128",
-     "Send queue length of each connection (work requests in flight).",
+    {"TX_QUEUE_LEN", "256",
+     "Send queue length of each connection (work requests in flight; a\n"
+     "stream of small messages keeps as many in flight as this allows).",
      ucs_offsetof(uct_mlx4x_iface_config_t, tx_queue_len), UCS_CONFIG_TYPE_UINT},
 
     {"TX_CQ_MODERATION", "16",

@@ -54,7 +54,11 @@ struct limits {
     static constexpr uint32_t max_sg       = 32;
     static constexpr uint32_t max_desc_sz  = 1024;   ///< bytes per WQE
     static constexpr uint32_t mtu          = 4096;
-    static constexpr uint32_t max_unacked  = 64;     ///< packets in flight per QP
+    /// Packets in flight per QP: several of the responder's ACK batches (one
+    /// per slice, up to 64 frames), so a stream never waits for an ACK; at
+    /// 64 the sender stopped at every batch (tag_bw 8 B: 95 % of BlueFlame
+    /// writes found the window shut). Full rings push back beyond it.
+    static constexpr uint32_t max_unacked  = 256;
     static constexpr uint32_t log_max_mcg  = 8;      ///< MCG table entries (C14)
     static constexpr uint32_t log_max_qp_per_mcg = 6;
 };
