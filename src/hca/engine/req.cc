@@ -109,9 +109,11 @@ unsigned device::run_requesters()
     unsigned work = 0;
     for (qp *q : active_qps_) {
         // The common idle case, answered here: an RTS QP with no message
-        // under way and no new WQE (the doorbell started the last one).
+        // under way and no new WQE (the doorbell started the last one). A
+        // tag-list command QP takes its WQEs at sq_head (run_tm_command).
+        uint32_t next = q->st == prm::qp_st::tm_cmd ? q->sq_head : q->cur_wqe;
         if (q->state == prm::qp_state::rts && !q->sending &&
-            !engine::sq_wqe_ready(*q, q->cur_wqe)) {
+            !engine::sq_wqe_ready(*q, next)) {
             continue;
         }
         work += run_requester(*q);
