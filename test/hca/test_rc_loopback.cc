@@ -77,13 +77,20 @@ TEST_F(port, C16_qp_lookup_by_number)
 
 // ---- SEND ---------------------------------------------------------------
 
-class rc_send : public rc_pair {};
+class rc_send : public rc_pair {
+protected:
+    /// Connected QPs whose WQEs carry up to 64 bytes inline.
+    void start_inline()
+    {
+        drv::qp_caps caps;
+        caps.max_inline = 64;
+        start(caps);
+    }
+};
 
 TEST_F(rc_send, small_inline)
 {
-    drv::qp_caps caps;
-    caps.max_inline = 64;
-    start(caps);
+    start_inline();
     std::vector<uint8_t> rbuf(64, 0);
     auto &rmr = b.reg(rbuf.data(), rbuf.size());
     ASSERT_EQ(b.post_recv(7, rbuf.data(), 64, rmr.lkey()), status::ok);
@@ -117,9 +124,7 @@ protected:
     void start_with_receives(int n)
     {
         fab.set_faults({.queue_capacity = 2});
-        drv::qp_caps caps;
-        caps.max_inline = 64;
-        start(caps);
+        start_inline();
         rbuf.assign(n * msg_size, 0);
         auto &rmr = b.reg(rbuf.data(), rbuf.size());
         for (int i = 0; i < n; ++i) {
@@ -186,9 +191,7 @@ TEST_F(rc_send_full_queue, blueflame_write_behind_a_waiting_wqe_does_not_overtak
 // fetched from the send queue.
 TEST_F(rc_send, blueflame_carries_small_inline_sends_a_gather_list_rings_the_doorbell)
 {
-    drv::qp_caps caps;
-    caps.max_inline = 64;
-    start(caps);
+    start_inline();
     std::vector<uint8_t> rbuf(128, 0);
     auto &rmr = b.reg(rbuf.data(), rbuf.size());
     ASSERT_EQ(b.post_recv(1, rbuf.data(), 64, rmr.lkey()), status::ok);
@@ -213,9 +216,7 @@ TEST_F(rc_send, blueflame_carries_small_inline_sends_a_gather_list_rings_the_doo
 // nothing is sent, and the QP works on.
 TEST_F(rc_send, blueflame_write_that_is_no_posted_wqe_sends_nothing)
 {
-    drv::qp_caps caps;
-    caps.max_inline = 64;
-    start(caps);
+    start_inline();
     // A well-formed 8-byte inline SEND, but in no queue.
     alignas(64) uint8_t wqe[prm::bf_buf_size * 2] = {};
     prm::wqe_ctrl_seg ctrl{};
@@ -259,9 +260,7 @@ TEST_F(rc_send, blueflame_write_that_is_no_posted_wqe_sends_nothing)
 // its end. The fabric's frame count tells which frame went when.
 TEST_F(rc_send, held_ack_goes_after_the_reply_posted_before_finish_progress)
 {
-    drv::qp_caps caps;
-    caps.max_inline = 64;
-    start(caps);
+    start_inline();
     std::vector<uint8_t> abuf(64, 0), bbuf(64, 0);
     auto &amr = a.reg(abuf.data(), abuf.size());
     auto &bmr = b.reg(bbuf.data(), bbuf.size());
