@@ -104,6 +104,12 @@ status device::count_tx(status s, size_t payload_bytes)
     return s;
 }
 
+/// Whether `q` may send another packet: fewer than max_unacked in flight.
+static bool window_open(const qp &q)
+{
+    return ib::psn_diff(q.next_psn, q.acked_psn) < int32_t(limits::max_unacked);
+}
+
 unsigned device::run_requesters()
 {
     unsigned work = 0;
@@ -165,7 +171,7 @@ bool device::send_one_packet(qp &q)
             return false;
         }
         q.rnr_until = 0;
-        if (ib::psn_diff(q.next_psn, q.acked_psn) >= int32_t(limits::max_unacked)) {
+        if (!window_open(q)) {
             return false;
         }
     }
@@ -392,8 +398,7 @@ device::single_tx device::send_blueflame(qp &q, std::span<const uint8_t> wqe)
     // The write is the WQE at cur_wqe only when that is the last one
     // posted: an earlier one still waiting goes first, from the queue.
     if (q.state != prm::qp_state::rts || q.sending || q.st == prm::qp_st::tm_cmd ||
-        q.datagram() || q.rnr_until ||
-        ib::psn_diff(q.next_psn, q.acked_psn) >= int32_t(limits::max_unacked) ||
+        q.datagram() || q.rnr_until || !window_open(q) ||
         !engine::sq_wqe_ready(q, q.cur_wqe) || engine::sq_wqe_ready(q, q.cur_wqe + 1)) {
         return single_tx::not_single;
     }
