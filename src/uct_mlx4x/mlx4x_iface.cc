@@ -741,13 +741,23 @@ unsigned interface::poll_recv()
         }
     }
     unsigned total = 0;
-    while (total < recv_poll_max && recv_cq_->ready()) {
-        drv::wc  wcs[poll_batch];
-        unsigned n = recv_cq_->poll(wcs);
-        for (unsigned k = 0; k < n; ++k) {
-            on_receive(wcs[k]);
+    for (; total < recv_poll_max; ++total) {
+        drv::cq::srq_receive r;
+        drv::cq::next        next = recv_cq_->poll_srq_receive(*srq_, r);
+        if (next == drv::cq::next::taken) {
+            // The common message, without a work completion.
+            const uint8_t *buf = rx_bufs_.slot(r.wr_id);
+            if (r.tm_unexpected) {
+                on_unexpected(buf, r.byte_len, std::nullopt);
+            } else {
+                on_untagged(buf, r.byte_len);
+            }
+            (void)post_rx(uint32_t(r.wr_id));
+        } else if (drv::wc w; next == drv::cq::next::other && recv_cq_->poll({&w, 1})) {
+            on_receive(w);
+        } else {
+            break;
         }
-        total += n;
     }
     return total;
 }
@@ -771,17 +781,21 @@ void interface::on_receive(const drv::wc &w)
         }
         return;
     }
-    const uint8_t *buf = rx_bufs_.slot(w.wr_id);
-    auto op = w.byte_len ? static_cast<ib::tmh_opcode>(buf[0]) : ib::tmh_opcode::rndv;
-    if (op == ib::tmh_opcode::no_tag && w.byte_len >= sizeof(am_hdr)) {
-        on_am(buf, w.byte_len);
-    } else if (op == ib::tmh_opcode::fin) {
-        on_fin(buf, w.byte_len);
-    } else {
-        MLX4X_ERROR("dropping a %u-byte message of tmh opcode %u from qp 0x%x",
-                    w.byte_len, unsigned(op), w.qpn);
-    }
+    on_untagged(rx_bufs_.slot(w.wr_id), w.byte_len);
     (void)post_rx(uint32_t(w.wr_id));
+}
+
+/// An untagged message in an SRQ buffer: an active message or a FIN.
+void interface::on_untagged(const uint8_t *buf, uint32_t len)
+{
+    auto op = len ? static_cast<ib::tmh_opcode>(buf[0]) : ib::tmh_opcode::rndv;
+    if (op == ib::tmh_opcode::no_tag && len >= sizeof(am_hdr)) {
+        on_am(buf, len);
+    } else if (op == ib::tmh_opcode::fin) {
+        on_fin(buf, len);
+    } else {
+        MLX4X_ERROR("dropping a %u-byte message of tmh opcode %u", len, unsigned(op));
+    }
 }
 
 void interface::on_am(const uint8_t *buf, uint32_t len)

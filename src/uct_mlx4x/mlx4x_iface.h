@@ -322,11 +322,13 @@ private:
     std::optional<mad::cm::reject_reason> accept(uint32_t cm_id, const mad::cm::peer_info &req,
                                                  mad::cm::endpoint_info &reply);
     void on_receive(const drv::wc &w);
+    void on_untagged(const uint8_t *buf, uint32_t len);
     void on_am(const uint8_t *buf, uint32_t len);
     // tag matching (mlx4x_tag.cc)
     status init_tm(const uct_iface_params_t &params);
     void on_tm_completion(const drv::wc &w);
-    void on_unexpected(const uint8_t *buf, const drv::wc &w);
+    /// `imm`: the message's immediate data (host order), if it had one.
+    void on_unexpected(const uint8_t *buf, uint32_t len, std::optional<uint32_t> imm);
     void unexpected_sync_eager(const uint8_t *data, uint32_t len, uint64_t tag,
                                uint64_t imm);
     void on_fin(const uint8_t *buf, uint32_t len);

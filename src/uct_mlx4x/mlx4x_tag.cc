@@ -388,7 +388,8 @@ void interface::on_tm_completion(const drv::wc &w)
         return;
     }
     if (w.opcode == drv::wc_opcode::tm_unexpected) {
-        on_unexpected(rx_bufs_.slot(w.wr_id), w);
+        on_unexpected(rx_bufs_.slot(w.wr_id), w.byte_len,
+                      w.tm.with_imm ? std::optional<uint32_t>(w.imm) : std::nullopt);
         (void)post_rx(uint32_t(w.wr_id));
         return;
     }
@@ -428,15 +429,16 @@ void interface::on_tm_completion(const drv::wc &w)
 
 /// A tagged message no posted receive matched: UCP matches it in software.
 /// The data is not kept (no UCT_CB_PARAM_FLAG_DESC): UCP copies it.
-void interface::on_unexpected(const uint8_t *buf, const drv::wc &w)
+void interface::on_unexpected(const uint8_t *buf, uint32_t byte_len,
+                              std::optional<uint32_t> imm_data)
 {
     ib::tmh h;
-    if (w.byte_len < sizeof(h) || !tm_) {
+    if (byte_len < sizeof(h) || !tm_) {
         return;
     }
     std::memcpy(&h, buf, sizeof(h));
     const uint8_t *data = buf + sizeof(h);
-    uint32_t len = w.byte_len - uint32_t(sizeof(h));
+    uint32_t len = byte_len - uint32_t(sizeof(h));
     if (h.opcode == uint8_t(ib::tmh_opcode::rndv)) {
         ib::rvh r;
         if (len < sizeof(r)) {
@@ -446,11 +448,11 @@ void interface::on_unexpected(const uint8_t *buf, const drv::wc &w)
         uint64_t rkey = r.rkey.get();   // the packed form rkey_unpack reads
         (void)tm_->rndv_cb(tm_->rndv_arg, 0, h.tag.get(), data + sizeof(r),
                            len - unsigned(sizeof(r)), r.va.get(), r.len.get(), &rkey);
-    } else if (w.tm.with_imm && w.imm == 0 && h.app_ctx.get() == 0) {
+    } else if (imm_data == 0u && h.app_ctx.get() == 0) {
         // Software rendezvous request: remote_addr 0, the RTS as header.
         (void)tm_->rndv_cb(tm_->rndv_arg, 0, h.tag.get(), data, len, 0, 0, nullptr);
     } else {
-        uint64_t imm = w.tm.with_imm ? (uint64_t(h.app_ctx.get()) << 32) | w.imm : 0;
+        uint64_t imm = imm_data ? (uint64_t(h.app_ctx.get()) << 32) | *imm_data : 0;
         if (imm) {
             unexpected_sync_eager(data, len, h.tag.get(), imm);
         } else {

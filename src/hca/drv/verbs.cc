@@ -973,8 +973,7 @@ void cq::clean(uint32_t qpn, srq *shared_rq)
     }
     if (freed) {
         cons_index_ += freed;
-        std::atomic_ref<uint32_t>(db_.set_ci).store(
-            byteswap_if_little(cons_index_ & 0xffffff), std::memory_order_release);
+        publish_consumer_index();
     }
 }
 
@@ -994,8 +993,7 @@ status cq::resize(uint32_t entries)
     }
     poll_lock g(*this);
     // The device must see every CQE we polled before it moves the rest.
-    std::atomic_ref<uint32_t>(db_.set_ci).store(
-        byteswap_if_little(cons_index_ & 0xffffff), std::memory_order_release);
+    publish_consumer_index();
     auto *cc = static_cast<prm::cq_context *>(ctx_.mailbox());
     std::memset(cc, 0, sizeof(*cc));
     prm::cqc_log_size::set(cc->logsize_usrpage, log);
@@ -1123,18 +1121,6 @@ srq::~srq()
 status srq::arm(uint16_t limit)
 {
     return ctx_.command(prm::cmd_opcode::arm_srq, srqn_, limit);
-}
-
-uint64_t srq::complete(uint16_t wqe_index)
-{
-    uint16_t index = uint16_t(wqe_index & (size_ - 1));
-    prm::wqe_srq_next_seg next;
-    std::memcpy(&next, wqe(tail_), sizeof(next));
-    next.next_wqe_index.set(index);
-    std::memcpy(wqe(tail_), &next, sizeof(next));
-    tail_ = index;
-    --posted_;
-    return wrid_[index];
 }
 
 // ---- qp -----------------------------------------------------------------

@@ -486,6 +486,20 @@ public:
     inline bool ready() const;
     /// Polls up to wcs.size() completions; returns how many were written.
     inline unsigned poll(std::span<wc> wcs);
+    /// The receive completion a UCT interface takes most, read straight
+    /// from its CQE without building a work completion (as UCX's mlx5
+    /// transport reads CQEs through mlx5dv): a successful SEND or an
+    /// unexpected tagged message, neither with immediate data, that took a
+    /// WQE of SRQ `s`.
+    struct srq_receive {
+        uint64_t wr_id;
+        uint32_t byte_len;
+        bool     tm_unexpected;
+    };
+    enum class next { taken, other, empty };
+    /// Takes the next CQE into `r` when it is such a completion (taken);
+    /// `other`: a CQE for poll(); `empty`: none.
+    inline next poll_srq_receive(srq &s, srq_receive &r);
     /// Removes the unpolled CQEs of QP `qpn` (mlx4_ib_cq_clean): used when
     /// the QP is reset or destroyed, so that no completion of its old life
     /// reaches its next one (the choice for C40, see docs/conformance.md).
@@ -507,6 +521,12 @@ private:
     static uint8_t owner_of(const uint8_t *cqe)
     {
         return __atomic_load_n(&cqe[31], __ATOMIC_ACQUIRE);
+    }
+    /// Tells the device how far we consumed (its overrun check).
+    void publish_consumer_index()
+    {
+        std::atomic_ref<uint32_t>(db_.set_ci).store(
+            byteswap_if_little(cons_index_ & 0xffffff), std::memory_order_release);
     }
     /// Whether the CQE at `i` is software's: the owner bit flips each pass.
     bool sw_owned(uint8_t owner, uint32_t i) const
@@ -574,7 +594,7 @@ public:
     /// WQEs remain; 0 disarms.
     status arm(uint16_t limit);
     /// A CQE consumed WQE `wqe_index`: its wr_id; the WQE is free again.
-    uint64_t complete(uint16_t wqe_index);
+    inline uint64_t complete(uint16_t wqe_index);
     /// WQE `wqe_index` was consumed by a QP destroyed before its completion
     /// was polled (cq::clean): free again, and its wr_id kept for the
     /// consumer, whose buffer it still holds (take_dropped()).

@@ -5,6 +5,7 @@
 
 #include "hca/base/copy.h"
 
+#include <cstddef>
 #include <cstring>
 
 namespace mlx4x::drv {
@@ -465,6 +466,18 @@ inline status srq::post_recv(uint64_t wr_id, std::span<const sge> sg)
     return status::ok;
 }
 
+inline uint64_t srq::complete(uint16_t wqe_index)
+{
+    uint16_t index = uint16_t(wqe_index & (size_ - 1));
+    prm::wqe_srq_next_seg next;
+    std::memcpy(&next, wqe(tail_), sizeof(next));
+    next.next_wqe_index.set(index);
+    std::memcpy(wqe(tail_), &next, sizeof(next));
+    tail_ = index;
+    --posted_;
+    return wrid_[index];
+}
+
 inline bool cq::ready() const
 {
     poll_lock g(*this);
@@ -527,11 +540,40 @@ inline unsigned cq::poll(std::span<wc> wcs)
                                    : q->rq_complete(wqe_index);
     }
     if (n) {
-        // Tell the device how far we consumed (its overrun check).
-        std::atomic_ref<uint32_t>(db_.set_ci).store(
-            byteswap_if_little(cons_index_ & 0xffffff), std::memory_order_release);
+        publish_consumer_index();
     }
     return n;
+}
+
+inline cq::next cq::poll_srq_receive(srq &s, srq_receive &r)
+{
+    if (shared_poll_) {
+        return ready() ? next::other : next::empty;   // poll() takes the lock
+    }
+    const uint8_t *entry = cqe_at(cons_index_);
+    uint8_t        owner = owner_of(entry);
+    if (!sw_owned(owner, cons_index_)) {
+        return next::empty;
+    }
+    uint8_t op = owner & (prm::cqe_is_send_mask | prm::cqe_opcode_mask);
+    bool    tm = op == uint8_t(prm::tm_cqe_opcode::unexpected);
+    if (!tm && op != uint8_t(prm::recv_opcode::send)) {
+        return next::other;
+    }
+    prm::cqe c;
+    std::memcpy(&c, entry, sizeof(c));
+    const qp *q = ctx_.qp_by_num(c.vlan_my_qpn.get() & prm::cqe_qpn_mask);
+    if (!q || q->shared_rq() != &s ||
+        (tm && (entry[offsetof(prm::tm_cqe, flags) - prm::cqe_offset_in_entry] &
+                prm::tm_cqe_with_imm))) {
+        return next::other;
+    }
+    ++cons_index_;
+    r.wr_id         = s.complete(c.wqe_index.get());
+    r.byte_len      = c.byte_cnt.get();
+    r.tm_unexpected = tm;
+    publish_consumer_index();
+    return next::taken;
 }
 
 } // namespace mlx4x::drv
