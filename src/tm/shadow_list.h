@@ -76,7 +76,8 @@ public:
     bool on_remove_done(uint32_t index, bool found, receive &out);
 
     /// Software handled one unexpected message. true when a sync (NOP) is
-    /// due; the caller reserves it with reserve_op().
+    /// due: every `sync_every` of them while receives are posted; the
+    /// caller reserves it with reserve_op().
     bool note_unexpected();
     uint32_t sw_unexpected() const { return sw_unexpected_; }
 

@@ -178,9 +178,11 @@ TEST(shadow_list, cancel_needs_a_free_operation)
     EXPECT_EQ(s.cancel(5, false, c), status::no_elem);
 }
 
-TEST(shadow_list, E63_unexpected_messages_ask_for_a_periodic_sync)
+TEST(shadow_list, E63_unexpected_messages_ask_for_a_periodic_sync_while_tags_are_posted)
 {
     shadow_list s(4, 4, /*sync_every=*/3);
+    uint32_t    index = 0;
+    post_appended(s, 0, index);
     EXPECT_FALSE(s.note_unexpected());
     EXPECT_FALSE(s.note_unexpected());
     EXPECT_TRUE(s.note_unexpected());
@@ -188,6 +190,22 @@ TEST(shadow_list, E63_unexpected_messages_ask_for_a_periodic_sync)
     ASSERT_TRUE(s.reserve_op());
     s.op_done();
     EXPECT_FALSE(s.note_unexpected());
+}
+
+// Only a posted tag can wait for a sync: with none, unexpected messages
+// are counted (the next APPEND carries the count) but ask for no NOP.
+TEST(shadow_list, E63_no_sync_while_no_tag_is_posted)
+{
+    shadow_list s(4, 4, /*sync_every=*/3);
+    for (int i = 0; i < 7; ++i) {
+        EXPECT_FALSE(s.note_unexpected());
+    }
+    EXPECT_EQ(s.sw_unexpected(), 7u);
+    uint32_t index = 0;
+    post_appended(s, 0, index);
+    EXPECT_FALSE(s.note_unexpected());
+    EXPECT_FALSE(s.note_unexpected());
+    EXPECT_TRUE(s.note_unexpected());
 }
 
 } // namespace
