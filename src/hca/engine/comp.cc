@@ -55,6 +55,7 @@ unsigned device::run(unsigned budget, bool hold_acks)
         }
         return 0;
     }
+    slice_now_ = 0;   // the timers read the clock afresh, once
     unsigned n = port_->poll(*this, budget);
     if (catastrophic_) {
         port_.reset();   // E12: the HCA is out of service
@@ -149,7 +150,7 @@ void device::complete_response(qp &q, const engine::pkt &p)
     q.acked_psn    = ib::psn_add(p.psn, 1);
     q.retries_left = q.retry_cnt;
     retire_acked(q);
-    q.timer_deadline = q.acked_psn == q.next_psn ? 0 : now() + ack_timeout_ns(q);
+    q.timer_deadline = q.acked_psn == q.next_psn ? 0 : slice_now() + ack_timeout_ns(q);
 }
 
 void device::complete(qp &q, const engine::pkt &p)
@@ -187,7 +188,7 @@ void device::complete(qp &q, const engine::pkt &p)
             q.rd_atomic_inflight -= q.track[i & (q.sq_size() - 1)].rd_atomic;
         }
         q.sq_head = q.cur_wqe;
-        q.timer_deadline = q.acked_psn == q.next_psn ? 0 : now() + ack_timeout_ns(q);
+        q.timer_deadline = q.acked_psn == q.next_psn ? 0 : slice_now() + ack_timeout_ns(q);
         return;
     }
     switch (cls) {
@@ -205,7 +206,7 @@ void device::complete(qp &q, const engine::pkt &p)
             }
             --q.rnr_left;
         }
-        q.rnr_until = now() + rnr_timer_ns(syn & 0x1f);
+        q.rnr_until = slice_now() + rnr_timer_ns(syn & 0x1f);
         rewind(q, psn);
         break;
     case ib::ack_class::nak: {
@@ -227,7 +228,7 @@ void device::complete(qp &q, const engine::pkt &p)
         count(counter::bad_packets);
         return;
     }
-    q.timer_deadline = q.acked_psn == q.next_psn ? 0 : now() + ack_timeout_ns(q);
+    q.timer_deadline = q.acked_psn == q.next_psn ? 0 : slice_now() + ack_timeout_ns(q);
 }
 
 /// A positive ACK moved acked_psn: the retry counts start over, and the
@@ -236,7 +237,7 @@ void device::acknowledged(qp &q)
 {
     q.retries_left   = q.retry_cnt;
     q.rnr_left       = q.rnr_retry;
-    q.timer_deadline = q.acked_psn == q.next_psn ? 0 : now() + ack_timeout_ns(q);
+    q.timer_deadline = q.acked_psn == q.next_psn ? 0 : slice_now() + ack_timeout_ns(q);
 }
 
 /// Moves acked_psn to `to` and retires what that completes. READs and
@@ -338,7 +339,7 @@ void device::run_timers()
             continue;
         }
         if (!t) {
-            t = now();
+            t = slice_now();
         }
         if (t < q->timer_deadline) {
             continue;
