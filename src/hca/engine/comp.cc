@@ -150,7 +150,7 @@ void device::complete_response(qp &q, const engine::pkt &p)
     q.acked_psn    = ib::psn_add(p.psn, 1);
     q.retries_left = q.retry_cnt;
     retire_acked(q);
-    q.timer_deadline = q.acked_psn == q.next_psn ? 0 : slice_now() + ack_timeout_ns(q);
+    restart_ack_timer(q);
 }
 
 void device::complete(qp &q, const engine::pkt &p)
@@ -188,7 +188,7 @@ void device::complete(qp &q, const engine::pkt &p)
             q.rd_atomic_inflight -= q.track[i & (q.sq_size() - 1)].rd_atomic;
         }
         q.sq_head = q.cur_wqe;
-        q.timer_deadline = q.acked_psn == q.next_psn ? 0 : slice_now() + ack_timeout_ns(q);
+        restart_ack_timer(q);
         return;
     }
     switch (cls) {
@@ -206,7 +206,7 @@ void device::complete(qp &q, const engine::pkt &p)
             }
             --q.rnr_left;
         }
-        q.rnr_until = slice_now() + rnr_timer_ns(syn & 0x1f);
+        q.rnr_until = now() + rnr_timer_ns(syn & 0x1f);   // at least that long
         rewind(q, psn);
         break;
     case ib::ack_class::nak: {
@@ -228,6 +228,13 @@ void device::complete(qp &q, const engine::pkt &p)
         count(counter::bad_packets);
         return;
     }
+    restart_ack_timer(q);
+}
+
+/// The local ACK timer runs while packets wait for their ACK (IBA
+/// 9.7.6.1.1); from the slice's clock, a few microseconds early at most.
+void device::restart_ack_timer(qp &q)
+{
     q.timer_deadline = q.acked_psn == q.next_psn ? 0 : slice_now() + ack_timeout_ns(q);
 }
 
@@ -237,7 +244,7 @@ void device::acknowledged(qp &q)
 {
     q.retries_left   = q.retry_cnt;
     q.rnr_left       = q.rnr_retry;
-    q.timer_deadline = q.acked_psn == q.next_psn ? 0 : slice_now() + ack_timeout_ns(q);
+    restart_ack_timer(q);
 }
 
 /// Moves acked_psn to `to` and retires what that completes. READs and
