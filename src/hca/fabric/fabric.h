@@ -55,6 +55,7 @@ struct frame_slot {
     size_t   len  = 0;
     uint64_t pos  = 0;         ///< the fabric's bookkeeping
     uint16_t dlid = 0;
+    bool     wake = false;     ///< the owner sleeps: commit() wakes it
 };
 
 /// A device port attached to a fabric.

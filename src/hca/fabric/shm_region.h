@@ -22,9 +22,11 @@
 namespace mlx4x::fabric::shm {
 
 constexpr uint64_t region_magic   = 0x6d6c783478666162ull; // "mlx4xfab"
-constexpr uint32_t region_version = 6;   ///< 2: port_entry.sleeping; 3: 256 ports;
+constexpr uint32_t region_version = 7;   ///< 2: port_entry.sleeping; 3: 256 ports;
                                          ///< 4: port_entry.multicast; 5: released;
-                                         ///< 6: probe_va
+                                         ///< 6: probe_va; 7: ring_tail_armed
+                                         ///< replaces port_entry.sleeping,
+                                         ///< producers read head, not seq
 constexpr uint32_t max_port_groups = 8;  ///< multicast groups per port
 constexpr uint32_t max_ports      = 256;
 constexpr uint32_t ring_slots     = 256;   ///< power of two
@@ -35,15 +37,21 @@ static_assert(std::atomic<uint64_t>::is_always_lock_free);
 static_assert(std::atomic<uint32_t>::is_always_lock_free);
 
 struct alignas(64) slot {
-    std::atomic<uint64_t> seq;   ///< == pos: free; == pos + 1: full
+    std::atomic<uint64_t> seq;   ///< == pos + 1: the frame at pos is published
+                                 ///< (the ring's head says which slots are free)
     uint32_t              len;
     uint32_t              reserved;
     uint8_t               data[slot_data_size];
 };
 static_assert(sizeof(slot) % 64 == 0);
 
+/// In a ring's tail: its owner is about to sleep. The producer whose claim
+/// clears it sends a datagram to the port's wake-up socket (shm_fabric.cc).
+constexpr uint64_t ring_tail_armed = uint64_t{1} << 63;
+
 struct ring {
-    alignas(64) std::atomic<uint64_t> tail;   ///< next position producers claim
+    /// Next position producers claim, | ring_tail_armed.
+    alignas(64) std::atomic<uint64_t> tail;
     alignas(64) std::atomic<uint64_t> head;   ///< next position the owner reads
     alignas(64) slot slots[ring_slots];
 };
@@ -56,9 +64,6 @@ struct alignas(64) port_entry {
     uint64_t              start_time;   ///< /proc/<pid>/stat starttime
     uint64_t              port_guid;
     uint32_t              generation;   ///< bumped at every attach
-    /// Set by an owner about to sleep: the next sender clears it and sends
-    /// a datagram to the port's wake-up socket (shm_fabric.cc).
-    std::atomic<uint32_t> sleeping;
     /// Multicast LIDs the port joined (0: free slot); senders copy a frame
     /// to a group to every member.
     std::atomic<uint16_t> multicast[max_port_groups];
