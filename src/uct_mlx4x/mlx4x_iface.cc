@@ -337,7 +337,7 @@ ucs_status_t endpoint::signal_tail()
     } else if (qp_->sq_free() == 0 || !iface_.tx_credit_available()) {
         return UCS_ERR_NO_RESOURCE;   // room comes with the flushed CQEs
     }
-    drv::send_wr wr;
+    drv::send_wr_core wr;
     wr.opcode = drv::wr_opcode::nop;
     return post(*this, wr, {}, true);
 }
@@ -748,7 +748,7 @@ unsigned interface::poll_recv()
             // The common message, without a work completion.
             const uint8_t *buf = rx_bufs_.slot(r.wr_id);
             if (r.tm_unexpected) {
-                on_unexpected(buf, r.byte_len, std::nullopt);
+                on_unexpected(buf, r.byte_len, false, 0);
             } else {
                 on_untagged(buf, r.byte_len);
             }

@@ -327,8 +327,10 @@ private:
     // tag matching (mlx4x_tag.cc)
     status init_tm(const uct_iface_params_t &params);
     void on_tm_completion(const drv::wc &w);
-    /// `imm`: the message's immediate data (host order), if it had one.
-    void on_unexpected(const uint8_t *buf, uint32_t len, std::optional<uint32_t> imm);
+    /// `imm`: the message's immediate data (host order) when `with_imm`.
+    /// (Not a std::optional: one passed by value is stored in pieces and
+    /// loaded whole, a store-forwarding stall per message.)
+    void on_unexpected(const uint8_t *buf, uint32_t len, bool with_imm, uint32_t imm);
     void unexpected_sync_eager(const uint8_t *data, uint32_t len, uint64_t tag,
                                uint64_t imm);
     void on_fin(const uint8_t *buf, uint32_t len);

@@ -50,7 +50,7 @@ ucs_status_t rdma_zcopy(uct_ep_h h, drv::wr_opcode opcode, const uct_iov_t *iov,
     if (ucs_status_t st = tx_check(e); st != UCS_OK) {
         return st;
     }
-    drv::send_wr wr;
+    drv::send_wr_core wr;
     wr.opcode      = opcode;
     wr.sg          = {sg, iovcnt};
     wr.remote_addr = remote_addr;
@@ -505,7 +505,7 @@ extern "C" ucs_status_t uct_mlx4x_ep_am_short(uct_ep_h h, uint8_t id,
     drv::sge sg[3] = {{reinterpret_cast<uint64_t>(&hdr), sizeof(hdr), 0},
                       {reinterpret_cast<uint64_t>(&header), sizeof(header), 0},
                       {reinterpret_cast<uint64_t>(payload), length, 0}};
-    drv::send_wr wr;
+    drv::send_wr_core wr;
     wr.flags = drv::send_signaled | drv::send_inline;
     wr.sg    = {sg, 3};
     return post(e, wr);
@@ -526,7 +526,7 @@ extern "C" ucs_status_t uct_mlx4x_ep_am_short_iov(uct_ep_h h, uint8_t id,
     if (ucs_status_t st = tx_check(e); st != UCS_OK) {
         return st;
     }
-    drv::send_wr wr;
+    drv::send_wr_core wr;
     wr.flags = drv::send_signaled | drv::send_inline;
     wr.sg    = {sg, iovcnt + 1};
     return post(e, wr);
@@ -549,7 +549,7 @@ extern "C" ssize_t uct_mlx4x_ep_am_bcopy(uct_ep_h h, uint8_t id,
     size_t len   = pack_cb(buf + sizeof(am_hdr), arg);
     drv::sge sg{reinterpret_cast<uint64_t>(buf), uint32_t(len + sizeof(am_hdr)),
                 e.bounce.mr->lkey()};
-    drv::send_wr wr;
+    drv::send_wr_core wr;
     wr.sg = {&sg, 1};
     ucs_status_t st = post(e, wr);
     return st == UCS_OK ? ssize_t(len) : ssize_t(st);
@@ -568,7 +568,7 @@ extern "C" ucs_status_t uct_mlx4x_ep_put_short(uct_ep_h h, const void *buffer,
         return st;
     }
     drv::sge sg{reinterpret_cast<uint64_t>(buffer), length, 0};
-    drv::send_wr wr;
+    drv::send_wr_core wr;
     wr.opcode      = drv::wr_opcode::rdma_write;
     wr.flags       = drv::send_signaled | drv::send_inline;
     wr.sg          = {&sg, 1};
@@ -588,7 +588,7 @@ extern "C" ssize_t uct_mlx4x_ep_put_bcopy(uct_ep_h h, uct_pack_callback_t pack_c
     uint8_t *buf = e.bounce.slot(e.posted % e.qp().caps().max_send_wr);
     size_t   len = pack_cb(buf, arg);
     drv::sge sg{reinterpret_cast<uint64_t>(buf), uint32_t(len), e.bounce.mr->lkey()};
-    drv::send_wr wr;
+    drv::send_wr_core wr;
     wr.opcode      = drv::wr_opcode::rdma_write;
     wr.sg          = {&sg, 1};
     wr.remote_addr = remote_addr;
@@ -632,7 +632,7 @@ extern "C" ucs_status_t uct_mlx4x_ep_get_bcopy(uct_ep_h h,
     uint8_t *buf = e.bounce.slot(e.posted % e.qp().caps().max_send_wr);
     drv::sge sg{reinterpret_cast<uint64_t>(buf), uint32_t(length),
                 e.bounce.mr->lkey()};
-    drv::send_wr wr;
+    drv::send_wr_core wr;
     wr.opcode      = drv::wr_opcode::rdma_read;
     wr.sg          = {&sg, 1};
     wr.remote_addr = remote_addr;
@@ -676,7 +676,7 @@ extern "C" ucs_status_t uct_mlx4x_ep_am_zcopy(uct_ep_h h, uint8_t id,
     std::memcpy(buf + sizeof(am_hdr), header, header_length);
     sg[0] = {reinterpret_cast<uint64_t>(buf), uint32_t(sizeof(am_hdr) + header_length),
              e.bounce.mr->lkey()};
-    drv::send_wr wr;
+    drv::send_wr_core wr;
     wr.sg = {sg, iovcnt + 1};
     ucs_status_t st = post(e, wr, {.comp = comp});
     return st == UCS_OK ? UCS_INPROGRESS : st;

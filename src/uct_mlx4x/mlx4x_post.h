@@ -63,8 +63,8 @@ inline bool am_id_ok(uint8_t id)
 /// moderation: the WQE asks for a CQE (and so for an immediate ACK) when
 /// something waits for it (`op`, `signal`) or once per TX_CQ_MODERATION
 /// posts; the others complete with the next signalled one.
-inline ucs_status_t post(endpoint &e, drv::send_wr &wr, const tx_op &op = {},
-                         bool signal = false)
+template <class WR>   // drv::send_wr, or drv::send_wr_core for the common ops
+inline ucs_status_t post(endpoint &e, WR &wr, const tx_op &op = {}, bool signal = false)
 {
     signal = signal || op.comp || op.unpack ||
              e.posted + 1 - e.signaled_upto >= e.owner().tx_cq_moderation();
@@ -99,7 +99,7 @@ inline ucs_status_t probe_peer(endpoint &e)
         tx_check(e) != UCS_OK) {
         return UCS_OK;
     }
-    drv::send_wr wr;
+    drv::send_wr_core wr;
     wr.opcode = drv::wr_opcode::rdma_write;
     ucs_status_t st = post(e, wr, {}, true);
     return st == UCS_ERR_NO_RESOURCE ? UCS_OK : st;

@@ -111,8 +111,7 @@ void device::mmio_write_blueflame(uint32_t bf_offset, std::span<const uint8_t> w
     }
     {
         auto lock = engine_lock();
-        prm::wqe_ctrl_seg ctrl;
-        std::memcpy(&ctrl, wqe.data(), sizeof(ctrl));
+        prm::wqe_ctrl_seg ctrl = prm::load_ctrl_seg(wqe.data());
         if (qp *q = find_qp(prm::bf_qpn(ctrl))) {
             // Whatever the fast path does not take, the WQE (also in the
             // send queue) goes the doorbell's way.

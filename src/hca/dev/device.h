@@ -291,7 +291,8 @@ private:
     single_tx send_blueflame(qp &q, std::span<const uint8_t> wqe);
     void      wake_engine_for_doorbell();
     void     build_tx_headers(qp &q);
-    static uint8_t *write_headers(const fabric::frame_slot &f, ib::lrh l, ib::bth b,
+    static uint8_t *write_headers(const fabric::frame_slot &f, const ib::lrh &l,
+                                  const ib::bth &b,
                                   uint8_t opcode, size_t payload_len, uint32_t psn,
                                   bool ackreq, bool solicited);
     static uint8_t *write_rc_headers(const fabric::frame_slot &f, const qp &q,
@@ -323,7 +324,7 @@ private:
     bool receive_ack(std::span<const uint8_t> frame);
     void acknowledged(qp &q);
     void restart_ack_timer(qp &q);
-    void complete_receive(qp &q, uint16_t slid, std::optional<be32> imm, bool solicited);
+    void complete_receive(qp &q, uint16_t slid, bool has_imm, be32 imm, bool solicited);
     void respond_write(qp &q, const engine::pkt &p);
     void respond_read(qp &q, const engine::pkt &p, bool duplicate);
     std::optional<ib::reth> checked_read_reth(qp &q, const engine::pkt &p,
@@ -412,6 +413,11 @@ private:
     void run_timers();
 
     // CQE writers (a CQ overrun puts the QP in ERROR, E13)
+    /// The CQ entry (its CQE half) for `q`'s next completion on its send
+    /// or receive CQ, written by the caller but for the owner byte, then
+    /// finish_cqe(). nullptr: no CQ, or it overran (E13, handled here).
+    uint8_t *start_cqe(qp &q, bool is_send, cq *&target);
+    void     finish_cqe(cq &c, uint8_t *entry, uint8_t owner_sr_opcode, bool solicited);
     /// `tm`: the first half of the entry, for tag matching CQEs.
     void write_cqe(qp &q, bool is_send, const prm::cqe &c, bool solicited = false,
                    const prm::tm_cqe *tm = nullptr);

@@ -309,8 +309,7 @@ void device::complete_wqe(qp &q, uint32_t index, prm::cqe_syndrome syndrome,
         tm_dev_wqe_done(q, index, error);   // the device's own WQEs: no CQE
         return;
     }
-    prm::wqe_ctrl_seg ctrl;
-    std::memcpy(&ctrl, q.sq_wqe(index), sizeof(ctrl));
+    prm::wqe_ctrl_seg ctrl = prm::load_ctrl_seg(q.sq_wqe(index));
     uint8_t opcode = uint8_t(ctrl.owner_opcode.get() & prm::cqe_opcode_mask);
     if (!error && !(ctrl.srcrb_flags.get() & prm::ctrl_cq_update)) {
         return;   // unsignalled: retired by the next signalled CQE (C64)
@@ -393,9 +392,23 @@ void device::write_err_cqe(qp &q, uint16_t wqe_index,
 void device::write_cqe(qp &q, bool is_send, const prm::cqe &c, bool solicited,
                        const prm::tm_cqe *tm)
 {
+    cq      *target = nullptr;
+    uint8_t *entry  = start_cqe(q, is_send, target);
+    if (!entry) {
+        return;
+    }
+    if (tm) {
+        std::memcpy(entry - prm::cqe_offset_in_entry, tm, sizeof(*tm));
+    }
+    std::memcpy(entry, &c, sizeof(c) - 1);
+    finish_cqe(*target, entry, c.owner_sr_opcode, solicited);
+}
+
+uint8_t *device::start_cqe(qp &q, bool is_send, cq *&target)
+{
     cq *cqp = find_cq(is_send ? q.send_cqn : q.recv_cqn);
     if (!cqp) {
-        return;
+        return nullptr;
     }
     uint32_t ci = load_be32_acquire(&cqp->db->set_ci) & 0xffffff;
     uint32_t pi = cqp->producer_index;
@@ -412,27 +425,27 @@ void device::write_cqe(qp &q, bool is_send, const prm::cqe &c, bool solicited,
         if (q.state != prm::qp_state::err) {
             set_qp_error(q);
         }
-        return;
+        return nullptr;
     }
-    uint8_t *entry = cqp->buf + size_t(pi & (cqp->size() - 1)) * prm::cqe_stride +
-                     prm::cqe_offset_in_entry;
-    if (tm) {
-        std::memcpy(entry - prm::cqe_offset_in_entry, tm, sizeof(*tm));
-    }
-    std::memcpy(entry, &c, sizeof(c) - 1);
-    uint8_t last = static_cast<uint8_t>(
-        (c.owner_sr_opcode & ~prm::cqe_owner_mask) |
-        ((pi & cqp->size()) ? prm::cqe_owner_mask : 0));
+    target = cqp;
+    return cqp->buf + size_t(pi & (cqp->size() - 1)) * prm::cqe_stride +
+           prm::cqe_offset_in_entry;
+}
+
+void device::finish_cqe(cq &c, uint8_t *entry, uint8_t owner_sr_opcode, bool solicited)
+{
+    uint32_t pi   = c.producer_index;
+    uint8_t  last = static_cast<uint8_t>((owner_sr_opcode & ~prm::cqe_owner_mask) |
+                                        ((pi & c.size()) ? prm::cqe_owner_mask : 0));
     // Release: the CQE body is visible before its owner bit flips.
-    std::atomic_ref<uint8_t>(entry[sizeof(c) - 1]).store(last,
-                                                         std::memory_order_release);
-    cqp->producer_index = (pi + 1) & 0xffffff;
+    std::atomic_ref<uint8_t>(entry[sizeof(prm::cqe) - 1]).store(last,
+                                                                std::memory_order_release);
+    c.producer_index = (pi + 1) & 0xffffff;
     // C66: an armed CQ raises one completion event for the next CQE (or the
     // next solicited one; error completions count as solicited).
-    bool error = (c.owner_sr_opcode & prm::cqe_opcode_mask) == prm::cqe_opcode_error;
-    if (cqp->arm == cq_arm::next ||
-        (cqp->arm == cq_arm::solicited && (solicited || error))) {
-        completion_event(*cqp);
+    bool error = (owner_sr_opcode & prm::cqe_opcode_mask) == prm::cqe_opcode_error;
+    if (c.arm == cq_arm::next || (c.arm == cq_arm::solicited && (solicited || error))) {
+        completion_event(c);
     }
 }
 

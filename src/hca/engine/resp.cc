@@ -650,11 +650,12 @@ void device::respond_send(qp &q, const pkt &p)
     q.recv_offset += uint32_t(p.payload.size());
     q.epsn = ib::psn_add(q.epsn, 1);
     if (last) {
-        std::optional<be32> imm;
-        if (p.has(ib::kind_imm)) {
+        bool has_imm = p.has(ib::kind_imm);
+        be32 imm{};
+        if (has_imm) {
             imm = p.ext<ib::immdt>(ib::hdr_immdt).imm;
         }
-        complete_receive(q, p.slid, imm, ib::bth_solicited(p.bth));
+        complete_receive(q, p.slid, has_imm, imm, ib::bth_solicited(p.bth));
     }
     schedule_ack(q);
 }
@@ -677,31 +678,42 @@ void device::fail_receive(qp &q, scatter_result r)
 
 /// The last packet of a SEND is placed: the message counts (MSN) and its
 /// receive WQE completes.
-void device::complete_receive(qp &q, uint16_t slid, std::optional<be32> imm,
+void device::complete_receive(qp &q, uint16_t slid, bool has_imm, be32 imm,
                               bool solicited)
 {
     q.in_send = false;
     q.msn     = ib::psn_add(q.msn, 1);
-    prm::cqe c{};
-    c.vlan_my_qpn.set(q.qpn);
-    c.byte_cnt.set(q.recv_offset);
-    c.wqe_index.set(q.recv_wqe);
-    c.g_mlpath_rqpn.set(q.remote_qpn);
-    c.rlid.set(slid);
-    if (imm) {
-        c.immed_rss_invalid.raw = imm->raw;
+    cq      *target = nullptr;
+    uint8_t *entry  = start_cqe(q, false, target);
+    if (!entry) {
+        return;
     }
-    c.owner_sr_opcode = uint8_t(imm ? prm::recv_opcode::send_imm : prm::recv_opcode::send);
+    // Written field by field in the entry: a CQE built on the stack and
+    // copied whole read back bytes just stored in pieces (a store-
+    // forwarding stall on every receive). The owner byte stays untouched
+    // until finish_cqe().
+    auto put = [](uint8_t *at, size_t offset, const auto &field) {
+        std::memcpy(at + offset, &field, sizeof(field));
+    };
+    std::memset(entry, 0, sizeof(prm::cqe) - 1);
+    put(entry, offsetof(prm::cqe, vlan_my_qpn), be32::of(q.qpn));
+    if (has_imm) {
+        put(entry, offsetof(prm::cqe, immed_rss_invalid), imm);
+    }
+    put(entry, offsetof(prm::cqe, g_mlpath_rqpn), be32::of(q.remote_qpn));
+    put(entry, offsetof(prm::cqe, rlid), be16::of(slid));
+    put(entry, offsetof(prm::cqe, byte_cnt), be32::of(q.recv_offset));
+    put(entry, offsetof(prm::cqe, wqe_index), be16::of(q.recv_wqe));
+    uint8_t opcode = uint8_t(has_imm ? prm::recv_opcode::send_imm : prm::recv_opcode::send);
     if (q.recv_unexpected) {
         // A tagged message for software; its tmh leads the data.
-        prm::tm_cqe x{};
-        x.flags = imm ? prm::tm_cqe_with_imm : 0;
-        c.owner_sr_opcode = uint8_t(prm::tm_cqe_opcode::unexpected);
+        uint8_t *tm = entry - prm::cqe_offset_in_entry;
+        std::memset(tm, 0, sizeof(prm::tm_cqe));
+        put(tm, offsetof(prm::tm_cqe, flags), uint8_t(has_imm ? prm::tm_cqe_with_imm : 0));
+        opcode            = uint8_t(prm::tm_cqe_opcode::unexpected);
         q.recv_unexpected = false;
-        write_cqe(q, false, c, solicited, &x);
-    } else {
-        write_cqe(q, false, c, solicited);
     }
+    finish_cqe(*target, entry, opcode, solicited);
 }
 
 /// The QP a packet with headers `l`, `b` goes to when it may take a fast
@@ -788,13 +800,14 @@ bool device::receive_send_only(std::span<const uint8_t> frame)
     }
     q->recv_offset = uint32_t(payload.size());
     q->epsn        = ib::psn_add(q->epsn, 1);
-    std::optional<be32> imm_data;
+    be32 imm_data{};
     if (imm) {
         ib::immdt i;
         std::memcpy(&i, frame.data() + sizeof(l) + sizeof(b), sizeof(i));
         imm_data = i.imm;
     }
-    complete_receive(*q, l.slid.get(), imm_data, (b.se_m_pad_tver & ib::bth_se_bit) != 0);
+    complete_receive(*q, l.slid.get(), imm, imm_data,
+                     (b.se_m_pad_tver & ib::bth_se_bit) != 0);
     schedule_ack(*q);
     return true;
 }

@@ -115,8 +115,7 @@ template <typename F> void for_each_inline_chunk(const send_wqe &w, F &&f)
 inline bool decode_send_wqe(const dev::qp &q, uint32_t index, send_wqe &w)
 {
     const uint8_t *p = q.sq_wqe(index);
-    prm::wqe_ctrl_seg ctrl;
-    std::memcpy(&ctrl, p, sizeof(ctrl));
+    prm::wqe_ctrl_seg ctrl = prm::load_ctrl_seg(p);
     size_t size = size_t(ctrl.fence_size & prm::ctrl_ds_mask) * prm::seg_size;
     if (size < sizeof(ctrl) || size > (size_t{1} << q.sq_log_stride)) {
         return false;

@@ -13,6 +13,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 namespace mlx4x::prm {
 
@@ -68,6 +69,26 @@ struct wqe_ctrl_seg {
 static_assert(sizeof(wqe_ctrl_seg) == 16);
 static_assert(offsetof(wqe_ctrl_seg, fence_size) == 7);
 static_assert(offsetof(wqe_ctrl_seg, imm) == 12);
+
+/// The control segment at `p`, read field by field: each load then lies
+/// within one store of the driver that wrote the WQE a moment ago, which a
+/// whole-segment copy does not (store forwarding fails and the read waits
+/// for the stores to reach the cache: two fifths of a BlueFlame doorbell in
+/// a perf profile).
+inline wqe_ctrl_seg load_ctrl_seg(const uint8_t *p)
+{
+    wqe_ctrl_seg c;
+    auto get = [p](size_t offset, auto &field) {
+        std::memcpy(&field, p + offset, sizeof(field));
+    };
+    get(offsetof(wqe_ctrl_seg, owner_opcode), c.owner_opcode);
+    get(offsetof(wqe_ctrl_seg, vlan_tag), c.vlan_tag);
+    get(offsetof(wqe_ctrl_seg, ins_vlan), c.ins_vlan);
+    get(offsetof(wqe_ctrl_seg, fence_size), c.fence_size);
+    get(offsetof(wqe_ctrl_seg, srcrb_flags), c.srcrb_flags);
+    get(offsetof(wqe_ctrl_seg, imm), c.imm);
+    return c;
+}
 
 /// A BlueFlame WQE's QPN (prm_db.h): the big-endian word at vlan_tag holds
 /// qpn << 8 | fence_size.
