@@ -112,17 +112,14 @@ constexpr bool consumes_srq_wqe(uint8_t owner_sr_opcode)
            (!is_tm_recv(op) || op == uint8_t(prm::tm_cqe_opcode::unexpected));
 }
 
-/// One data segment of a receive WQE, written field by field in place (a
-/// segment built on the stack and copied whole stalls store forwarding);
-/// no entry: the invalid L_Key that ends the scatter list.
+/// One data segment of a receive WQE, written in place (store_field); no
+/// entry: the invalid L_Key that ends the scatter list.
 inline void write_recv_seg(uint8_t *seg, const sge *entry)
 {
-    auto put = [seg](size_t offset, const auto &field) {
-        std::memcpy(seg + offset, &field, sizeof(field));
-    };
-    put(offsetof(prm::wqe_data_seg, byte_count), be32::of(entry ? entry->length : 0));
-    put(offsetof(prm::wqe_data_seg, lkey), be32::of(entry ? entry->lkey : prm::invalid_lkey));
-    put(offsetof(prm::wqe_data_seg, addr), be64::of(entry ? entry->addr : 0));
+    using seg_t = prm::wqe_data_seg;
+    store_field(seg, offsetof(seg_t, byte_count), be32::of(entry ? entry->length : 0));
+    store_field(seg, offsetof(seg_t, lkey), be32::of(entry ? entry->lkey : prm::invalid_lkey));
+    store_field(seg, offsetof(seg_t, addr), be64::of(entry ? entry->addr : 0));
 }
 
 inline void read_tm_cqe(const uint8_t *entry_cqe, wc_tm &t)
@@ -350,22 +347,17 @@ inline status qp::publish_send(uint32_t idx, uint8_t *wqe, const send_wr_core &w
     size_t bf_len = (bytes + prm::inline_align - 1) & ~size_t(prm::inline_align - 1);
     blueflame = blueflame && bf_len <= prm::bf_buf_size &&
                 bf_len <= size_t{1} << sq_log_stride_;
-    // Everything but the owner/opcode word first, field by field into the
-    // WQE: a copy of the segment built on the stack was written in pieces
-    // and read back whole, which store forwarding cannot serve (a fifth of
-    // a small-message post in a perf profile).
-    auto put = [wqe](size_t offset, const auto &field) {
-        std::memcpy(wqe + offset, &field, sizeof(field));
-    };
+    // Everything but the owner/opcode word first, in place (store_field:
+    // a stack copy of the segment stalled a fifth of a small post).
     using ctrl = prm::wqe_ctrl_seg;
-    put(offsetof(ctrl, vlan_tag), be16::of(blueflame ? uint16_t(qpn_ >> 8) : 0));
-    put(offsetof(ctrl, ins_vlan), uint8_t(blueflame ? qpn_ : 0));
-    put(offsetof(ctrl, fence_size),
-        uint8_t(ds | ((wr.flags & send_fence) ? prm::ctrl_fence : 0)));
-    put(offsetof(ctrl, srcrb_flags),
-        be32::of(((wr.flags & send_signaled) ? prm::ctrl_cq_update : 0) |
-                 ((wr.flags & send_solicited) ? prm::ctrl_solicited : 0)));
-    put(offsetof(ctrl, imm), be32::of(wr.imm));
+    store_field(wqe, offsetof(ctrl, vlan_tag), be16::of(blueflame ? uint16_t(qpn_ >> 8) : 0));
+    store_field(wqe, offsetof(ctrl, ins_vlan), uint8_t(blueflame ? qpn_ : 0));
+    store_field(wqe, offsetof(ctrl, fence_size),
+                uint8_t(ds | ((wr.flags & send_fence) ? prm::ctrl_fence : 0)));
+    store_field(wqe, offsetof(ctrl, srcrb_flags),
+                be32::of(((wr.flags & send_signaled) ? prm::ctrl_cq_update : 0) |
+                         ((wr.flags & send_solicited) ? prm::ctrl_solicited : 0)));
+    store_field(wqe, offsetof(ctrl, imm), be32::of(wr.imm));
     sq_wrid_[idx & (sq_size_ - 1)] = wr.wr_id;
     uint32_t owner_opcode = uint32_t(detail::to_prm(wr.opcode)) |
                             opmod << prm::wqe_opmod_shift |
@@ -484,11 +476,8 @@ inline uint64_t srq::complete(uint16_t wqe_index)
 {
     uint16_t index = uint16_t(wqe_index & (size_ - 1));
     // The free WQE goes behind the tail: only the tail's link changes,
-    // written in place (a copy of the segment patched on the stack and
-    // copied back stalled store forwarding on every receive).
-    be16 next = be16::of(index);
-    std::memcpy(wqe(tail_) + offsetof(prm::wqe_srq_next_seg, next_wqe_index), &next,
-                sizeof(next));
+    // written in place (store_field).
+    store_field(wqe(tail_), offsetof(prm::wqe_srq_next_seg, next_wqe_index), be16::of(index));
     tail_ = index;
     --posted_;
     return wrid_[index];
@@ -576,23 +565,20 @@ inline cq::next cq::poll_srq_receive(srq &s, srq_receive &r)
     if (!tm && op != uint8_t(prm::recv_opcode::send)) {
         return next::other;
     }
-    // The fields this needs, one load each: the device wrote the CQE a
-    // moment ago in pieces, and a whole-CQE copy could not be served by
-    // store forwarding (a fifth of poll_recv in a perf profile).
-    auto field = [entry](size_t offset, auto &value) {
-        std::memcpy(&value, entry + offset, sizeof(value));
-    };
+    // The fields this needs, one load each (load_field): the device wrote
+    // the CQE a moment ago in pieces (a whole-CQE copy stalled a fifth of
+    // poll_recv).
     be32 qpn, byte_cnt;
     be16 wqe_index;
-    field(offsetof(prm::cqe, vlan_my_qpn), qpn);
+    load_field(entry, offsetof(prm::cqe, vlan_my_qpn), qpn);
     const qp *q = ctx_.qp_by_num(qpn.get() & prm::cqe_qpn_mask);
     if (!q || q->shared_rq() != &s ||
         (tm && (entry[offsetof(prm::tm_cqe, flags) - prm::cqe_offset_in_entry] &
                 prm::tm_cqe_with_imm))) {
         return next::other;
     }
-    field(offsetof(prm::cqe, byte_cnt), byte_cnt);
-    field(offsetof(prm::cqe, wqe_index), wqe_index);
+    load_field(entry, offsetof(prm::cqe, byte_cnt), byte_cnt);
+    load_field(entry, offsetof(prm::cqe, wqe_index), wqe_index);
     ++cons_index_;
     r.wr_id         = s.complete(wqe_index.get());
     r.byte_len      = byte_cnt.get();

@@ -688,28 +688,25 @@ void device::complete_receive(qp &q, uint16_t slid, bool has_imm, be32 imm,
     if (!entry) {
         return;
     }
-    // Written field by field in the entry: a CQE built on the stack and
-    // copied whole read back bytes just stored in pieces (a store-
-    // forwarding stall on every receive). The owner byte stays untouched
+    // Written in place (store_field: a CQE built on the stack and copied
+    // whole stalled half of the CQE write); the owner byte stays untouched
     // until finish_cqe().
-    auto put = [](uint8_t *at, size_t offset, const auto &field) {
-        std::memcpy(at + offset, &field, sizeof(field));
-    };
     std::memset(entry, 0, sizeof(prm::cqe) - 1);
-    put(entry, offsetof(prm::cqe, vlan_my_qpn), be32::of(q.qpn));
+    store_field(entry, offsetof(prm::cqe, vlan_my_qpn), be32::of(q.qpn));
     if (has_imm) {
-        put(entry, offsetof(prm::cqe, immed_rss_invalid), imm);
+        store_field(entry, offsetof(prm::cqe, immed_rss_invalid), imm);
     }
-    put(entry, offsetof(prm::cqe, g_mlpath_rqpn), be32::of(q.remote_qpn));
-    put(entry, offsetof(prm::cqe, rlid), be16::of(slid));
-    put(entry, offsetof(prm::cqe, byte_cnt), be32::of(q.recv_offset));
-    put(entry, offsetof(prm::cqe, wqe_index), be16::of(q.recv_wqe));
+    store_field(entry, offsetof(prm::cqe, g_mlpath_rqpn), be32::of(q.remote_qpn));
+    store_field(entry, offsetof(prm::cqe, rlid), be16::of(slid));
+    store_field(entry, offsetof(prm::cqe, byte_cnt), be32::of(q.recv_offset));
+    store_field(entry, offsetof(prm::cqe, wqe_index), be16::of(q.recv_wqe));
     uint8_t opcode = uint8_t(has_imm ? prm::recv_opcode::send_imm : prm::recv_opcode::send);
     if (q.recv_unexpected) {
         // A tagged message for software; its tmh leads the data.
         uint8_t *tm = entry - prm::cqe_offset_in_entry;
         std::memset(tm, 0, sizeof(prm::tm_cqe));
-        put(tm, offsetof(prm::tm_cqe, flags), uint8_t(has_imm ? prm::tm_cqe_with_imm : 0));
+        store_field(tm, offsetof(prm::tm_cqe, flags),
+                    uint8_t(has_imm ? prm::tm_cqe_with_imm : 0));
         opcode            = uint8_t(prm::tm_cqe_opcode::unexpected);
         q.recv_unexpected = false;
     }
