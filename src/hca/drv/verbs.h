@@ -793,6 +793,7 @@ private:
         return buf_ + (size_t(idx & (sq_size_ - 1)) << sq_log_stride_);
     }
     inline bool   post_small_inline(const send_wr_core &wr, status &st);
+    inline status post_general(const send_wr &wr);
     inline status publish_send(uint32_t idx, uint8_t *wqe, const send_wr_core &wr, size_t bytes,
                                uint32_t opmod, bool blueflame);
     void reset_rings();

@@ -202,7 +202,7 @@ inline status qp::post_send(const send_wr_core &wr)
     }
     send_wr full;
     static_cast<send_wr_core &>(full) = wr;
-    return post_send(full);
+    return post_general(full);
 }
 
 inline status qp::post_send(const send_wr &wr)
@@ -210,6 +210,12 @@ inline status qp::post_send(const send_wr &wr)
     if (status st; (wr.flags & send_inline) && post_small_inline(wr, st)) {
         return st;
     }
+    return post_general(wr);
+}
+
+/// Any WR post_small_inline() did not take.
+inline status qp::post_general(const send_wr &wr)
+{
     // C37/E1: posting to a QP that cannot send is an immediate error. In
     // SQD the WQE waits for SQD2RTS (E3); in ERROR it is flushed (E4).
     if (state_ != prm::qp_state::rts && state_ != prm::qp_state::sqd &&
