@@ -11,6 +11,7 @@
 #include <chrono>
 #include <mutex>
 #include <sched.h>
+#include <utility>
 #include <sys/epoll.h>
 #include <sys/timerfd.h>
 #include <unistd.h>
@@ -525,6 +526,9 @@ uint64_t interface::next_deadline_ns() const
 ucs_status_t interface::event_arm(unsigned)
 {
     // Work that needs no peer is done now, not slept through.
+    if (std::exchange(upkeep_owed_, false)) {
+        (void)upkeep();
+    }
     if (!ctx().engine_threaded()) {
         for (unsigned i = 0; i < 16 && ctx().progress(progress_budget); ++i) {
         }
@@ -564,6 +568,7 @@ ucs_status_t interface::event_arm(unsigned)
 
 interface::~interface()
 {
+    ctx().progress_finish();   // what the last progress call left
     if (event_fd_ >= 0) close(event_fd_);
     if (timer_fd_ >= 0) close(timer_fd_);
     if (cfg_.counters) {
@@ -631,14 +636,41 @@ status interface::post_rx(uint32_t slot)
 
 unsigned interface::progress()
 {
-    // Events for UCX are the completions handed to it. The device's own
-    // work (ACKs, answering an SM's SMPs) and connection management are
-    // not: UCP counts any event without an active message as a reason to
-    // stay awake, and asserts there is none while it sets an interface up.
-    (void)ctx().progress_holding_acks(progress_budget);
+    // A call that hands received messages to UCX returns right after them
+    // and their ACKs: the rest of the device's slice (requests, timers) and
+    // the interface's upkeep wait for the next call, so an MPI reply, sent
+    // once the call returned, does not wait for them
+    // (dev::device::progress_receive).
+    bool     owed = std::exchange(upkeep_owed_, false);
+    unsigned n    = owed ? upkeep() : 0;
+    (void)ctx().progress_receive(progress_budget);   // the last slice's rest first
+    unsigned received = poll_recv();
+    ctx().progress_answer();   // the ACKs after what the handlers sent
+    if (received) {
+        upkeep_owed_ = true;
+        return n + received;
+    }
+    ctx().progress_finish();
+    if (!owed) {
+        n = upkeep();
+    }
+    if (n == 0 && ctx().engine_threaded()) {
+        // Nothing for us yet: the device thread may need this core (MPI
+        // ranks are often bound one per core).
+        sched_yield();
+    }
+    return n;
+}
+
+/// Send completions, connection management, pending sends: the part of a
+/// progress call no received message waits for. Events for UCX are the
+/// completions handed to it. The device's own work (ACKs, answering an SM's
+/// SMPs) and connection management are not: UCP counts any event without
+/// an active message as a reason to stay awake, and asserts there is none
+/// while it sets an interface up.
+unsigned interface::upkeep()
+{
     unsigned n = poll_send();
-    n += poll_recv();
-    ctx().finish_progress();   // the ACKs after what the handlers sent
     (void)md_.cm().progress();
     if (!closed_rx_qps_.empty() && !recv_cq_->ready()) {
         closed_rx_qps_.clear();   // what they delivered has been polled
@@ -646,11 +678,6 @@ unsigned interface::progress()
     dispatch_pending();
     if (tm_ && (rndv_probe_at_ || tm_->waiting_for_fin())) [[unlikely]] {
         probe_rndv_receivers();
-    }
-    if (n == 0 && ctx().engine_threaded()) {
-        // Nothing for us yet: the device thread may need this core (MPI
-        // ranks are often bound one per core).
-        sched_yield();
     }
     return n;
 }

@@ -316,6 +316,7 @@ public:
     ucs_status_t tag_recv_cancel(uct_tag_context_t *ctx, bool force);
 
 private:
+    unsigned upkeep();      ///< progress() beyond received messages
     unsigned poll_send();   ///< completions handled
     unsigned poll_recv();
     status listen();
@@ -362,6 +363,7 @@ private:
     bool                           listening_ = false;
     uint32_t                       tx_credits_ = 0;
     size_t                         pending_reqs_ = 0;
+    bool                           upkeep_owed_ = false;   ///< progress() returned early
     std::vector<endpoint *>              eps_;        ///< by conn_id (index)
     std::map<uint32_t, endpoint *>       ep_by_qpn_;
     /// Receiving QPs of incoming connections, by the CM's connection ID.

@@ -254,44 +254,73 @@ TEST_F(rc_send, blueflame_write_that_is_no_posted_wqe_sends_nothing)
     EXPECT_STREQ(reinterpret_cast<const char *>(rbuf.data()), msg);
 }
 
-// A slice that holds its ACKs (what the UCT progress uses): the SEND is
-// received and completed, the reply its handler posts goes on the wire
-// first, and the ACK follows at finish_progress(). A plain slice ACKs at
-// its end. The fabric's frame count tells which frame went when.
-TEST_F(rc_send, held_ack_goes_after_the_reply_posted_before_finish_progress)
+// A slice in steps (what the UCT progress uses): the SEND is received and
+// completed, the reply posted before progress_answer() goes on the wire
+// first, then the ACK; a message the doorbell did not finish (more than
+// 16 packets) goes on at progress_finish(), or first thing in the next
+// progress_receive(). A plain slice does all of it before returning. The
+// fabric's frame count tells which frame went when.
+TEST_F(rc_send, slice_in_steps_sends_the_reply_then_the_ack_then_the_rest)
 {
     start_inline();
     std::vector<uint8_t> abuf(64, 0), bbuf(64, 0);
     auto &amr = a.reg(abuf.data(), abuf.size());
     auto &bmr = b.reg(bbuf.data(), bbuf.size());
     ASSERT_EQ(a.post_recv(1, abuf.data(), 64, amr.lkey()), status::ok);
-    ASSERT_EQ(b.post_recv(2, bbuf.data(), 64, bmr.lkey()), status::ok);
-    ASSERT_EQ(b.post_recv(3, bbuf.data(), 64, bmr.lkey()), status::ok);
+    for (uint64_t id : {2, 3, 4}) {
+        ASSERT_EQ(b.post_recv(id, bbuf.data(), 64, bmr.lkey()), status::ok);
+    }
+    const size_t big_len = 20 * 4096;   // 20 packets: the doorbell sends 16
+    std::vector<uint8_t> big(big_len, 0x5a), sink(big_len, 0);
+    auto &big_mr  = b.reg(big.data(), big.size());
+    auto &sink_mr = a.reg(sink.data(), sink.size());
+    auto write_big = [&](uint64_t id) {
+        return b.post_write(id, big.data(), uint32_t(big_len), big_mr.lkey(),
+                            reinterpret_cast<uint64_t>(sink.data()), sink_mr.rkey());
+    };
     const char ping[] = "ping", pong[] = "pong";
     const uint32_t flags = drv::send_signaled | drv::send_inline;
 
     ASSERT_EQ(a.post_send(10, ping, sizeof(ping), 0, flags), status::ok);
     uint64_t sent = fab.frames_sent();   // the ping
-    (void)b.ctx->progress_holding_acks(64);
+    (void)b.ctx->progress_receive(64);
     ASSERT_EQ(b.poll(), 1u);
     EXPECT_STREQ(reinterpret_cast<const char *>(bbuf.data()), ping);
     EXPECT_EQ(fab.frames_sent(), sent);            // no ACK yet
     ASSERT_EQ(b.post_send(20, pong, sizeof(pong), 0, flags), status::ok);
     EXPECT_EQ(fab.frames_sent(), sent + 1);        // the reply
+    ASSERT_EQ(write_big(21), status::ok);
+    EXPECT_EQ(fab.frames_sent(), sent + 17);       // 16 packets of the WRITE
     EXPECT_EQ(b.counter(dev::counter::acks_sent), 0u);
-    b.ctx->finish_progress();
-    EXPECT_EQ(fab.frames_sent(), sent + 2);        // then the ACK
+    b.ctx->progress_answer();
+    EXPECT_EQ(fab.frames_sent(), sent + 18);       // then the ACK
     EXPECT_EQ(b.counter(dev::counter::acks_sent), 1u);
-    ASSERT_TRUE(progress_until([&] { return a.send_wcs.size() == 1 && a.recv_wcs.size() == 1; }));
+    b.ctx->progress_finish();
+    EXPECT_EQ(fab.frames_sent(), sent + 22);       // then the WRITE's rest
+    ASSERT_TRUE(progress_until([&] {
+        return a.recv_wcs.size() == 1 && b.send_wcs.size() == 2 && a.send_wcs.size() == 1;
+    }));
     EXPECT_EQ(a.send_wcs[0].status, drv::wc_status::success);
     EXPECT_STREQ(reinterpret_cast<const char *>(abuf.data()), pong);
+    EXPECT_EQ(sink, big);
+
+    // The next progress_receive() finishes an open slice first.
+    ASSERT_EQ(a.post_send(11, ping, sizeof(ping), 0, flags), status::ok);
+    (void)b.ctx->progress_receive(64);
+    ASSERT_EQ(b.poll(), 1u);
+    b.ctx->progress_answer();
+    EXPECT_EQ(b.counter(dev::counter::acks_sent), 2u);
+    ASSERT_EQ(write_big(22), status::ok);
+    sent = fab.frames_sent();
+    (void)b.ctx->progress_receive(64);
+    EXPECT_EQ(fab.frames_sent(), sent + 4);
 
     // A plain slice sends its ACK before returning.
-    ASSERT_EQ(a.post_send(11, ping, sizeof(ping), 0, flags), status::ok);
+    ASSERT_EQ(a.post_send(12, ping, sizeof(ping), 0, flags), status::ok);
     sent = fab.frames_sent();
     (void)b.ctx->progress(64);
     EXPECT_EQ(fab.frames_sent(), sent + 1);
-    EXPECT_EQ(b.counter(dev::counter::acks_sent), 2u);
+    EXPECT_EQ(b.counter(dev::counter::acks_sent), 3u);
 }
 
 TEST_F(rc_send, gather_two_entries_scatter_two_entries)

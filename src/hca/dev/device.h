@@ -116,15 +116,20 @@ public:
     /// drives its device at once instead of waiting for the thread's turn
     /// on a core.
     unsigned progress(unsigned budget);
-    /// The same slice, but its ACKs wait for send_held_acks(), which the
-    /// caller makes before it returns to its application: completions it
-    /// polls in between, and the replies their handlers post, go out
-    /// first, so a ping-pong's reply is not queued behind an ACK and the
-    /// ACK is handled by the other side while it waits anyway. Only a
-    /// progress-driven device holds ACKs (the engine thread's slices send
-    /// theirs: it may run this one's too).
-    unsigned progress_holding_acks(unsigned budget);
-    void     send_held_acks();
+    /// The same slice in steps, for a driver that hands completions to its
+    /// application in between. progress_receive() takes the frames that
+    /// arrived (their completions written); progress_answer() sends what
+    /// peers wait for (READ responses, the ACKs of those frames) and must
+    /// come before the driver returns to its application, which may not
+    /// call again (a peer's flush would wait for ever); the rest (requests
+    /// the doorbells did not finish, timers) runs at progress_finish() or
+    /// first thing in the next progress_receive(). So replies posted by
+    /// the handlers of those completions go out before the ACKs, and a
+    /// driver that returns with completions can leave the rest to its next
+    /// call. The engine thread's slices are whole.
+    unsigned progress_receive(unsigned budget);
+    void     progress_answer();
+    void     progress_finish();
 
     /// Runs the device on a thread of its own (DESIGN decision 5: the same
     /// time slice, called by the device instead of the driver's progress),
@@ -266,7 +271,10 @@ private:
         std::span<const uint8_t> ext;       ///< extended headers after BTH
         std::span<const uint8_t> payload;
     };
-    unsigned run(unsigned budget, bool hold_acks = false);   ///< progress() without the thread check
+    unsigned run(unsigned budget);   ///< progress() without the thread check
+    unsigned take_frames(unsigned budget);   ///< a slice's first step
+    unsigned send_answers();                 ///< its second
+    unsigned finish_slice();                 ///< and the rest
     unsigned run_slice();            ///< the engine thread's run(), locked
     void     engine_loop(const std::function<bool()> &on_start);
     void     engine_sleep();
@@ -454,6 +462,8 @@ private:
     fabric::fabric                &fabric_;
     clock_fn                       clock_;
     uint64_t                       slice_now_ = 0;   ///< 0: not read in this slice
+    bool                           slice_open_ = false;   ///< frames taken, rest not run
+    bool                           answered_ = false;     ///< send_answers() ran in it
     std::unique_ptr<fabric::port>  port_;
     std::unique_ptr<sma_hook>      sma_;
     bool                           hca_up_ = false;

@@ -115,11 +115,13 @@ public:
 
     /// Gives the device its time slice (DESIGN decision 5).
     unsigned progress(unsigned budget = 64) { return dev_->progress(budget); }
-    /// A slice whose ACKs go out at finish_progress(), after the caller
-    /// has polled its completions (dev::device::progress_holding_acks).
-    /// finish_progress() must follow before the caller returns.
-    unsigned progress_holding_acks(unsigned budget) { return dev_->progress_holding_acks(budget); }
-    void     finish_progress() { dev_->send_held_acks(); }
+    /// A slice in steps, completions polled in between: its answers at
+    /// progress_answer() (before returning to the application), the rest
+    /// at progress_finish() or the next progress_receive()
+    /// (dev::device::progress_receive).
+    unsigned progress_receive(unsigned budget) { return dev_->progress_receive(budget); }
+    void     progress_answer() { dev_->progress_answer(); }
+    void     progress_finish() { dev_->progress_finish(); }
     /// Lets the device run on a thread of its own as well; progress() then
     /// runs a slice only when the thread is not in one
     /// (dev::device::start_engine_thread).

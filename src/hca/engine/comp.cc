@@ -35,19 +35,40 @@ unsigned device::progress(unsigned budget)
     return g.owns_lock() ? run(budget) : 0;
 }
 
-unsigned device::progress_holding_acks(unsigned budget)
+unsigned device::progress_receive(unsigned budget)
 {
-    return thread_.joinable() ? progress(budget) : run(budget, true);
+    if (thread_.joinable()) {
+        return progress(budget);
+    }
+    slice_now_ = 0;   // the timers read the clock afresh, once
+    if (slice_open_) {
+        (void)finish_slice();   // the last call's
+    }
+    return take_frames(budget);
 }
 
-void device::send_held_acks()
+void device::progress_answer()
 {
-    if (!thread_.joinable() && !ack_list_.empty()) {
-        flush_acks();
+    if (!thread_.joinable() && slice_open_ && !answered_) {
+        (void)send_answers();
     }
 }
 
-unsigned device::run(unsigned budget, bool hold_acks)
+void device::progress_finish()
+{
+    if (!thread_.joinable() && slice_open_) {
+        (void)finish_slice();
+    }
+}
+
+unsigned device::run(unsigned budget)
+{
+    slice_now_ = 0;
+    unsigned n = take_frames(budget);
+    return n + finish_slice();
+}
+
+unsigned device::take_frames(unsigned budget)
 {
     if (!port_) {
         if (catastrophic_) {
@@ -55,17 +76,36 @@ unsigned device::run(unsigned budget, bool hold_acks)
         }
         return 0;
     }
-    slice_now_ = 0;   // the timers read the clock afresh, once
     unsigned n = port_->poll(*this, budget);
     if (catastrophic_) {
         port_.reset();   // E12: the HCA is out of service
         flush_all();
         return n;
     }
-    n += run_responders();
-    if (!hold_acks && !ack_list_.empty()) {
+    slice_open_ = true;
+    answered_   = false;
+    return n;
+}
+
+/// What peers wait for: READ responses and atomic ACKs, and the slice's
+/// coalesced ACKs.
+unsigned device::send_answers()
+{
+    answered_  = true;
+    unsigned n = run_responders();
+    if (!ack_list_.empty()) {
         flush_acks();
     }
+    return n;
+}
+
+unsigned device::finish_slice()
+{
+    slice_open_ = false;
+    if (!port_) {
+        return 0;
+    }
+    unsigned n = answered_ ? 0 : send_answers();
     n += run_requesters();
     run_timers();
     return n;

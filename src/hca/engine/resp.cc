@@ -1082,11 +1082,11 @@ void device::schedule_ack(qp &q)
 }
 
 /// One ACK per QP per receive batch (ACK coalescing, IBA 9.7.5.1.1 allows
-/// acknowledging several packets with the latest PSN), sent at the end of
-/// the slice that received them (a slice holding its ACKs: once the driver
-/// has polled its completions, progress_holding_acks): never later, since
-/// nothing but the next slice would send it, and the receiving application
-/// may not call again (a peer's flush would then wait for ever).
+/// acknowledging several packets with the latest PSN), sent with the
+/// slice's answers (send_answers: for a driver that polls its completions
+/// in between, progress_answer): never later, since nothing but the next
+/// slice would send it, and the receiving application may not call again
+/// (a peer's flush would then wait for ever).
 void device::flush_acks()
 {
     std::erase_if(ack_list_, [this](uint32_t qpn) {
