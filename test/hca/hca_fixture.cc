@@ -6,6 +6,7 @@
 namespace mlx4x::test {
 
 uint64_t manual_clock::now_ns = 1;
+uint64_t manual_clock::reads  = 0;
 
 namespace {
 

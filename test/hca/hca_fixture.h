@@ -21,7 +21,8 @@ namespace mlx4x::test {
 /// function pointer), so ACK / RNR timers fire deterministically.
 struct manual_clock {
     static uint64_t now_ns;
-    static uint64_t now() { return now_ns; }
+    static uint64_t reads;   ///< calls of now()
+    static uint64_t now() { ++reads; return now_ns; }
     static void advance(uint64_t ns) { now_ns += ns; }
 };
 

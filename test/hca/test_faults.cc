@@ -215,6 +215,32 @@ TEST_F(peer, dead_peer_ends_in_retry_exc_err_then_flush)
     EXPECT_EQ(a.counter(dev::counter::retransmits), 3u * 2u);
 }
 
+TEST_F(peer, a_send_reads_no_clock_its_ack_timer_starts_at_the_next_slice)
+{
+    // IBA 9.7.6.1.1: the timer runs while packets wait for their ACK. The
+    // sending path leaves its start to the next slice's clock reading: a
+    // clock read costs a small send a quarter of its time on a slow core.
+    const uint64_t timeout_ns = uint64_t{4096} << 10;   // ack_timeout 10
+    manual_clock::advance(5000);
+    uint64_t reads = manual_clock::reads;
+    ASSERT_EQ(a.post_send(1, src.data(), 64, sm->lkey()), status::ok);
+    EXPECT_EQ(manual_clock::reads, reads);
+    EXPECT_EQ(a.ctx->next_timer_ns(), dev::timer_at_next_slice);   // due now
+    manual_clock::advance(7000);
+    uint64_t started = manual_clock::now_ns;
+    a.ctx->progress();
+    EXPECT_EQ(a.ctx->next_timer_ns(), started + timeout_ns);
+    // It expires one timeout later, not earlier: b never takes the packet,
+    // so the expiry only moves the deadline on (lossless, live peer).
+    manual_clock::advance(timeout_ns - 1);
+    a.ctx->progress();
+    EXPECT_EQ(a.ctx->next_timer_ns(), started + timeout_ns);
+    manual_clock::advance(1);
+    a.ctx->progress();
+    EXPECT_EQ(a.ctx->next_timer_ns(), started + 2 * timeout_ns);
+    EXPECT_EQ(a.counter(dev::counter::retransmits), 0u);
+}
+
 TEST_F(peer, idle_live_peer_on_a_lossless_fabric_burns_no_retries)
 {
     std::vector<uint8_t> dst(4096, 0);

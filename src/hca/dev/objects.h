@@ -133,6 +133,11 @@ struct tm_rndv {
     bool     is_fin = false;   ///< this WQE is the FIN
 };
 
+/// A qp::timer_deadline meaning: armed, its deadline set by the next
+/// run_timers() (a real one is at least an ACK timeout, 4 us, past the
+/// clock's zero); next_timer_ns() reports it as due now.
+constexpr uint64_t timer_at_next_slice = 1;
+
 /// 64-byte slot of a device-owned send queue (inline data must not cross
 /// a 64-byte boundary, so the ring is aligned like a host one).
 struct alignas(64) wqe_slot { uint8_t bytes[64]; };
@@ -186,7 +191,7 @@ struct qp {
     // Completer.
     uint32_t     sq_tail = 0;        ///< oldest WQE not completed
     uint32_t     acked_psn = 0;      ///< next PSN not yet acknowledged
-    uint64_t     timer_deadline = 0; ///< ns; 0: not armed
+    uint64_t     timer_deadline = 0; ///< ns; 0: not armed (or timer_at_next_slice)
     uint64_t     rnr_until = 0;      ///< ns; requester paused until then
     uint8_t      retries_left = 7, rnr_left = 7;
 

@@ -332,9 +332,7 @@ bool device::send_one_packet(qp &q)
         }
     }
     q.next_psn = ib::psn_add(q.next_psn, 1);
-    if (!q.timer_deadline) {
-        q.timer_deadline = now() + ack_timeout_ns(q);
-    }
+    start_ack_timer(q);
     if (last) {
         q.sending    = false;
         q.cur_offset = 0;
@@ -489,9 +487,7 @@ device::single_tx device::send_inline_message(qp &q, const uint8_t *wqe, size_t 
 
     q.track[q.cur_wqe & (q.sq_size() - 1)] = {psn, 1};
     q.next_psn = ib::psn_add(psn, 1);
-    if (!q.timer_deadline) {
-        q.timer_deadline = now() + ack_timeout_ns(q);
-    }
+    start_ack_timer(q);
     q.cur_offset = 0;
     ++q.cur_wqe;
     if (int32_t(q.cur_wqe - q.sq_head) > 0) {
@@ -630,9 +626,7 @@ device::single_tx device::send_single_request(qp &q, const send_wqe &w, bool fre
     q.cur_offset = 0;
     q.sending    = false;
     ++q.cur_wqe;
-    if (!q.timer_deadline) {
-        q.timer_deadline = now() + ack_timeout_ns(q);
-    }
+    start_ack_timer(q);
     return single_tx::sent;
 }
 
