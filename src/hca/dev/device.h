@@ -488,6 +488,7 @@ private:
     /// QPs out of RESET (a QP object, once made, lives as long as the device).
     std::vector<qp *>              active_qps_;
     std::vector<uint32_t>          ack_list_;
+    bool                           responses_queued_ = false;   ///< run_responders() has work
     std::array<uint8_t, fabric::max_frame_size> staging_{};
     std::array<uint8_t, fabric::max_frame_size> loopback_frame_{};   ///< multicast
     std::array<uint64_t, static_cast<unsigned>(counter::count_)> counters_{};

@@ -188,6 +188,7 @@ void device::queue_response(qp &q, uint32_t idx)
     }
     r.queued = true;
     q.resp_queue[(q.resp_head + q.resp_count++) % q.resp_queue.size()] = idx;
+    responses_queued_ = true;
 }
 
 /// The resource whose request (or READ response range) holds `psn`.
@@ -511,18 +512,22 @@ status device::send_atomic_ack(qp &q, const resp_resource &r)
 }
 
 /// Sends pending READ responses and atomic ACKs, in PSN order, until the
-/// fabric pushes back.
+/// fabric pushes back. Without any queued since the last pass that left
+/// none, there is nothing to look for (the common case, once per slice).
 unsigned device::run_responders()
 {
+    if (!responses_queued_) {
+        return 0;
+    }
     unsigned work = 0;
+    bool     left = false;
     for (qp *q : active_qps_) {
-        if (!q->responses_pending()) {
-            continue;
-        }
         while (q->responses_pending() && send_response_packet(*q)) {
             ++work;
         }
+        left |= q->responses_pending();
     }
+    responses_queued_ = left;
     return work;
 }
 
