@@ -568,7 +568,6 @@ ucs_status_t interface::event_arm(unsigned)
 
 interface::~interface()
 {
-    ctx().progress_finish();   // what the last progress call left
     if (event_fd_ >= 0) close(event_fd_);
     if (timer_fd_ >= 0) close(timer_fd_);
     if (cfg_.counters) {

@@ -333,7 +333,6 @@ private:
     void acknowledged(qp &q);
     void start_ack_timer(qp &q);
     void restart_ack_timer(qp &q);
-
     void complete_receive(qp &q, uint16_t slid, bool has_imm, be32 imm, bool solicited);
     void respond_write(qp &q, const engine::pkt &p);
     void respond_read(qp &q, const engine::pkt &p, bool duplicate);
