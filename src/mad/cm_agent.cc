@@ -483,6 +483,23 @@ void agent::on_rej(const mad &m)
 void agent::on_dreq(uint16_t slid, const mad &m)
 {
     const dreq d = body<dreq>(m);
+    // Our side hears of the disconnection before the peer hears the DREP:
+    // whoever waits for the peer's DREP may take it that this end knows.
+    auto it = conns_.find(d.remote_comm_id.get());
+    if (it != conns_.end() && it->second.remote_id == d.local_comm_id.get() &&
+        (it->second.st == state::established || it->second.st == state::dreq_sent)) {
+        uint32_t id = it->first;
+        bool ours = it->second.st == state::dreq_sent;   // both sides asked at once
+        auto done = std::move(it->second.disconnected);
+        forget(id);
+        if (ours) {
+            if (done) {
+                done();
+            }
+        } else if (on_disconnect_) {
+            on_disconnect_(id);
+        }
+    }
     // Always answered, also for a connection we no longer know (12.9.6):
     // the peer's DREQ retries must end.
     mad r = make(attr::drep, m.hdr.tid.get());
@@ -491,22 +508,6 @@ void agent::on_dreq(uint16_t slid, const mad &m)
     p.remote_comm_id.set(d.local_comm_id.get());
     put(r, p);
     (void)send(slid, r);
-    auto it = conns_.find(d.remote_comm_id.get());
-    if (it == conns_.end() || it->second.remote_id != d.local_comm_id.get() ||
-        (it->second.st != state::established && it->second.st != state::dreq_sent)) {
-        return;
-    }
-    uint32_t id = it->first;
-    bool ours = it->second.st == state::dreq_sent;   // both sides asked at once
-    auto done = std::move(it->second.disconnected);
-    forget(id);
-    if (ours) {
-        if (done) {
-            done();
-        }
-    } else if (on_disconnect_) {
-        on_disconnect_(id);
-    }
 }
 
 void agent::on_drep(const mad &m)

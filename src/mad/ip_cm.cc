@@ -440,8 +440,15 @@ status connection_manager::disconnect(uint32_t conn)
 {
     std::lock_guard g(m_);
     auto it = conns_.find(conn);
-    if (it == conns_.end() || !it->second.established || it->second.ended) {
+    if (it == conns_.end() || !it->second.established || it->second.disconnect_called) {
         return status::not_connected;
+    }
+    it->second.disconnect_called = true;
+    if (it->second.ended) {
+        // The peer's DREQ came first and was answered: this end is done,
+        // as rdma_disconnect() after the peer's. Its disconnected event may
+        // still be on its way to the consumer, which has not seen it yet.
+        return status::ok;
     }
     status s = agent_->disconnect(conn, [this, conn] {
         if (auto c = conns_.find(conn); c != conns_.end()) {

@@ -133,6 +133,7 @@ private:
         bool        active = false;
         bool        established = false;
         bool        ended = false;        ///< rejected or disconnected: no DREQ
+        bool        disconnect_called = false;   ///< disconnect() took it
         uint16_t    bound_port = 0;       ///< an ephemeral port to release
         sockaddr_storage local{}, peer{};
         cm::peer_info remote;             ///< passive: the REQ's side

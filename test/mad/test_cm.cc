@@ -307,6 +307,24 @@ TEST_F(cm_test, dreq_drep_disconnect_both_sides)
     EXPECT_EQ(a_.cm->disconnect(*cs.id), status::invalid_param);   // gone
 }
 
+// The passive side is told of a disconnection before its DREP leaves, so
+// the side that asked, told by that DREP, may take it that the peer knows
+// (UCT's sockaddr stress test counts both sides' callbacks once every
+// initiator's has run).
+TEST_F(cm_test, dreq_is_reported_before_the_drep_leaves)
+{
+    listen_state ls;
+    listen(b_, ls);
+    connect_state cs;
+    connect(a_, b_.ctx->port().lid, cs);
+    ASSERT_TRUE(run_until([&] { return ls.established == 1; }));
+    std::optional<uint64_t> frames_when_told;
+    b_.cm->on_disconnect([&](uint32_t) { frames_when_told = fab_.frames_sent(); });
+    ASSERT_EQ(a_.cm->disconnect(*cs.id), status::ok);
+    ASSERT_TRUE(run_until([&] { return frames_when_told && a_.cm->connections() == 0; }));
+    EXPECT_EQ(fab_.frames_sent(), *frames_when_told + 1);   // the DREP, after
+}
+
 TEST_F(cm_test, a_connection_can_have_its_own_timing)
 {
     connect_state cs;

@@ -211,6 +211,25 @@ TEST_F(ip_cm_test, disconnect_tells_both_sides)
     EXPECT_EQ(client_.cm->disconnect(c), status::not_connected);
 }
 
+// The peer's DREQ was taken (and answered) by this end's CM, its event not
+// yet by the consumer, which disconnects meanwhile: that succeeds, as
+// rdma_disconnect() does after the peer's (UCT's sockaddr stress test calls
+// uct_ep_disconnect on endpoints whose disconnect callback has not run).
+// A second call is refused.
+TEST_F(ip_cm_test, disconnect_after_the_peers_dreq_before_its_event_succeeds_once)
+{
+    auto [c, s] = connect_pair();
+    ASSERT_EQ(server_.cm->disconnect(s), status::ok);
+    auto own = next(*server_.ch);   // the client's CM answered the DREQ
+    ASSERT_TRUE(own && own->what == event::kind::disconnected);
+    EXPECT_EQ(client_.cm->disconnect(c), status::ok);
+    auto peer = next(*client_.ch);
+    ASSERT_TRUE(peer.has_value());
+    EXPECT_EQ(peer->what, event::kind::disconnected);
+    EXPECT_EQ(peer->conn, c);
+    EXPECT_EQ(client_.cm->disconnect(c), status::not_connected);
+}
+
 TEST_F(ip_cm_test, destroying_an_established_connection_disconnects_the_peer)
 {
     auto [c, s] = connect_pair();
