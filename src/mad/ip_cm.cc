@@ -443,11 +443,11 @@ status connection_manager::disconnect(uint32_t conn)
     if (it == conns_.end() || !it->second.established || it->second.disconnect_called) {
         return status::not_connected;
     }
-    it->second.disconnect_called = true;
     if (it->second.ended) {
         // The peer's DREQ came first and was answered: this end is done,
         // as rdma_disconnect() after the peer's. Its disconnected event may
         // still be on its way to the consumer, which has not seen it yet.
+        it->second.disconnect_called = true;
         return status::ok;
     }
     status s = agent_->disconnect(conn, [this, conn] {
@@ -456,6 +456,7 @@ status connection_manager::disconnect(uint32_t conn)
             post(conn, event::kind::disconnected);
         }
     });
+    it->second.disconnect_called = s == status::ok;
     kick();
     return s;
 }
