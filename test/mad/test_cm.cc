@@ -165,6 +165,14 @@ protected:
         st.id = *id;
     }
 
+    /// B listens, A connects to it; true once both ends are established.
+    bool connect_a_to_b(listen_state &ls, connect_state &cs)
+    {
+        listen(b_, ls);
+        connect(a_, b_.ctx->port().lid, cs);
+        return run_until([&] { return cs.established && ls.established == 1; });
+    }
+
     /// `text` goes from `from` on QP `sq` to `to` on QP `rq` (a SEND into a
     /// posted receive): the QPs the CM connected carry data.
     void expect_carries_data(side &from, drv::qp &sq, side &to, drv::qp &rq,
@@ -203,10 +211,8 @@ protected:
 TEST_F(cm_test, req_rep_rtu_connect_a_working_rc_pair)
 {
     listen_state ls;
-    listen(b_, ls);
     connect_state cs;
-    connect(a_, b_.ctx->port().lid, cs);
-    ASSERT_TRUE(run_until([&] { return cs.established && ls.established == 1; }));
+    ASSERT_TRUE(connect_a_to_b(ls, cs));
     EXPECT_EQ(ls.private_data, "req-data");
     EXPECT_EQ(cs.private_data, "rep-data");
     EXPECT_EQ(a_.cm->retransmits(), 0u);
@@ -257,10 +263,8 @@ TEST_F(cm_test, lost_and_duplicated_messages_are_recovered_by_retries)
     // missing or come twice; the timers resend; the listener sees one REQ.
     fab_.set_faults({.drop_one_in = 2, .duplicate_one_in = 3});
     listen_state ls;
-    listen(b_, ls);
     connect_state cs;
-    connect(a_, b_.ctx->port().lid, cs);
-    ASSERT_TRUE(run_until([&] { return cs.established && ls.established == 1; }));
+    ASSERT_TRUE(connect_a_to_b(ls, cs));
     EXPECT_EQ(ls.reqs, 1u);
     EXPECT_GT(a_.cm->retransmits() + b_.cm->retransmits(), 0u);
     EXPECT_GT(fab_.frames_dropped(), 0u);
@@ -293,10 +297,8 @@ TEST_F(cm_test, simultaneous_connects_in_both_directions)
 TEST_F(cm_test, dreq_drep_disconnect_both_sides)
 {
     listen_state ls;
-    listen(b_, ls);
     connect_state cs;
-    connect(a_, b_.ctx->port().lid, cs);
-    ASSERT_TRUE(run_until([&] { return ls.established == 1; }));
+    ASSERT_TRUE(connect_a_to_b(ls, cs));
     ASSERT_EQ(a_.cm->disconnect(*cs.id), status::ok);
     // B is told (DREQ); A, which asked, sees its DREP end the connection.
     ASSERT_TRUE(run_until([&] {
@@ -314,10 +316,8 @@ TEST_F(cm_test, dreq_drep_disconnect_both_sides)
 TEST_F(cm_test, dreq_is_reported_before_the_drep_leaves)
 {
     listen_state ls;
-    listen(b_, ls);
     connect_state cs;
-    connect(a_, b_.ctx->port().lid, cs);
-    ASSERT_TRUE(run_until([&] { return ls.established == 1; }));
+    ASSERT_TRUE(connect_a_to_b(ls, cs));
     std::optional<uint64_t> frames_when_told;
     b_.cm->on_disconnect([&](uint32_t) { frames_when_told = fab_.frames_sent(); });
     ASSERT_EQ(a_.cm->disconnect(*cs.id), status::ok);
