@@ -525,10 +525,10 @@ uint64_t interface::next_deadline_ns() const
 
 ucs_status_t interface::event_arm(unsigned)
 {
-    // Work that needs no peer is done now, not slept through.
-    if (std::exchange(upkeep_owed_, false)) {
-        (void)upkeep();
-    }
+    // Work that needs no peer is done now, not slept through: also the
+    // upkeep that idle calls left for later (progress()).
+    upkeep_owed_ = false;
+    (void)upkeep();
     if (!ctx().engine_threaded()) {
         for (unsigned i = 0; i < 16 && ctx().progress(progress_budget); ++i) {
         }
@@ -650,7 +650,12 @@ unsigned interface::progress()
         return n + received;
     }
     ctx().progress_finish();
-    if (!owed) {
+    // A slice the device skipped as idle (nothing arrived, nothing to send)
+    // brought no send completion, no resource a pending send waits for and
+    // no MAD for connection management: the upkeep waits for the device's
+    // next pass, with the timers (milliseconds). event_arm() runs it before
+    // sleeping.
+    if (!owed && !ctx().idle_slice()) {
         n = upkeep();
     }
     if (n == 0 && ctx().engine_threaded()) {

@@ -241,6 +241,45 @@ TEST_F(peer, a_send_reads_no_clock_its_ack_timer_starts_at_the_next_slice)
     EXPECT_EQ(a.counter(dev::counter::retransmits), 0u);
 }
 
+TEST_F(peer, quiet_device_runs_its_passes_every_16th_idle_call)
+{
+    // An idle progress call of a quiet device (nothing arrived, nothing to
+    // send) skips the requester, responder and timer passes; they run every
+    // 16th such call, and on the call after any doorbell. IBA 9.7.6.1.3:
+    // an expired ACK timer is still seen (at most 15 calls late, against a
+    // timeout of milliseconds). b is gone, so the timer retransmits.
+    auto idle_call = [&] {
+        (void)a.ctx->progress_receive(64);
+        a.ctx->progress_answer();
+        a.ctx->progress_finish();
+        return a.ctx->idle_slice();
+    };
+    b.destroy();
+    ASSERT_EQ(a.post_send(1, src.data(), 64, sm->lkey()), status::ok);
+    EXPECT_FALSE(idle_call());   // after the doorbell: the whole pass
+    ASSERT_NE(a.ctx->next_timer_ns(), 0u);
+    ASSERT_NE(a.ctx->next_timer_ns(), dev::timer_at_next_slice);
+    manual_clock::advance(a.ctx->next_timer_ns() - manual_clock::now_ns);
+    for (int i = 1; i < 16; ++i) {
+        EXPECT_TRUE(idle_call()) << "call " << i;
+    }
+    EXPECT_EQ(a.counter(dev::counter::retransmits), 0u);
+    EXPECT_FALSE(idle_call());   // the 16th: timers, the retransmission
+    EXPECT_EQ(a.counter(dev::counter::retransmits), 1u);
+    EXPECT_FALSE(idle_call());   // a timer fired: the resend
+    EXPECT_FALSE(idle_call());   // and a pass that finds nothing to do
+    EXPECT_TRUE(idle_call());
+    // A doorbell (here a second send) ends the quiet at once.
+    ASSERT_EQ(a.post_send(2, src.data(), 64, sm->lkey()), status::ok);
+    EXPECT_FALSE(idle_call());
+    EXPECT_TRUE(idle_call());
+    // The plain progress() (the engine thread's slice) never skips.
+    uint64_t deadline = a.ctx->next_timer_ns();
+    manual_clock::advance(deadline - manual_clock::now_ns);
+    a.ctx->progress();
+    EXPECT_EQ(a.counter(dev::counter::retransmits), 2u + 1u);   // both sends again
+}
+
 TEST_F(peer, idle_live_peer_on_a_lossless_fabric_burns_no_retries)
 {
     std::vector<uint8_t> dst(4096, 0);

@@ -71,6 +71,7 @@ void device::mmio_write32(uint32_t offset, uint32_t be_value)
         // list operation is in force, before the post returns.
         {
             auto lock = engine_lock();
+            quiet_    = false;   // the next pass looks at every QP (progress_finish)
             if (qp *q = find_qp(byteswap_if_little(be_value) >> 8)) {
                 run_requester(*q);
             }
@@ -79,6 +80,7 @@ void device::mmio_write32(uint32_t offset, uint32_t be_value)
         return;
     }
     auto lock = engine_lock();
+    quiet_    = false;
     if (is_hcr) {
         std::memcpy(reinterpret_cast<uint8_t *>(&hcr_) + (offset - prm::hcr_base),
                     &be_value, sizeof(be_value));
@@ -111,6 +113,7 @@ void device::mmio_write_blueflame(uint32_t bf_offset, std::span<const uint8_t> w
     }
     {
         auto lock = engine_lock();
+        quiet_    = false;   // the next pass looks at every QP (progress_finish)
         prm::wqe_ctrl_seg ctrl = prm::load_ctrl_seg(wqe.data());
         if (qp *q = find_qp(prm::bf_qpn(ctrl))) {
             // Whatever the fast path does not take, the WQE (also in the

@@ -130,6 +130,10 @@ public:
     unsigned progress_receive(unsigned budget);
     void     progress_answer();
     void     progress_finish();
+    /// After progress_finish(): it skipped the slice's passes (quiet_, no
+    /// frames), so the device wrote no completion and freed no resource
+    /// since the last call.
+    bool     idle_slice() const { return idle_skipped_; }
 
     /// Runs the device on a thread of its own (DESIGN decision 5: the same
     /// time slice, called by the device instead of the driver's progress),
@@ -291,7 +295,7 @@ private:
         mmio_waiters_.fetch_sub(1, std::memory_order_relaxed);
         return g;
     }
-    unsigned run_requesters();
+    unsigned run_requesters(bool &all_idle);   ///< all_idle: no QP had anything to send
     unsigned run_requester(qp &q);   ///< one QP's burst
     bool     send_one_packet(qp &q);
     enum class single_tx { sent, busy, not_single };
@@ -419,7 +423,7 @@ private:
     void retire_acked(qp &q);
     void complete_wqe(qp &q, uint32_t index, prm::cqe_syndrome syndrome,
                       bool error);
-    void run_timers();
+    bool run_timers();   ///< true: one fired (a retry or a retry-exceeded error)
 
     // CQE writers (a CQ overrun puts the QP in ERROR, E13)
     /// The CQ entry (its CQE half) for `q`'s next completion on its send
@@ -465,6 +469,15 @@ private:
     uint64_t                       slice_now_ = 0;   ///< 0: not read in this slice
     bool                           slice_open_ = false;   ///< frames taken, rest not run
     bool                           answered_ = false;     ///< send_answers() ran in it
+    unsigned                       slice_frames_ = 0;     ///< frames take_frames() took
+    /// The last full pass found nothing to send, answer or time out, and
+    /// no MMIO write (doorbell, command) came since: until a frame arrives
+    /// or the driver writes, a pass can find nothing but expiring timers
+    /// (progress_finish()).
+    bool                           quiet_ = false;
+    unsigned                       quiet_calls_ = 0;     ///< idle calls since the last pass
+    bool                           idle_skipped_ = false;   ///< idle_slice()
+    static constexpr unsigned      quiet_timer_period = 16;   ///< calls per pass when quiet
     std::unique_ptr<fabric::port>  port_;
     std::unique_ptr<sma_hook>      sma_;
     bool                           hca_up_ = false;

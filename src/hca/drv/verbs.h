@@ -122,6 +122,8 @@ public:
     unsigned progress_receive(unsigned budget) { return dev_->progress_receive(budget); }
     void     progress_answer() { dev_->progress_answer(); }
     void     progress_finish() { dev_->progress_finish(); }
+    /// The slice just finished was idle (dev::device::idle_slice).
+    bool     idle_slice() const { return dev_->idle_slice(); }
     /// Lets the device run on a thread of its own as well; progress() then
     /// runs a slice only when the thread is not in one
     /// (dev::device::start_engine_thread).

@@ -110,7 +110,7 @@ static bool window_open(const qp &q)
     return ib::psn_diff(q.next_psn, q.acked_psn) < int32_t(limits::max_unacked);
 }
 
-unsigned device::run_requesters()
+unsigned device::run_requesters(bool &all_idle)
 {
     unsigned work = 0;
     for (qp *q : active_qps_) {
@@ -122,6 +122,7 @@ unsigned device::run_requesters()
             !engine::sq_wqe_ready(*q, next)) {
             continue;
         }
+        all_idle = false;
         work += run_requester(*q);
     }
     return work;
