@@ -9,9 +9,17 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <bit>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <thread>
 #include <unistd.h>
 
 namespace mlx4x::mad {
@@ -177,6 +185,53 @@ TEST_F(sm_test, a_capability_mask_change_reaches_the_sm_as_trap_144)
     // The same mask again is no change: no trap.
     ASSERT_EQ(p.modify_port(port_cap::is_device_management_supported, 0, false), status::ok);
     EXPECT_TRUE(sm.sweep(16).traps.empty());
+}
+
+/// Nice values of this process's threads (/proc/self/task/*/stat, field 19).
+std::vector<int> thread_nice_values()
+{
+    std::vector<int> nices;
+    for (const auto &task : std::filesystem::directory_iterator("/proc/self/task")) {
+        std::ifstream in(task.path() / "stat");
+        std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+        size_t paren = stat.rfind(')');   // the name may hold spaces
+        if (paren == std::string::npos) {
+            continue;
+        }
+        std::istringstream fields(stat.substr(paren + 2));   // from field 3 on
+        std::string f;
+        for (int i = 3; i < 19 && fields >> f; ++i) {
+        }
+        int nice;
+        if (fields >> nice) {
+            nices.push_back(nice);
+        }
+    }
+    return nices;
+}
+
+// The in-process SM candidate (UCX_MLX4X_SM=y) runs behind the
+// application's threads: at nice 19, so that waking up to sweep does not
+// take a core from an MPI rank that polls on it.
+TEST(sm_service, runs_at_nice_19)
+{
+    std::string name = "mlx4x-sm-service-test-" + std::to_string(getpid());
+    {
+        auto s = sm_service::get(name, std::chrono::milliseconds(20));
+        ASSERT_TRUE(s.ok());
+        bool background = false;
+        for (int i = 0; i < 200 && !background; ++i) {
+            auto n = thread_nice_values();
+            background = std::count(n.begin(), n.end(), 19) == 1;
+            if (!background) {
+                std::this_thread::sleep_for(std::chrono::milliseconds(5));
+            }
+        }
+        EXPECT_TRUE(background);
+        EXPECT_EQ(getpriority(PRIO_PROCESS, 0), 0);   // this thread keeps its own
+    }
+    shm_unlink(name.c_str());
+    unlink(("/dev/shm/" + name + ".sm").c_str());
 }
 
 } // namespace
