@@ -20,6 +20,29 @@
 
 namespace mlx4x::fabric {
 
+namespace {
+/// PREFETCHW (AMD since K8, Intel since Broadwell; a no-op before): the line
+/// comes in owned, so the store that follows waits for no second transfer.
+inline void prefetch_for_write(const void *p)
+{
+#if defined(__x86_64__)
+    asm volatile("prefetchw %0" : : "m"(*static_cast<const char *>(p)));
+#else
+    __builtin_prefetch(p, 1);
+#endif
+}
+
+/// A producer fetches the first line of the slot this many frames ahead of
+/// the one it claims, for writing. Writing a slot line takes it from the
+/// owner's cache (which read it a ring ago): a transfer between cores that
+/// a small-message sender's stores queue behind. Fetched early, the
+/// transfers of successive frames overlap. Ahead of the slot the owner
+/// polls, so that it does not take the line back. (UCP tag_bw, 8 B,
+/// medians of five alternated runs: 9.9 -> 11.2 M msg/s; 1 or 32 ahead
+/// measured the same within noise; MPI 8 B latency unchanged.)
+constexpr uint64_t prefetch_ahead = 8;
+} // namespace
+
 using namespace shm;
 
 namespace {
@@ -406,6 +429,7 @@ public:
         }
         f = {r.slots[pos & (ring_slots - 1)].data, len, pos, dlid,
              (tail & ring_tail_armed) != 0};
+        prefetch_for_write(&r.slots[(pos + prefetch_ahead) & (ring_slots - 1)]);
         return status::ok;
     }
 
