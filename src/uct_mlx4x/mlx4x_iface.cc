@@ -8,6 +8,7 @@
 #include "hca/fabric/shm_fabric.h"
 #include "mad/device_sma.h"
 
+#include <bit>
 #include <chrono>
 #include <mutex>
 #include <sched.h>
@@ -245,11 +246,11 @@ status endpoint::create_qp()
         return s;
     }
     if (status s = make_slots(i.ctx(), i.domain().pd(), bounce,
-                              qp_->caps().max_send_wr, i.seg_size());
+                              std::bit_ceil(qp_->caps().max_send_wr), i.seg_size());
         s != status::ok) {
         return s;
     }
-    ops.assign(qp_->caps().max_send_wr, tx_op{});
+    ops.assign(std::bit_ceil(qp_->caps().max_send_wr), tx_op{});
     sq_psn  = random_psn();
     conn_id = i.add_ep(this);
     return status::ok;

@@ -543,7 +543,7 @@ extern "C" ssize_t uct_mlx4x_ep_am_bcopy(uct_ep_h h, uint8_t id,
     if (ucs_status_t st = tx_check(e); st != UCS_OK) {
         return st;
     }
-    uint8_t *buf = e.bounce.slot(e.posted % e.qp().caps().max_send_wr);
+    uint8_t *buf = e.bounce_slot();
     buf[0]       = uint8_t(ib::tmh_opcode::no_tag);
     buf[1]       = id;
     size_t len   = pack_cb(buf + sizeof(am_hdr), arg);
@@ -585,7 +585,7 @@ extern "C" ssize_t uct_mlx4x_ep_put_bcopy(uct_ep_h h, uct_pack_callback_t pack_c
     if (ucs_status_t st = tx_check(e); st != UCS_OK) {
         return st;
     }
-    uint8_t *buf = e.bounce.slot(e.posted % e.qp().caps().max_send_wr);
+    uint8_t *buf = e.bounce_slot();
     size_t   len = pack_cb(buf, arg);
     drv::sge sg{reinterpret_cast<uint64_t>(buf), uint32_t(len), e.bounce.mr->lkey()};
     drv::send_wr_core wr;
@@ -629,7 +629,7 @@ extern "C" ucs_status_t uct_mlx4x_ep_get_bcopy(uct_ep_h h,
     if (ucs_status_t st = tx_check(e); st != UCS_OK) {
         return st;
     }
-    uint8_t *buf = e.bounce.slot(e.posted % e.qp().caps().max_send_wr);
+    uint8_t *buf = e.bounce_slot();
     drv::sge sg{reinterpret_cast<uint64_t>(buf), uint32_t(length),
                 e.bounce.mr->lkey()};
     drv::send_wr_core wr;
@@ -670,7 +670,7 @@ extern "C" ucs_status_t uct_mlx4x_ep_am_zcopy(uct_ep_h h, uint8_t id,
         return st;
     }
     // AM id and user header from the bounce slot, the payload in place.
-    uint8_t *buf = e.bounce.slot(e.posted % e.qp().caps().max_send_wr);
+    uint8_t *buf = e.bounce_slot();
     buf[0] = uint8_t(ib::tmh_opcode::no_tag);
     buf[1] = id;
     std::memcpy(buf + sizeof(am_hdr), header, header_length);

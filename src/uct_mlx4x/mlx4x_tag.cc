@@ -52,11 +52,6 @@ void set_imm(drv::send_wr_core &wr, ib::tmh &h, uint64_t imm)
     }
 }
 
-uint8_t *bounce_slot(endpoint &e)
-{
-    return e.bounce.slot(e.posted % e.qp().caps().max_send_wr);
-}
-
 } // namespace
 
 // ---- sender ------------------------------------------------------------
@@ -91,7 +86,7 @@ extern "C" ssize_t uct_mlx4x_ep_tag_eager_bcopy(uct_ep_h h, uct_tag_t tag,
     if (ucs_status_t st = tx_check(e); st != UCS_OK) {
         return st;
     }
-    uint8_t *buf = bounce_slot(e);
+    uint8_t *buf = e.bounce_slot();
     size_t   len = pack_cb(buf + sizeof(ib::tmh), arg);
     drv::sge sg{reinterpret_cast<uint64_t>(buf), uint32_t(sizeof(ib::tmh) + len),
                 e.bounce.mr->lkey()};
@@ -121,7 +116,7 @@ extern "C" ucs_status_t uct_mlx4x_ep_tag_eager_zcopy(uct_ep_h h, uct_tag_t tag,
     if (ucs_status_t st = tx_check(e); st != UCS_OK) {
         return st;
     }
-    uint8_t *buf = bounce_slot(e);
+    uint8_t *buf = e.bounce_slot();
     sg[0] = {reinterpret_cast<uint64_t>(buf), sizeof(ib::tmh), e.bounce.mr->lkey()};
     drv::send_wr_core wr;
     wr.sg = {sg, iovcnt + 1};
@@ -168,7 +163,7 @@ extern "C" ucs_status_ptr_t uct_mlx4x_ep_tag_rndv_zcopy(uct_ep_h h, uct_tag_t ta
         memh = own.get();
     }
     uint32_t app_ctx = tm->add_rndv(comp, std::move(own), e.qp().qpn());
-    uint8_t *buf = bounce_slot(e);
+    uint8_t *buf = e.bounce_slot();
     ib::tmh tmh;
     set_tmh(tmh, ib::tmh_opcode::rndv, tag, app_ctx);
     ib::rvh rvh{};
@@ -217,7 +212,7 @@ extern "C" ucs_status_t uct_mlx4x_ep_tag_rndv_request(uct_ep_h h, uct_tag_t tag,
     if (ucs_status_t st = tx_check(e); st != UCS_OK) {
         return st;
     }
-    uint8_t *buf = bounce_slot(e);
+    uint8_t *buf = e.bounce_slot();
     ib::tmh tmh;
     set_tmh(tmh, ib::tmh_opcode::eager, tag);
     std::memcpy(buf, &tmh, sizeof(tmh));
