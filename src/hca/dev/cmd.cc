@@ -105,29 +105,6 @@ void device::mmio_write32(uint32_t offset, uint32_t be_value)
     }
 }
 
-void device::mmio_write_blueflame(uint32_t bf_offset, std::span<const uint8_t> wqe)
-{
-    if (bf_offset % prm::bf_buf_size || bf_offset >= prm::bf_buf_size * prm::bf_buffers ||
-        wqe.size() < sizeof(prm::wqe_ctrl_seg) || wqe.size() > prm::bf_buf_size) {
-        return;   // not a BlueFlame buffer, or not a WQE: no effect
-    }
-    {
-        auto lock = engine_lock();
-        quiet_    = false;   // the next pass looks at every QP (progress_finish)
-        prm::wqe_ctrl_seg ctrl = prm::load_ctrl_seg(wqe.data());
-        if (qp *q = find_qp(prm::bf_qpn(ctrl))) {
-            // Whatever the fast path does not take, the WQE (also in the
-            // send queue) goes the doorbell's way.
-            if (send_blueflame(*q, wqe) == single_tx::sent) {
-                count(counter::blueflame_sends);
-            } else {
-                run_requester(*q);
-            }
-        }
-    }
-    wake_engine_for_doorbell();
-}
-
 void device::wake_engine_for_doorbell()
 {
     if (!thread_.joinable()) {

@@ -6,6 +6,7 @@
 // requester -> timers (DESIGN decision 5).
 #pragma once
 
+#include "hca/base/copy.h"
 #include "hca/base/status.h"
 #include "hca/dev/objects.h"
 #include "hca/dev/sma_hook.h"
@@ -20,6 +21,7 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <map>
 #include <memory>
@@ -513,5 +515,67 @@ private:
     std::atomic<unsigned> mmio_waiters_{0};      ///< driver threads at the lock
     int               doorbell_fd_ = -1;          ///< eventfd: "work posted"
 };
+
+// ---- inline: on the path of every small message (req.cc, resp.cc) ----
+
+/// LRH and BTH at the start of frame `f` (`f.len` bytes, its payload after
+/// the extended headers `payload_len`): `l` and `b` with the per-packet
+/// fields filled in. Returns where the extended headers go.
+inline uint8_t *device::write_headers(const fabric::frame_slot &f, const ib::lrh &l,
+                               const ib::bth &b, uint8_t opcode, size_t payload_len,
+                               uint32_t psn, bool ackreq, bool solicited)
+{
+    // The headers go into the frame as given, then the per-packet fields
+    // over them there (store_field: patching a stack copy and copying it
+    // whole stalled a third of a small send).
+    std::memcpy(f.data, &l, sizeof(l));
+    std::memcpy(f.data + sizeof(l), &b, sizeof(b));
+    uint8_t *lrh = f.data, *bth = f.data + sizeof(l);
+    // ICRC: not carried on the in-host fabrics (the frame length is
+    // exact), but counted in PktLen as on the wire.
+    store_field(lrh, offsetof(ib::lrh, pkt_len),
+                be16::of(static_cast<uint16_t>(((f.len + ib::icrc_size + 3) / 4) & 0x7ff)));
+    store_field(bth, offsetof(ib::bth, opcode), opcode);
+    store_field(bth, offsetof(ib::bth, se_m_pad_tver),
+                static_cast<uint8_t>(((4 - payload_len % 4) % 4) << 4 |
+                                     (solicited ? ib::bth_se_bit : 0)));
+    be32 apsn = b.apsn;
+    ib::bth_psn::set(apsn, psn);
+    ib::bth_ackreq::set(apsn, ackreq);
+    store_field(bth, offsetof(ib::bth, apsn), apsn);
+    return f.data + sizeof(l) + sizeof(b);
+}
+
+/// The same for an RC packet of `q`, from its prebuilt headers.
+inline uint8_t *device::write_rc_headers(const fabric::frame_slot &f, const qp &q, uint8_t opcode,
+                                  size_t payload_len, uint32_t psn, bool ackreq,
+                                  bool solicited)
+{
+    return write_headers(f, q.tx_lrh, q.tx_bth, opcode, payload_len, psn, ackreq, solicited);
+}
+
+/// Counts what the fabric made of a packet with `payload_bytes` of payload
+/// (sent, or pushed back); returns `s`.
+inline status device::count_tx(status s, size_t payload_bytes)
+{
+    if (s == status::ok) {
+        count(counter::tx_packets);
+        count(counter::tx_bytes, payload_bytes);
+    } else if (s == status::no_resource) {
+        count(counter::fabric_busy);
+    }
+    return s;
+}
+
+/// The first packet outstanding starts the local ACK timer (IBA 9.7.6.1.1)
+/// from the next slice's clock: no clock read on the sending path (a
+/// quarter of a small send's cycles on a slow core), and a timeout of
+/// milliseconds starts a few microseconds late at most.
+inline void device::start_ack_timer(qp &q)
+{
+    if (!q.timer_deadline) {
+        q.timer_deadline = timer_at_next_slice;
+    }
+}
 
 } // namespace mlx4x::dev

@@ -292,17 +292,6 @@ void device::complete(qp &q, const engine::pkt &p)
     restart_ack_timer(q);
 }
 
-/// The first packet outstanding starts the local ACK timer (IBA 9.7.6.1.1)
-/// from the next slice's clock: no clock read on the sending path (a
-/// quarter of a small send's cycles on a slow core), and a timeout of
-/// milliseconds starts a few microseconds late at most.
-void device::start_ack_timer(qp &q)
-{
-    if (!q.timer_deadline) {
-        q.timer_deadline = timer_at_next_slice;
-    }
-}
-
 /// The local ACK timer runs while packets wait for their ACK (IBA
 /// 9.7.6.1.1); from the slice's clock, a few microseconds early at most.
 void device::restart_ack_timer(qp &q)

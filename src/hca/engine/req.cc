@@ -91,19 +91,6 @@ status device::emit(const tx_packet &p)
     return count_tx(s, payload.size());
 }
 
-/// Counts what the fabric made of a packet with `payload_bytes` of payload
-/// (sent, or pushed back); returns `s`.
-status device::count_tx(status s, size_t payload_bytes)
-{
-    if (s == status::ok) {
-        count(counter::tx_packets);
-        count(counter::tx_bytes, payload_bytes);
-    } else if (s == status::no_resource) {
-        count(counter::fabric_busy);
-    }
-    return s;
-}
-
 /// Whether `q` may send another packet: fewer than max_unacked in flight.
 static bool window_open(const qp &q)
 {
@@ -348,42 +335,6 @@ bool device::send_one_packet(qp &q)
     return true;
 }
 
-/// LRH and BTH at the start of frame `f` (`f.len` bytes, its payload after
-/// the extended headers `payload_len`): `l` and `b` with the per-packet
-/// fields filled in. Returns where the extended headers go.
-uint8_t *device::write_headers(const fabric::frame_slot &f, const ib::lrh &l,
-                               const ib::bth &b, uint8_t opcode, size_t payload_len,
-                               uint32_t psn, bool ackreq, bool solicited)
-{
-    // The headers go into the frame as given, then the per-packet fields
-    // over them there (store_field: patching a stack copy and copying it
-    // whole stalled a third of a small send).
-    std::memcpy(f.data, &l, sizeof(l));
-    std::memcpy(f.data + sizeof(l), &b, sizeof(b));
-    uint8_t *lrh = f.data, *bth = f.data + sizeof(l);
-    // ICRC: not carried on the in-host fabrics (the frame length is
-    // exact), but counted in PktLen as on the wire.
-    store_field(lrh, offsetof(ib::lrh, pkt_len),
-                be16::of(static_cast<uint16_t>(((f.len + ib::icrc_size + 3) / 4) & 0x7ff)));
-    store_field(bth, offsetof(ib::bth, opcode), opcode);
-    store_field(bth, offsetof(ib::bth, se_m_pad_tver),
-                static_cast<uint8_t>(((4 - payload_len % 4) % 4) << 4 |
-                                     (solicited ? ib::bth_se_bit : 0)));
-    be32 apsn = b.apsn;
-    ib::bth_psn::set(apsn, psn);
-    ib::bth_ackreq::set(apsn, ackreq);
-    store_field(bth, offsetof(ib::bth, apsn), apsn);
-    return f.data + sizeof(l) + sizeof(b);
-}
-
-/// The same for an RC packet of `q`, from its prebuilt headers.
-uint8_t *device::write_rc_headers(const fabric::frame_slot &f, const qp &q, uint8_t opcode,
-                                  size_t payload_len, uint32_t psn, bool ackreq,
-                                  bool solicited)
-{
-    return write_headers(f, q.tx_lrh, q.tx_bth, opcode, payload_len, psn, ackreq, solicited);
-}
-
 void device::build_tx_headers(qp &q)
 {
     q.tx_lrh = {};
@@ -400,7 +351,8 @@ void device::build_tx_headers(qp &q)
 /// makes before any packet, then send_inline_message(). not_single or busy:
 /// the caller runs the requester as for a doorbell (the WQE is also in the
 /// send queue).
-device::single_tx device::send_blueflame(qp &q, std::span<const uint8_t> wqe)
+[[gnu::always_inline]] inline device::single_tx device::send_blueflame(qp &q,
+                                                                   std::span<const uint8_t> wqe)
 {
     // The write is the WQE at cur_wqe only when that is the last one
     // posted: an earlier one still waiting goes first, from the queue.
@@ -420,7 +372,8 @@ device::single_tx device::send_blueflame(qp &q, std::span<const uint8_t> wqe)
 /// packet needs (state, a WQE posted, window, RNR pause). not_single: any
 /// other WQE, or one whose checks fail, for the general path, which decodes
 /// it fully and reports what is wrong with it.
-device::single_tx device::send_inline_message(qp &q, const uint8_t *wqe, size_t room)
+[[gnu::always_inline]] inline device::single_tx
+device::send_inline_message(qp &q, const uint8_t *wqe, size_t room)
 {
     prm::wqe_ctrl_seg ctrl = prm::load_ctrl_seg(wqe);
     auto op    = static_cast<prm::send_opcode>(ctrl.owner_opcode.get() & 0x1f);
@@ -444,9 +397,11 @@ device::single_tx device::send_inline_message(qp &q, const uint8_t *wqe, size_t 
     }
     const uint8_t *segs     = wqe + off;
     size_t         segs_len = size - off;
-    uint32_t len = 0;
-    engine::for_each_inline_chunk(segs, segs_len, off,
-                                  [&](const uint8_t *, uint32_t n) { len += n; });
+    uint32_t len = 0, chunks = 0;
+    engine::for_each_inline_chunk(segs, segs_len, off, [&](const uint8_t *, uint32_t n) {
+        len += n;
+        ++chunks;
+    });
     if (len > q.mtu) {
         return single_tx::not_single;
     }
@@ -475,10 +430,14 @@ device::single_tx device::send_inline_message(qp &q, const uint8_t *wqe, size_t 
             std::memcpy(out, &ctrl.imm, sizeof(ctrl.imm));
             out += sizeof(ctrl.imm);
         }
-        engine::for_each_inline_chunk(segs, segs_len, off, [&](const uint8_t *data, uint32_t n) {
-            copy_small(out, data, n);
-            out += n;
-        });
+        if (chunks == 1) {   // the common small message: one move
+            copy_small(out, segs + sizeof(prm::wqe_inline_seg), len);
+        } else {
+            engine::for_each_inline_chunk(segs, segs_len, off, [&](const uint8_t *data, uint32_t n) {
+                copy_small(out, data, n);
+                out += n;
+            });
+        }
         s = port_->commit(f);   // a staging fabric may push back only now
     }
     if (count_tx(s, len) == status::no_resource) {
@@ -495,6 +454,31 @@ device::single_tx device::send_inline_message(qp &q, const uint8_t *wqe, size_t 
         q.sq_head = q.cur_wqe;
     }
     return single_tx::sent;
+}
+
+/// A BlueFlame write (prm_db.h): its WQE leaves from the write itself when
+/// send_blueflame() takes it, else the write rings the QP's doorbell.
+void device::mmio_write_blueflame(uint32_t bf_offset, std::span<const uint8_t> wqe)
+{
+    if (bf_offset % prm::bf_buf_size || bf_offset >= prm::bf_buf_size * prm::bf_buffers ||
+        wqe.size() < sizeof(prm::wqe_ctrl_seg) || wqe.size() > prm::bf_buf_size) {
+        return;   // not a BlueFlame buffer, or not a WQE: no effect
+    }
+    {
+        auto lock = engine_lock();
+        quiet_    = false;   // the next pass looks at every QP (progress_finish)
+        prm::wqe_ctrl_seg ctrl = prm::load_ctrl_seg(wqe.data());
+        if (qp *q = find_qp(prm::bf_qpn(ctrl))) {
+            // Whatever the fast path does not take, the WQE (also in the
+            // send queue) goes the doorbell's way.
+            if (send_blueflame(*q, wqe) == single_tx::sent) {
+                count(counter::blueflame_sends);
+            } else {
+                run_requester(*q);
+            }
+        }
+    }
+    wake_engine_for_doorbell();
 }
 
 /// Whether WQE `w` goes as one single-copy request: an RDMA WRITE or READ

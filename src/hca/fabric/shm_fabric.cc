@@ -278,13 +278,13 @@ class shm_fabric::shm_port final : public port {
 public:
     shm_port(region_header *h, const std::string &fabric, uint32_t index,
              uint64_t guid, std::unique_ptr<uint64_t> probe, uint64_t single_copy_min)
-        : h_(h), fabric_(fabric), index_(index), guid_(guid),
-          probe_(std::move(probe)), single_copy_min_(single_copy_min)
+        : h_(h), ports_(ports(h)), rings_(rings(h)), fabric_(fabric), index_(index),
+          guid_(guid), probe_(std::move(probe)), single_copy_min_(single_copy_min)
     {
         // The port's interrupt line; without it the owner never sleeps.
         wake_rx_ = wakeup_socket();
         sockaddr_un a;
-        socklen_t   len = wakeup_address(a, fabric_, lid(), ports(h_)[index_].generation);
+        socklen_t   len = wakeup_address(a, fabric_, lid(), ports_[index_].generation);
         if (wake_rx_ >= 0 && bind(wake_rx_, reinterpret_cast<sockaddr *>(&a), len) != 0) {
             MLX4X_WARN("fabric %s lid %u: no wake-up socket (%m); the port "
                        "cannot sleep", fabric_.c_str(), lid());
@@ -298,7 +298,7 @@ public:
         if (wake_rx_ >= 0) close(wake_rx_);
         if (wake_tx_ >= 0) close(wake_tx_);
         mutex_guard g(&h_->lock);
-        port_entry &e = ports(h_)[index_];
+        port_entry &e = ports_[index_];
         for (auto &g : e.multicast) {
             g.store(0, std::memory_order_relaxed);
         }
@@ -329,7 +329,7 @@ public:
         if (!is_multicast_lid(mlid)) {
             return status::invalid_param;
         }
-        auto &groups = ports(h_)[index_].multicast;
+        auto &groups = ports_[index_].multicast;
         for (auto &g : groups) {
             if (g.load(std::memory_order_relaxed) == mlid) {
                 return status::ok;
@@ -346,7 +346,7 @@ public:
 
     void leave_multicast(uint16_t mlid) override
     {
-        for (auto &g : ports(h_)[index_].multicast) {
+        for (auto &g : ports_[index_].multicast) {
             uint16_t expected = mlid;
             g.compare_exchange_strong(expected, 0, std::memory_order_release);
         }
@@ -358,7 +358,7 @@ private:
                         std::span<const uint8_t> payload)
     {
         for (uint32_t i = 0; i < max_ports; ++i) {
-            const port_entry &e = ports(h_)[i];
+            const port_entry &e = ports_[i];
             if (i == index_ || e.state.load(std::memory_order_acquire) !=
                                    static_cast<uint32_t>(port_state::active)) {
                 continue;
@@ -394,12 +394,12 @@ public:
         if (dlid == 0 || dlid > max_ports || len > slot_data_size) {
             return status::unreachable;
         }
-        port_entry &e = ports(h_)[dlid - 1];
+        port_entry &e = ports_[dlid - 1];
         if (e.state.load(std::memory_order_acquire) !=
             static_cast<uint32_t>(port_state::active)) [[unlikely]] {
             return status::unreachable;
         }
-        ring    &r    = rings(h_)[dlid - 1];
+        ring    &r    = rings_[dlid - 1];
         owner_view &v = seen_[dlid - 1];
         if (v.generation != e.generation) {
             v = {e.generation, r.head.load(std::memory_order_acquire)};   // a new owner
@@ -437,8 +437,7 @@ public:
     /// this never fails).
     status commit(const frame_slot &f) override
     {
-        port_entry &e = ports(h_)[f.dlid - 1];
-        slot &s = rings(h_)[f.dlid - 1].slots[f.pos & (ring_slots - 1)];
+        slot &s = rings_[f.dlid - 1].slots[f.pos & (ring_slots - 1)];
         s.len = static_cast<uint32_t>(f.len);
         sent_upto_[f.dlid - 1] = f.pos + 1;
         // Publishes the frame (after its bytes): a plain release store. The
@@ -446,8 +445,8 @@ public:
         // on every frame (37 % of a small-message sender's time); whether
         // the owner sleeps was settled by the claim in reserve().
         s.seq.store(f.pos + 1, std::memory_order_release);
-        if (f.wake) {
-            wake(f.dlid, e.generation);
+        if (f.wake) [[unlikely]] {
+            wake(f.dlid, ports_[f.dlid - 1].generation);
         }
         return status::ok;
     }
@@ -467,7 +466,7 @@ public:
         // head): a frame claimed before the arm is handled first, and every
         // later claim sees the armed bit in the same word (one CAS order,
         // no fence pairing between the two sides, as UCX's mm FIFO).
-        ring &r = rings(h_)[index_];
+        ring &r = rings_[index_];
         uint64_t head = r.head.load(std::memory_order_relaxed);
         uint64_t tail = r.tail.load(std::memory_order_relaxed);
         do {
@@ -482,7 +481,7 @@ public:
 
     unsigned poll(frame_sink &sink, unsigned budget) override
     {
-        ring &r = rings(h_)[index_];
+        ring &r = rings_[index_];
         unsigned n = 0;
         uint64_t pos = r.head.load(std::memory_order_relaxed);
         while (n < budget) {
@@ -507,7 +506,7 @@ public:
         if (lid == 0 || lid > max_ports) {
             return false;
         }
-        const port_entry &e = ports(h_)[lid - 1];
+        const port_entry &e = ports_[lid - 1];
         return e.state.load(std::memory_order_acquire) ==
                    static_cast<uint32_t>(port_state::active) &&
                owner_alive(e);
@@ -519,7 +518,7 @@ public:
     {
         // The ring's owner moves head past each frame it has handled.
         return lid != 0 && lid <= max_ports &&
-               rings(h_)[lid - 1].head.load(std::memory_order_acquire) >=
+               rings_[lid - 1].head.load(std::memory_order_acquire) >=
                    sent_upto_[lid - 1];
     }
 
@@ -547,7 +546,7 @@ public:
         if (total != local.len) {
             return status::unsupported;
         }
-        pid_t pid = ports(h_)[lid - 1].pid;
+        pid_t pid = ports_[lid - 1].pid;
         ssize_t n = dir == copy_dir::from_peer
                         ? process_vm_readv(pid, &liov, 1, riov, remote.size(), 0)
                         : process_vm_writev(pid, &liov, 1, riov, remote.size(), 0);
@@ -570,7 +569,7 @@ private:
         if (lid == 0 || lid > max_ports) {
             return false;
         }
-        const port_entry &e = ports(h_)[lid - 1];
+        const port_entry &e = ports_[lid - 1];
         reach &r = reach_[lid - 1];
         uint32_t gen = e.generation;
         if (r.generation != gen || !r.known) {
@@ -620,6 +619,8 @@ private:
     }
 
     region_header *h_;
+    port_entry    *ports_;   ///< ports(h_) and rings(h_), on every frame's path
+    ring          *rings_;
     std::string    fabric_;
     uint32_t       index_;
     uint64_t       guid_;
