@@ -273,11 +273,26 @@ TEST_F(peer, quiet_device_runs_its_passes_every_16th_idle_call)
     ASSERT_EQ(a.post_send(2, src.data(), 64, sm->lkey()), status::ok);
     EXPECT_FALSE(idle_call());
     EXPECT_TRUE(idle_call());
+    // A message a BlueFlame write sent whole leaves nothing for a pass: the
+    // device stays quiet, and the next pass (the 16th call) starts the ACK
+    // timer of its packet.
+    for (int i = 2; i < 16; ++i) {
+        ASSERT_TRUE(idle_call());   // the timers of sends 1 and 2 are not due
+    }
+    EXPECT_FALSE(idle_call());
+    uint64_t bf_sends = a.counter(dev::counter::blueflame_sends);
+    ASSERT_EQ(a.post_send(3, src.data(), 16, 0, drv::send_signaled | drv::send_inline),
+              status::ok);
+    ASSERT_EQ(a.counter(dev::counter::blueflame_sends), bf_sends + 1);
+    for (int i = 1; i < 16; ++i) {
+        EXPECT_TRUE(idle_call()) << "call " << i;
+    }
+    EXPECT_FALSE(idle_call());
     // The plain progress() (the engine thread's slice) never skips.
     uint64_t deadline = a.ctx->next_timer_ns();
     manual_clock::advance(deadline - manual_clock::now_ns);
     a.ctx->progress();
-    EXPECT_EQ(a.counter(dev::counter::retransmits), 2u + 1u);   // both sends again
+    EXPECT_EQ(a.counter(dev::counter::retransmits), 1u + 3u);   // the three sends again
 }
 
 TEST_F(peer, idle_live_peer_on_a_lossless_fabric_burns_no_retries)

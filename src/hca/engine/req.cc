@@ -466,14 +466,17 @@ void device::mmio_write_blueflame(uint32_t bf_offset, std::span<const uint8_t> w
     }
     {
         auto lock = engine_lock();
-        quiet_    = false;   // the next pass looks at every QP (progress_finish)
         prm::wqe_ctrl_seg ctrl = prm::load_ctrl_seg(wqe.data());
         if (qp *q = find_qp(prm::bf_qpn(ctrl))) {
             // Whatever the fast path does not take, the WQE (also in the
-            // send queue) goes the doorbell's way.
+            // send queue) goes the doorbell's way. One it sent whole
+            // leaves a quiet device quiet: no requester pass has anything
+            // to do for it, and its ACK timer starts at the next pass
+            // (start_ack_timer), at most quiet_timer_period calls later.
             if (send_blueflame(*q, wqe) == single_tx::sent) {
                 count(counter::blueflame_sends);
             } else {
+                quiet_ = false;   // the next pass looks at every QP (progress_finish)
                 run_requester(*q);
             }
         }
