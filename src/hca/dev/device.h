@@ -43,6 +43,12 @@ template <typename T> T *dma(uint64_t addr)
     return reinterpret_cast<T *>(static_cast<uintptr_t>(addr));
 }
 
+/// The counter a driver doorbell record holds (RQ/SRQ: WQEs posted).
+inline uint16_t counter_of(const uint32_t *db)
+{
+    return static_cast<uint16_t>(load_be32_acquire(db));
+}
+
 /// Device capabilities (reported by QUERY_DEV_CAP).
 struct limits {
     // Table sizes: the device holds exactly what QUERY_DEV_CAP reports.
@@ -432,6 +438,7 @@ private:
     /// or receive CQ, written by the caller but for the owner byte, then
     /// finish_cqe(). nullptr: no CQ, or it overran (E13, handled here).
     uint8_t *start_cqe(qp &q, bool is_send, cq *&target);
+    void     cq_overrun(qp &q, cq &c);   ///< start_cqe()'s E13 case
     void     finish_cqe(cq &c, uint8_t *entry, uint8_t owner_sr_opcode, bool solicited);
     /// `tm`: the first half of the entry, for tag matching CQEs.
     void write_cqe(qp &q, bool is_send, const prm::cqe &c, bool solicited = false,
@@ -575,6 +582,95 @@ inline void device::start_ack_timer(qp &q)
 {
     if (!q.timer_deadline) {
         q.timer_deadline = timer_at_next_slice;
+    }
+}
+
+// ---- inline: the receive path of every small message (resp.cc, comp.cc) ----
+
+inline bool device::recv_available(qp &q)
+{
+    if (!q.has_srq) {
+        return counter_of(q.rq_db) != q.rq_tail;
+    }
+    srq *s = find_srq(q.srqn);
+    return s && counter_of(s->db) != s->consumed;
+}
+
+/// Takes the next receive WQE (the caller checked recv_available()).
+inline uint16_t device::recv_take(qp &q)
+{
+    if (!q.has_srq) {
+        return q.rq_tail++;
+    }
+    srq &s = srqs_[q.srqn];
+    uint16_t index = s.head;
+    prm::wqe_srq_next_seg next;
+    std::memcpy(&next, s.wqe(index), sizeof(next));
+    s.head = next.next_wqe_index.get();
+    ++s.consumed;
+    uint16_t left = uint16_t(counter_of(s.db) - s.consumed);
+    if (s.limit && left < s.limit) {
+        s.limit = 0;   // one event per arm
+        async_event(prm::eqe_type::srq_limit, s.srqn);
+    }
+    return index;
+}
+
+/// scatter() of a whole message (offset 0) that fits the receive WQE's
+/// first entry, as UCX posts them (one buffer each): that entry's checks
+/// (C53) and one small copy. Anything else goes through scatter().
+inline device::scatter_result device::scatter_whole(qp &q, uint32_t wqe_index,
+                                                    std::span<const uint8_t> data)
+{
+    if (data.empty()) {
+        return scatter_result::ok;   // nothing placed, nothing checked
+    }
+    const uint8_t *segs = q.has_srq ? srqs_[q.srqn].wqe(wqe_index) + sizeof(prm::wqe_srq_next_seg)
+                                    : q.rq_wqe(wqe_index);
+    prm::wqe_data_seg d;
+    std::memcpy(&d, segs, sizeof(d));
+    uint32_t n = d.byte_count.get() & 0x7fffffff;
+    if (d.lkey.get() == prm::invalid_lkey || n < data.size()) {
+        return scatter(q, wqe_index, 0, data);
+    }
+    if (!local_access_ok(q, d.lkey.get(), d.addr.get(), n, true)) {
+        return scatter_result::protection;
+    }
+    copy_small(dma<uint8_t>(d.addr.get()), data.data(), data.size());
+    return scatter_result::ok;
+}
+
+inline uint8_t *device::start_cqe(qp &q, bool is_send, cq *&target)
+{
+    cq *cqp = find_cq(is_send ? q.send_cqn : q.recv_cqn);
+    if (!cqp) {
+        return nullptr;
+    }
+    uint32_t ci = load_be32_acquire(&cqp->db->set_ci) & 0xffffff;
+    uint32_t pi = cqp->producer_index;
+    if (((pi - ci) & 0xffffff) >= cqp->size()) [[unlikely]] {
+        cq_overrun(q, *cqp);
+        return nullptr;
+    }
+    target = cqp;
+    return cqp->buf + size_t(pi & (cqp->size() - 1)) * prm::cqe_stride +
+           prm::cqe_offset_in_entry;
+}
+
+inline void device::finish_cqe(cq &c, uint8_t *entry, uint8_t owner_sr_opcode, bool solicited)
+{
+    uint32_t pi   = c.producer_index;
+    uint8_t  last = static_cast<uint8_t>((owner_sr_opcode & ~prm::cqe_owner_mask) |
+                                        ((pi & c.size()) ? prm::cqe_owner_mask : 0));
+    // Release: the CQE body is visible before its owner bit flips.
+    std::atomic_ref<uint8_t>(entry[sizeof(prm::cqe) - 1]).store(last,
+                                                                std::memory_order_release);
+    c.producer_index = (pi + 1) & 0xffffff;
+    // C66: an armed CQ raises one completion event for the next CQE (or the
+    // next solicited one; error completions count as solicited).
+    bool error = (owner_sr_opcode & prm::cqe_opcode_mask) == prm::cqe_opcode_error;
+    if (c.arm == cq_arm::next || (c.arm == cq_arm::solicited && (solicited || error))) {
+        completion_event(c);
     }
 }
 

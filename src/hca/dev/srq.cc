@@ -14,13 +14,6 @@ namespace mlx4x::dev {
 
 using prm::cmd_status;
 
-namespace {
-uint16_t counter_of(const uint32_t *db)
-{
-    return static_cast<uint16_t>(load_be32_acquire(db));
-}
-} // namespace
-
 cmd_status device::cmd_sw2hw_srq(uint32_t srqn, uint64_t inbox)
 {
     if (srqn >= srqs_.size()) {
@@ -96,35 +89,6 @@ cmd_status device::cmd_arm_srq(uint32_t srqn, uint64_t limit)
     return cmd_status::ok;
 }
 
-bool device::recv_available(qp &q)
-{
-    if (!q.has_srq) {
-        return counter_of(q.rq_db) != q.rq_tail;
-    }
-    srq *s = find_srq(q.srqn);
-    return s && counter_of(s->db) != s->consumed;
-}
-
-/// Takes the next receive WQE (the caller checked recv_available()).
-uint16_t device::recv_take(qp &q)
-{
-    if (!q.has_srq) {
-        return q.rq_tail++;
-    }
-    srq &s = srqs_[q.srqn];
-    uint16_t index = s.head;
-    prm::wqe_srq_next_seg next;
-    std::memcpy(&next, s.wqe(index), sizeof(next));
-    s.head = next.next_wqe_index.get();
-    ++s.consumed;
-    uint16_t left = uint16_t(counter_of(s.db) - s.consumed);
-    if (s.limit && left < s.limit) {
-        s.limit = 0;   // one event per arm
-        async_event(prm::eqe_type::srq_limit, s.srqn);
-    }
-    return index;
-}
-
 /// Writes `data` at byte `offset` of the buffers a list of data segments
 /// names, checking each entry's L_Key, PD, local write right and bounds
 /// (E26, E27). A receive list may end early with the invalid L_Key.
@@ -154,30 +118,6 @@ device::scatter_result device::scatter_segs(const qp &q, const uint8_t *segs,
         pos += n;
     }
     return done == data.size() ? scatter_result::ok : scatter_result::too_long;
-}
-
-/// scatter() of a whole message (offset 0) that fits the receive WQE's
-/// first entry, as UCX posts them (one buffer each): that entry's checks
-/// (C53) and one small copy. Anything else goes through scatter().
-device::scatter_result device::scatter_whole(qp &q, uint32_t wqe_index,
-                                             std::span<const uint8_t> data)
-{
-    if (data.empty()) {
-        return scatter_result::ok;   // nothing placed, nothing checked
-    }
-    const uint8_t *segs = q.has_srq ? srqs_[q.srqn].wqe(wqe_index) + sizeof(prm::wqe_srq_next_seg)
-                                    : q.rq_wqe(wqe_index);
-    prm::wqe_data_seg d;
-    std::memcpy(&d, segs, sizeof(d));
-    uint32_t n = d.byte_count.get() & 0x7fffffff;
-    if (d.lkey.get() == prm::invalid_lkey || n < data.size()) {
-        return scatter(q, wqe_index, 0, data);
-    }
-    if (!local_access_ok(q, d.lkey.get(), d.addr.get(), n, true)) {
-        return scatter_result::protection;
-    }
-    copy_small(dma<uint8_t>(d.addr.get()), data.data(), data.size());
-    return scatter_result::ok;
 }
 
 /// Receive WQE `wqe_index` of the QP's RQ or SRQ.

@@ -473,48 +473,18 @@ void device::write_cqe(qp &q, bool is_send, const prm::cqe &c, bool solicited,
     finish_cqe(*target, entry, c.owner_sr_opcode, solicited);
 }
 
-uint8_t *device::start_cqe(qp &q, bool is_send, cq *&target)
+/// CQ overrun (IBA 11.4.2.1, E13): the CQE is lost, a CQ error event is
+/// raised and the QP that caused it goes to ERROR. CQEs already in the CQ
+/// stay readable.
+void device::cq_overrun(qp &q, cq &c)
 {
-    cq *cqp = find_cq(is_send ? q.send_cqn : q.recv_cqn);
-    if (!cqp) {
-        return nullptr;
+    if (c.overruns++ == 0) {
+        MLX4X_ERROR("cq 0x%x overrun", c.cqn);
+        async_event(prm::eqe_type::cq_error, c.cqn, prm::cq_error_overflow);
     }
-    uint32_t ci = load_be32_acquire(&cqp->db->set_ci) & 0xffffff;
-    uint32_t pi = cqp->producer_index;
-    if (((pi - ci) & 0xffffff) >= cqp->size()) {
-        // CQ overrun (IBA 11.4.2.1, E13): the CQE is lost, a CQ error event
-        // is raised and the QP that caused it goes to ERROR. CQEs already
-        // in the CQ stay readable.
-        if (cqp->overruns++ == 0) {
-            MLX4X_ERROR("cq 0x%x overrun", cqp->cqn);
-            async_event(prm::eqe_type::cq_error, cqp->cqn,
-                        prm::cq_error_overflow);
-        }
-        count(counter::cq_overruns);
-        if (q.state != prm::qp_state::err) {
-            set_qp_error(q);
-        }
-        return nullptr;
-    }
-    target = cqp;
-    return cqp->buf + size_t(pi & (cqp->size() - 1)) * prm::cqe_stride +
-           prm::cqe_offset_in_entry;
-}
-
-void device::finish_cqe(cq &c, uint8_t *entry, uint8_t owner_sr_opcode, bool solicited)
-{
-    uint32_t pi   = c.producer_index;
-    uint8_t  last = static_cast<uint8_t>((owner_sr_opcode & ~prm::cqe_owner_mask) |
-                                        ((pi & c.size()) ? prm::cqe_owner_mask : 0));
-    // Release: the CQE body is visible before its owner bit flips.
-    std::atomic_ref<uint8_t>(entry[sizeof(prm::cqe) - 1]).store(last,
-                                                                std::memory_order_release);
-    c.producer_index = (pi + 1) & 0xffffff;
-    // C66: an armed CQ raises one completion event for the next CQE (or the
-    // next solicited one; error completions count as solicited).
-    bool error = (owner_sr_opcode & prm::cqe_opcode_mask) == prm::cqe_opcode_error;
-    if (c.arm == cq_arm::next || (c.arm == cq_arm::solicited && (solicited || error))) {
-        completion_event(c);
+    count(counter::cq_overruns);
+    if (q.state != prm::qp_state::err) {
+        set_qp_error(q);
     }
 }
 

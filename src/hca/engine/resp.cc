@@ -683,8 +683,9 @@ void device::fail_receive(qp &q, scatter_result r)
 
 /// The last packet of a SEND is placed: the message counts (MSN) and its
 /// receive WQE completes.
-void device::complete_receive(qp &q, uint16_t slid, bool has_imm, be32 imm,
-                              bool solicited)
+[[gnu::always_inline]] inline void device::complete_receive(qp &q, uint16_t slid,
+                                                              bool has_imm, be32 imm,
+                                                              bool solicited)
 {
     q.in_send = false;
     q.msn     = ib::psn_add(q.msn, 1);
@@ -723,7 +724,7 @@ void device::complete_receive(qp &q, uint16_t slid, bool has_imm, be32 imm,
 /// a full member, on VL 0 (VL15 carries QP0 traffic only), unicast, with
 /// valid base headers (the checks of on_frame() and admits() that such a
 /// packet needs). nullptr: the general path decides.
-qp *device::fast_path_qp(const ib::lrh &l, const ib::bth &b)
+[[gnu::always_inline]] inline qp *device::fast_path_qp(const ib::lrh &l, const ib::bth &b)
 {
     if ((l.vl_lver >> 4) != 0 || !engine::base_headers_ok(l, b)) {
         return nullptr;
