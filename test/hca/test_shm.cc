@@ -669,6 +669,41 @@ TEST_F(shm_test, armed_port_is_woken_by_the_next_frame_only)
     EXPECT_EQ(r.poll(sink, 16), 2u);
 }
 
+// frame_waiting() tells whether poll() would find a frame; a quiet
+// device's idle progress call is done in that one check
+// (device::idle_call), never while a frame waits in its ring.
+TEST_F(shm_test, idle_call_of_a_quiet_device_stops_at_a_waiting_frame)
+{
+    auto f = shm_fabric::open(name);
+    ASSERT_TRUE(f.ok());
+    auto c = drv::context::open(**f);
+    ASSERT_TRUE(c.ok());
+    drv::context &ctx = **c;
+    auto stepped_call = [&] {
+        (void)ctx.progress_receive(64);
+        ctx.progress_answer();
+        ctx.progress_finish();
+    };
+    stepped_call();   // a whole pass after the set-up's commands: now quiet
+    EXPECT_TRUE(ctx.idle_call());
+    auto tx = (*f)->attach();
+    ASSERT_TRUE(tx.ok());
+    fabric::port &rx = *ctx.device().port_for_tests();
+    EXPECT_FALSE(rx.frame_waiting());
+    ASSERT_EQ((*tx)->send(frame_to(rx.lid()), {}), status::ok);
+    EXPECT_TRUE(rx.frame_waiting());
+    EXPECT_FALSE(ctx.idle_call());   // the call must take the frame
+    stepped_call();
+    EXPECT_FALSE(rx.frame_waiting());
+    EXPECT_TRUE(ctx.idle_call());
+    // Every 16th call is not idle: it runs the passes (timers).
+    int idle = 0;
+    while (ctx.idle_call()) {
+        ++idle;
+    }
+    EXPECT_LT(idle, 16);
+}
+
 TEST_F(shm_test, sleeping_process_is_woken_by_a_frame_from_another)
 {
     auto f = shm_fabric::open(name);

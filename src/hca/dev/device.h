@@ -142,6 +142,19 @@ public:
     /// frames), so the device wrote no completion and freed no resource
     /// since the last call.
     bool     idle_slice() const { return idle_skipped_; }
+    /// A whole stepped call at once when it would be an idle one: a quiet
+    /// device, no slice open, no frame waiting, and not the call that runs
+    /// the passes (progress_finish()). True: it counted as that call.
+    bool     idle_call()
+    {
+        if (thread_.joinable() || !quiet_ || slice_open_ || !port_ ||
+            quiet_calls_ + 1 >= quiet_timer_period || port_->frame_waiting()) {
+            return false;
+        }
+        ++quiet_calls_;
+        idle_skipped_ = true;
+        return true;
+    }
 
     /// Runs the device on a thread of its own (DESIGN decision 5: the same
     /// time slice, called by the device instead of the driver's progress),
@@ -173,7 +186,7 @@ public:
     /// is `vector` signals `eventfd` when it raises an interrupt. -1: none.
     void connect_interrupt(uint8_t vector, int eventfd);
     /// Test hook: the port, to check fabric-level facts.
-    fabric::port *port_for_tests() { return port_.get(); }
+    fabric::port *port_for_tests() const { return port_.get(); }
 
 private:
     // command interface (cmd.cc)

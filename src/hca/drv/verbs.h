@@ -124,6 +124,8 @@ public:
     void     progress_finish() { dev_->progress_finish(); }
     /// The slice just finished was idle (dev::device::idle_slice).
     bool     idle_slice() const { return dev_->idle_slice(); }
+    /// A progress call with nothing to do, done (dev::device::idle_call).
+    bool     idle_call() { return dev_->idle_call(); }
     /// Lets the device run on a thread of its own as well; progress() then
     /// runs a slice only when the thread is not in one
     /// (dev::device::start_engine_thread).

@@ -96,6 +96,9 @@ public:
     virtual void   leave_multicast(uint16_t mlid) = 0;
     /// Deliver up to `budget` received frames to `sink`; returns how many.
     virtual unsigned poll(frame_sink &sink, unsigned budget) = 0;
+    /// Whether poll() may find a frame: false only when it surely finds
+    /// none (the default cannot tell).
+    virtual bool frame_waiting() const { return true; }
     /// Whether a port with this LID is attached and its owner alive.
     virtual bool peer_alive(uint16_t lid) const = 0;
     /// True when frames between live ports are never lost (full rings push

@@ -479,6 +479,13 @@ public:
         return true;
     }
 
+    bool frame_waiting() const override
+    {
+        const ring &r = rings_[index_];
+        uint64_t pos = r.head.load(std::memory_order_relaxed);
+        return frame_ready(r.slots[pos & (ring_slots - 1)], pos);
+    }
+
     unsigned poll(frame_sink &sink, unsigned budget) override
     {
         ring &r = rings_[index_];
