@@ -64,7 +64,8 @@ inline bool am_id_ok(uint8_t id)
 /// something waits for it (`op`, `signal`) or once per TX_CQ_MODERATION
 /// posts; the others complete with the next signalled one.
 template <class WR>   // drv::send_wr, or drv::send_wr_core for the common ops
-inline ucs_status_t post(endpoint &e, WR &wr, const tx_op &op = {}, bool signal = false)
+[[gnu::always_inline]] inline ucs_status_t post(endpoint &e, WR &wr, const tx_op &op = {},
+                                               bool signal = false)
 {
     signal = signal || op.comp || op.unpack ||
              e.posted + 1 - e.signaled_upto >= e.owner().tx_cq_moderation();
