@@ -744,7 +744,7 @@ void device::fail_receive(qp &q, scatter_result r)
 /// receive WQE waiting. Each condition is one the general path checks (IBA
 /// 9.6.1 header checks, 9.7.5.1 sequence, 9.7.5.2.8 RNR); false leaves the
 /// packet untouched to that path, which also answers every error.
-bool device::receive_send_only(std::span<const uint8_t> frame)
+[[gnu::always_inline]] inline bool device::receive_send_only(std::span<const uint8_t> frame)
 {
     ib::lrh l;
     ib::bth b;
@@ -820,7 +820,7 @@ bool device::receive_send_only(std::span<const uint8_t> frame)
 /// outstanding, from its peer's port, of its partition (full member). Each
 /// condition is one on_frame(), admits() or complete() checks; false leaves
 /// the packet untouched to that path (NAKs, duplicates, responses).
-bool device::receive_ack(std::span<const uint8_t> frame)
+[[gnu::always_inline]] inline bool device::receive_ack(std::span<const uint8_t> frame)
 {
     ib::lrh  l;
     ib::bth  b;
