@@ -1,20 +1,18 @@
 // SPDX-License-Identifier: BSD-3-Clause
 #include "mad/sm.h"
 
-#include <sys/resource.h>
-#include <unistd.h>
-
 #include "hca/base/log.h"
 #include "hca/base/shared_instance.h"
 #include "hca/fabric/shm_fabric.h"
 #include "mad/device_sma.h"
 
 #include <cerrno>
-#include <thread>
 #include <cstring>
 #include <fcntl.h>
-#include <sys/file.h>
+#include <thread>
 #include <unistd.h>
+#include <sys/file.h>
+#include <sys/resource.h>
 
 namespace mlx4x::mad {
 
@@ -160,8 +158,8 @@ result<std::shared_ptr<sm_service>> sm_service::get(const std::string &fabric_na
         s->fabric_ = f.take();
         // Waiting for answers, it sleeps a millisecond at a time: every
         // wake-up takes a core from a rank (an SMP answer is not urgent).
-        auto sm = subnet_manager::create(*s->fabric_, "/dev/shm/" + fabric_name + ".sm",
-                                         [] { std::this_thread::sleep_for(std::chrono::milliseconds(1)); });
+        auto nap = [] { std::this_thread::sleep_for(std::chrono::milliseconds(1)); };
+        auto sm  = subnet_manager::create(*s->fabric_, "/dev/shm/" + fabric_name + ".sm", nap);
         if (!sm.ok()) {
             return sm.error();
         }

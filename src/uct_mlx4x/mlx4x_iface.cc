@@ -636,16 +636,16 @@ status interface::post_rx(uint32_t slot)
 
 unsigned interface::progress()
 {
-    // A call that hands received messages to UCX returns right after them
-    // and their ACKs: the rest of the device's slice (requests, timers) and
-    // the interface's upkeep wait for the next call, so an MPI reply, sent
-    // once the call returned, does not wait for them
-    // (dev::device::progress_receive).
     // The idle call of a quiet device, in one check: no upkeep owed, no
     // receive completion, nothing for the device (dev::device::idle_call).
     if (!upkeep_owed_ && !recv_cq_->ready() && !srq_->has_dropped() && ctx().idle_call()) {
         return 0;
     }
+    // A call that hands received messages to UCX returns right after them
+    // and their ACKs: the rest of the device's slice (requests, timers) and
+    // the interface's upkeep wait for the next call, so an MPI reply, sent
+    // once the call returned, does not wait for them
+    // (dev::device::progress_receive).
     bool     owed = std::exchange(upkeep_owed_, false);
     unsigned n    = owed ? upkeep() : 0;
     (void)ctx().progress_receive(progress_budget);   // the last slice's rest first

@@ -62,7 +62,9 @@ inline bool am_id_ok(uint8_t id)
 /// Posts one WQE; `op` says what to do when it completes. Completion
 /// moderation: the WQE asks for a CQE (and so for an immediate ACK) when
 /// something waits for it (`op`, `signal`) or once per TX_CQ_MODERATION
-/// posts; the others complete with the next signalled one.
+/// posts; the others complete with the next signalled one. Always inlined:
+/// with the op's scatter list and completion known, the small-message post
+/// folds (tag_eager_short 688 -> 569 instructions).
 template <class WR>   // drv::send_wr, or drv::send_wr_core for the common ops
 [[gnu::always_inline]] inline ucs_status_t post(endpoint &e, WR &wr, const tx_op &op = {},
                                                bool signal = false)

@@ -62,7 +62,7 @@ lid_b=$(sed -n 's/.*master lid //p' "$b")
 [ "$(owner_of "$lid_b")" = "$smb" ] && ok "lid $lid_b is now the second mlx4x-sm's port (pid $smb)" \
     || fail "lid $lid_b is not the second SM's port"
 sm_lid_everywhere "$lid_b" && ok "both ranks' ports: SM lid $lid_b (the new master's)" \
-    || fail "SM lid $lid_b not in both ranks' PortInfo"
+    || { fail "SM lid $lid_b not in both ranks' PortInfo"; sed 's/^/[job] /' "$log"; }
 
 # kill -9 a rank: the job ends, and the SM reports both ranks' LIDs gone.
 pkill -9 -f "mpi_until_file $stop" 2>/dev/null

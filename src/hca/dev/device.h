@@ -542,8 +542,8 @@ private:
 /// the extended headers `payload_len`): `l` and `b` with the per-packet
 /// fields filled in. Returns where the extended headers go.
 inline uint8_t *device::write_headers(const fabric::frame_slot &f, const ib::lrh &l,
-                               const ib::bth &b, uint8_t opcode, size_t payload_len,
-                               uint32_t psn, bool ackreq, bool solicited)
+                                      const ib::bth &b, uint8_t opcode, size_t payload_len,
+                                      uint32_t psn, bool ackreq, bool solicited)
 {
     // The headers go into the frame as given, then the per-packet fields
     // over them there (store_field: patching a stack copy and copying it
@@ -567,9 +567,9 @@ inline uint8_t *device::write_headers(const fabric::frame_slot &f, const ib::lrh
 }
 
 /// The same for an RC packet of `q`, from its prebuilt headers.
-inline uint8_t *device::write_rc_headers(const fabric::frame_slot &f, const qp &q, uint8_t opcode,
-                                  size_t payload_len, uint32_t psn, bool ackreq,
-                                  bool solicited)
+inline uint8_t *device::write_rc_headers(const fabric::frame_slot &f, const qp &q,
+                                         uint8_t opcode, size_t payload_len, uint32_t psn,
+                                         bool ackreq, bool solicited)
 {
     return write_headers(f, q.tx_lrh, q.tx_bth, opcode, payload_len, psn, ackreq, solicited);
 }

@@ -351,8 +351,8 @@ void device::build_tx_headers(qp &q)
 /// makes before any packet, then send_inline_message(). not_single or busy:
 /// the caller runs the requester as for a doorbell (the WQE is also in the
 /// send queue).
-[[gnu::always_inline]] inline device::single_tx device::send_blueflame(qp &q,
-                                                                   std::span<const uint8_t> wqe)
+[[gnu::always_inline]] inline device::single_tx
+device::send_blueflame(qp &q, std::span<const uint8_t> wqe)
 {
     // The write is the WQE at cur_wqe only when that is the last one
     // posted: an earlier one still waiting goes first, from the queue.

@@ -683,9 +683,8 @@ void device::fail_receive(qp &q, scatter_result r)
 
 /// The last packet of a SEND is placed: the message counts (MSN) and its
 /// receive WQE completes.
-[[gnu::always_inline]] inline void device::complete_receive(qp &q, uint16_t slid,
-                                                              bool has_imm, be32 imm,
-                                                              bool solicited)
+[[gnu::always_inline]] inline void
+device::complete_receive(qp &q, uint16_t slid, bool has_imm, be32 imm, bool solicited)
 {
     q.in_send = false;
     q.msn     = ib::psn_add(q.msn, 1);
