@@ -148,12 +148,10 @@ public:
     bool     idle_call()
     {
         if (thread_.joinable() || !quiet_ || slice_open_ || !port_ ||
-            quiet_calls_ + 1 >= quiet_timer_period || port_->frame_waiting()) {
+            port_->frame_waiting()) {
             return false;
         }
-        ++quiet_calls_;
-        idle_skipped_ = true;
-        return true;
+        return skip_idle_pass();
     }
 
     /// Runs the device on a thread of its own (DESIGN decision 5: the same
@@ -315,6 +313,17 @@ private:
         std::unique_lock g(engine_mu_);
         mmio_waiters_.fetch_sub(1, std::memory_order_relaxed);
         return g;
+    }
+    /// A quiet device's idle call skips the passes but for every
+    /// quiet_timer_period-th one; true: this call skipped them.
+    bool skip_idle_pass()
+    {
+        if (!quiet_ || quiet_calls_ + 1 >= quiet_timer_period) {
+            return false;
+        }
+        ++quiet_calls_;
+        idle_skipped_ = true;
+        return true;
     }
     unsigned run_requesters(bool &all_idle);   ///< all_idle: no QP had anything to send
     unsigned run_requester(qp &q);   ///< one QP's burst

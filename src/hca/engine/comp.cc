@@ -70,9 +70,8 @@ void device::progress_finish()
     // and reading the clock each time (~290 of an idle call's ~540
     // instructions; the idle loop's length is part of every message's
     // latency: a message waits half of it on average).
-    if (quiet_ && slice_frames_ == 0 && ++quiet_calls_ < quiet_timer_period) {
-        slice_open_   = false;
-        idle_skipped_ = true;
+    if (slice_frames_ == 0 && skip_idle_pass()) {
+        slice_open_ = false;
         return;
     }
     (void)finish_slice();
