@@ -641,17 +641,18 @@ unsigned interface::progress()
     if (!upkeep_owed_ && !recv_cq_->ready() && !srq_->has_dropped() && ctx().idle_call()) {
         return 0;
     }
-    // A call that hands received messages to UCX returns right after them
-    // and their ACKs: the rest of the device's slice (requests, timers) and
-    // the interface's upkeep wait for the next call, so an MPI reply, sent
-    // once the call returned, does not wait for them
-    // (dev::device::progress_receive).
+    // A call that hands received messages to UCX returns right after them:
+    // the rest of the device's slice (their ACKs, requests, timers) and the
+    // interface's upkeep wait for the next call, so an MPI reply, sent once
+    // the call returned, waits for none of them and reaches the peer ahead
+    // of the ACK (dev::device::progress_receive; the device's watchdog
+    // sends the ACKs if no next call comes).
     bool     owed = std::exchange(upkeep_owed_, false);
     unsigned n    = owed ? upkeep() : 0;
     (void)ctx().progress_receive(progress_budget);   // the last slice's rest first
     unsigned received = poll_recv();
-    ctx().progress_answer();   // the ACKs after what the handlers sent
     if (received) {
+        ctx().progress_return();
         upkeep_owed_ = true;
         return n + received;
     }

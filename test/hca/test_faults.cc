@@ -250,7 +250,6 @@ TEST_F(peer, quiet_device_runs_its_passes_every_16th_idle_call)
     // timeout of milliseconds). b is gone, so the timer retransmits.
     auto idle_call = [&] {
         (void)a.ctx->progress_receive(64);
-        a.ctx->progress_answer();
         a.ctx->progress_finish();
         return a.ctx->idle_slice();
     };
@@ -315,6 +314,51 @@ TEST_F(peer, idle_live_peer_on_a_lossless_fabric_burns_no_retries)
         [&] { return a.send_wcs.size() == 1 && b.recv_wcs.size() == 1; }, 100));
     EXPECT_EQ(a.send_wcs[0].status, drv::wc_status::success);
     EXPECT_EQ(check_pattern(dst.data(), 4096, 6), -1);
+}
+
+// A stepped call (the UCT progress) hands b's completion to its driver
+// and returns before the ACK, which goes at b's next call, after the reply
+// b's application may send in between (device::progress_receive). Until
+// then the frame stays unreleased: a's timer sees a peer that owes an
+// answer, not one that dropped the packet, and burns no retries however
+// long b computes (IBA 9.7.6.1.3).
+TEST_F(peer, ack_owed_by_a_stepped_call_goes_at_the_next_call_and_burns_no_retries)
+{
+    std::vector<uint8_t> dst(64, 0);
+    auto &dm = b.reg(dst.data(), dst.size());
+    ASSERT_EQ(b.post_recv(1, dst.data(), 64, dm.lkey()), status::ok);
+    ASSERT_EQ(a.post_send(1, src.data(), 64, sm->lkey()), status::ok);
+    (void)b.ctx->progress_receive(64);
+    ASSERT_EQ(b.poll(), 1u);
+    EXPECT_EQ(b.counter(dev::counter::acks_sent), 0u);
+    for (int i = 0; i < 500; ++i) {   // 500 ms: ~100 ACK timeouts, retry_cnt 3
+        a.ctx->progress();
+        a.poll();
+        manual_clock::advance(1000000);
+    }
+    EXPECT_TRUE(a.send_wcs.empty());
+    EXPECT_EQ(a.counter(dev::counter::retransmits), 0u);
+    (void)b.ctx->progress_receive(64);   // b's next call
+    EXPECT_EQ(b.counter(dev::counter::acks_sent), 1u);
+    ASSERT_TRUE(progress_until([&] { return a.send_wcs.size() == 1; }, 100));
+    EXPECT_EQ(a.send_wcs[0].status, drv::wc_status::success);
+    EXPECT_EQ(a.counter(dev::counter::retransmits), 0u);
+}
+
+// The same owed ACK when b destroys its QP before calling again: it leaves
+// before the QP goes (a peer that closes right after its last receive).
+TEST_F(peer, qp_destroyed_with_an_ack_owed_sends_it_first)
+{
+    std::vector<uint8_t> dst(64, 0);
+    auto &dm = b.reg(dst.data(), dst.size());
+    ASSERT_EQ(b.post_recv(1, dst.data(), 64, dm.lkey()), status::ok);
+    ASSERT_EQ(a.post_send(1, src.data(), 64, sm->lkey()), status::ok);
+    (void)b.ctx->progress_receive(64);
+    ASSERT_EQ(b.poll(), 1u);
+    b.qp.reset();
+    EXPECT_EQ(b.counter(dev::counter::acks_sent), 1u);
+    ASSERT_TRUE(progress_until([&] { return a.send_wcs.size() == 1; }, 1000));
+    EXPECT_EQ(a.send_wcs[0].status, drv::wc_status::success);
 }
 
 TEST_F(peer, live_peer_without_the_qp_exhausts_retries)

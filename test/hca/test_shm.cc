@@ -681,7 +681,6 @@ TEST_F(shm_test, idle_call_of_a_quiet_device_stops_at_a_waiting_frame)
     drv::context &ctx = **c;
     auto stepped_call = [&] {
         (void)ctx.progress_receive(64);
-        ctx.progress_answer();
         ctx.progress_finish();
     };
     stepped_call();   // a whole pass after the set-up's commands: now quiet
@@ -702,6 +701,42 @@ TEST_F(shm_test, idle_call_of_a_quiet_device_stops_at_a_waiting_frame)
         ++idle;
     }
     EXPECT_LT(idle, 16);
+}
+
+// A driver that returns to its application with an ACK owed
+// (device::progress_return) and never calls again: the device's watchdog
+// sends the ACK from its own thread within a few ticks, so the peer's send
+// completes; the receiver's next call takes the device back and counts the
+// ACK once. Without the watchdog the sender would wait for ever.
+TEST_F(shm_test, ack_owed_at_return_is_sent_by_the_watchdog_when_no_call_follows)
+{
+    auto f = shm_fabric::open(name);
+    ASSERT_TRUE(f.ok());
+    endpoint a, b;
+    a.open(**f);
+    b.open(**f);
+    connect_pair(a, b);
+    std::vector<uint8_t> src(64, 7), dst(64, 0);
+    auto &smr = a.reg(src.data(), src.size());
+    auto &dmr = b.reg(dst.data(), dst.size());
+    ASSERT_EQ(b.post_recv(1, dst.data(), 64, dmr.lkey()), status::ok);
+    ASSERT_EQ(a.post_send(1, src.data(), 64, smr.lkey()), status::ok);
+    (void)b.ctx->progress_receive(64);   // the SEND is in b's ring already
+    ASSERT_EQ(b.poll(), 1u);
+    b.ctx->progress_return();
+    EXPECT_EQ(b.counter(dev::counter::acks_sent), 0u);
+    auto deadline = clk::now() + std::chrono::seconds(10);
+    while (a.send_wcs.empty() && clk::now() < deadline) {
+        a.ctx->progress();
+        a.poll();
+    }
+    ASSERT_EQ(a.send_wcs.size(), 1u);
+    EXPECT_EQ(a.send_wcs[0].status, drv::wc_status::success);
+    EXPECT_EQ(a.counter(dev::counter::retransmits), 0u);
+    (void)b.ctx->progress_receive(64);
+    b.ctx->progress_finish();
+    EXPECT_EQ(b.counter(dev::counter::acks_sent), 1u);
+    EXPECT_EQ(dst, src);
 }
 
 TEST_F(shm_test, sleeping_process_is_woken_by_a_frame_from_another)
@@ -739,7 +774,9 @@ struct keep_frames final : fabric::frame_sink {
 // The data path writes packets straight into the destination's ring
 // (port::reserve / commit): what arrives is exactly what was written, in
 // order with frames sent by copy; a full ring pushes back at reserve and
-// nothing is sent; an unknown LID is unreachable.
+// nothing is sent; the room of taken frames comes back, and the sender sees
+// them delivered, when the owner releases them; an unknown LID is
+// unreachable.
 TEST_F(shm_test, frame_written_in_place_arrives_intact_and_a_full_ring_pushes_back)
 {
     auto f = shm_fabric::open(name);
@@ -763,6 +800,8 @@ TEST_F(shm_test, frame_written_in_place_arrives_intact_and_a_full_ring_pushes_ba
     ASSERT_EQ(sink.frames[0].size(), hdr.size() + 3);
     EXPECT_EQ(std::memcmp(sink.frames[0].data() + hdr.size(), "abc", 3), 0);
     EXPECT_EQ(sink.frames[1].size(), hdr.size());
+    EXPECT_FALSE((*tx)->delivered(lid));   // taken, not released (answers owed)
+    (*rx)->release();
     EXPECT_TRUE((*tx)->delivered(lid));
 
     for (uint32_t i = 0; i < fabric::shm::ring_slots; ++i) {
@@ -776,6 +815,12 @@ TEST_F(shm_test, frame_written_in_place_arrives_intact_and_a_full_ring_pushes_ba
               status::unreachable);   // no port attached there
     sink.frames.clear();
     EXPECT_EQ((*rx)->poll(sink, 2 * fabric::shm::ring_slots), fabric::shm::ring_slots);
+    // Their slots come back at release(), not when taken.
+    EXPECT_EQ((*tx)->reserve(lid, hdr.size(), slot), status::no_resource);
+    (*rx)->release();
+    ASSERT_EQ((*tx)->reserve(lid, hdr.size(), slot), status::ok);
+    std::memcpy(slot.data, hdr.data(), hdr.size());
+    ASSERT_EQ((*tx)->commit(slot), status::ok);
 }
 
 // ---- multicast -----------------------------------------------------------------

@@ -55,12 +55,20 @@ device::device(fabric::fabric &fab, clock_fn clock, std::unique_ptr<sma_hook> sm
     interrupt_fds_.fill(-1);
 }
 
-device::~device() { stop_engine_thread(); }
+device::~device()
+{
+    stop_engine_thread();
+    stop_ack_watchdog();
+    if (port_ && slice_open_) {
+        (void)send_answers();   // the last call's ACKs (progress_receive)
+    }
+}
 
 // ---- MMIO -----------------------------------------------------------------
 
 void device::mmio_write32(uint32_t offset, uint32_t be_value)
 {
+    reclaim_owed_acks();
     uint32_t in_page = offset & (prm::uar_page_size - 1);
     bool     is_hcr  = offset >= prm::hcr_base &&
                   offset < prm::hcr_base + sizeof(prm::hcr);
@@ -760,6 +768,12 @@ void device::apply_optional(qp &q, const prm::qp_context &ctx, uint32_t optpar)
 
 void device::qp_to_reset(qp &q)
 {
+    if (q.ack_pending && port_) {
+        // What it received was answered by the time the driver could see
+        // it (progress_receive): its ACK, owed until the next call, goes
+        // before the QP.
+        (void)send_ack(q);
+    }
     if (q.valid) {
         // mlx4 keeps the CQEs already written (C40, see docs): only the
         // QP's state goes.

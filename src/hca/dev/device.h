@@ -13,6 +13,7 @@
 #include "hca/fabric/fabric.h"
 #include "hca/ib/ib_hdr.h"
 #include "hca/ib/ib_opcode.h"
+#include "hca/ib/ib_psn.h"
 #include "hca/prm/prm_cmd.h"
 #include "hca/prm/prm_cqe.h"
 #include "hca/prm/prm_eqe.h"
@@ -20,6 +21,7 @@
 
 #include <array>
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <cstring>
 #include <functional>
@@ -126,17 +128,21 @@ public:
     unsigned progress(unsigned budget);
     /// The same slice in steps, for a driver that hands completions to its
     /// application in between. progress_receive() takes the frames that
-    /// arrived (their completions written); progress_answer() sends what
-    /// peers wait for (READ responses, the ACKs of those frames) and must
-    /// come before the driver returns to its application, which may not
-    /// call again (a peer's flush would wait for ever); the rest (requests
-    /// the doorbells did not finish, timers) runs at progress_finish() or
-    /// first thing in the next progress_receive(). So replies posted by
-    /// the handlers of those completions go out before the ACKs, and a
-    /// driver that returns with completions can leave the rest to its next
-    /// call. The engine thread's slices are whole.
+    /// arrived (their completions written); the rest of the slice (their
+    /// ACKs and READ responses, requests the doorbells did not finish,
+    /// timers) runs at progress_finish() or first thing in the next
+    /// progress_receive(). So a driver that returns with completions leaves
+    /// the rest to its next call, and the reply its application sends in
+    /// between reaches the peer before the ACK. The frames stay unreleased
+    /// until their answers went (port::poll): a peer's timer waits for a
+    /// device that has not called again instead of retrying. The engine
+    /// thread's slices are whole.
     unsigned progress_receive(unsigned budget);
-    void     progress_answer();
+    /// The driver returns to its application with the slice open: the
+    /// ACKs it owes wait for the next call, and the ACK watchdog sends them
+    /// if that call does not come within a tick (ack_watchdog.cc). Where
+    /// there is no watchdog, or READ responses are queued, they go now.
+    void     progress_return();
     void     progress_finish();
     /// After progress_finish(): it skipped the slice's passes (quiet_, no
     /// frames), so the device wrote no completion and freed no resource
@@ -405,6 +411,33 @@ private:
     scatter_result scatter_segs(const qp &q, const uint8_t *segs, size_t nseg,
                                 uint32_t offset, std::span<const uint8_t> data);
     bool emit_aeth(qp &q, uint8_t opcode, uint8_t syndrome, uint32_t psn);
+    static void write_aeth_frame(const fabric::frame_slot &f, const qp &q, uint8_t opcode,
+                                 uint8_t syndrome, uint32_t psn);
+    static constexpr size_t aeth_frame_len =
+        sizeof(ib::lrh) + sizeof(ib::bth) + sizeof(ib::aeth);
+    /// A positive ACK's AETH syndrome; no end-to-end credits (IBA 9.7.7.2).
+    static constexpr uint8_t ack_syndrome =
+        ib::make_syndrome(ib::ack_class::ack, ib::ack_credits_invalid);
+    /// The PSN a positive ACK of `q` carries: the last one received in order.
+    static uint32_t ack_psn(const qp &q) { return ib::psn_add(q.epsn, ib::psn_mask); }
+
+    // ACKs owed across a return to the application (ack_watchdog.cc)
+    /// Who has the owed ACKs: the driver's thread (none: nothing owed, or
+    /// armed: left for its next call) or the watchdog (sweeping: sending
+    /// them; swept: sent, the driver's next call takes the device back).
+    enum class owed : uint8_t { none, armed, sweeping, swept };
+    /// First thing in every entry that may touch the responder's state.
+    void reclaim_owed_acks()
+    {
+        if (owed_.load(std::memory_order_relaxed) != owed::none) [[unlikely]] {
+            take_back_owed_acks();
+        }
+    }
+    void take_back_owed_acks();
+    bool start_ack_watchdog();
+    void stop_ack_watchdog();
+    void ack_watchdog_loop();
+    void sweep_owed_acks();
     void send_nak(qp &q, uint8_t syndrome,
                   ib::opcode opcode = ib::opcode::rc_acknowledge,
                   std::optional<uint32_t> psn = std::nullopt);
@@ -499,7 +532,6 @@ private:
     clock_fn                       clock_;
     uint64_t                       slice_now_ = 0;   ///< 0: not read in this slice
     bool                           slice_open_ = false;   ///< frames taken, rest not run
-    bool                           answered_ = false;     ///< send_answers() ran in it
     unsigned                       slice_frames_ = 0;     ///< frames take_frames() took
     /// The last full pass found nothing to send, answer or time out, and
     /// no MMIO write (doorbell, command) came since: until a frame arrives
@@ -543,6 +575,15 @@ private:
     std::atomic<bool> engine_sleeping_{false};   ///< a doorbell must wake it
     std::atomic<unsigned> mmio_waiters_{0};      ///< driver threads at the lock
     int               doorbell_fd_ = -1;          ///< eventfd: "work posted"
+
+    // ACK watchdog (ack_watchdog.cc)
+    std::atomic<owed>     owed_{owed::none};
+    std::atomic<uint64_t> owed_epoch_{0};     ///< bumped at every arming
+    uint64_t              acks_swept_ = 0;    ///< by the watchdog, counted at take-back
+    std::thread           watchdog_;
+    std::mutex            watchdog_mu_;
+    std::condition_variable watchdog_cv_;
+    bool                  watchdog_stop_ = false;
 };
 
 // ---- inline: on the path of every small message (req.cc, resp.cc) ----

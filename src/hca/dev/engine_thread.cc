@@ -66,6 +66,7 @@ status device::start_engine_thread(std::function<bool()> on_start)
     if (thread_.joinable()) {
         return status::ok;
     }
+    stop_ack_watchdog();   // the thread's slices are whole: nothing is owed
     doorbell_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (doorbell_fd_ < 0) {
         MLX4X_ERROR("engine thread: eventfd: %m");

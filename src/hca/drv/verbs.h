@@ -115,12 +115,13 @@ public:
 
     /// Gives the device its time slice (DESIGN decision 5).
     unsigned progress(unsigned budget = 64) { return dev_->progress(budget); }
-    /// A slice in steps, completions polled in between: its answers at
-    /// progress_answer() (before returning to the application), the rest
-    /// at progress_finish() or the next progress_receive()
+    /// A slice in steps, completions polled in between: the rest of it at
+    /// progress_finish() or the next progress_receive()
     /// (dev::device::progress_receive).
     unsigned progress_receive(unsigned budget) { return dev_->progress_receive(budget); }
-    void     progress_answer() { dev_->progress_answer(); }
+    /// Returning to the application after progress_receive() handed it
+    /// completions (dev::device::progress_return).
+    void     progress_return() { dev_->progress_return(); }
     void     progress_finish() { dev_->progress_finish(); }
     /// The slice just finished was idle (dev::device::idle_slice).
     bool     idle_slice() const { return dev_->idle_slice(); }

@@ -40,21 +40,12 @@ unsigned device::progress_receive(unsigned budget)
     if (thread_.joinable()) {
         return progress(budget);
     }
+    reclaim_owed_acks();
     slice_now_ = 0;   // the timers read the clock afresh, once
     if (slice_open_) {
         (void)finish_slice();   // the last call's
     }
     return take_frames(budget);
-}
-
-void device::progress_answer()
-{
-    // send_answers() with no READ response and no ACK queued has nothing
-    // to send; finish_slice() calls it again anyway.
-    if (!thread_.joinable() && slice_open_ && !answered_ &&
-        (responses_queued_ || !ack_list_.empty())) {
-        (void)send_answers();
-    }
 }
 
 void device::progress_finish()
@@ -79,6 +70,7 @@ void device::progress_finish()
 
 unsigned device::run(unsigned budget)
 {
+    reclaim_owed_acks();
     slice_now_ = 0;
     unsigned n = take_frames(budget);
     return n + finish_slice();
@@ -99,20 +91,22 @@ unsigned device::take_frames(unsigned budget)
         return n;
     }
     slice_open_   = true;
-    answered_     = false;
     slice_frames_ = n;
     return n;
 }
 
 /// What peers wait for: READ responses and atomic ACKs, and the slice's
-/// coalesced ACKs.
+/// coalesced ACKs. Then the slice's frames are answered and their room goes
+/// back to the fabric (port::release), also when an answer waits for room
+/// in a full ring: two devices holding frames for each other's full rings
+/// would never drain them.
 unsigned device::send_answers()
 {
-    answered_  = true;
     unsigned n = run_responders();
     if (!ack_list_.empty()) {
         flush_acks();
     }
+    port_->release();
     return n;
 }
 
@@ -122,7 +116,7 @@ unsigned device::finish_slice()
     if (!port_) {
         return 0;
     }
-    unsigned n = answered_ ? 0 : send_answers();
+    unsigned n = send_answers();
     bool requesters_idle = true;
     n += run_requesters(requesters_idle);
     bool fired = run_timers();

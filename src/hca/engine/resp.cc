@@ -1037,16 +1037,24 @@ void device::responder_error(qp &q, ib::nak_code code)
 }
 
 /// An AETH-only answer (an ACK, a NAK or a single-copy refusal) for `psn`.
-bool device::emit_aeth(qp &q, uint8_t opcode, uint8_t syndrome, uint32_t psn)
+/// An ACK or NAK packet of QP `q` (IBA 9.7.5.1.1: AETH with the MSN) into
+/// `f` (aeth_frame_len bytes).
+void device::write_aeth_frame(const fabric::frame_slot &f, const qp &q, uint8_t opcode,
+                              uint8_t syndrome, uint32_t psn)
 {
     ib::aeth a{};
     ib::aeth_syndrome::set(a.syn_msn, syndrome);
     ib::aeth_msn::set(a.syn_msn, q.msn);
+    uint8_t *ext = write_rc_headers(f, q, opcode, 0, psn, false, false);
+    std::memcpy(ext, &a, sizeof(a));
+}
+
+bool device::emit_aeth(qp &q, uint8_t opcode, uint8_t syndrome, uint32_t psn)
+{
     fabric::frame_slot f;
-    status s = port_->reserve(q.dlid, sizeof(ib::lrh) + sizeof(ib::bth) + sizeof(a), f);
+    status s = port_->reserve(q.dlid, aeth_frame_len, f);
     if (s == status::ok) {
-        uint8_t *ext = write_rc_headers(f, q, opcode, 0, psn, false, false);
-        std::memcpy(ext, &a, sizeof(a));
+        write_aeth_frame(f, q, opcode, syndrome, psn);
         s = port_->commit(f);
     }
     // status::unreachable: lost on the wire (the requester's timer recovers).
@@ -1069,9 +1077,7 @@ void device::send_nak(qp &q, uint8_t syndrome, ib::opcode opcode,
 
 bool device::send_ack(qp &q)
 {
-    if (!emit_aeth(q, uint8_t(ib::opcode::rc_acknowledge),
-                   ib::make_syndrome(ib::ack_class::ack, ib::ack_credits_invalid),
-                   ib::psn_add(q.epsn, ib::psn_mask))) {   // epsn - 1
+    if (!emit_aeth(q, uint8_t(ib::opcode::rc_acknowledge), ack_syndrome, ack_psn(q))) {
         return false;
     }
     count(counter::acks_sent);
@@ -1088,10 +1094,8 @@ void device::schedule_ack(qp &q)
 
 /// One ACK per QP per receive batch (ACK coalescing, IBA 9.7.5.1.1 allows
 /// acknowledging several packets with the latest PSN), sent with the
-/// slice's answers (send_answers: for a driver that polls its completions
-/// in between, progress_answer): never later, since nothing but the next
-/// slice would send it, and the receiving application may not call again
-/// (a peer's flush would then wait for ever).
+/// slice's answers (send_answers), which a driver that polls its
+/// completions in between leaves to its next call (progress_receive).
 void device::flush_acks()
 {
     std::erase_if(ack_list_, [this](uint32_t qpn) {

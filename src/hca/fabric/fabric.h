@@ -86,6 +86,14 @@ public:
         return status::ok;
     }
     virtual status commit(const frame_slot &f) { return send({f.data, f.len}, {}); }
+    /// send() of a whole unicast frame from another thread while the owner
+    /// goes on using the port (the device's ACK watchdog), where
+    /// sends_concurrently(); unsupported elsewhere.
+    virtual bool   sends_concurrently() const { return false; }
+    virtual status send_concurrent(std::span<const uint8_t> /*frame*/)
+    {
+        return status::unsupported;
+    }
     /// Multicast membership of this port, what the SM programs into the
     /// switches' multicast forwarding tables (IBA 18.2.4.3.3): a frame to a
     /// multicast LID goes to every member port except the sender's (the
@@ -95,7 +103,14 @@ public:
     virtual status join_multicast(uint16_t mlid) = 0;
     virtual void   leave_multicast(uint16_t mlid) = 0;
     /// Deliver up to `budget` received frames to `sink`; returns how many.
+    /// Their room stays taken, and they count as not delivered (see
+    /// delivered()), until release(): a device releases the frames once it
+    /// has sent the answers they call for, so that a sender waiting for an
+    /// ACK the receiver still owes sees a peer that has not progressed, not
+    /// one that dropped its packets.
     virtual unsigned poll(frame_sink &sink, unsigned budget) = 0;
+    /// Gives back the room of every frame poll() delivered.
+    virtual void release() {}
     /// Whether poll() may find a frame: false only when it surely finds
     /// none (the default cannot tell).
     virtual bool frame_waiting() const { return true; }
@@ -106,9 +121,9 @@ public:
     /// not progressing, not that a packet was lost.
     virtual bool lossless() const = 0;
     /// Whether every frame this port sent to `lid` has been taken off the
-    /// fabric by that port's owner: an answer still missing then was not
-    /// held up but dropped by the peer (no such QP, say). False when the
-    /// fabric cannot tell.
+    /// fabric and released by that port's owner: an answer still missing
+    /// then was not held up but dropped by the peer (no such QP, say).
+    /// False when the fabric cannot tell.
     virtual bool delivered(uint16_t /*lid*/) const { return false; }
 
     // Single-copy transfers: the host's DMA engine between the processes of

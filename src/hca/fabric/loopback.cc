@@ -12,6 +12,7 @@ public:
     ~lb_port() override
     {
         fabric_.queues_.erase(lid_);
+        fabric_.unreleased_.erase(lid_);
         for (auto &[mlid, members] : fabric_.groups_) {
             members.erase(lid_);
         }
@@ -60,8 +61,13 @@ public:
             sink.on_frame(frame);
             ++n;
         }
+        if (n) {
+            fabric_.unreleased_[lid_] += n;
+        }
         return n;
     }
+
+    void release() override { fabric_.unreleased_.erase(lid_); }
 
     bool peer_alive(uint16_t lid) const override
     {
@@ -71,7 +77,8 @@ public:
     bool delivered(uint16_t lid) const override
     {
         auto it = fabric_.queues_.find(lid);
-        return it != fabric_.queues_.end() && it->second.empty();
+        return it != fabric_.queues_.end() && it->second.empty() &&
+               !fabric_.unreleased_.count(lid);
     }
 
     bool lossless() const override
@@ -170,7 +177,9 @@ status loopback_fabric::deliver(uint16_t dlid, std::vector<uint8_t> &&frame)
         return status::unreachable;
     }
     auto &q = it->second;
-    if (q.size() >= plan_.queue_capacity) {
+    auto   held = unreleased_.find(dlid);
+    size_t room_taken = q.size() + (held != unreleased_.end() ? held->second : 0);
+    if (room_taken >= plan_.queue_capacity) {
         return status::no_resource;
     }
     ++sent_;

@@ -68,6 +68,9 @@ private:
     uint64_t                                 rng_ = 1;
     std::vector<held_frame>                  held_;
     std::map<uint16_t, std::deque<std::vector<uint8_t>>> queues_;
+    /// Per port: frames poll() delivered that the owner has not released;
+    /// they keep their room in the queue (port::poll).
+    std::map<uint16_t, size_t>               unreleased_;
     std::map<uint16_t, std::set<uint16_t>>   groups_;   ///< MLID -> member LIDs
     uint16_t                                 next_lid_ = 1;
     uint64_t                                 direct_min_ = 0;

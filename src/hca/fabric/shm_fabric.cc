@@ -386,12 +386,78 @@ private:
         return commit(f);
     }
 
+    /// A producer's view of a ring's owner: its generation, and the last
+    /// head read from it.
+    struct owner_view {
+        uint32_t generation = 0;
+        uint64_t head = 0;
+    };
+
 public:
     /// Claims the destination ring's next slot (Vyukov MPSC: a CAS on the
     /// tail); the frame is written in the slot itself.
     status reserve(uint16_t dlid, size_t len, frame_slot &f) override
     {
-        if (dlid == 0 || dlid > max_ports || len > slot_data_size) {
+        if (dlid == 0 || dlid > max_ports) {
+            return status::unreachable;
+        }
+        return claim(dlid, len, f, seen_[dlid - 1], true);
+    }
+
+    /// Publishes a reserved slot (a claimed slot cannot be given back, so
+    /// this never fails).
+    status commit(const frame_slot &f) override
+    {
+        sent_upto_[f.dlid - 1] = f.pos + 1;
+        publish(f);
+        if (f.wake) [[unlikely]] {
+            wake(f.dlid, ports_[f.dlid - 1].generation);
+        }
+        return status::ok;
+    }
+
+    /// Uses the rings' atomics only, none of the port's per-destination
+    /// caches (what a full ring was last seen as, the liveness checks, the
+    /// wake-up socket): safe next to the owner's own sends.
+    bool sends_concurrently() const override { return true; }
+
+    status send_concurrent(std::span<const uint8_t> frame) override
+    {
+        if (frame.size() < 4) {
+            return status::invalid_param;
+        }
+        uint16_t dlid = frame_dlid(frame);
+        if (dlid == 0 || dlid > max_ports) {
+            return status::unreachable;
+        }
+        owner_view fresh;   // generation 0: read the owner's head afresh
+        frame_slot f;
+        if (status s = claim(dlid, frame.size(), f, fresh, false); s != status::ok) {
+            return s;
+        }
+        std::memcpy(f.data, frame.data(), frame.size());
+        publish(f);
+        if (f.wake) {
+            int fd = wakeup_socket();
+            if (fd >= 0) {
+                sockaddr_un a;
+                socklen_t   len = wakeup_address(a, fabric_, dlid, ports_[dlid - 1].generation);
+                char        one = 1;
+                (void)sendto(fd, &one, 1, MSG_DONTWAIT | MSG_NOSIGNAL,
+                             reinterpret_cast<sockaddr *>(&a), len);
+                close(fd);
+            }
+        }
+        return status::ok;
+    }
+
+private:
+    /// reserve() with the producer's view `v` of the owner's head; a full
+    /// ring is unreachable instead of no_resource when `check_gone` finds
+    /// its owner dead.
+    status claim(uint16_t dlid, size_t len, frame_slot &f, owner_view &v, bool check_gone)
+    {
+        if (len > slot_data_size) {
             return status::unreachable;
         }
         port_entry &e = ports_[dlid - 1];
@@ -399,8 +465,7 @@ public:
             static_cast<uint32_t>(port_state::active)) [[unlikely]] {
             return status::unreachable;
         }
-        ring    &r    = rings_[dlid - 1];
-        owner_view &v = seen_[dlid - 1];
+        ring &r = rings_[dlid - 1];
         if (v.generation != e.generation) {
             v = {e.generation, r.head.load(std::memory_order_acquire)};   // a new owner
         }
@@ -417,8 +482,8 @@ public:
                 v.head = r.head.load(std::memory_order_acquire);
                 if (pos - v.head >= ring_slots) {
                     // Full: back-pressure, unless nobody will ever drain it.
-                    return owner_gone(dlid, e) ? status::unreachable
-                                               : status::no_resource;
+                    return check_gone && owner_gone(dlid, e) ? status::unreachable
+                                                             : status::no_resource;
                 }
             }
             // The claim also takes the owner's armed bit: exactly one
@@ -433,22 +498,16 @@ public:
         return status::ok;
     }
 
-    /// Publishes a reserved slot (a claimed slot cannot be given back, so
-    /// this never fails).
-    status commit(const frame_slot &f) override
+    /// Makes a claimed slot's frame visible to the ring's owner.
+    void publish(const frame_slot &f)
     {
         slot &s = rings_[f.dlid - 1].slots[f.pos & (ring_slots - 1)];
         s.len = static_cast<uint32_t>(f.len);
-        sent_upto_[f.dlid - 1] = f.pos + 1;
         // Publishes the frame (after its bytes): a plain release store. The
         // owner polls this line, so a locked instruction here waited for it
         // on every frame (37 % of a small-message sender's time); whether
         // the owner sleeps was settled by the claim in reserve().
         s.seq.store(f.pos + 1, std::memory_order_release);
-        if (f.wake) [[unlikely]] {
-            wake(f.dlid, ports_[f.dlid - 1].generation);
-        }
-        return status::ok;
     }
 
 public:
@@ -463,14 +522,13 @@ public:
         while (recv(wake_rx_, buf, sizeof(buf), 0) > 0) {
         }
         // Armed only while every claimed frame has been taken (tail ==
-        // head): a frame claimed before the arm is handled first, and every
+        // taken_): a frame claimed before the arm is handled first, and every
         // later claim sees the armed bit in the same word (one CAS order,
         // no fence pairing between the two sides, as UCX's mm FIFO).
         ring &r = rings_[index_];
-        uint64_t head = r.head.load(std::memory_order_relaxed);
         uint64_t tail = r.tail.load(std::memory_order_relaxed);
         do {
-            if ((tail & ~ring_tail_armed) != head) {
+            if ((tail & ~ring_tail_armed) != taken_) {
                 return false;   // a frame is here or on its way
             }
         } while (!(tail & ring_tail_armed) &&
@@ -481,31 +539,36 @@ public:
 
     bool frame_waiting() const override
     {
-        const ring &r = rings_[index_];
-        uint64_t pos = r.head.load(std::memory_order_relaxed);
-        return frame_ready(r.slots[pos & (ring_slots - 1)], pos);
+        return frame_ready(rings_[index_].slots[taken_ & (ring_slots - 1)], taken_);
     }
 
     unsigned poll(frame_sink &sink, unsigned budget) override
     {
         ring &r = rings_[index_];
         unsigned n = 0;
-        uint64_t pos = r.head.load(std::memory_order_relaxed);
         while (n < budget) {
-            slot &s = r.slots[pos & (ring_slots - 1)];
-            if (!frame_ready(s, pos)) {
+            slot &s = r.slots[taken_ & (ring_slots - 1)];
+            if (!frame_ready(s, taken_)) {
                 break;
             }
             uint32_t len = s.len;
             if (len <= slot_data_size) {   // a corrupt length is dropped
                 sink.on_frame({s.data, len});
             }
-            // Release: our reads of the slot happen before producers reuse
-            // it (they read head, never the slot, to see it free).
-            r.head.store(++pos, std::memory_order_release);
+            ++taken_;
             ++n;
         }
         return n;
+    }
+
+    void release() override
+    {
+        // Release order: our reads of the slots happen before producers
+        // reuse them (they read head, never a slot, to see it free).
+        ring &r = rings_[index_];
+        if (r.head.load(std::memory_order_relaxed) != taken_) {
+            r.head.store(taken_, std::memory_order_release);
+        }
     }
 
     bool peer_alive(uint16_t lid) const override
@@ -523,7 +586,7 @@ public:
 
     bool delivered(uint16_t lid) const override
     {
-        // The ring's owner moves head past each frame it has handled.
+        // The ring's owner moves head past the frames it has released.
         return lid != 0 && lid <= max_ports &&
                rings_[lid - 1].head.load(std::memory_order_acquire) >=
                    sent_upto_[lid - 1];
@@ -635,12 +698,9 @@ private:
     int            wake_tx_ = -1;   ///< unbound: wakes other ports
     uint64_t       last_liveness_check_us_[max_ports] = {};
     bool           gone_[max_ports] = {};
+    uint64_t       taken_ = 0;   ///< our ring's next frame (head: the next not released)
     uint64_t       sent_upto_[max_ports] = {};   ///< ring position after our last frame
     /// Per destination: its owner's generation and the last head we read.
-    struct owner_view {
-        uint32_t generation = 0;
-        uint64_t head = 0;
-    };
     owner_view     seen_[max_ports];
     std::unique_ptr<uint64_t> probe_;   ///< holds guid_; port_entry.probe_va
     uint64_t       single_copy_min_;
