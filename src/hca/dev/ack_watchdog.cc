@@ -2,11 +2,12 @@
 // ACKs owed across a return to the application. A driver that hands
 // received messages to its application returns before their ACKs
 // (device::progress_receive): its application's reply then reaches the
-// peer first, and the ACK follows at the next call (MPI 8 B latency
-// 0.36 -> 0.29 us, medians of ten alternated runs). The next call may not
-// come: an application that stops calling after its last receive must not
-// leave a peer's flush waiting. So the ACKs are handed to a watchdog thread
-// that sends them when the driver has not come back for a whole tick.
+// peer first, and the ACK follows at the next call (MPI 8 B latency 1.78x
+// -> 1.50x sm, ten alternated runs, docs/benchmarks.md). The next call
+// may not come: an application that stops calling after its last receive
+// must not leave a peer's flush waiting. So the ACKs are handed to a
+// watchdog thread that sends them when the driver has not come back for a
+// whole tick.
 //
 // Hand-off, without a lock on the data path: the driver's thread arms the
 // owed ACKs (release store) and takes them back at its next entry (a CAS,
