@@ -187,7 +187,18 @@ protected:
         src.resize(4096);
         sm = &a.reg(src.data(), src.size(), 0);
     }
-    std::vector<uint8_t> src;
+    /// b takes a's 64-byte SEND in a stepped call (the UCT progress's
+    /// first step) and hands it to its driver: b owes the ACK.
+    void receive_owing_the_ack()
+    {
+        rx.assign(64, 0);
+        auto &dm = b.reg(rx.data(), rx.size());
+        ASSERT_EQ(b.post_recv(1, rx.data(), 64, dm.lkey()), status::ok);
+        ASSERT_EQ(a.post_send(1, src.data(), 64, sm->lkey()), status::ok);
+        (void)b.ctx->progress_receive(64);
+        ASSERT_EQ(b.poll(), 1u);
+    }
+    std::vector<uint8_t> src, rx;
     drv::mr *sm = nullptr;
 };
 
@@ -324,12 +335,7 @@ TEST_F(peer, idle_live_peer_on_a_lossless_fabric_burns_no_retries)
 // long b computes (IBA 9.7.6.1.3).
 TEST_F(peer, ack_owed_by_a_stepped_call_goes_at_the_next_call_and_burns_no_retries)
 {
-    std::vector<uint8_t> dst(64, 0);
-    auto &dm = b.reg(dst.data(), dst.size());
-    ASSERT_EQ(b.post_recv(1, dst.data(), 64, dm.lkey()), status::ok);
-    ASSERT_EQ(a.post_send(1, src.data(), 64, sm->lkey()), status::ok);
-    (void)b.ctx->progress_receive(64);
-    ASSERT_EQ(b.poll(), 1u);
+    ASSERT_NO_FATAL_FAILURE(receive_owing_the_ack());
     EXPECT_EQ(b.counter(dev::counter::acks_sent), 0u);
     for (int i = 0; i < 500; ++i) {   // 500 ms: ~100 ACK timeouts, retry_cnt 3
         a.ctx->progress();
@@ -349,12 +355,7 @@ TEST_F(peer, ack_owed_by_a_stepped_call_goes_at_the_next_call_and_burns_no_retri
 // before the QP goes (a peer that closes right after its last receive).
 TEST_F(peer, qp_destroyed_with_an_ack_owed_sends_it_first)
 {
-    std::vector<uint8_t> dst(64, 0);
-    auto &dm = b.reg(dst.data(), dst.size());
-    ASSERT_EQ(b.post_recv(1, dst.data(), 64, dm.lkey()), status::ok);
-    ASSERT_EQ(a.post_send(1, src.data(), 64, sm->lkey()), status::ok);
-    (void)b.ctx->progress_receive(64);
-    ASSERT_EQ(b.poll(), 1u);
+    ASSERT_NO_FATAL_FAILURE(receive_owing_the_ack());
     b.qp.reset();
     EXPECT_EQ(b.counter(dev::counter::acks_sent), 1u);
     ASSERT_TRUE(progress_until([&] { return a.send_wcs.size() == 1; }, 1000));
