@@ -438,13 +438,9 @@ public:
         std::memcpy(f.data, frame.data(), frame.size());
         publish(f);
         if (f.wake) {
-            int fd = wakeup_socket();
-            if (fd >= 0) {
-                sockaddr_un a;
-                socklen_t   len = wakeup_address(a, fabric_, dlid, ports_[dlid - 1].generation);
-                char        one = 1;
-                (void)sendto(fd, &one, 1, MSG_DONTWAIT | MSG_NOSIGNAL,
-                             reinterpret_cast<sockaddr *>(&a), len);
+            // Rare (the owner sleeps): a socket of its own, not wake_tx_.
+            if (int fd = wakeup_socket(); fd >= 0) {
+                send_wakeup(fd, dlid, ports_[dlid - 1].generation);
                 close(fd);
             }
         }
@@ -681,10 +677,15 @@ private:
         if (wake_tx_ < 0 && (wake_tx_ = wakeup_socket()) < 0) {
             return;
         }
+        send_wakeup(wake_tx_, dlid, generation);
+    }
+
+    void send_wakeup(int fd, uint16_t dlid, uint32_t generation) const
+    {
         sockaddr_un a;
         socklen_t   len = wakeup_address(a, fabric_, dlid, generation);
         char        one = 1;
-        (void)sendto(wake_tx_, &one, 1, MSG_DONTWAIT | MSG_NOSIGNAL,
+        (void)sendto(fd, &one, 1, MSG_DONTWAIT | MSG_NOSIGNAL,
                      reinterpret_cast<sockaddr *>(&a), len);
     }
 
