@@ -1036,7 +1036,6 @@ void device::responder_error(qp &q, ib::nak_code code)
     set_qp_error(q);
 }
 
-/// An AETH-only answer (an ACK, a NAK or a single-copy refusal) for `psn`.
 /// An ACK or NAK packet of QP `q` (IBA 9.7.5.1.1: AETH with the MSN) into
 /// `f` (aeth_frame_len bytes).
 void device::write_aeth_frame(const fabric::frame_slot &f, const qp &q, uint8_t opcode,
@@ -1049,6 +1048,7 @@ void device::write_aeth_frame(const fabric::frame_slot &f, const qp &q, uint8_t 
     std::memcpy(ext, &a, sizeof(a));
 }
 
+/// An AETH-only answer (an ACK, a NAK or a single-copy refusal) for `psn`.
 bool device::emit_aeth(qp &q, uint8_t opcode, uint8_t syndrome, uint32_t psn)
 {
     fabric::frame_slot f;

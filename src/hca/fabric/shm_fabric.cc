@@ -416,11 +416,11 @@ public:
         return status::ok;
     }
 
+    bool sends_concurrently() const override { return true; }
+
     /// Uses the rings' atomics only, none of the port's per-destination
     /// caches (what a full ring was last seen as, the liveness checks, the
     /// wake-up socket): safe next to the owner's own sends.
-    bool sends_concurrently() const override { return true; }
-
     status send_concurrent(std::span<const uint8_t> frame) override
     {
         if (frame.size() < 4) {
