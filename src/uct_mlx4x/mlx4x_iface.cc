@@ -527,9 +527,14 @@ uint64_t interface::next_deadline_ns() const
 ucs_status_t interface::event_arm(unsigned)
 {
     // Work that needs no peer is done now, not slept through: also the
-    // upkeep that idle calls left for later (progress()).
+    // upkeep that idle calls left for later (progress()). What it hands to
+    // UCX (send completions, pending sends now sent) may be what the caller
+    // waits for: it must look again instead of sleeping (tag_mr_b of UCX's
+    // test_ucp_perf slept for ever on a request its own arm had completed).
     upkeep_owed_ = false;
-    (void)upkeep();
+    if (upkeep() != 0) {
+        return UCS_ERR_BUSY;
+    }
     if (!ctx().engine_threaded()) {
         for (unsigned i = 0; i < 16 && ctx().progress(progress_budget); ++i) {
         }
@@ -675,10 +680,11 @@ unsigned interface::progress()
 
 /// Send completions, connection management, pending sends: the part of a
 /// progress call no received message waits for. Events for UCX are the
-/// completions handed to it. The device's own work (ACKs, answering an SM's
-/// SMPs) and connection management are not: UCP counts any event without
-/// an active message as a reason to stay awake, and asserts there is none
-/// while it sets an interface up.
+/// completions handed to it and the pending requests it called. The
+/// device's own work (ACKs, answering an SM's SMPs) and connection
+/// management are not: UCP counts any event without an active message as a
+/// reason to stay awake, and asserts there is none while it sets an
+/// interface up.
 unsigned interface::upkeep()
 {
     unsigned n = poll_send();
@@ -686,7 +692,7 @@ unsigned interface::upkeep()
     if (!closed_rx_qps_.empty() && !recv_cq_->ready()) {
         closed_rx_qps_.clear();   // what they delivered has been polled
     }
-    dispatch_pending();
+    n += dispatch_pending();
     if (tm_ && (rndv_probe_at_ || tm_->waiting_for_fin())) [[unlikely]] {
         probe_rndv_receivers();
     }
@@ -905,11 +911,13 @@ result<std::unique_ptr<drv::qp>> interface::create_rx_qp()
     return q;
 }
 
-void interface::dispatch_pending()
+/// Returns the pending requests it called (sent whole or in part).
+unsigned interface::dispatch_pending()
 {
     if (pending_reqs_ == 0) {
-        return;   // the common case: no endpoint waits for resources
+        return 0;   // the common case: no endpoint waits for resources
     }
+    unsigned called = 0;
     size_t n = eps_.size();
     for (size_t k = 0; k < n; ++k) {
         // Round-robin start point: every endpoint gets its turn first.
@@ -923,6 +931,9 @@ void interface::dispatch_pending()
             e->dispatching_pending = true;
             ucs_status_t st = e->pending.front()->func(e->pending.front());
             e->dispatching_pending = false;
+            if (st == UCS_OK || st == UCS_INPROGRESS) {
+                ++called;
+            }
             if (st == UCS_OK) {
                 e->pending.pop_front();
                 --pending_reqs_;
@@ -934,6 +945,7 @@ void interface::dispatch_pending()
     if (n) {
         pending_cursor_ = (pending_cursor_ + 1) % n;
     }
+    return called;
 }
 
 bool interface::all_flushed()

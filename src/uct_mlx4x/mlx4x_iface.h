@@ -345,7 +345,7 @@ private:
     status post_list_op(prm::tm_list_op op, uint32_t index,
                         const tm::shadow_list::receive *r = nullptr,
                         uint32_t lkey = 0);
-    void dispatch_pending();
+    unsigned dispatch_pending();
     void probe_rndv_receivers();
     status post_rx(uint32_t slot);
     status init_events();
