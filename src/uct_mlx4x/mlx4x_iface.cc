@@ -553,10 +553,17 @@ ucs_status_t interface::event_arm(unsigned)
     if (woken_by_frames() && !ctx().arm_wakeup()) {
         return UCS_ERR_BUSY;   // a frame is already waiting for the device
     }
-    // The set itself still reports what was just drained: UCP waits on it
-    // edge-triggered, so a stale entry would swallow the next wake-up.
+    // The set may still list what was just drained, until it is polled:
+    // UCP waits on it edge-triggered, so a stale entry would swallow the
+    // next wake-up. One poll drops those (the fds are level-triggered, so it
+    // re-checks each); whatever it still reports came after the drain — a
+    // frame's wake-up, an interrupt — and is work, not a reason to sleep.
+    // (Polling until it reported nothing spun for ever when a peer's frame
+    // rang the wake-up line meanwhile: the socket stays readable until the
+    // next arm drains it, and the frames waited in the ring.)
     epoll_event evs[4];
-    while (epoll_wait(event_fd_, evs, 4, 0) > 0) {
+    if (epoll_wait(event_fd_, evs, 4, 0) > 0) {
+        return UCS_ERR_BUSY;
     }
     send_cq_->arm();
     recv_cq_->arm();

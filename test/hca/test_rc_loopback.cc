@@ -186,6 +186,29 @@ TEST_F(rc_send_full_queue, blueflame_write_behind_a_waiting_wqe_does_not_overtak
     expect_all_in_order(n);
 }
 
+// A full ring does not say when it has room again, so a packet it pushed
+// back is sent again only when the device next runs. A process that sleeps
+// meanwhile (UCT's event_arm sets its timer from next_timer_ns()) is woken
+// within pushed_back_retry_ns, long before the ACK timeout (about a second
+// here), and the deadline goes once the packet has gone. (Without it, a
+// sleeping sender whose packets all wait behind other senders' frames in a
+// full ring has nothing in flight to be ACKed: nothing would wake it.)
+TEST_F(rc_send_full_queue, pushed_back_packet_keeps_a_near_deadline_until_it_goes)
+{
+    constexpr int n = 3;
+    start_with_receives(n);
+    for (int i = 0; i < n; ++i) {
+        ASSERT_EQ(send(i), status::ok);
+    }
+    ASSERT_GT(a.counter(dev::counter::fabric_busy), 0u);   // the third waits
+    a.ctx->progress();   // its retry is pushed back too; the ACK timer starts
+    EXPECT_EQ(a.ctx->next_timer_ns(), manual_clock::now_ns + dev::pushed_back_retry_ns);
+    b.ctx->progress();   // room again
+    a.ctx->progress();   // the third goes
+    EXPECT_GT(a.ctx->next_timer_ns(), manual_clock::now_ns + dev::pushed_back_retry_ns);
+    expect_all_in_order(n);
+}
+
 // BlueFlame (prm_db.h): a small inline WQE is its own doorbell and leaves
 // from the write; a WQE with a gather list rings the doorbell and is
 // fetched from the send queue.

@@ -180,6 +180,7 @@ public:
     /// Arms it; false when a frame is already waiting.
     bool arm_wakeup() { return port_ && port_->arm_wakeup(); }
     /// Earliest transport timer deadline (the device clock, ns); 0: none.
+    /// A packet the fabric pushed back (a full ring) is retried by then too.
     uint64_t next_timer_ns() const;
 
     uint64_t get(counter c) const { return counters_[static_cast<unsigned>(c)]; }
@@ -539,6 +540,9 @@ private:
     /// (progress_finish()).
     bool                           quiet_ = false;
     unsigned                       quiet_calls_ = 0;     ///< idle calls since the last pass
+    /// A packet since the last slice began was pushed back by the fabric
+    /// (the destination's ring full) and waits to be sent again.
+    bool                           pushed_back_ = false;
     bool                           idle_skipped_ = false;   ///< idle_slice()
     static constexpr unsigned      quiet_timer_period = 16;   ///< calls per pass when quiet
     std::unique_ptr<fabric::port>  port_;
@@ -633,6 +637,7 @@ inline status device::count_tx(status s, size_t payload_bytes)
         count(counter::tx_bytes, payload_bytes);
     } else if (s == status::no_resource) {
         count(counter::fabric_busy);
+        pushed_back_ = true;
     }
     return s;
 }

@@ -138,6 +138,12 @@ struct tm_rndv {
 /// clock's zero); next_timer_ns() reports it as due now.
 constexpr uint64_t timer_at_next_slice = 1;
 
+/// How soon next_timer_ns() asks a sleeping process to send a packet the
+/// fabric pushed back (a full ring) again: the ring's owner drains it in
+/// microseconds when it runs, and a sender that wakes for nothing pays one
+/// progress call.
+constexpr uint64_t pushed_back_retry_ns = 50'000;
+
 /// 64-byte slot of a device-owned send queue (inline data must not cross
 /// a 64-byte boundary, so the ring is aligned like a host one).
 struct alignas(64) wqe_slot { uint8_t bytes[64]; };

@@ -116,6 +116,7 @@ unsigned device::finish_slice()
     if (!port_) {
         return 0;
     }
+    pushed_back_ = false;   // this slice's sends say again
     unsigned n = send_answers();
     bool requesters_idle = true;
     n += run_requesters(requesters_idle);
@@ -381,7 +382,12 @@ void device::complete_wqe(qp &q, uint32_t index, prm::cqe_syndrome syndrome,
 
 uint64_t device::next_timer_ns() const
 {
-    uint64_t next = 0;
+    // A full ring gives no sign when it has room again: the ring's owner
+    // releases frames without telling their senders. A process that sleeps
+    // with a packet pushed back (and so, often, with sends waiting in the
+    // send queue behind it and requests in UCX's pending queue) is woken to
+    // send it again, or it would sleep for ever on work nobody else can do.
+    uint64_t next = pushed_back_ ? now() + pushed_back_retry_ns : 0;
     for (const qp *q : active_qps_) {
         if (q->timer_deadline && (!next || q->timer_deadline < next)) {
             next = q->timer_deadline;
