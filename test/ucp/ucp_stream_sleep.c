@@ -8,10 +8,10 @@
  * 2026-11-26; with the plugin before, this hung in every run with the
  * engine thread).
  *
- * NOT in the test suite yet: about one run in four still hangs, in both
- * engine modes, on other lost wake-ups (docs/design-notes.md, "Interrupt
- * mode: a stream whose two sides sleep"); run it under `timeout`. Two UCP
- * contexts in one process. Checks:
+ * NOT in the test suite yet: with the engine thread about one run in 40
+ * still hangs at the start (docs/design-notes.md, "A stream whose two
+ * sides sleep"); run it under `timeout`. Two UCP contexts in one process.
+ * Checks:
  *   - every message arrives, in order, with its sequence number;
  *   - every send request completes.
  * Prints "N passed, N failed"; exit status 0 when all passed.
