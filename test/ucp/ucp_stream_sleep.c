@@ -8,7 +8,7 @@
  * 2026-11-26; with the plugin before, this hung in every run with the
  * engine thread).
  *
- * NOT in the test suite yet: with the engine thread about one run in 40
+ * NOT in the test suite yet: with the engine thread about one run in 70
  * still hangs at the start (docs/design-notes.md, "A stream whose two
  * sides sleep"); run it under `timeout`. Two UCP contexts in one process.
  * Checks:
