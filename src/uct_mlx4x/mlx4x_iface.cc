@@ -524,26 +524,45 @@ uint64_t interface::next_deadline_ns() const
     return next;
 }
 
+/// UCP 1.13 sleeps on a BUSY that no progress call follows: its check of
+/// an interface it has not activated (ucp_worker_iface_check_events_do)
+/// calls progress, then arm, and on BUSY after a progress call that
+/// returned 0 leaves the check to a later progress call, with its
+/// interrupt handler off; a caller whose progress returned 0 sleeps first.
+/// So the arm hands nothing to UCX and says BUSY only for pending sends
+/// that can go (an interface with endpoints, which UCP has activated, so
+/// its caller looks again). Completions already waiting are not a reason:
+/// arming a CQ past a CQE raises its event at once (C66), which wakes the
+/// caller whichever way it waits. The device's own work (frames that
+/// deliver nothing, ACKs, MADs for the CM) is done here until none is left.
 ucs_status_t interface::event_arm(unsigned)
 {
-    // Work that needs no peer is done now, not slept through: also the
-    // upkeep that idle calls left for later (progress()). What it hands to
-    // UCX (send completions, pending sends now sent) may be what the caller
-    // waits for: it must look again instead of sleeping (tag_mr_b of UCX's
-    // test_ucp_perf slept for ever on a request its own arm had completed).
-    upkeep_owed_ = false;
-    if (upkeep() != 0) {
-        return UCS_ERR_BUSY;
+    for (unsigned round = 0; round < max_arm_rounds; ++round) {
+        if (pending_sendable()) {
+            upkeep_owed_ = true;   // the next progress call sends them
+            return UCS_ERR_BUSY;
+        }
+        if (try_arm()) {
+            return UCS_OK;
+        }
     }
+    upkeep_owed_ = true;   // still more coming: let the caller progress
+    return UCS_ERR_BUSY;
+}
+
+/// One attempt of event_arm(); false: the device's own work was done (or
+/// something came meanwhile), look once more.
+bool interface::try_arm()
+{
     if (!ctx().engine_threaded()) {
         for (unsigned i = 0; i < 16 && ctx().progress(progress_budget); ++i) {
         }
     }
-    if (send_cq_->ready() || recv_cq_->ready() || !md_.cm().arm()) {
-        return UCS_ERR_BUSY;
+    (void)md_.cm().progress();
+    if (!md_.cm().arm()) {
+        return false;   // a MAD came meanwhile
     }
-    // Old interrupts are consumed; the CQs and the EQ ask for the next. A
-    // CQE written between the check above and arm() raises it at once (C66).
+    // Old interrupts are consumed; the CQs and the EQ ask for the next.
     uint64_t v;
     (void)!read(ctx().completion_fd(), &v, sizeof(v));
     (void)!read(timer_fd_, &v, sizeof(v));
@@ -551,19 +570,19 @@ ucs_status_t interface::event_arm(unsigned)
     while (ctx().poll_completion_events(cqns)) {
     }
     if (woken_by_frames() && !ctx().arm_wakeup()) {
-        return UCS_ERR_BUSY;   // a frame is already waiting for the device
+        return false;   // a frame waits for the device
     }
     // The set may still list what was just drained, until it is polled:
     // UCP waits on it edge-triggered, so a stale entry would swallow the
     // next wake-up. One poll drops those (the fds are level-triggered, so it
     // re-checks each); whatever it still reports came after the drain — a
-    // frame's wake-up, an interrupt — and is work, not a reason to sleep.
-    // (Polling until it reported nothing spun for ever when a peer's frame
-    // rang the wake-up line meanwhile: the socket stays readable until the
-    // next arm drains it, and the frames waited in the ring.)
+    // frame's wake-up, an interrupt — and is looked at again. (Polling
+    // until it reported nothing spun for ever when a peer's frame rang the
+    // wake-up line meanwhile: the socket stays readable until the next arm
+    // drains it, and the frames waited in the ring.)
     epoll_event evs[4];
     if (epoll_wait(event_fd_, evs, 4, 0) > 0) {
-        return UCS_ERR_BUSY;
+        return false;
     }
     send_cq_->arm();
     recv_cq_->arm();
@@ -576,7 +595,21 @@ ucs_status_t interface::event_arm(unsigned)
         t.it_value.tv_nsec = long(d % 1000000000);
     }
     timerfd_settime(timer_fd_, TFD_TIMER_ABSTIME, &t, nullptr);
-    return UCS_OK;
+    return true;
+}
+
+/// A request in an endpoint's pending queue that could be sent now.
+bool interface::pending_sendable() const
+{
+    if (pending_reqs_ == 0 || !tx_credits_) {
+        return false;
+    }
+    for (const endpoint *e : eps_) {
+        if (e && !e->pending.empty() && e->can_send()) {
+            return true;
+        }
+    }
+    return false;
 }
 
 interface::~interface()
@@ -649,8 +682,11 @@ status interface::post_rx(uint32_t slot)
 unsigned interface::progress()
 {
     // The idle call of a quiet device, in one check: no upkeep owed, no
-    // receive completion, nothing for the device (dev::device::idle_call).
-    if (!upkeep_owed_ && !recv_cq_->ready() && !srq_->has_dropped() && ctx().idle_call()) {
+    // completion, no pending send, nothing for the device
+    // (dev::device::idle_call). event_arm() leaves all of these to
+    // progress.
+    if (!upkeep_owed_ && !recv_cq_->ready() && !send_cq_->ready() && pending_reqs_ == 0 &&
+        !srq_->has_dropped() && ctx().idle_call()) {
         return 0;
     }
     // A call that hands received messages to UCX returns right after them:
@@ -672,9 +708,9 @@ unsigned interface::progress()
     // A slice the device skipped as idle (nothing arrived, nothing to send)
     // brought no send completion, no resource a pending send waits for and
     // no MAD for connection management: the upkeep waits for the device's
-    // next pass, with the timers (milliseconds). event_arm() runs it before
-    // sleeping.
-    if (!owed && !ctx().idle_slice()) {
+    // next pass, with the timers (milliseconds), unless a send completion
+    // or a pending send is there already (event_arm() leaves them here).
+    if (!owed && (!ctx().idle_slice() || send_cq_->ready() || pending_reqs_ != 0)) {
         n = upkeep();
     }
     if (n == 0 && ctx().engine_threaded()) {

@@ -346,6 +346,9 @@ private:
                         const tm::shadow_list::receive *r = nullptr,
                         uint32_t lkey = 0);
     unsigned dispatch_pending();
+    bool     try_arm();
+    bool     pending_sendable() const;
+    static constexpr unsigned max_arm_rounds = 8;   ///< event_arm()'s attempts
     void probe_rndv_receivers();
     status post_rx(uint32_t slot);
     status init_events();

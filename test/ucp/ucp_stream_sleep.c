@@ -1,16 +1,10 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* A stream of small tagged messages in interrupt mode (UCP_FEATURE_WAKEUP),
  * the shape of UCX's test_ucp_perf tag_mr_b: sender and receiver both wait
- * in ucp_worker_wait() whenever a progress call finds nothing. The sender's
- * sends often wait in UCT's pending queue, and the arm before a sleep may
- * send them and complete their requests: uct_iface_event_arm must then say
- * BUSY, or the sender sleeps on a window that is already open (fixed
- * 2026-11-26; with the plugin before, this hung in every run with the
- * engine thread).
- *
- * NOT in the test suite yet: with the engine thread about one run in 70
- * still hangs at the start (docs/design-notes.md, "A stream whose two
- * sides sleep"); run it under `timeout`. Two UCP contexts in one process.
+ * in ucp_worker_wait() whenever a progress call finds nothing, the sender's
+ * sends often in UCT's pending queue. It found three lost wake-ups
+ * (docs/design-notes.md, "A stream whose two sides sleep"); each hang ends
+ * in the caller's time limit. Two UCP contexts in one process.
  * Checks:
  *   - every message arrives, in order, with its sequence number;
  *   - every send request completes.
