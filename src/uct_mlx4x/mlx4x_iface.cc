@@ -559,6 +559,9 @@ bool interface::try_arm()
         }
     }
     (void)md_.cm().progress();
+    if (tm_ && (rndv_probe_at_ || tm_->waiting_for_fin())) [[unlikely]] {
+        probe_rndv_receivers();   // its deadline is the timer's (next_deadline_ns)
+    }
     if (!md_.cm().arm()) {
         return false;   // a MAD came meanwhile
     }
