@@ -30,8 +30,12 @@ static void check(int ok, const char *what)
     ok ? ++passed : ++failed;
 }
 
-/* The blocking progress of ucx_perftest's sleep mode: progress, and when
- * that found nothing, arm and sleep until the worker's event fd fires. */
+/* Blocking progress: progress, and when that found nothing, arm and sleep
+ * until the worker's event fd fires (ucp_worker_wait() arms once more;
+ * ucp_wakeup.c waits the same way). With the plugin before 2026-11-26
+ * this hung in 5 of 6 engine-thread runs; ucx_perftest's sleep mode, which
+ * only calls ucp_worker_wait(), hung in UCX's test_ucp_perf but rarely
+ * here. */
 static void blocking_progress(ucp_worker_h w)
 {
     if (ucp_worker_progress(w)) {
