@@ -559,9 +559,7 @@ bool interface::try_arm()
         }
     }
     (void)md_.cm().progress();
-    if (tm_ && (rndv_probe_at_ || tm_->waiting_for_fin())) [[unlikely]] {
-        probe_rndv_receivers();   // its deadline is the timer's (next_deadline_ns)
-    }
+    probe_rndv_receivers_if_due();   // its deadline is the timer's (next_deadline_ns)
     if (!md_.cm().arm()) {
         return false;   // a MAD came meanwhile
     }
@@ -688,8 +686,8 @@ unsigned interface::progress()
     // completion, no pending send, nothing for the device
     // (dev::device::idle_call). event_arm() leaves all of these to
     // progress.
-    if (!upkeep_owed_ && !recv_cq_->ready() && !send_cq_->ready() && pending_reqs_ == 0 &&
-        !srq_->has_dropped() && ctx().idle_call()) {
+    if (!upkeep_owed_ && !recv_cq_->ready() && !sends_to_complete() && !srq_->has_dropped() &&
+        ctx().idle_call()) {
         return 0;
     }
     // A call that hands received messages to UCX returns right after them:
@@ -713,7 +711,7 @@ unsigned interface::progress()
     // no MAD for connection management: the upkeep waits for the device's
     // next pass, with the timers (milliseconds), unless a send completion
     // or a pending send is there already (event_arm() leaves them here).
-    if (!owed && (!ctx().idle_slice() || send_cq_->ready() || pending_reqs_ != 0)) {
+    if (!owed && (!ctx().idle_slice() || sends_to_complete())) {
         n = upkeep();
     }
     if (n == 0 && ctx().engine_threaded()) {
@@ -739,9 +737,7 @@ unsigned interface::upkeep()
         closed_rx_qps_.clear();   // what they delivered has been polled
     }
     n += dispatch_pending();
-    if (tm_ && (rndv_probe_at_ || tm_->waiting_for_fin())) [[unlikely]] {
-        probe_rndv_receivers();
-    }
+    probe_rndv_receivers_if_due();
     return n;
 }
 

@@ -350,6 +350,17 @@ private:
     bool     pending_sendable() const;
     static constexpr unsigned max_arm_rounds = 8;   ///< event_arm()'s attempts
     void probe_rndv_receivers();
+    /// The upkeep's rendezvous probe, when a send waits for its FIN or a
+    /// probe period runs.
+    void probe_rndv_receivers_if_due()
+    {
+        if (tm_ && (rndv_probe_at_ || tm_->waiting_for_fin())) [[unlikely]] {
+            probe_rndv_receivers();
+        }
+    }
+    /// Send work the upkeep owes UCX: a send completion or a pending send
+    /// (event_arm() leaves both to progress).
+    bool sends_to_complete() const { return send_cq_->ready() || pending_reqs_ != 0; }
     status post_rx(uint32_t slot);
     status init_events();
     /// Progress-driven with a fabric wake-up line: a sleeping process is
