@@ -11,7 +11,7 @@
 namespace mlx4x {
 
 /// memcpy(dst, src, n) for a small n (any n works; the fast case is < 64).
-inline void copy_small(void *dst, const void *src, size_t n)
+[[gnu::always_inline]] inline void copy_small(void *dst, const void *src, size_t n)
 {
     auto *d = static_cast<uint8_t *>(dst);
     auto *s = static_cast<const uint8_t *>(src);

@@ -629,7 +629,7 @@ cmd_status device::cmd_qp_transition(cmd_opcode op, uint32_t qpn,
     }
     apply_optional(q, ctx, mb->optpar.get());
     q.state = t->to;
-    build_tx_headers(q);
+    build_headers(q);
     return cmd_status::ok;
 }
 

@@ -222,7 +222,8 @@ private:
     prm::cmd_status cmd_arm_srq(uint32_t srqn, uint64_t limit);
     srq *find_srq(uint32_t srqn)
     {
-        return srqn < srqs_.size() && srqs_[srqn].valid ? &srqs_[srqn] : nullptr;
+        return srqn < table_size(limits::log_max_srq) && srqs_[srqn].valid ? &srqs_[srqn]
+                                                                         : nullptr;
     }
     // multicast groups (mcg.cc)
     prm::cmd_status cmd_mgid_hash(uint64_t inbox, uint64_t &hash);
@@ -246,20 +247,29 @@ private:
                                    uint32_t optpar);
     void            qp_to_reset(qp &q);
 
-    // objects (inline: every packet looks up its QP, CQ and keys)
+    // objects (inline: every packet looks up its QP, CQ and keys). The
+    // tables have their QUERY_DEV_CAP sizes from construction on and never
+    // change size: an index is checked against the constant, not against
+    // size(), which costs a division on every lookup for objects whose
+    // size is not a power of two.
+    static constexpr uint32_t table_size(uint32_t log) { return uint32_t{1} << log; }
     qp *find_qp(uint32_t qpn)
     {
-        return qpn < qps_.size() && qps_[qpn] && qps_[qpn]->valid ? qps_[qpn].get()
-                                                                : nullptr;
+        if (qpn >= table_size(limits::log_max_qp)) {
+            return nullptr;
+        }
+        qp *q = qps_[qpn].get();
+        return q && q->valid ? q : nullptr;
     }
     cq *find_cq(uint32_t cqn)
     {
-        return cqn < cqs_.size() && cqs_[cqn].valid ? &cqs_[cqn] : nullptr;
+        return cqn < table_size(limits::log_max_cq) && cqs_[cqn].valid ? &cqs_[cqn] : nullptr;
     }
     const mpt *find_mpt(uint32_t key) const
     {
         uint32_t idx = prm::mkey_index(key);
-        if (idx >= mpts_.size() || !mpts_[idx].valid || mpts_[idx].key != key) {
+        if (idx >= table_size(limits::log_max_mpt) || !mpts_[idx].valid ||
+            mpts_[idx].key != key) {
             return nullptr;
         }
         return &mpts_[idx];
@@ -339,7 +349,7 @@ private:
     single_tx send_inline_message(qp &q, const uint8_t *wqe, size_t room);
     single_tx send_blueflame(qp &q, std::span<const uint8_t> wqe);
     void      wake_engine_for_doorbell();
-    void     build_tx_headers(qp &q);
+    void     build_headers(qp &q);   ///< tx_lrh/tx_bth, rx_*_key (at every transition)
     static uint8_t *write_headers(const fabric::frame_slot &f, const ib::lrh &l,
                                   const ib::bth &b,
                                   uint8_t opcode, size_t payload_len, uint32_t psn,
@@ -402,11 +412,17 @@ private:
     bool send_response_packet(qp &q);
     status send_atomic_ack(qp &q, const resp_resource &r);
     // receive WQEs, from the QP's RQ or its SRQ (srq.cc)
-    bool     recv_available(qp &q);
-    uint16_t recv_take(qp &q);
+    /// The QP's SRQ; nullptr for a QP with its own RQ (or whose SRQ is gone).
+    srq     *srq_of(const qp &q) { return q.has_srq ? find_srq(q.srqn) : nullptr; }
+    bool     recv_available(qp &q) { return recv_available(q, srq_of(q)); }
+    uint16_t recv_take(qp &q) { return recv_take(q, srq_of(q)); }
+    /// The same, with the caller's srq_of(q): the fast path looks it up once.
+    bool     recv_available(const qp &q, const srq *s);
+    uint16_t recv_take(qp &q, srq *s);
     enum class scatter_result { ok, too_long, protection };
     void fail_receive(qp &q, scatter_result r);
-    scatter_result scatter_whole(qp &q, uint32_t wqe_index, std::span<const uint8_t> data);
+    scatter_result scatter_whole(qp &q, const srq *s, uint32_t wqe_index,
+                                  std::span<const uint8_t> data);
     scatter_result scatter(qp &q, uint32_t wqe_index, uint32_t offset,
                            std::span<const uint8_t> data);
     scatter_result scatter_segs(const qp &q, const uint8_t *segs, size_t nseg,
@@ -450,8 +466,7 @@ private:
     // tag matching (tm.cc)
     srq *tm_srq_of(const qp &q)
     {
-        if (!q.has_srq) return nullptr;
-        srq *s = find_srq(q.srqn);
+        srq *s = srq_of(q);
         return s && s->tm ? s : nullptr;
     }
     bool     run_tm_command(qp &q);
@@ -655,22 +670,21 @@ inline void device::start_ack_timer(qp &q)
 
 // ---- inline: the receive path of every small message (resp.cc, comp.cc) ----
 
-inline bool device::recv_available(qp &q)
+inline bool device::recv_available(const qp &q, const srq *s)
 {
     if (!q.has_srq) {
         return counter_of(q.rq_db) != q.rq_tail;
     }
-    srq *s = find_srq(q.srqn);
     return s && counter_of(s->db) != s->consumed;
 }
 
 /// Takes the next receive WQE (the caller checked recv_available()).
-inline uint16_t device::recv_take(qp &q)
+inline uint16_t device::recv_take(qp &q, srq *sp)
 {
     if (!q.has_srq) {
         return q.rq_tail++;
     }
-    srq &s = srqs_[q.srqn];
+    srq &s = *sp;
     uint16_t index = s.head;
     prm::wqe_srq_next_seg next;
     std::memcpy(&next, s.wqe(index), sizeof(next));
@@ -687,14 +701,14 @@ inline uint16_t device::recv_take(qp &q)
 /// scatter() of a whole message (offset 0) that fits the receive WQE's
 /// first entry, as UCX posts them (one buffer each): that entry's checks
 /// (C53) and one small copy. Anything else goes through scatter().
-inline device::scatter_result device::scatter_whole(qp &q, uint32_t wqe_index,
+inline device::scatter_result device::scatter_whole(qp &q, const srq *s, uint32_t wqe_index,
                                                     std::span<const uint8_t> data)
 {
     if (data.empty()) {
         return scatter_result::ok;   // nothing placed, nothing checked
     }
-    const uint8_t *segs = q.has_srq ? srqs_[q.srqn].wqe(wqe_index) + sizeof(prm::wqe_srq_next_seg)
-                                    : q.rq_wqe(wqe_index);
+    const uint8_t *segs = s ? s->wqe(wqe_index) + sizeof(prm::wqe_srq_next_seg)
+                            : q.rq_wqe(wqe_index);
     prm::wqe_data_seg d;
     std::memcpy(&d, segs, sizeof(d));
     uint32_t n = d.byte_count.get() & 0x7fffffff;

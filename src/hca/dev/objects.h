@@ -185,10 +185,17 @@ struct qp {
     bool         sending = false;    ///< cur_wqe is between first and last
     std::vector<wqe_track> track;    ///< per SQ slot
     /// LRH and BTH of this QP's packets without the per-packet fields
-    /// (PktLen, opcode, SE/pad, AckReq/PSN): built at every transition,
-    /// copied by the single-packet path (req.cc).
+    /// (PktLen, opcode, SE/pad, AckReq/PSN): built at every transition
+    /// (device::build_headers), copied by the single-packet path (req.cc).
     ib::lrh      tx_lrh{};
     ib::bth      tx_bth{};
+    /// What the fast receive paths require of this QP's packets (built
+    /// with tx_lrh; device::fast_path_qp): their LRH and BTH words under
+    /// engine::fast_rx_lrh_mask / fast_rx_bth_mask, and rx_fast: an RC QP
+    /// whose P_Key is a full member's.
+    uint64_t     rx_lrh_key = 0;
+    uint64_t     rx_bth_key = 0;
+    bool         rx_fast = false;
 
     uint32_t     rd_atomic_inflight = 0;   ///< READ/atomic WQEs started, not done
     /// The responder refused a single-copy request: packets from now on.

@@ -6,6 +6,9 @@
 #include "hca/ib/ib_opcode.h"
 #include "hca/ib/ib_psn.h"
 
+#include <array>
+#include <bit>
+#include <cstddef>
 #include <cstring>
 #include <optional>
 #include <span>
@@ -34,6 +37,33 @@ struct pkt {
     bool has(uint16_t kind) const { return (info->kind & kind) == kind; }
     bool has_hdr(ib::hdr_bits h) const { return (info->hdrs & h) != 0; }
 };
+
+/// A header's first 8 bytes as one word, as loaded from the wire (memcpy),
+/// and masks over such words built from per-byte masks: the fast receive
+/// paths compare a packet's LRH and BTH with what its QP expects in two
+/// operations (dev::device::fast_path_qp).
+constexpr uint64_t wire_word(const std::array<uint8_t, 8> &bytes)
+{
+    uint64_t v = 0;
+    for (unsigned i = 0; i < 8; ++i) {
+        unsigned shift = std::endian::native == std::endian::little ? 8 * i : 8 * (7 - i);
+        v |= uint64_t(bytes[i]) << shift;
+    }
+    return v;
+}
+template <typename H> uint64_t load_wire_word(const H &h)
+{
+    static_assert(sizeof(H) >= sizeof(uint64_t));
+    uint64_t v;
+    std::memcpy(&v, &h, sizeof(v));
+    return v;
+}
+/// LRH: VL and LVer (both 0 on the fast path), LNH, SLID (IBA 7.7).
+constexpr uint64_t fast_rx_lrh_mask = wire_word({0xff, 0x03, 0, 0, 0, 0, 0xff, 0xff});
+/// BTH: TVer, P_Key, DestQP (IBA 9.2); not the opcode, SE, M, pad.
+constexpr uint64_t fast_rx_bth_mask = wire_word({0, 0x0f, 0xff, 0xff, 0, 0xff, 0xff, 0xff});
+static_assert(offsetof(ib::lrh, slid) == 6 && offsetof(ib::bth, pkey) == 2 &&
+              offsetof(ib::bth, dest_qp) == 4);
 
 /// The LRH and BTH fields every accepted packet has (IBA 9.6): link
 /// version 0, no GRH (IBA local), transport header version 0.

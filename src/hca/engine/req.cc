@@ -4,6 +4,7 @@
 // for retransmission (go-back-N, IBA 9.7.4.1).
 #include "hca/base/copy.h"
 #include "hca/dev/device.h"
+#include "hca/engine/pkt.h"
 #include "hca/engine/wqe.h"
 #include "hca/ib/ib_opcode.h"
 #include "hca/ib/ib_psn.h"
@@ -335,7 +336,7 @@ bool device::send_one_packet(qp &q)
     return true;
 }
 
-void device::build_tx_headers(qp &q)
+void device::build_headers(qp &q)
 {
     q.tx_lrh = {};
     q.tx_lrh.sl_lnh = ib::lnh_iba_local;
@@ -344,6 +345,16 @@ void device::build_tx_headers(qp &q)
     q.tx_bth = {};
     q.tx_bth.pkey.set(q.pkey);
     q.tx_bth.dest_qp.set(q.remote_qpn & ib::psn_mask);
+
+    ib::lrh l{};   // VL 0, LVer 0, no GRH, from the peer's port
+    l.sl_lnh = ib::lnh_iba_local;
+    l.slid.set(q.dlid);
+    ib::bth b{};   // TVer 0, the QP's partition, to this QP
+    b.pkey.set(q.pkey);
+    b.dest_qp.set(q.qpn);
+    q.rx_lrh_key = engine::load_wire_word(l) & engine::fast_rx_lrh_mask;
+    q.rx_bth_key = engine::load_wire_word(b) & engine::fast_rx_bth_mask;
+    q.rx_fast    = q.st == prm::qp_st::rc && (q.pkey & 0x8000);
 }
 
 /// A BlueFlame WQE (prm_db.h), sent from the write itself when it is the
@@ -397,11 +408,19 @@ device::send_inline_message(qp &q, const uint8_t *wqe, size_t room)
     }
     const uint8_t *segs     = wqe + off;
     size_t         segs_len = size - off;
-    uint32_t len = 0, chunks = 0;
-    engine::for_each_inline_chunk(segs, segs_len, off, [&](const uint8_t *, uint32_t n) {
-        len += n;
-        ++chunks;
-    });
+    // One chunk (the common small message) when the first one fits and
+    // does not end on a 64-byte boundary (for_each_inline_chunk's rule);
+    // otherwise the chunks are counted.
+    uint32_t len    = byteswap_if_little(first_seg) & ~prm::inline_seg_flag;
+    uint32_t chunks = 1;
+    size_t   end    = sizeof(prm::wqe_inline_seg) + len;
+    if (end > segs_len || (off + end) % prm::inline_align == 0) {
+        len = chunks = 0;
+        engine::for_each_inline_chunk(segs, segs_len, off, [&](const uint8_t *, uint32_t n) {
+            len += n;
+            ++chunks;
+        });
+    }
     if (len > q.mtu) {
         return single_tx::not_single;
     }

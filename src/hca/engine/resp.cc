@@ -722,15 +722,14 @@ device::complete_receive(qp &q, uint16_t slid, bool has_imm, be32 imm, bool soli
 /// path: an RTS RC QP, the packet from its peer's port, in its partition as
 /// a full member, on VL 0 (VL15 carries QP0 traffic only), unicast, with
 /// valid base headers (the checks of on_frame() and admits() that such a
-/// packet needs). nullptr: the general path decides.
+/// packet needs; all but state and DLID in the two words build_headers()
+/// prepared). nullptr: the general path decides.
 [[gnu::always_inline]] inline qp *device::fast_path_qp(const ib::lrh &l, const ib::bth &b)
 {
-    if ((l.vl_lver >> 4) != 0 || !engine::base_headers_ok(l, b)) {
-        return nullptr;
-    }
     qp *q = find_qp(ib::bth_qpn::get(b.dest_qp));
-    if (!q || q->st != prm::qp_st::rc || q->state != prm::qp_state::rts ||
-        b.pkey.get() != q->pkey || !(q->pkey & 0x8000) || l.slid.get() != q->dlid ||
+    if (!q || !q->rx_fast || q->state != prm::qp_state::rts ||
+        (engine::load_wire_word(l) & engine::fast_rx_lrh_mask) != q->rx_lrh_key ||
+        (engine::load_wire_word(b) & engine::fast_rx_bth_mask) != q->rx_bth_key ||
         fabric::is_multicast_lid(l.dlid.get())) {
         return nullptr;
     }
@@ -766,7 +765,8 @@ device::complete_receive(qp &q, uint16_t slid, bool has_imm, be32 imm, bool soli
     // lands in an SRQ WQE like an untagged one (tm_first_packet()'s rule);
     // a matching one, a rendezvous or a malformed header goes the general
     // way.
-    srq *tm         = payload.empty() ? nullptr : tm_srq_of(*q);
+    srq *s          = srq_of(*q);   // looked up once for the whole path
+    srq *tm         = s && s->tm && !payload.empty() ? s : nullptr;
     bool unexpected = false;
     if (tm && payload[0] == uint8_t(ib::tmh_opcode::rndv)) {
         return false;
@@ -782,21 +782,21 @@ device::complete_receive(qp &q, uint16_t slid, bool has_imm, be32 imm, bool soli
         }
         unexpected = true;
     }
-    if (!recv_available(*q)) {
+    if (!recv_available(*q, s)) {
         return false;   // RNR NAK
     }
     count(counter::rx_bytes, payload.size());
     q->nak_sent    = false;
     q->recv_to_tag = q->recv_truncated = false;
     q->recv_unexpected = unexpected;
-    q->recv_wqe    = recv_take(*q);
+    q->recv_wqe    = recv_take(*q, s);
     if (unexpected) {
         tm->tm->list.note_unexpected();
         count(counter::tm_unexpected_eager);
     }
     q->recv_offset = 0;
     q->in_send     = true;
-    if (scatter_result r = scatter_whole(*q, q->recv_wqe, payload); r != scatter_result::ok) {
+    if (scatter_result r = scatter_whole(*q, s, q->recv_wqe, payload); r != scatter_result::ok) {
         fail_receive(*q, r);
         return true;
     }
