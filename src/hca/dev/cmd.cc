@@ -170,7 +170,7 @@ cmd_status device::dispatch(cmd_opcode op, uint8_t op_mod,
         hca_up_ = true;
         return cmd_status::ok;
     case cmd_opcode::close_hca:
-        port_.reset();
+        set_port(nullptr);
         hca_up_ = false;
         return cmd_status::ok;
     case cmd_opcode::init_port:  return cmd_init_port(in_mod);
@@ -252,7 +252,7 @@ cmd_status device::cmd_init_port(uint32_t port)
     if (!p.ok()) {
         return cmd_status::internal_err;
     }
-    port_ = p.take();
+    set_port(p.take());
     for (const auto &[mlid, qpns] : mcast_members_) {
         (void)port_->join_multicast(mlid);   // groups attached before
     }
@@ -285,7 +285,7 @@ cmd_status device::cmd_close_port(uint32_t port)
         return cmd_status::bad_index;
     }
     if (port_) {
-        port_.reset();
+        set_port(nullptr);
         if (sma_) {
             sma_->port_down();
         }

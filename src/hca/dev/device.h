@@ -11,6 +11,7 @@
 #include "hca/dev/objects.h"
 #include "hca/dev/sma_hook.h"
 #include "hca/fabric/fabric.h"
+#include "hca/fabric/shm_producer.h"
 #include "hca/ib/ib_hdr.h"
 #include "hca/ib/ib_opcode.h"
 #include "hca/ib/ib_psn.h"
@@ -539,6 +540,22 @@ private:
         }
         return slice_now_;
     }
+    /// The port, or none (close, E12); every change goes through here so
+    /// that tx_ring_ follows.
+    void set_port(std::unique_ptr<fabric::port> p)
+    {
+        port_   = std::move(p);
+        tx_ring_ = port_ ? port_->shm_producer() : nullptr;
+    }
+    /// port_->reserve() / commit(), direct on the shared-memory fabric.
+    [[gnu::always_inline]] status reserve_frame(uint16_t dlid, size_t len, fabric::frame_slot &f)
+    {
+        return tx_ring_ ? tx_ring_->reserve(dlid, len, f) : port_->reserve(dlid, len, f);
+    }
+    [[gnu::always_inline]] status commit_frame(const fabric::frame_slot &f)
+    {
+        return tx_ring_ ? tx_ring_->commit(f) : port_->commit(f);
+    }
     void     count(counter c, uint64_t n = 1)
     {
         counters_[static_cast<unsigned>(c)] += n;
@@ -561,6 +578,9 @@ private:
     bool                           idle_skipped_ = false;   ///< idle_slice()
     static constexpr unsigned      quiet_timer_period = 16;   ///< calls per pass when quiet
     std::unique_ptr<fabric::port>  port_;
+    /// port_->shm_producer(): the frames of the shared-memory fabric are
+    /// claimed and published without a virtual call (reserve_frame()).
+    fabric::shm::producer         *tx_ring_ = nullptr;
     std::unique_ptr<sma_hook>      sma_;
     bool                           hca_up_ = false;
     /// Port 1's P_Key table (IBA 10.9.2); index 0: default full member.

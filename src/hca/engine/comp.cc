@@ -86,7 +86,7 @@ unsigned device::take_frames(unsigned budget)
     }
     unsigned n = port_->poll(*this, budget);
     if (catastrophic_) {
-        port_.reset();   // E12: the HCA is out of service
+        set_port(nullptr);   // E12: the HCA is out of service
         flush_all();
         return n;
     }

@@ -60,7 +60,7 @@ status device::emit(const tx_packet &p)
     std::array<uint8_t, sizeof(ib::lrh) + sizeof(ib::bth) + 32> staged;
     fabric::frame_slot f{staged.data(), hdr_len};
     if (!multicast) {
-        if (status s = port_->reserve(p.dlid, len, f); s != status::ok) {
+        if (status s = reserve_frame(p.dlid, len, f); s != status::ok) {
             return count_tx(s, 0);
         }
     }
@@ -87,7 +87,7 @@ status device::emit(const tx_packet &p)
         if (!payload.empty()) {
             std::memcpy(f.data + hdr_len, payload.data(), payload.size());
         }
-        s = port_->commit(f);
+        s = commit_frame(f);
     }
     return count_tx(s, payload.size());
 }
@@ -429,7 +429,7 @@ device::send_inline_message(qp &q, const uint8_t *wqe, size_t room)
     size_t  hdr_len = sizeof(ib::lrh) + sizeof(ib::bth) + (write ? sizeof(ib::reth) : 0) +
                      (imm ? sizeof(ib::immdt) : 0);
     fabric::frame_slot f;
-    status   s   = port_->reserve(q.dlid, hdr_len + len, f);
+    status   s   = reserve_frame(q.dlid, hdr_len + len, f);
     uint32_t psn = q.next_psn;
     if (s == status::ok) {
         bool solicited = (ctrl.srcrb_flags.get() & prm::ctrl_solicited) != 0;
@@ -457,7 +457,7 @@ device::send_inline_message(qp &q, const uint8_t *wqe, size_t room)
                 out += n;
             });
         }
-        s = port_->commit(f);   // a staging fabric may push back only now
+        s = commit_frame(f);   // a staging fabric may push back only now
     }
     if (count_tx(s, len) == status::no_resource) {
         return single_tx::busy;   // back-pressure: the same WQE next time

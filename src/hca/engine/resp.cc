@@ -1052,10 +1052,10 @@ void device::write_aeth_frame(const fabric::frame_slot &f, const qp &q, uint8_t 
 bool device::emit_aeth(qp &q, uint8_t opcode, uint8_t syndrome, uint32_t psn)
 {
     fabric::frame_slot f;
-    status s = port_->reserve(q.dlid, aeth_frame_len, f);
+    status s = reserve_frame(q.dlid, aeth_frame_len, f);
     if (s == status::ok) {
         write_aeth_frame(f, q, opcode, syndrome, psn);
-        s = port_->commit(f);
+        s = commit_frame(f);
     }
     // status::unreachable: lost on the wire (the requester's timer recovers).
     return count_tx(s, 0) != status::no_resource;

@@ -14,6 +14,8 @@
 
 namespace mlx4x::fabric {
 
+namespace shm { class producer; }
+
 constexpr size_t max_frame_size = 4096 + 128;   ///< 4 KiB MTU + headers
 
 /// GUIDs of the fabric's HCA number `n` (Mellanox OUI): the node GUID has
@@ -102,6 +104,10 @@ public:
     /// members drops it. exceeds_limit: the port is in too many groups.
     virtual status join_multicast(uint16_t mlid) = 0;
     virtual void   leave_multicast(uint16_t mlid) = 0;
+    /// The shared-memory fabric's sending side (reserve() and commit()
+    /// without a virtual call, for the device's small sends); nullptr on
+    /// other fabrics.
+    virtual shm::producer *shm_producer() { return nullptr; }
     /// Deliver up to `budget` received frames to `sink`; returns how many.
     /// Their room stays taken, and they count as not delivered (see
     /// delivered()), until release(): a device releases the frames once it

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: BSD-3-Clause
 #include "hca/fabric/shm_fabric.h"
+#include "hca/fabric/shm_producer.h"
 #include "hca/fabric/shm_region.h"
 #include "hca/base/log.h"
 #include "hca/base/process.h"
@@ -20,28 +21,6 @@
 
 namespace mlx4x::fabric {
 
-namespace {
-/// PREFETCHW (AMD since K8, Intel since Broadwell; a no-op before): the line
-/// comes in owned, so the store that follows waits for no second transfer.
-inline void prefetch_for_write(const void *p)
-{
-#if defined(__x86_64__)
-    asm volatile("prefetchw %0" : : "m"(*static_cast<const char *>(p)));
-#else
-    __builtin_prefetch(p, 1);
-#endif
-}
-
-/// A producer fetches the first line of the slot this many frames ahead of
-/// the one it claims, for writing. Writing a slot line takes it from the
-/// owner's cache (which read it a ring ago): a transfer between cores that
-/// a small-message sender's stores queue behind. Fetched early, the
-/// transfers of successive frames overlap. Ahead of the slot the owner
-/// polls, so that it does not take the line back. (UCP tag_bw, 8 B,
-/// medians of five alternated runs: 9.9 -> 11.2 M msg/s; 1 or 32 ahead
-/// measured the same within noise; MPI 8 B latency unchanged.)
-constexpr uint64_t prefetch_ahead = 8;
-} // namespace
 
 using namespace shm;
 
@@ -274,11 +253,11 @@ shm_fabric::~shm_fabric() { munmap(base_, total_size); }
 
 // ---------------------------------------------------------------------------
 
-class shm_fabric::shm_port final : public port {
+class shm_fabric::shm_port final : public port, private shm::producer {
 public:
     shm_port(region_header *h, const std::string &fabric, uint32_t index,
              uint64_t guid, std::unique_ptr<uint64_t> probe, uint64_t single_copy_min)
-        : h_(h), ports_(ports(h)), rings_(rings(h)), fabric_(fabric), index_(index),
+        : producer(ports(h), rings(h)), h_(h), fabric_(fabric), index_(index),
           guid_(guid), probe_(std::move(probe)), single_copy_min_(single_copy_min)
     {
         // The port's interrupt line; without it the owner never sleeps.
@@ -386,35 +365,13 @@ private:
         return commit(f);
     }
 
-    /// A producer's view of a ring's owner: its generation, and the last
-    /// head read from it.
-    struct owner_view {
-        uint32_t generation = 0;
-        uint64_t head = 0;
-    };
-
 public:
-    /// Claims the destination ring's next slot (Vyukov MPSC: a CAS on the
-    /// tail); the frame is written in the slot itself.
     status reserve(uint16_t dlid, size_t len, frame_slot &f) override
     {
-        if (dlid == 0 || dlid > max_ports) {
-            return status::unreachable;
-        }
-        return claim(dlid, len, f, seen_[dlid - 1], true);
+        return producer::reserve(dlid, len, f);
     }
-
-    /// Publishes a reserved slot (a claimed slot cannot be given back, so
-    /// this never fails).
-    status commit(const frame_slot &f) override
-    {
-        sent_upto_[f.dlid - 1] = f.pos + 1;
-        publish(f);
-        if (f.wake) [[unlikely]] {
-            wake(f.dlid, ports_[f.dlid - 1].generation);
-        }
-        return status::ok;
-    }
+    status commit(const frame_slot &f) override { return producer::commit(f); }
+    shm::producer *shm_producer() override { return this; }
 
     bool sends_concurrently() const override { return true; }
 
@@ -445,65 +402,6 @@ public:
             }
         }
         return status::ok;
-    }
-
-private:
-    /// reserve() with the producer's view `v` of the owner's head; a full
-    /// ring is unreachable instead of no_resource when `check_gone` finds
-    /// its owner dead.
-    status claim(uint16_t dlid, size_t len, frame_slot &f, owner_view &v, bool check_gone)
-    {
-        if (len > slot_data_size) {
-            return status::unreachable;
-        }
-        port_entry &e = ports_[dlid - 1];
-        if (e.state.load(std::memory_order_acquire) !=
-            static_cast<uint32_t>(port_state::active)) [[unlikely]] {
-            return status::unreachable;
-        }
-        ring &r = rings_[dlid - 1];
-        if (v.generation != e.generation) {
-            v = {e.generation, r.head.load(std::memory_order_acquire)};   // a new owner
-        }
-        uint64_t tail = r.tail.load(std::memory_order_relaxed);
-        uint64_t pos;
-        while (true) {
-            pos = tail & ~ring_tail_armed;
-            if (pos - v.head >= ring_slots) {
-                // Only the owner's head says a slot is free again; reading
-                // it (or the slot) costs a line the owner writes, so it is
-                // read when the last value seen no longer covers `pos`.
-                // Acquire: the owner's reads of the slot come before our
-                // writes to it.
-                v.head = r.head.load(std::memory_order_acquire);
-                if (pos - v.head >= ring_slots) {
-                    // Full: back-pressure, unless nobody will ever drain it.
-                    return check_gone && owner_gone(dlid, e) ? status::unreachable
-                                                             : status::no_resource;
-                }
-            }
-            // The claim also takes the owner's armed bit: exactly one
-            // producer wakes it (arm_wakeup()).
-            if (r.tail.compare_exchange_weak(tail, pos + 1, std::memory_order_relaxed)) {
-                break;
-            }
-        }
-        f = {r.slots[pos & (ring_slots - 1)].data, len, pos, dlid,
-             (tail & ring_tail_armed) != 0};
-        prefetch_for_write(&r.slots[(pos + prefetch_ahead) & (ring_slots - 1)]);
-        return status::ok;
-    }
-
-    /// Makes a claimed slot's frame visible to the ring's owner.
-    void publish(const frame_slot &f)
-    {
-        slot &s = rings_[f.dlid - 1].slots[f.pos & (ring_slots - 1)];
-        s.len = static_cast<uint32_t>(f.len);
-        // Publishes the frame (after its bytes): a plain release store. The
-        // owner polls this line, so a locked instruction here waited for it
-        // on every frame (37 % of a small-message sender's time); whether
-        // the owner sleeps was settled by the claim in reserve().
-        s.seq.store(f.pos + 1, std::memory_order_release);
     }
 
 public:
@@ -657,7 +555,7 @@ private:
     /// (retries, then an error) takes over instead of pushing for ever.
     /// Checked at most once per millisecond per destination: it costs
     /// system calls, and a live but busy owner is the common case.
-    bool owner_gone(uint16_t dlid, const port_entry &e)
+    bool owner_gone(uint16_t dlid, const port_entry &e) override
     {
         uint64_t now = uint64_t(std::chrono::steady_clock::now().time_since_epoch() /
                                 std::chrono::microseconds(1));
@@ -672,7 +570,7 @@ private:
 
     /// One datagram to a sleeping port's wake-up socket; a full socket
     /// buffer already holds a wake-up, so EAGAIN is fine.
-    void wake(uint16_t dlid, uint32_t generation)
+    void wake(uint16_t dlid, uint32_t generation) override
     {
         if (wake_tx_ < 0 && (wake_tx_ = wakeup_socket()) < 0) {
             return;
@@ -690,8 +588,6 @@ private:
     }
 
     region_header *h_;
-    port_entry    *ports_;   ///< ports(h_) and rings(h_), on every frame's path
-    ring          *rings_;
     std::string    fabric_;
     uint32_t       index_;
     uint64_t       guid_;
@@ -700,9 +596,6 @@ private:
     uint64_t       last_liveness_check_us_[max_ports] = {};
     bool           gone_[max_ports] = {};
     uint64_t       taken_ = 0;   ///< our ring's next frame (head: the next not released)
-    uint64_t       sent_upto_[max_ports] = {};   ///< ring position after our last frame
-    /// Per destination: its owner's generation and the last head we read.
-    owner_view     seen_[max_ports];
     std::unique_ptr<uint64_t> probe_;   ///< holds guid_; port_entry.probe_va
     uint64_t       single_copy_min_;
     struct reach {
