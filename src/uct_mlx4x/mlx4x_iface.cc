@@ -251,6 +251,7 @@ status endpoint::create_qp()
         return s;
     }
     ops.assign(std::bit_ceil(qp_->caps().max_send_wr), tx_op{});
+    ops_mask = uint32_t(ops.size() - 1);
     sq_psn  = random_psn();
     conn_id = i.add_ep(this);
     return status::ok;

@@ -237,11 +237,12 @@ public:
     /// finding one is a mask, not a division (a 64-bit DIV per post and per
     /// completion: the most waited-on instruction of post() in a profile).
     std::vector<tx_op> ops;
+    uint32_t           ops_mask = 0;   ///< ops.size() - 1 (a power of two)
     alignas(8) uint64_t atomic_sink = 0;    ///< result of atomic posts
 
-    tx_op &op(uint32_t counter) { return ops[counter & (ops.size() - 1)]; }
+    tx_op &op(uint32_t counter) { return ops[counter & ops_mask]; }
     /// The bounce buffer of the next WQE (as many as ops, one per SQ slot).
-    uint8_t *bounce_slot() { return bounce.slot(posted & (ops.size() - 1)); }
+    uint8_t *bounce_slot() { return bounce.slot(posted & ops_mask); }
     /// Runs the completed WQE's callbacks; `st` is its status.
     void complete_next(ucs_status_t st);
     /// Makes the last posted operations report completion (flush).

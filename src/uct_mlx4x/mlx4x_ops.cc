@@ -501,14 +501,12 @@ extern "C" ucs_status_t uct_mlx4x_ep_am_short(uct_ep_h h, uint8_t id,
     if (ucs_status_t st = tx_check(e); st != UCS_OK) {
         return st;
     }
-    am_hdr hdr{uint8_t(ib::tmh_opcode::no_tag), id};
-    drv::sge sg[3] = {{reinterpret_cast<uint64_t>(&hdr), sizeof(hdr), 0},
-                      {reinterpret_cast<uint64_t>(&header), sizeof(header), 0},
-                      {reinterpret_cast<uint64_t>(payload), length, 0}};
-    drv::send_wr_core wr;
-    wr.flags = drv::send_signaled | drv::send_inline;
-    wr.sg    = {sg, 3};
-    return post(e, wr);
+    static_assert(sizeof(am_hdr) + sizeof(header) <= max_inline_head);
+    return post_inline(e, sizeof(am_hdr) + sizeof(header), [id, header](uint8_t *p) {
+        store_field(p, offsetof(am_hdr, tmh_opcode), uint8_t(ib::tmh_opcode::no_tag));
+        store_field(p, offsetof(am_hdr, am_id), id);
+        store_field(p, sizeof(am_hdr), header);
+    }, payload, length);
 }
 
 extern "C" ucs_status_t uct_mlx4x_ep_am_short_iov(uct_ep_h h, uint8_t id,

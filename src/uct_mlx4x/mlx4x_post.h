@@ -59,24 +59,19 @@ inline bool am_id_ok(uint8_t id)
     return false;
 }
 
-/// Posts one WQE; `op` says what to do when it completes. Completion
-/// moderation: the WQE asks for a CQE (and so for an immediate ACK) when
-/// something waits for it (`op`, `signal`) or once per TX_CQ_MODERATION
-/// posts; the others complete with the next signalled one. Always inlined:
-/// with the op's scatter list and completion known, the small-message post
-/// folds (tag_eager_short 688 -> 569 instructions).
-template <class WR>   // drv::send_wr, or drv::send_wr_core for the common ops
-[[gnu::always_inline]] inline ucs_status_t post(endpoint &e, WR &wr, const tx_op &op = {},
-                                               bool signal = false)
+/// Completion moderation: a WQE asks for a CQE (and so for an immediate
+/// ACK) when something waits for it (`op`, `signal`) or once per
+/// TX_CQ_MODERATION posts; the others complete with the next signalled one.
+inline bool wants_cqe(endpoint &e, const tx_op &op, bool signal)
 {
-    signal = signal || op.comp || op.unpack ||
-             e.posted + 1 - e.signaled_upto >= e.owner().tx_cq_moderation();
-    wr.flags = signal ? wr.flags | drv::send_signaled : wr.flags & ~drv::send_signaled;
-    wr.wr_id = e.posted;
-    status s = e.qp().post_send(wr);
-    if (s != status::ok) [[unlikely]] {
-        return to_ucs(s);
-    }
+    return signal || op.comp || op.unpack ||
+           e.posted + 1 - e.signaled_upto >= e.owner().tx_cq_moderation();
+}
+
+/// The bookkeeping of a WQE the driver took: its completion action, and
+/// the CQ credit a signalled one holds.
+[[gnu::always_inline]] inline void note_posted(endpoint &e, const tx_op &op, bool signal)
+{
     tx_op &o = e.op(e.posted++);
     o = op;
     o.signaled = signal;
@@ -84,7 +79,57 @@ template <class WR>   // drv::send_wr, or drv::send_wr_core for the common ops
         e.owner().tx_credit_take();
         e.signaled_upto = e.posted;
     }
+}
+
+/// Posts one WQE; `op` says what to do when it completes. Always inlined:
+/// with the op's scatter list and completion known, the small-message post
+/// folds (tag_eager_short 688 -> 569 instructions).
+template <class WR>   // drv::send_wr, or drv::send_wr_core for the common ops
+[[gnu::always_inline]] inline ucs_status_t post(endpoint &e, WR &wr, const tx_op &op = {},
+                                               bool signal = false)
+{
+    signal   = wants_cqe(e, op, signal);
+    wr.flags = signal ? wr.flags | drv::send_signaled : wr.flags & ~drv::send_signaled;
+    wr.wr_id = e.posted;
+    status s = e.qp().post_send(wr);
+    if (s != status::ok) [[unlikely]] {
+        return to_ucs(s);
+    }
+    note_posted(e, op, signal);
     return UCS_OK;
+}
+
+/// Longest header post_inline() takes (a tmh).
+constexpr size_t max_inline_head = 16;
+
+/// post() of the common small SEND: a header write_head(p) stores at p,
+/// then `len` bytes of `data`, inline (tag_eager_short, am_short). One
+/// inline chunk goes without a scatter list (qp::post_inline_send: the
+/// list and the work request, built on the stack, cost the post a dozen
+/// stores); anything longer, post() with the header built in a buffer.
+template <typename WriteHead>
+[[gnu::always_inline]] inline ucs_status_t post_inline(endpoint &e, size_t head_len,
+                                                      WriteHead &&write_head,
+                                                      const void *data, size_t len)
+{
+    bool   signal = wants_cqe(e, {}, false);
+    status s;
+    if (e.qp().post_inline_send(e.posted, signal ? drv::send_signaled : 0, head_len,
+                                write_head, data, len, s)) [[likely]] {
+        if (s != status::ok) [[unlikely]] {
+            return to_ucs(s);
+        }
+        note_posted(e, {}, signal);
+        return UCS_OK;
+    }
+    uint8_t head[max_inline_head];
+    write_head(head);
+    drv::sge sg[2] = {{reinterpret_cast<uint64_t>(head), uint32_t(head_len), 0},
+                      {reinterpret_cast<uint64_t>(data), uint32_t(len), 0}};
+    drv::send_wr_core wr;
+    wr.flags = drv::send_inline;
+    wr.sg    = {sg, 2};
+    return post(e, wr);
 }
 
 /// Keepalive probe: a zero-length RDMA WRITE (no rkey check, IBA 9.7.5.2.3)

@@ -10,6 +10,7 @@
 #include "hca/base/log.h"
 
 #include <algorithm>
+#include <array>
 #include <cstdlib>
 #include <cstring>
 
@@ -67,14 +68,14 @@ extern "C" ucs_status_t uct_mlx4x_ep_tag_eager_short(uct_ep_h h, uct_tag_t tag,
     if (ucs_status_t st = tx_check(e); st != UCS_OK) {
         return st;
     }
-    ib::tmh  tmh;
-    set_tmh(tmh, ib::tmh_opcode::eager, tag);
-    drv::sge sg[2] = {{reinterpret_cast<uint64_t>(&tmh), sizeof(tmh), 0},
-                      {reinterpret_cast<uint64_t>(data), uint32_t(length), 0}};
-    drv::send_wr_core wr;
-    wr.flags = drv::send_signaled | drv::send_inline;
-    wr.sg    = {sg, 2};
-    return post(e, wr);
+    static_assert(sizeof(ib::tmh) <= max_inline_head);
+    return post_inline(e, sizeof(ib::tmh), [tag](uint8_t *p) {
+        // In place, field by field (store_field): see set_tmh().
+        store_field(p, offsetof(ib::tmh, opcode), uint8_t(ib::tmh_opcode::eager));
+        store_field(p, offsetof(ib::tmh, reserved), std::array<uint8_t, 3>{});
+        store_field(p, offsetof(ib::tmh, app_ctx), be32{});
+        store_field(p, offsetof(ib::tmh, tag), be64::of(tag));
+    }, data, length);
 }
 
 extern "C" ssize_t uct_mlx4x_ep_tag_eager_bcopy(uct_ep_h h, uct_tag_t tag,

@@ -114,6 +114,43 @@ TEST_F(rc_send, small_inline)
     EXPECT_STREQ(reinterpret_cast<const char *>(rbuf.data()), msg);
 }
 
+/// qp::post_inline_send (UCT's tag_eager_short and am_short): the header
+/// the callback writes in place and the payload arrive as one SEND, as a
+/// two-entry inline post_send() delivers them; a message longer than one
+/// inline chunk is left to post_send() and nothing is posted.
+TEST_F(rc_send, inline_send_of_header_and_payload)
+{
+    start_inline();
+    std::vector<uint8_t> rbuf(64, 0);
+    auto &rmr = b.reg(rbuf.data(), rbuf.size());
+    ASSERT_EQ(b.post_recv(7, rbuf.data(), 64, rmr.lkey()), status::ok);
+    const char head[] = "head:";   // 5 bytes without the NUL
+    const char data[] = "payload";
+    status st = status::invalid_param;   // overwritten by the post
+    ASSERT_TRUE(a.qp->post_inline_send(
+        5, drv::send_signaled, 5, [&](uint8_t *p) { std::memcpy(p, head, 5); }, data,
+        sizeof(data), st));
+    ASSERT_EQ(st, status::ok);
+    ASSERT_TRUE(progress_until(
+        [&] { return a.send_wcs.size() == 1 && b.recv_wcs.size() == 1; }));
+    EXPECT_EQ(a.send_wcs[0].status, drv::wc_status::success);
+    EXPECT_EQ(a.send_wcs[0].wr_id, 5u);
+    EXPECT_EQ(b.recv_wcs[0].byte_len, 5 + sizeof(data));
+    EXPECT_STREQ(reinterpret_cast<const char *>(rbuf.data()), "head:payload");
+
+    // 16 + 29 bytes need a second inline chunk (the first ends 44 bytes
+    // into it): not taken, no WQE posted.
+    uint8_t long_data[29] = {};
+    bool    head_written = false;
+    EXPECT_FALSE(a.qp->post_inline_send(
+        6, drv::send_signaled, 16, [&](uint8_t *) { head_written = true; }, long_data,
+        sizeof(long_data), st));
+    EXPECT_FALSE(head_written);
+    progress_rounds(20);
+    EXPECT_EQ(a.send_wcs.size(), 1u);
+    EXPECT_EQ(b.recv_wcs.size(), 1u);
+}
+
 /// 16-byte inline SENDs ('a' + i, wr_id i) into receives of 16 bytes, on a
 /// fabric whose queue holds two frames and pushes back only when a staged
 /// frame is sent (the loopback fabric's full queue).

@@ -775,6 +775,16 @@ public:
     inline status post_send(const send_wr &wr);
     /// A SEND or RDMA WRITE/READ that names nothing beyond the core.
     inline status post_send(const send_wr_core &wr);
+    /// The common small SEND, inline and without a scatter list (UCT's
+    /// tag_eager_short and am_short): `head_len` bytes write_head(p)
+    /// stores at p, then `len` bytes of `data`, together one inline chunk.
+    /// `flags`: send_signaled, send_solicited. False: not taken (not an RC
+    /// QP in RTS, or too long for one chunk), post_send() decides; true:
+    /// `st` says how it went.
+    template <typename WriteHead>
+    inline bool post_inline_send(uint64_t wr_id, uint32_t flags, size_t head_len,
+                                 WriteHead &&write_head, const void *data, size_t len,
+                                 status &st);
     inline status post_recv(uint64_t wr_id, std::span<const sge> sg);
     /// tm_cmd QPs: one list operation.
     inline status post_tm_op(const tm_op &op);
@@ -801,8 +811,9 @@ private:
     }
     inline bool   post_small_inline(const send_wr_core &wr, status &st);
     inline status post_general(const send_wr &wr);
-    inline status publish_send(uint32_t idx, uint8_t *wqe, const send_wr_core &wr, size_t bytes,
-                               uint32_t opmod, bool blueflame);
+    inline status publish_send(uint32_t idx, uint8_t *wqe, wr_opcode op, uint32_t flags,
+                               uint32_t imm, uint64_t wr_id, size_t bytes, uint32_t opmod,
+                               bool blueflame);
     void reset_rings();
     void clean_cqs();
 

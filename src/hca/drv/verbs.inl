@@ -191,7 +191,31 @@ inline bool qp::post_small_inline(const send_wr_core &wr, status &st)
         copy_small(p, reinterpret_cast<const void *>(s.addr), s.length);
         p += s.length;
     }
-    st = publish_send(idx, wqe, wr, data_off + total, 0, true);
+    st = publish_send(idx, wqe, wr.opcode, wr.flags, wr.imm, wr.wr_id, data_off + total, 0, true);
+    return true;
+}
+
+template <typename WriteHead>
+inline bool qp::post_inline_send(uint64_t wr_id, uint32_t flags, size_t head_len,
+                                 WriteHead &&write_head, const void *data, size_t len,
+                                 status &st)
+{
+    constexpr size_t data_off = sizeof(prm::wqe_ctrl_seg) + sizeof(prm::wqe_inline_seg);
+    size_t total = head_len + len;
+    if (type_ != qp_type::rc || state_ != prm::qp_state::rts || total == 0 ||
+        data_off + total > prm::inline_align) {
+        return false;   // post_small_inline()'s conditions for a SEND
+    }
+    if (sq_outstanding() >= sq_size_) {
+        st = status::no_resource;   // C62: never overwrite a WQE
+        return true;
+    }
+    uint32_t idx = sq_head_;
+    uint8_t *wqe = sq_slot(idx);
+    store_field(wqe, data_off - sizeof(be32), be32::of(prm::inline_seg_flag | uint32_t(total)));
+    write_head(wqe + data_off);
+    copy_small(wqe + data_off + head_len, data, len);
+    st = publish_send(idx, wqe, wr_opcode::send, flags, 0, wr_id, data_off + total, 0, true);
     return true;
 }
 
@@ -338,7 +362,7 @@ inline status qp::post_general(const send_wr &wr)
     if (wr.opcode == wr_opcode::bind_mw) {
         wr.bind.window->rkey_ = wr.bind.window->next_rkey();
     }
-    return publish_send(idx, wqe, wr, off, opmod, inl);
+    return publish_send(idx, wqe, wr.opcode, wr.flags, wr.imm, wr.wr_id, off, opmod, inl);
 }
 
 /// The control segment of the WQE at `idx` whose other segments take
@@ -346,8 +370,9 @@ inline status qp::post_general(const send_wr &wr)
 /// goes by BlueFlame when it fits a buffer, as libmlx4 posts one
 /// (mlx4_post_send): the write carries the WQE, so the device need not
 /// fetch it. The QPN rides in the control segment (prm::bf_qpn).
-inline status qp::publish_send(uint32_t idx, uint8_t *wqe, const send_wr_core &wr, size_t bytes,
-                               uint32_t opmod, bool blueflame)
+inline status qp::publish_send(uint32_t idx, uint8_t *wqe, wr_opcode op, uint32_t flags,
+                               uint32_t imm, uint64_t wr_id, size_t bytes, uint32_t opmod,
+                               bool blueflame)
 {
     size_t ds     = (bytes + prm::seg_size - 1) / prm::seg_size;
     size_t bf_len = (bytes + prm::inline_align - 1) & ~size_t(prm::inline_align - 1);
@@ -359,13 +384,13 @@ inline status qp::publish_send(uint32_t idx, uint8_t *wqe, const send_wr_core &w
     store_field(wqe, offsetof(ctrl, vlan_tag), be16::of(blueflame ? uint16_t(qpn_ >> 8) : 0));
     store_field(wqe, offsetof(ctrl, ins_vlan), uint8_t(blueflame ? qpn_ : 0));
     store_field(wqe, offsetof(ctrl, fence_size),
-                uint8_t(ds | ((wr.flags & send_fence) ? prm::ctrl_fence : 0)));
+                uint8_t(ds | ((flags & send_fence) ? prm::ctrl_fence : 0)));
     store_field(wqe, offsetof(ctrl, srcrb_flags),
-                be32::of(((wr.flags & send_signaled) ? prm::ctrl_cq_update : 0) |
-                         ((wr.flags & send_solicited) ? prm::ctrl_solicited : 0)));
-    store_field(wqe, offsetof(ctrl, imm), be32::of(wr.imm));
-    sq_wrid_[idx & (sq_size_ - 1)] = wr.wr_id;
-    uint32_t owner_opcode = uint32_t(detail::to_prm(wr.opcode)) |
+                be32::of(((flags & send_signaled) ? prm::ctrl_cq_update : 0) |
+                         ((flags & send_solicited) ? prm::ctrl_solicited : 0)));
+    store_field(wqe, offsetof(ctrl, imm), be32::of(imm));
+    sq_wrid_[idx & (sq_size_ - 1)] = wr_id;
+    uint32_t owner_opcode = uint32_t(detail::to_prm(op)) |
                             opmod << prm::wqe_opmod_shift |
                             ((idx & sq_size_) ? prm::wqe_owner_bit : 0);
     // ...then ownership: the device may start on the WQE as soon as the
