@@ -148,6 +148,32 @@ TEST_F(ingress, E41_pkey_mismatch_is_dropped_and_counted)
     EXPECT_EQ(b.recv_wcs.size(), 1u);
 }
 
+/// The header fields the receive fast path compares as two masked words
+/// (device::fast_path_qp, build_headers): a SEND_ONLY with any of them off
+/// is left to the general checks (IBA 9.6), which drop a link or transport
+/// version other than 0 and count it, and deliver one on another data VL.
+TEST_F(ingress, fast_path_header_words_leave_other_packets_to_the_full_checks)
+{
+    auto lver = frame(ib::opcode::rc_send_only, expected_psn());
+    lver[0] = 0x01;   // LVer 1
+    inject(lver);
+    auto tver = frame(ib::opcode::rc_send_only, expected_psn());
+    tver[sizeof(ib::lrh) + 1] = 0x01;   // TVer 1
+    inject(tver);
+    EXPECT_EQ(b.counter(dev::counter::bad_packets), 2u);
+    EXPECT_TRUE(b.recv_wcs.empty());
+    EXPECT_EQ(b.counter(dev::counter::unknown_qp), 0u);
+
+    uint32_t epsn = expected_psn();
+    auto     vl1  = frame(ib::opcode::rc_send_only, epsn);
+    vl1[0] = 0x10;   // VL 1: not the fast path's, still a data VL
+    inject(vl1);
+    ASSERT_EQ(b.recv_wcs.size(), 1u);
+    EXPECT_EQ(b.recv_wcs[0].status, drv::wc_status::success);
+    EXPECT_EQ(b.recv_wcs[0].byte_len, 8u);
+    EXPECT_EQ(expected_psn(), ib::psn_add(epsn, 1));
+}
+
 TEST_F(ingress, psn_in_the_future_is_naked_once_and_nothing_is_written)
 {
     uint32_t epsn = expected_psn();

@@ -544,7 +544,7 @@ private:
     /// that tx_ring_ follows.
     void set_port(std::unique_ptr<fabric::port> p)
     {
-        port_   = std::move(p);
+        port_    = std::move(p);
         tx_ring_ = port_ ? port_->shm_producer() : nullptr;
     }
     /// port_->reserve() / commit(), direct on the shared-memory fabric.

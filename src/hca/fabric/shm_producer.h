@@ -71,7 +71,8 @@ protected:
     /// reserve() with the producer's view `v` of the owner's head; a full
     /// ring is unreachable instead of no_resource when `check_gone` finds
     /// its owner dead.
-    [[gnu::always_inline]] status claim(uint16_t dlid, size_t len, frame_slot &f, owner_view &v, bool check_gone)
+    [[gnu::always_inline]] status claim(uint16_t dlid, size_t len, frame_slot &f,
+                                        owner_view &v, bool check_gone)
     {
         if (len > slot_data_size) {
             return status::unreachable;
