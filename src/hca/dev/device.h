@@ -385,7 +385,14 @@ private:
     void acknowledged(qp &q);
     void start_ack_timer(qp &q);
     void restart_ack_timer(qp &q);
-    void complete_receive(qp &q, uint16_t slid, bool has_imm, be32 imm, bool solicited);
+    /// A received message complete in its receive WQE.
+    struct received {
+        uint16_t wqe;          ///< its receive WQE
+        uint32_t byte_len;     ///< bytes placed
+        bool     unexpected;   ///< a tagged message for software (TM CQE)
+    };
+    void complete_receive(qp &q, const received &m, uint16_t slid, bool has_imm, be32 imm,
+                          bool solicited);
     void respond_write(qp &q, const engine::pkt &p);
     void respond_read(qp &q, const engine::pkt &p, bool duplicate);
     std::optional<ib::reth> checked_read_reth(qp &q, const engine::pkt &p,

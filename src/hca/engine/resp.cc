@@ -660,7 +660,10 @@ void device::respond_send(qp &q, const pkt &p)
         if (has_imm) {
             imm = p.ext<ib::immdt>(ib::hdr_immdt).imm;
         }
-        complete_receive(q, p.slid, has_imm, imm, ib::bth_solicited(p.bth));
+        q.in_send = false;
+        complete_receive(q, {q.recv_wqe, q.recv_offset, q.recv_unexpected}, p.slid, has_imm,
+                         imm, ib::bth_solicited(p.bth));
+        q.recv_unexpected = false;
     }
     schedule_ack(q);
 }
@@ -682,11 +685,12 @@ void device::fail_receive(qp &q, scatter_result r)
 }
 
 /// The last packet of a SEND is placed: the message counts (MSN) and its
-/// receive WQE completes.
+/// receive WQE completes. The caller ends the message's state in the QP
+/// (the single-packet path never sets it).
 [[gnu::always_inline]] inline void
-device::complete_receive(qp &q, uint16_t slid, bool has_imm, be32 imm, bool solicited)
+device::complete_receive(qp &q, const received &m, uint16_t slid, bool has_imm, be32 imm,
+                         bool solicited)
 {
-    q.in_send = false;
     q.msn     = ib::psn_add(q.msn, 1);
     cq      *target = nullptr;
     uint8_t *entry  = start_cqe(q, false, target);
@@ -703,17 +707,16 @@ device::complete_receive(qp &q, uint16_t slid, bool has_imm, be32 imm, bool soli
     }
     store_field(entry, offsetof(prm::cqe, g_mlpath_rqpn), be32::of(q.remote_qpn));
     store_field(entry, offsetof(prm::cqe, rlid), be16::of(slid));
-    store_field(entry, offsetof(prm::cqe, byte_cnt), be32::of(q.recv_offset));
-    store_field(entry, offsetof(prm::cqe, wqe_index), be16::of(q.recv_wqe));
+    store_field(entry, offsetof(prm::cqe, byte_cnt), be32::of(m.byte_len));
+    store_field(entry, offsetof(prm::cqe, wqe_index), be16::of(m.wqe));
     uint8_t opcode = uint8_t(has_imm ? prm::recv_opcode::send_imm : prm::recv_opcode::send);
-    if (q.recv_unexpected) {
+    if (m.unexpected) {
         // A tagged message for software; its tmh leads the data.
         uint8_t *tm = entry - prm::cqe_offset_in_entry;
         std::memset(tm, 0, sizeof(prm::tm_cqe));
         store_field(tm, offsetof(prm::tm_cqe, flags),
                     uint8_t(has_imm ? prm::tm_cqe_with_imm : 0));
         opcode            = uint8_t(prm::tm_cqe_opcode::unexpected);
-        q.recv_unexpected = false;
     }
     finish_cqe(*target, entry, opcode, solicited);
 }
@@ -786,30 +789,30 @@ device::complete_receive(qp &q, uint16_t slid, bool has_imm, be32 imm, bool soli
         return false;   // RNR NAK
     }
     count(counter::rx_bytes, payload.size());
-    q->nak_sent    = false;
-    q->recv_to_tag = q->recv_truncated = false;
-    q->recv_unexpected = unexpected;
-    q->recv_wqe    = recv_take(*q, s);
+    q->nak_sent = false;
+    uint16_t wqe = recv_take(*q, s);
     if (unexpected) {
         tm->tm->list.note_unexpected();
         count(counter::tm_unexpected_eager);
     }
-    q->recv_offset = 0;
-    q->in_send     = true;
-    if (scatter_result r = scatter_whole(*q, s, q->recv_wqe, payload); r != scatter_result::ok) {
+    // The message is whole: the QP's state of a message under way
+    // (in_send, recv_*) stays as it is unless placing it fails.
+    if (scatter_result r = scatter_whole(*q, s, wqe, payload); r != scatter_result::ok) {
+        q->recv_wqe        = wqe;
+        q->recv_to_tag     = q->recv_truncated = false;
+        q->recv_unexpected = unexpected;
         fail_receive(*q, r);
         return true;
     }
-    q->recv_offset = uint32_t(payload.size());
-    q->epsn        = ib::psn_add(q->epsn, 1);
+    q->epsn = ib::psn_add(q->epsn, 1);
     be32 imm_data{};
     if (imm) {
         ib::immdt i;
         std::memcpy(&i, frame.data() + sizeof(l) + sizeof(b), sizeof(i));
         imm_data = i.imm;
     }
-    complete_receive(*q, l.slid.get(), imm, imm_data,
-                     (b.se_m_pad_tver & ib::bth_se_bit) != 0);
+    complete_receive(*q, {wqe, uint32_t(payload.size()), unexpected}, l.slid.get(), imm,
+                     imm_data, (b.se_m_pad_tver & ib::bth_se_bit) != 0);
     schedule_ack(*q);
     return true;
 }
