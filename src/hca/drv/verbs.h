@@ -810,6 +810,9 @@ private:
         return buf_ + (size_t(idx & (sq_size_ - 1)) << sq_log_stride_);
     }
     inline bool   post_small_inline(const send_wr_core &wr, status &st);
+    template <typename Fill>
+    inline bool   post_one_chunk(wr_opcode op, uint32_t flags, uint32_t imm, uint64_t wr_id,
+                                 size_t data_off, size_t total, Fill &&fill, status &st);
     inline status post_general(const send_wr &wr);
     inline status publish_send(uint32_t idx, uint8_t *wqe, wr_opcode op, uint32_t flags,
                                uint32_t imm, uint64_t wr_id, size_t bytes, uint32_t opmod,

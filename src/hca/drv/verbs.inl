@@ -161,38 +161,28 @@ inline prm::wqe_bind_seg bind_seg(const mw_bind &b, uint32_t new_rkey)
 inline bool qp::post_small_inline(const send_wr_core &wr, status &st)
 {
     bool write = wr.opcode == wr_opcode::rdma_write || wr.opcode == wr_opcode::rdma_write_imm;
-    if (type_ != qp_type::rc || state_ != prm::qp_state::rts ||
-        (!write && wr.opcode != wr_opcode::send && wr.opcode != wr_opcode::send_imm)) {
+    if (!write && wr.opcode != wr_opcode::send && wr.opcode != wr_opcode::send_imm) {
         return false;
     }
     size_t total = 0;
     for (const sge &s : wr.sg) total += s.length;
     size_t data_off = sizeof(prm::wqe_ctrl_seg) + (write ? sizeof(prm::wqe_raddr_seg) : 0) +
                       sizeof(prm::wqe_inline_seg);
-    if (total == 0 || data_off + total > prm::inline_align) {
-        return false;   // no inline segment at all, or more than one chunk
-    }
-    if (sq_outstanding() >= sq_size_) {
-        st = status::no_resource;   // C62: never overwrite a WQE
-        return true;
-    }
-    uint32_t idx = sq_head_;
-    uint8_t *wqe = sq_slot(idx);
-    if (write) {
-        prm::wqe_raddr_seg r{};
-        r.raddr.set(wr.remote_addr);
-        r.rkey.set(wr.rkey);
-        std::memcpy(wqe + sizeof(prm::wqe_ctrl_seg), &r, sizeof(r));
-    }
-    be32 bc = be32::of(prm::inline_seg_flag | uint32_t(total));
-    std::memcpy(wqe + data_off - sizeof(bc), &bc, sizeof(bc));
-    uint8_t *p = wqe + data_off;
-    for (const sge &s : wr.sg) {
-        copy_small(p, reinterpret_cast<const void *>(s.addr), s.length);
-        p += s.length;
-    }
-    st = publish_send(idx, wqe, wr.opcode, wr.flags, wr.imm, wr.wr_id, data_off + total, 0, true);
-    return true;
+    return post_one_chunk(wr.opcode, wr.flags, wr.imm, wr.wr_id, data_off, total,
+                          [&](uint8_t *wqe) {
+                              if (write) {
+                                  prm::wqe_raddr_seg r{};
+                                  r.raddr.set(wr.remote_addr);
+                                  r.rkey.set(wr.rkey);
+                                  std::memcpy(wqe + sizeof(prm::wqe_ctrl_seg), &r, sizeof(r));
+                              }
+                              uint8_t *p = wqe + data_off;
+                              for (const sge &s : wr.sg) {
+                                  copy_small(p, reinterpret_cast<const void *>(s.addr), s.length);
+                                  p += s.length;
+                              }
+                          },
+                          st);
 }
 
 template <typename WriteHead>
@@ -201,21 +191,36 @@ inline bool qp::post_inline_send(uint64_t wr_id, uint32_t flags, size_t head_len
                                  status &st)
 {
     constexpr size_t data_off = sizeof(prm::wqe_ctrl_seg) + sizeof(prm::wqe_inline_seg);
-    size_t total = head_len + len;
+    return post_one_chunk(wr_opcode::send, flags, 0, wr_id, data_off, head_len + len,
+                          [&](uint8_t *wqe) {
+                              write_head(wqe + data_off);
+                              copy_small(wqe + data_off + head_len, data, len);
+                          },
+                          st);
+}
+
+/// What both small inline posts share: an RC QP in RTS, `total` bytes of
+/// inline data at `data_off` in one chunk (none: no inline segment), a free
+/// WQE (C62: never overwrite one). fill(wqe) writes the segments before the
+/// data and the data; the inline segment's byte count, the control segment
+/// and the BlueFlame doorbell are written here. False: not taken.
+template <typename Fill>
+inline bool qp::post_one_chunk(wr_opcode op, uint32_t flags, uint32_t imm, uint64_t wr_id,
+                               size_t data_off, size_t total, Fill &&fill, status &st)
+{
     if (type_ != qp_type::rc || state_ != prm::qp_state::rts || total == 0 ||
         data_off + total > prm::inline_align) {
-        return false;   // post_small_inline()'s conditions for a SEND
+        return false;
     }
     if (sq_outstanding() >= sq_size_) {
-        st = status::no_resource;   // C62: never overwrite a WQE
+        st = status::no_resource;
         return true;
     }
     uint32_t idx = sq_head_;
     uint8_t *wqe = sq_slot(idx);
     store_field(wqe, data_off - sizeof(be32), be32::of(prm::inline_seg_flag | uint32_t(total)));
-    write_head(wqe + data_off);
-    copy_small(wqe + data_off + head_len, data, len);
-    st = publish_send(idx, wqe, wr_opcode::send, flags, 0, wr_id, data_off + total, 0, true);
+    fill(wqe);
+    st = publish_send(idx, wqe, op, flags, imm, wr_id, data_off + total, 0, true);
     return true;
 }
 

@@ -21,7 +21,6 @@
 
 namespace mlx4x::fabric {
 
-
 using namespace shm;
 
 namespace {
