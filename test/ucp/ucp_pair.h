@@ -62,4 +62,20 @@ static void close_side(struct side *s)
     ucp_cleanup(s->ctx);
 }
 
+/* Blocking progress (UCP_FEATURE_WAKEUP): progress, and when that found
+ * nothing, arm and sleep until the worker's event fd fires
+ * (ucp_worker_wait() arms once more). */
+static inline void blocking_progress(ucp_worker_h w)
+{
+    if (ucp_worker_progress(w)) {
+        return;
+    }
+    ucs_status_t st = ucp_worker_arm(w);
+    if (st == UCS_OK) {
+        ucp_worker_wait(w);
+    } else if (st != UCS_ERR_BUSY) {
+        die("ucp_worker_arm", st);
+    }
+}
+
 #endif

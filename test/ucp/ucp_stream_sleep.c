@@ -30,24 +30,10 @@ static void check(int ok, const char *what)
     ok ? ++passed : ++failed;
 }
 
-/* Blocking progress: progress, and when that found nothing, arm and sleep
- * until the worker's event fd fires (ucp_worker_wait() arms once more;
- * ucp_wakeup.c waits the same way). With the plugin before 2026-11-26
- * this hung in 5 of 6 engine-thread runs; ucx_perftest's sleep mode, which
- * only calls ucp_worker_wait(), hung in UCX's test_ucp_perf but rarely
- * here. */
-static void blocking_progress(ucp_worker_h w)
-{
-    if (ucp_worker_progress(w)) {
-        return;
-    }
-    ucs_status_t st = ucp_worker_arm(w);
-    if (st == UCS_OK) {
-        ucp_worker_wait(w);
-    } else if (st != UCS_ERR_BUSY) {
-        die("ucp_worker_arm", st);
-    }
-}
+/* blocking_progress() (ucp_pair.h), the loop that caught the hangs: with
+ * the plugin before 2026-11-26 this hung in 5 of 6 engine-thread runs;
+ * ucx_perftest's sleep mode, which only calls ucp_worker_wait(), hung in
+ * UCX's test_ucp_perf but rarely here. */
 
 static void send_done(void *req, ucs_status_t st, void *user)
 {

@@ -69,13 +69,7 @@ static double receive_one(int i, int *intact)
     double wall0 = seconds(CLOCK_MONOTONIC);
     double cpu0  = seconds(CLOCK_THREAD_CPUTIME_ID);
     while (ucp_request_check_status(req) == UCS_INPROGRESS) {
-        if (ucp_worker_progress(rx.worker)) continue;
-        ucs_status_t st = ucp_worker_arm(rx.worker);
-        if (st == UCS_OK) {
-            ucp_worker_wait(rx.worker);
-        } else if (st != UCS_ERR_BUSY) {
-            die("ucp_worker_arm", st);
-        }
+        blocking_progress(rx.worker);
     }
     double wall = seconds(CLOCK_MONOTONIC) - wall0;
     double cpu  = seconds(CLOCK_THREAD_CPUTIME_ID) - cpu0;
