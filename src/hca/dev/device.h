@@ -7,6 +7,7 @@
 #pragma once
 
 #include "hca/base/copy.h"
+#include "hca/base/prefetch.h"
 #include "hca/base/status.h"
 #include "hca/dev/objects.h"
 #include "hca/dev/sma_hook.h"
@@ -427,6 +428,7 @@ private:
     /// The same, with the caller's srq_of(q): the fast path looks it up once.
     bool     recv_available(const qp &q, const srq *s);
     uint16_t recv_take(qp &q, srq *s);
+    void     prefetch_next_buffer(const srq &s);
     enum class scatter_result { ok, too_long, protection };
     void fail_receive(qp &q, scatter_result r);
     scatter_result scatter_whole(qp &q, const srq *s, uint32_t wqe_index,
@@ -717,12 +719,27 @@ inline uint16_t device::recv_take(qp &q, srq *sp)
     std::memcpy(&next, s.wqe(index), sizeof(next));
     s.head = next.next_wqe_index.get();
     ++s.consumed;
+    prefetch_next_buffer(s);
     uint16_t left = uint16_t(counter_of(s.db) - s.consumed);
     if (s.limit && left < s.limit) {
         s.limit = 0;   // one event per arm
         async_event(prm::eqe_type::srq_limit, s.srqn);
     }
     return index;
+}
+
+/// Fetches, for writing, the buffer the SRQ's next WQE names: UCX posts
+/// a queue of 8 KiB buffers (8 MiB by default), so the one a message is
+/// written to was last touched a whole queue ago and is out of the L2. Its
+/// first line comes while the current message is handled (with the ring
+/// slot prefetch, MPI message rate 8 B +5 to +10 % by the medians of 8
+/// alternated rounds). The WQE may not be posted yet: a prefetch of a
+/// stale address costs a fetch, never a fault.
+inline void device::prefetch_next_buffer(const srq &s)
+{
+    prm::wqe_data_seg d;
+    std::memcpy(&d, s.wqe(s.head) + sizeof(prm::wqe_srq_next_seg), sizeof(d));
+    prefetch_for_write(dma<uint8_t>(d.addr.get()));
 }
 
 /// scatter() of a whole message (offset 0) that fits the receive WQE's

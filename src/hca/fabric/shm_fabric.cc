@@ -3,6 +3,7 @@
 #include "hca/fabric/shm_producer.h"
 #include "hca/fabric/shm_region.h"
 #include "hca/base/log.h"
+#include "hca/base/prefetch.h"
 #include "hca/base/process.h"
 
 #include <cerrno>
@@ -444,6 +445,14 @@ public:
             if (!frame_ready(s, taken_)) {
                 break;
             }
+            // The next slot, while this frame is handled: slots are 4.3 KiB
+            // apart, so no hardware prefetcher fetches it, and a receiver
+            // a few frames behind then waits for one transfer between cores
+            // per frame instead of overlapping them (MPI message rate 8 B,
+            // 8 alternated rounds: +5.6 % by the median; UCP tag_bw and
+            // the MPI 8 B latency unchanged). Not yet written, the line
+            // was going to be read next anyway.
+            prefetch_for_read(&r.slots[(taken_ + 1) & (ring_slots - 1)]);
             uint32_t len = s.len;
             if (len <= slot_data_size) {   // a corrupt length is dropped
                 sink.on_frame({s.data, len});

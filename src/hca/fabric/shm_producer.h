@@ -7,20 +7,10 @@
 // through memory, were a fifth of that send's instructions.
 #pragma once
 
+#include "hca/base/prefetch.h"
 #include "hca/fabric/shm_region.h"
 
 namespace mlx4x::fabric::shm {
-
-/// PREFETCHW (AMD since K8, Intel since Broadwell; a no-op before): the line
-/// comes in owned, so the store that follows waits for no second transfer.
-inline void prefetch_for_write(const void *p)
-{
-#if defined(__x86_64__)
-    asm volatile("prefetchw %0" : : "m"(*static_cast<const char *>(p)));
-#else
-    __builtin_prefetch(p, 1);
-#endif
-}
 
 /// A producer fetches the first line of the slot this many frames ahead of
 /// the one it claims, for writing. Writing a slot line takes it from the
