@@ -90,7 +90,8 @@ memory_domain::open(const options &o)
     m->fabric_name_ = o.fabric_name.empty() ? fabric::shm_fabric::default_name()
                                             : o.fabric_name;
     auto f = fabric::shm_fabric::open(m->fabric_name_,
-                                      {.single_copy_min = o.single_copy_min});
+                                      {.single_copy_min     = o.single_copy_min,
+                                       .single_copy_try_min = o.single_copy_try_min});
     if (!f.ok()) {
         return f.error();
     }

@@ -122,6 +122,7 @@ public:
         const uct_md_rcache_config_t *rcache = nullptr;   ///< cache registrations
         bool subnet_manager = false;      ///< an SM candidate (mad::sm_service)
         uint64_t single_copy_min = 0;     ///< shm_fabric::options
+        uint64_t single_copy_try_min = 0; ///< shm_fabric::options
     };
     static result<std::unique_ptr<memory_domain>> open(const options &o);
     ~memory_domain();

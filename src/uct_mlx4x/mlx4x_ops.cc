@@ -6,6 +6,8 @@
 #include "uct_mlx4x/mlx4x_post.h"
 #include "hca/base/log.h"
 
+#include <ucs/sys/string.h>
+
 #include <climits>
 #include <cstring>
 
@@ -169,6 +171,26 @@ ucs_status_t atomic_op(uct_ep_h h, unsigned op, size_t size, uint64_t value,
 
 // ---- md ----------------------------------------------------------------------
 
+namespace {
+/// UCX_MLX4X_SINGLE_COPY_THRESH=auto: single copy from 2 MiB (where it also
+/// leaves the receiver nothing to do, so rendezvous overlaps computation:
+/// design-notes.md), and from 64 KiB whichever of single copy and packets
+/// the device measures faster (dev::direct_chooser).
+constexpr uint64_t single_copy_always_from = uint64_t{2} << 20;
+constexpr uint64_t single_copy_try_from    = uint64_t{64} << 10;
+
+/// The size from which RDMA always goes as one copy: "inf" never (0),
+/// "auto" from single_copy_always_from, a size from that size.
+uint64_t single_copy_min(size_t thresh)
+{
+    if (thresh == UCS_MEMUNITS_INF) {
+        return 0;
+    }
+    return thresh == UCS_MEMUNITS_AUTO ? single_copy_always_from
+                                       : std::max<uint64_t>(thresh, 1);
+}
+} // namespace
+
 extern "C" ucs_status_t uct_mlx4x_md_init(uct_mlx4x_md_t *m,
                                           const uct_mlx4x_md_config_t *config)
 {
@@ -179,9 +201,9 @@ extern "C" ucs_status_t uct_mlx4x_md_init(uct_mlx4x_md_t *m,
             .engine_thread   = config->engine == UCT_MLX4X_ENGINE_THREAD,
             .rcache          = config->rcache_enable ? &config->rcache : nullptr,
             .subnet_manager  = config->sm != 0,
-            // "inf" (SIZE_MAX): never
-            .single_copy_min = config->single_copy_thresh == SIZE_MAX
-                                   ? 0 : std::max<size_t>(config->single_copy_thresh, 1),
+            .single_copy_min     = single_copy_min(config->single_copy_thresh),
+            .single_copy_try_min = config->single_copy_thresh == UCS_MEMUNITS_AUTO
+                                       ? single_copy_try_from : 0,
         });
         if (!r.ok()) {
             return to_ucs(r.error());

@@ -59,17 +59,19 @@ static ucs_config_field_t uct_mlx4x_md_config_table[] = {
      "process of the fabric (or a standalone mlx4x-sm) takes over.",
      ucs_offsetof(uct_mlx4x_md_config_t, sm), UCS_CONFIG_TYPE_BOOL},
 
-    {"SINGLE_COPY_THRESH", "2m",
+    {"SINGLE_COPY_THRESH", "auto",
      "RDMA WRITEs and READs of at least this size between processes on this\n"
      "host move their data in one copy (process_vm_readv/writev by the\n"
      "responder, after it checked key, rights and bounds) instead of as\n"
-     "packets through the fabric's rings; \"inf\": never. Used only between\n"
-     "processes that may reach each other's memory (same user, no ptrace\n"
-     "restriction such as Yama's ptrace_scope >= 1). One copy costs half the\n"
-     "memory traffic and CPU time of packets and leaves the receiving side\n"
-     "nothing to do, so large rendezvous transfers overlap computation; packets\n"
-     "(two copies on two cores) can be faster where cores are idle\n"
-     "(docs/benchmarks.md).\n",
+     "packets through the fabric's rings; \"inf\": never. \"auto\": from 2 MiB,\n"
+     "and from 64 KiB whichever of the two each process measured faster in\n"
+     "its recent transfers of that size (packets, two copies on two cores,\n"
+     "win where the two cores share their caches; one copy where they do not).\n"
+     "Used only between processes that may reach each other's memory (same\n"
+     "user, no ptrace restriction such as Yama's ptrace_scope >= 1). One copy\n"
+     "costs half the memory traffic and CPU time of packets and leaves the\n"
+     "receiving side nothing to do, so large rendezvous transfers overlap\n"
+     "computation (docs/benchmarks.md).\n",
      ucs_offsetof(uct_mlx4x_md_config_t, single_copy_thresh),
      UCS_CONFIG_TYPE_MEMUNITS},
 

@@ -254,5 +254,69 @@ TEST_F(direct, lost_requests_and_responses_are_retried_until_each_completes_once
     EXPECT_GE(b.counter(dev::counter::direct_reads), uint64_t(n));
 }
 
+// UCX_MLX4X_SINGLE_COPY_THRESH=auto: in the measured range the device sends
+// WRITEs by single copy, then by packets, each for an epoch of their time,
+// and then only the path that cost less per byte; every transfer lands.
+// (The choice itself: test_direct_chooser.cc.)
+TEST_F(direct, in_the_measured_range_both_paths_are_timed_then_the_cheaper_taken)
+{
+    constexpr uint64_t always = 4 << 20, try_from = 64 * 1024;
+    fab.set_direct(always, false, try_from);
+    start();
+    constexpr uint32_t len = 256 * 1024;
+    std::vector<uint8_t> src(len), dst(len);
+    auto &sm = a.reg(src.data(), len, all_local);
+    auto &dm = b.reg(dst.data(), len, all_local);
+    const dev::direct_chooser &costs = a.ctx->device().transfer_costs();
+    auto one_write = [&](int i) {
+        fill_pattern(src.data(), len, 40 + i);
+        a.send_wcs.clear();
+        ASSERT_EQ(post_rdma(drv::wr_opcode::rdma_write, i, src.data(), len, sm.lkey(),
+                            dst.data(), dm.rkey()),
+                  status::ok);
+        ASSERT_TRUE(sends_done(1));
+        expect_all_succeeded();
+        ASSERT_EQ(check_pattern(dst.data(), len, 40 + i), -1) << "write " << i;
+    };
+    using path = dev::direct_chooser::path;
+    int i = 0;
+    while (!costs.ps_per_byte(len, path::packets) && i < 200) {
+        one_write(i++);
+    }
+    uint64_t direct_cost = costs.ps_per_byte(len, path::direct);
+    uint64_t packet_cost = costs.ps_per_byte(len, path::packets);
+    ASSERT_NE(direct_cost, 0u);
+    ASSERT_NE(packet_cost, 0u) << "packets not measured after " << i << " writes";
+    uint64_t direct_before = b.counter(dev::counter::direct_writes);
+    EXPECT_GT(direct_before, 0u);   // single copy was measured first
+    for (int k = 0; k < 10; ++k) {
+        one_write(i++);
+    }
+    uint64_t direct_after = b.counter(dev::counter::direct_writes) - direct_before;
+    EXPECT_EQ(direct_after, direct_cost <= packet_cost ? 10u : 0u)
+        << "single copy " << direct_cost << " ps/B, packets " << packet_cost << " ps/B";
+    // Below the range packets, as without it; from `always` on single copy,
+    // whatever was measured.
+    uint64_t direct_before_small = b.counter(dev::counter::direct_writes);
+    a.send_wcs.clear();
+    ASSERT_EQ(post_rdma(drv::wr_opcode::rdma_write, 500, src.data(), try_from / 2, sm.lkey(),
+                        dst.data(), dm.rkey()),
+              status::ok);
+    ASSERT_TRUE(sends_done(1));
+    EXPECT_EQ(b.counter(dev::counter::direct_writes), direct_before_small);
+    std::vector<uint8_t> big_src(always), big_dst(always);
+    fill_pattern(big_src.data(), always, 77);
+    auto &bsm = a.reg(big_src.data(), always, all_local);
+    auto &bdm = b.reg(big_dst.data(), always, all_local);
+    a.send_wcs.clear();
+    ASSERT_EQ(post_rdma(drv::wr_opcode::rdma_write, 501, big_src.data(), uint32_t(always),
+                        bsm.lkey(), big_dst.data(), bdm.rkey()),
+              status::ok);
+    ASSERT_TRUE(sends_done(1));
+    expect_all_succeeded();
+    EXPECT_EQ(check_pattern(big_dst.data(), always, 77), -1);
+    EXPECT_EQ(b.counter(dev::counter::direct_writes), direct_before_small + 1);
+}
+
 } // namespace
 } // namespace mlx4x::test

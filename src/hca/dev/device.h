@@ -9,6 +9,7 @@
 #include "hca/base/copy.h"
 #include "hca/base/prefetch.h"
 #include "hca/base/status.h"
+#include "hca/dev/direct_chooser.h"
 #include "hca/dev/objects.h"
 #include "hca/dev/sma_hook.h"
 #include "hca/fabric/fabric.h"
@@ -188,6 +189,9 @@ public:
     uint64_t get(counter c) const { return counters_[static_cast<unsigned>(c)]; }
     /// The device clock (monotonic ns), which the driver's timers share.
     uint64_t clock_ns() const { return now(); }
+    /// What large RDMA transfers cost on each path, as measured
+    /// (UCX_MLX4X_SINGLE_COPY_THRESH=auto; tests).
+    const direct_chooser &transfer_costs() const { return chooser_; }
 
     /// Interrupt routing (the platform's MSI-X table): an EQ whose vector
     /// is `vector` signals `eventfd` when it raises an interrupt. -1: none.
@@ -362,6 +366,9 @@ private:
     single_tx send_single_request(qp &q, const engine::send_wqe &w, bool fresh,
                                   bool direct);
     bool     use_direct(const qp &q, const engine::send_wqe &w);
+    bool     chooser_decides(const qp &q, const engine::send_wqe &w);
+    void     start_timing(qp &q, const engine::send_wqe &w, bool direct);
+    void     finish_timing(qp &q, const wqe_track &t);
     size_t   direct_segs(const qp &q, const engine::send_wqe &w, std::span<uint8_t> out);
     bool     gather_payload(qp &q, const engine::send_wqe &w, uint32_t offset,
                             uint32_t len, std::span<const uint8_t> &out);
@@ -587,6 +594,7 @@ private:
     bool                           idle_skipped_ = false;   ///< idle_slice()
     static constexpr unsigned      quiet_timer_period = 16;   ///< calls per pass when quiet
     std::unique_ptr<fabric::port>  port_;
+    direct_chooser                 chooser_;
     /// port_->shm_producer(): the frames of the shared-memory fabric are
     /// claimed and published without a virtual call (reserve_frame()).
     fabric::shm::producer         *tx_ring_ = nullptr;

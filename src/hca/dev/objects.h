@@ -105,6 +105,11 @@ struct wqe_track {
     uint32_t first_psn = 0;
     uint32_t npackets  = 0;
     bool     rd_atomic = false;   ///< READ or atomic: completes on response
+    /// A transfer whose path direct_chooser chose: when it started (0: not
+    /// timed), and whether it went as one copy.
+    bool     timed_direct = false;
+    uint32_t timed_len    = 0;
+    uint64_t timed_since  = 0;
 };
 
 /// A responder resource (IBA 9.7.5.1.4/5): a READ whose responses are
@@ -198,6 +203,9 @@ struct qp {
     bool         rx_fast = false;
 
     uint32_t     rd_atomic_inflight = 0;   ///< READ/atomic WQEs started, not done
+    /// When the last timed transfer completed (device::finish_timing): the
+    /// next one's time on the link starts there if it was already queued.
+    uint64_t     timed_done_ns = 0;
     /// The responder refused a single-copy request: packets from now on.
     bool         direct_refused = false;
 

@@ -8,6 +8,7 @@
 #include "hca/engine/wqe.h"
 #include "hca/ib/ib_psn.h"
 
+#include <algorithm>
 #include <atomic>
 
 namespace mlx4x::dev {
@@ -341,6 +342,9 @@ void device::retire_acked(qp &q)
         if (t.rd_atomic) {
             --q.rd_atomic_inflight;
         }
+        if (t.timed_since) {
+            finish_timing(q, t);
+        }
         complete_wqe(q, q.sq_tail, {}, false);
         ++q.sq_tail;
     }
@@ -355,6 +359,20 @@ void device::retire_acked(qp &q)
                            ? q.track[q.sq_tail & (q.sq_size() - 1)].first_psn
                            : q.acked_psn;
     }
+}
+
+/// A timed transfer (start_timing) is acknowledged: its time on the link,
+/// from its start or, if it waited behind the one before, from that one's
+/// end, goes to the chooser.
+void device::finish_timing(qp &q, const wqe_track &t)
+{
+    uint64_t end   = now();
+    uint64_t begin = std::max(t.timed_since, q.timed_done_ns);
+    q.timed_done_ns = end;
+    chooser_.record(t.timed_len,
+                    t.timed_direct ? direct_chooser::path::direct
+                                   : direct_chooser::path::packets,
+                    end - std::min(begin, end), end);
 }
 
 void device::complete_wqe(qp &q, uint32_t index, prm::cqe_syndrome syndrome,

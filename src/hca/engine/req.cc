@@ -313,6 +313,9 @@ bool device::send_one_packet(qp &q)
     if (first) {
         q.track[q.cur_wqe & (q.sq_size() - 1)] = {psn,
                                                   packets_of(w.total_len, mtu)};
+        if (!ud) {
+            start_timing(q, w, false);
+        }
         // sq_head is the next WQE not yet started: the WQE being sent is
         // outstanding from its first packet on, so rewind() and the error
         // paths see it.
@@ -503,16 +506,55 @@ void device::mmio_write_blueflame(uint32_t bf_offset, std::span<const uint8_t> w
     wake_engine_for_doorbell();
 }
 
+namespace {
+/// An RDMA WRITE or READ of more than a packet: what may go as one copy.
+bool may_go_direct(const qp &q, const send_wqe &w)
+{
+    return !w.is_inline && w.total_len > q.mtu &&
+           (w.opcode == prm::send_opcode::rdma_write || engine::is_read(w.opcode));
+}
+} // namespace
+
+/// Whether the chooser decides the path of WQE `w`: a transfer in
+/// [direct_try_min, direct_min) of its QP's peer.
+bool device::chooser_decides(const qp &q, const send_wqe &w)
+{
+    uint64_t try_min = port_->direct_try_min(q.dlid);
+    return try_min && w.total_len >= try_min && w.total_len < port_->direct_min(q.dlid) &&
+           may_go_direct(q, w);
+}
+
 /// Whether WQE `w` goes as one single-copy request: an RDMA WRITE or READ
-/// of more than a packet, to a port whose process the fabric reaches.
+/// of more than a packet, to a port whose process the fabric reaches, of
+/// at least the fabric's direct_min() — or, from its direct_try_min(),
+/// where single copy measured faster than packets (direct_chooser).
 bool device::use_direct(const qp &q, const send_wqe &w)
 {
-    if (q.direct_refused || w.is_inline || w.total_len <= q.mtu ||
-        (w.opcode != prm::send_opcode::rdma_write && !engine::is_read(w.opcode))) {
+    if (q.direct_refused || !may_go_direct(q, w)) {
         return false;
     }
     uint64_t min = port_->direct_min(q.dlid);
-    return min && w.total_len >= min;
+    if (min && w.total_len >= min) {
+        return true;
+    }
+    return chooser_decides(q, w) &&
+           chooser_.choose(w.total_len, now()) == direct_chooser::path::direct;
+}
+
+/// WQE `w`, whose first packet or request just went, is timed when the
+/// chooser decided its path: finish_timing() gives the chooser its cost.
+void device::start_timing(qp &q, const send_wqe &w, bool direct)
+{
+    if (!chooser_decides(q, w)) {
+        return;
+    }
+    uint64_t   t  = now();
+    wqe_track &tr = q.track[q.cur_wqe & (q.sq_size() - 1)];
+    tr.timed_direct = direct;
+    tr.timed_len    = w.total_len;
+    tr.timed_since  = t;
+    chooser_.started(w.total_len, direct ? direct_chooser::path::direct
+                                         : direct_chooser::path::packets, t);
 }
 
 /// The WQE's gather (WRITE) or scatter (READ) entries as x_direct_segs, each
@@ -625,6 +667,9 @@ device::single_tx device::send_single_request(qp &q, const send_wqe &w, bool fre
     bool rd_atomic = read || engine::is_atomic(w.opcode);
     q.track[q.cur_wqe & (q.sq_size() - 1)] = {
         ib::psn_add(psn, ib::psn_mask + 1 - answered), answered + npackets, rd_atomic};
+    if (q.cur_offset == 0) {   // not a READ asked again from its middle
+        start_timing(q, w, direct);
+    }
     if (int32_t(q.cur_wqe + 1 - q.sq_head) > 0) {
         q.sq_head = q.cur_wqe + 1;
     }

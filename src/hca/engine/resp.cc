@@ -371,6 +371,14 @@ void device::respond_direct_read(qp &q, const pkt &p, bool duplicate)
     res.va       = r->va.get();
     res.len      = len;
     accept_read(q, res);
+    if (q.resp_count == 1) {
+        // The data is in place: answered now, when no earlier response
+        // waits, rather than after the slice's other frames. A requester
+        // keeps up to 16 READs in flight; answered at the end of the slice,
+        // 16 copies of 1 MiB went by before it learnt of the first and
+        // asked for the next (run_responders() sends it if the ring is full).
+        (void)send_response_packet(q);
+    }
 }
 
 namespace {

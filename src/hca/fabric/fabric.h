@@ -139,6 +139,10 @@ public:
     /// Smallest message worth a direct transfer with port `lid`; 0: never
     /// (direct transfers off, or this process cannot reach that one's memory).
     virtual uint64_t direct_min(uint16_t /*lid*/) { return 0; }
+    /// Below direct_min(), the smallest message for which the device
+    /// measures both ways and takes the faster (dev::direct_chooser); 0:
+    /// packets below direct_min().
+    virtual uint64_t direct_try_min(uint16_t /*lid*/) { return 0; }
     /// Copies between `local` (this process) and `remote` (ranges of the
     /// process owning port `lid`, in order). ok: every byte moved;
     /// unsupported: not all of them (no access to that process, or a range

@@ -93,6 +93,11 @@ public:
         return fabric_.queues_.count(lid) ? fabric_.direct_min_ : 0;
     }
 
+    uint64_t direct_try_min(uint16_t lid) override
+    {
+        return direct_min(lid) ? fabric_.direct_try_min_ : 0;
+    }
+
     status direct_copy(uint16_t lid, copy_dir dir, mem_range local,
                        std::span<const mem_range> remote) override
     {

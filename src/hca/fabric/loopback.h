@@ -38,13 +38,16 @@ public:
         rng_  = plan.seed | 1;
     }
     /// Single-copy transfers between its ports (all in this process, so a
-    /// plain copy): offered from `min` bytes on (0: never). `refuse`: offered
-    /// but every copy fails, as when the responder's process may not reach
-    /// the requester's (the requester must fall back to packets).
-    void set_direct(uint64_t min, bool refuse = false)
+    /// plain copy): offered from `min` bytes on (0: never), and from
+    /// `try_min` on where the device measures it faster (0: not below
+    /// `min`). `refuse`: offered but every copy fails, as when the
+    /// responder's process may not reach the requester's (the requester
+    /// must fall back to packets).
+    void set_direct(uint64_t min, bool refuse = false, uint64_t try_min = 0)
     {
-        direct_min_    = min;
-        direct_refuse_ = refuse;
+        direct_min_     = min;
+        direct_refuse_  = refuse;
+        direct_try_min_ = try_min;
     }
     uint64_t frames_sent() const { return sent_; }
     uint64_t frames_dropped() const { return dropped_; }
@@ -74,6 +77,7 @@ private:
     std::map<uint16_t, std::set<uint16_t>>   groups_;   ///< MLID -> member LIDs
     uint16_t                                 next_lid_ = 1;
     uint64_t                                 direct_min_ = 0;
+    uint64_t                                 direct_try_min_ = 0;
     bool                                     direct_refuse_ = false;
     uint64_t                                 sent_     = 0;
     uint64_t                                 dropped_  = 0;

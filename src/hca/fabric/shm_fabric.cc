@@ -256,9 +256,10 @@ shm_fabric::~shm_fabric() { munmap(base_, total_size); }
 class shm_fabric::shm_port final : public port, private shm::producer {
 public:
     shm_port(region_header *h, const std::string &fabric, uint32_t index,
-             uint64_t guid, std::unique_ptr<uint64_t> probe, uint64_t single_copy_min)
+             uint64_t guid, std::unique_ptr<uint64_t> probe, const options &opts)
         : producer(ports(h), rings(h)), h_(h), fabric_(fabric), index_(index),
-          guid_(guid), probe_(std::move(probe)), single_copy_min_(single_copy_min)
+          guid_(guid), probe_(std::move(probe)), single_copy_min_(opts.single_copy_min),
+          single_copy_try_min_(opts.single_copy_try_min)
     {
         // The port's interrupt line; without it the owner never sleeps.
         wake_rx_ = wakeup_socket();
@@ -499,6 +500,11 @@ public:
         return single_copy_min_ && can_reach(lid) ? single_copy_min_ : 0;
     }
 
+    uint64_t direct_try_min(uint16_t lid) override
+    {
+        return single_copy_try_min_ && direct_min(lid) ? single_copy_try_min_ : 0;
+    }
+
     status direct_copy(uint16_t lid, copy_dir dir, mem_range local,
                        std::span<const mem_range> remote) override
     {
@@ -606,6 +612,7 @@ private:
     uint64_t       taken_ = 0;   ///< our ring's next frame (head: the next not released)
     std::unique_ptr<uint64_t> probe_;   ///< holds guid_; port_entry.probe_va
     uint64_t       single_copy_min_;
+    uint64_t       single_copy_try_min_;
     struct reach {
         uint32_t generation = 0;
         bool     known = false, ok = false;
@@ -669,8 +676,7 @@ result<std::unique_ptr<port>> shm_fabric::attach()
         e.state.store(static_cast<uint32_t>(port_state::active),
                       std::memory_order_release);
         return std::unique_ptr<port>(new shm_port(h, name_, i, e.port_guid,
-                                                  std::move(probe),
-                                                  opts_.single_copy_min));
+                                                  std::move(probe), opts_));
     }
     MLX4X_ERROR("fabric %s is full: %u ports in use", name_.c_str(), max_ports);
     return status::exceeds_limit;

@@ -22,6 +22,10 @@ public:
         /// processes that can reach each other's memory (same user, no
         /// ptrace restriction).
         uint64_t single_copy_min = 0;
+        /// From here up to single_copy_min, whichever of single copy and
+        /// packets the device measured faster (dev::direct_chooser); 0:
+        /// packets below single_copy_min.
+        uint64_t single_copy_try_min = 0;
     };
     /// Maps (creating if needed) /dev/shm/<name>. A segment that is not an
     /// mlx4x fabric of this version fails with status::shmem_segment and

@@ -1,0 +1,171 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// Packets or one copy for a large RDMA transfer between two processes, by
+// what each has recently cost (UCX_MLX4X_SINGLE_COPY_THRESH=auto).
+//
+// Packets are two copies on two cores through the fabric's rings; a single
+// copy is one process_vm_readv/writev by the responder (design-notes.md,
+// "Single-copy RDMA"). Which is faster depends on where the two processes
+// run, and that changes under them: two cores that share their caches
+// stream packets at twice the single copy's speed, two that do not (other
+// core complexes, other sockets, or a VM's vCPUs moved apart) at a tenth of
+// it, while the single copy keeps its speed (docs/benchmarks.md: 1 MiB,
+// 20-25 GB/s against 13, then 2 against 13, in runs seconds apart). A fixed
+// threshold is wrong in one of the two; this measures.
+//
+// A path's cost is the time transfers kept it busy over the bytes they
+// moved, summed over an epoch of at least epoch_ns: single transfers are
+// no measure, as the responder answers the READs it took in one pass
+// together (16 MiB of single-copy READs complete as one 1.3 ms wait and
+// fifteen 12 us ones).
+#pragma once
+
+#include <array>
+#include <cstdint>
+
+namespace mlx4x::dev {
+
+class direct_chooser {
+public:
+    enum class path : uint8_t { packets, direct };
+
+    /// Size classes: powers of two from 64 KiB; larger transfers share the
+    /// last class (the range ends where single copy is always used).
+    static constexpr unsigned first_class_log2 = 16;
+    static constexpr unsigned classes          = 6;
+    /// Shortest measurement of a path.
+    static constexpr uint64_t epoch_ns = 5'000'000;
+    /// The slower path of a class is measured again after this long (the
+    /// placement of the processes, and so the faster path, can change):
+    /// at worst one epoch on a path ten times slower every 200 ms.
+    static constexpr uint64_t retry_slower_ns = 200'000'000;
+    /// A measurement that no transfer completes within this long (the
+    /// transfers stopped, or their QP failed) is given up.
+    static constexpr uint64_t measure_lost_ns = 1'000'000'000;
+    /// Transfers an epoch lets pass before it counts (record()), and the
+    /// fewest it counts before it may end early (clearly_slower()).
+    static constexpr uint32_t settle_transfers = 2;
+    static constexpr uint32_t early_end_transfers = 8;
+
+    /// The path for a transfer of `len` bytes: the one being measured, else
+    /// one never measured (single copy first: its cost does not depend on
+    /// the other side keeping up, and it faults the buffers' pages in
+    /// without the ring's), else the slower if its cost is old, else the
+    /// faster. The same answer until started() or record() changes the
+    /// class, so a send tried again after back-pressure decides the same.
+    path choose(uint64_t len, uint64_t now_ns) const
+    {
+        const state &s = states_[class_of(len)];
+        if (s.measuring_since && now_ns - s.measuring_since < measure_lost_ns) {
+            return s.measuring;
+        }
+        const cost &d = s.of[unsigned(path::direct)], &p = s.of[unsigned(path::packets)];
+        if (!d.ps_per_byte) return path::direct;
+        if (!p.ps_per_byte) return path::packets;
+        path faster = d.ps_per_byte <= p.ps_per_byte ? path::direct : path::packets;
+        path slower = faster == path::direct ? path::packets : path::direct;
+        return now_ns - s.of[unsigned(slower)].measured_ns >= retry_slower_ns ? slower
+                                                                               : faster;
+    }
+
+    /// A transfer choose() sent on `p`: a path without a current cost is
+    /// now being measured, and every transfer of the class takes it until
+    /// an epoch of it is complete.
+    void started(uint64_t len, path p, uint64_t now_ns)
+    {
+        state &s = states_[class_of(len)];
+        const cost &c = s.of[unsigned(p)];
+        bool measuring = s.measuring_since && now_ns - s.measuring_since < measure_lost_ns;
+        if (!measuring && (!c.ps_per_byte || now_ns - c.measured_ns >= retry_slower_ns)) {
+            s.measuring       = p;
+            s.measuring_since = now_ns;
+            s.of[unsigned(p)].current = {};   // what the path did before is old
+        }
+    }
+
+    /// A transfer of `len` bytes on `p` kept the link busy for `busy_ns`.
+    /// The first settle_transfers of an epoch are not counted: the first
+    /// use of a path touches the ring's and the buffers' pages for the
+    /// first time, and after a change of path the other one's transfers
+    /// still in flight share the link.
+    void record(uint64_t len, path p, uint64_t busy_ns, uint64_t now_ns)
+    {
+        state &s = states_[class_of(len)];
+        cost  &c = s.of[unsigned(p)];
+        epoch &e = c.current;
+        if (e.settling < settle_transfers) {
+            ++e.settling;
+            return;
+        }
+        if (!e.start_ns) {
+            e.start_ns = now_ns;
+        }
+        e.bytes += len;
+        e.busy_ns += busy_ns;
+        ++e.transfers;
+        if (now_ns - e.start_ns < epoch_ns && !clearly_slower(s, p, e)) {
+            return;
+        }
+        // Averaged with a recent cost: where an epoch ends within a
+        // burst of completions moves its figure by up to a third.
+        uint64_t ps = e.busy_ns * 1000 / e.bytes;
+        if (c.ps_per_byte && now_ns - c.measured_ns < retry_slower_ns) {
+            ps = (ps + c.ps_per_byte) / 2;
+        }
+        c.ps_per_byte = ps ? ps : 1;   // 0 means "not measured"
+        c.measured_ns = now_ns;
+        e             = {};
+        if (s.measuring == p) {
+            s.measuring_since = 0;
+        }
+    }
+
+    /// The cost of `len` bytes on `p`, picoseconds per byte as last
+    /// measured; 0 if never (tests, logs).
+    uint64_t ps_per_byte(uint64_t len, path p) const
+    {
+        return states_[class_of(len)].of[unsigned(p)].ps_per_byte;
+    }
+
+private:
+    struct epoch {
+        uint64_t start_ns  = 0;   ///< its first counted transfer; 0: none yet
+        uint64_t bytes     = 0;
+        uint64_t busy_ns   = 0;
+        uint32_t transfers = 0;   ///< counted
+        uint32_t settling  = 0;   ///< passed before counting
+    };
+    struct cost {
+        uint64_t ps_per_byte = 0;   ///< 0: not measured
+        uint64_t measured_ns = 0;
+        epoch    current;
+    };
+    struct state {
+        std::array<cost, 2> of;          ///< by path
+        path     measuring       = path::direct;
+        uint64_t measuring_since = 0;    ///< 0: no measurement under way
+    };
+
+    /// A measurement of `p` may end before epoch_ns once its transfers
+    /// cost twice what the other path does: a path ten times slower
+    /// (packets between cores that share no cache) is then left after
+    /// ten transfers instead of 5 ms of them.
+    static bool clearly_slower(const state &s, path p, const epoch &e)
+    {
+        const cost &other = s.of[unsigned(p == path::direct ? path::packets : path::direct)];
+        return e.transfers >= early_end_transfers && other.ps_per_byte &&
+               e.busy_ns * 1000 / e.bytes > 2 * other.ps_per_byte;
+    }
+
+    static unsigned class_of(uint64_t len)
+    {
+        unsigned log2 = len ? 63u - unsigned(__builtin_clzll(len)) : 0;
+        if (log2 < first_class_log2) {
+            return 0;
+        }
+        return log2 - first_class_log2 < classes ? log2 - first_class_log2 : classes - 1;
+    }
+
+    std::array<state, classes> states_{};
+};
+
+} // namespace mlx4x::dev

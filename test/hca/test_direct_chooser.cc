@@ -1,0 +1,147 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// dev::direct_chooser (UCX_MLX4X_SINGLE_COPY_THRESH=auto): which of packets
+// and single copy a large RDMA transfer takes, from what each path cost in
+// its last epoch of transfers. Pure logic with a hand-driven clock.
+#include "hca/dev/direct_chooser.h"
+
+#include <gtest/gtest.h>
+
+namespace mlx4x::test {
+namespace {
+
+using dev::direct_chooser;
+using path = direct_chooser::path;
+
+constexpr uint64_t mib = 1 << 20;
+constexpr uint64_t us  = 1000;
+constexpr uint64_t ms  = 1000 * us;
+
+/// A driver of the chooser: transfers of `len` bytes, one after the other,
+/// each `cost_of(path)` long, on whichever path choose() says.
+struct link {
+    direct_chooser c;
+    uint64_t       now = 1 * ms;
+    uint64_t       len = mib;
+    uint64_t       direct_ns = 80 * us, packets_ns = 40 * us;
+    unsigned       direct_count = 0, packets_count = 0;
+
+    path transfer()
+    {
+        path p = c.choose(len, now);
+        c.started(len, p, now);
+        now += p == path::direct ? direct_ns : packets_ns;
+        c.record(len, p, p == path::direct ? direct_ns : packets_ns, now);
+        (p == path::direct ? direct_count : packets_count)++;
+        return p;
+    }
+    /// Transfers for `ns` of link time; how many took each path.
+    void run_for(uint64_t ns)
+    {
+        direct_count = packets_count = 0;
+        uint64_t end = now + ns;
+        while (now < end) {
+            transfer();
+        }
+    }
+};
+
+TEST(direct_chooser, measures_single_copy_then_packets_then_takes_the_cheaper)
+{
+    link l;
+    EXPECT_EQ(l.c.choose(l.len, l.now), path::direct);   // nothing known yet
+    // Single copy for an epoch (5 ms after the settling transfers), then
+    // packets for one, then packets, the cheaper here, alone.
+    while (!l.c.ps_per_byte(l.len, path::direct)) {
+        ASSERT_EQ(l.transfer(), path::direct);
+    }
+    EXPECT_EQ(l.c.ps_per_byte(l.len, path::direct), 80 * us * 1000 / mib);
+    while (!l.c.ps_per_byte(l.len, path::packets)) {
+        ASSERT_EQ(l.transfer(), path::packets);
+    }
+    EXPECT_EQ(l.c.ps_per_byte(l.len, path::packets), 40 * us * 1000 / mib);
+    l.run_for(100 * ms);
+    EXPECT_EQ(l.direct_count, 0u);
+    EXPECT_GT(l.packets_count, 2000u);
+}
+
+TEST(direct_chooser, single_copy_is_kept_where_packets_cost_more)
+{
+    link l;
+    l.packets_ns = 500 * us;   // cores that share no cache
+    l.run_for(150 * ms);
+    EXPECT_GT(l.c.ps_per_byte(l.len, path::packets), l.c.ps_per_byte(l.len, path::direct));
+    // The packets epoch ended early (clearly slower): the settling transfers
+    // and early_end_transfers, not 5 ms of them.
+    EXPECT_EQ(l.packets_count,
+              direct_chooser::settle_transfers + direct_chooser::early_end_transfers);
+    EXPECT_EQ(l.c.choose(l.len, l.now), path::direct);
+}
+
+TEST(direct_chooser, a_path_that_becomes_slower_is_left_at_the_end_of_its_epoch)
+{
+    link l;
+    l.run_for(50 * ms);
+    ASSERT_EQ(l.c.choose(l.len, l.now), path::packets);
+    l.packets_ns = 500 * us;   // the two processes moved apart
+    // The current path is measured all along: one epoch later (5 ms, the
+    // average with the old cost already above single copy's) it is left.
+    unsigned n = 0;
+    while (l.transfer() == path::packets) {
+        ASSERT_LT(++n, 100u);
+    }
+    EXPECT_EQ(l.c.choose(l.len, l.now), path::direct);
+}
+
+TEST(direct_chooser, the_slower_path_is_measured_again_and_taken_if_it_became_cheaper)
+{
+    link l;
+    l.packets_ns = 500 * us;
+    l.run_for(50 * ms);
+    ASSERT_EQ(l.c.choose(l.len, l.now), path::direct);
+    l.packets_ns = 40 * us;   // the processes share a cache again
+    // Packets are not tried before retry_slower_ns since their last cost...
+    l.run_for(direct_chooser::retry_slower_ns / 4);
+    EXPECT_EQ(l.packets_count, 0u);
+    // ...then once, and kept.
+    l.run_for(direct_chooser::retry_slower_ns);
+    EXPECT_GT(l.packets_count, 1000u);
+    EXPECT_EQ(l.c.choose(l.len, l.now), path::packets);
+}
+
+TEST(direct_chooser, the_choice_stays_the_same_until_a_transfer_starts_or_ends)
+{
+    // A send pushed back by the fabric asks again: same answer.
+    direct_chooser c;
+    EXPECT_EQ(c.choose(mib, 1 * ms), c.choose(mib, 2 * ms));
+    c.started(mib, path::direct, 2 * ms);
+    for (int i = 0; i < 3; ++i) {
+        EXPECT_EQ(c.choose(mib, (3 + i) * ms), path::direct);
+    }
+}
+
+TEST(direct_chooser, a_measurement_no_transfer_completes_is_given_up)
+{
+    direct_chooser c;
+    c.started(mib, path::direct, 1 * ms);   // its QP failed: never recorded
+    EXPECT_EQ(c.choose(mib, 2 * ms), path::direct);   // still being measured
+    uint64_t later = 1 * ms + direct_chooser::measure_lost_ns;
+    c.started(mib, path::packets, later);   // not measuring any more: packets may start
+    EXPECT_EQ(c.choose(mib, later + 1), path::packets);
+}
+
+TEST(direct_chooser, size_classes_are_measured_apart)
+{
+    link big;
+    big.packets_ns = 500 * us;
+    big.run_for(50 * ms);
+    ASSERT_EQ(big.c.choose(mib, big.now), path::direct);
+    // 64 KiB transfers have learnt nothing from the 1 MiB ones.
+    EXPECT_EQ(big.c.ps_per_byte(64 * 1024, path::direct), 0u);
+    EXPECT_EQ(big.c.ps_per_byte(64 * 1024, path::packets), 0u);
+    // Transfers above the last class's size share it.
+    EXPECT_EQ(big.c.ps_per_byte(uint64_t{64} << 20, path::direct),
+              big.c.ps_per_byte(uint64_t{2} << 20, path::direct));
+}
+
+} // namespace
+} // namespace mlx4x::test
