@@ -14,9 +14,9 @@
 //
 // A path's cost is the time transfers kept it busy over the bytes they
 // moved, summed over an epoch of at least epoch_ns: single transfers are
-// no measure, as the responder answers the READs it took in one pass
-// together (16 MiB of single-copy READs complete as one 1.3 ms wait and
-// fifteen 12 us ones).
+// no measure, as completions come in bursts (ACKs are coalesced, a slice
+// answers several requests together: one transfer's wait can hold the
+// work of a dozen, and the next ones seem free).
 #pragma once
 
 #include <array>
@@ -41,9 +41,12 @@ public:
     /// A measurement that no transfer completes within this long (the
     /// transfers stopped, or their QP failed) is given up.
     static constexpr uint64_t measure_lost_ns = 1'000'000'000;
-    /// Transfers an epoch lets pass before it counts (record()), and the
-    /// fewest it counts before it may end early (clearly_slower()).
-    static constexpr uint32_t settle_transfers = 2;
+    /// An epoch lets its first settle_transfers pass uncounted, a
+    /// measurement its first settle_ns (record()); a measurement counts
+    /// early_end_transfers at least before it may end early
+    /// (clearly_slower()).
+    static constexpr uint32_t settle_transfers    = 2;
+    static constexpr uint64_t settle_ns           = 3'000'000;
     static constexpr uint32_t early_end_transfers = 8;
 
     /// The path for a transfer of `len` bytes: the one being measured, else
@@ -78,21 +81,25 @@ public:
         if (!measuring && (!c.ps_per_byte || now_ns - c.measured_ns >= retry_slower_ns)) {
             s.measuring       = p;
             s.measuring_since = now_ns;
-            s.of[unsigned(p)].current = {};   // what the path did before is old
+            // What the path did before is old; what it does in its first
+            // milliseconds is not yet what it will do.
+            s.of[unsigned(p)].current = {.count_from_ns = now_ns + settle_ns};
         }
     }
 
     /// A transfer of `len` bytes on `p` kept the link busy for `busy_ns`.
-    /// The first settle_transfers of an epoch are not counted: the first
-    /// use of a path touches the ring's and the buffers' pages for the
-    /// first time, and after a change of path the other one's transfers
-    /// still in flight share the link.
+    /// An epoch does not count its first settle_transfers, and a
+    /// measurement nothing of its first settle_ns: after a change of path
+    /// the other one's transfers are still in flight, and packets take a
+    /// dozen transfers to reach their speed (1 MiB READs: 500 us for the
+    /// first, which touches the ring's pages, ~120 us for the next dozen
+    /// while caches fill, then ~50).
     void record(uint64_t len, path p, uint64_t busy_ns, uint64_t now_ns)
     {
         state &s = states_[class_of(len)];
         cost  &c = s.of[unsigned(p)];
         epoch &e = c.current;
-        if (e.settling < settle_transfers) {
+        if (e.settling < settle_transfers || now_ns < e.count_from_ns) {
             ++e.settling;
             return;
         }
@@ -133,6 +140,7 @@ private:
         uint64_t busy_ns   = 0;
         uint32_t transfers = 0;   ///< counted
         uint32_t settling  = 0;   ///< passed before counting
+        uint64_t count_from_ns = 0;
     };
     struct cost {
         uint64_t ps_per_byte = 0;   ///< 0: not measured
@@ -148,7 +156,7 @@ private:
     /// A measurement of `p` may end before epoch_ns once its transfers
     /// cost twice what the other path does: a path ten times slower
     /// (packets between cores that share no cache) is then left after
-    /// ten transfers instead of 5 ms of them.
+    /// its settling time and eight transfers, not 5 ms of them.
     static bool clearly_slower(const state &s, path p, const epoch &e)
     {
         const cost &other = s.of[unsigned(p == path::direct ? path::packets : path::direct)];
