@@ -109,6 +109,22 @@ TEST(direct_chooser, the_slower_path_is_measured_again_and_taken_if_it_became_ch
     EXPECT_EQ(l.c.choose(l.len, l.now), path::packets);
 }
 
+TEST(direct_chooser, a_close_call_is_checked_again_sooner)
+{
+    link l;
+    l.packets_ns = 100 * us;   // 1.25x single copy's 80: within close_ratio_pct
+    l.run_for(30 * ms);
+    ASSERT_EQ(l.c.choose(l.len, l.now), path::direct);
+    // One epoch on the VM can be off by a fifth: packets are measured again
+    // within 40 ms (retry_close_ns), long before retry_slower_ns...
+    l.run_for(40 * ms);
+    EXPECT_GT(l.packets_count, 0u);
+    // ...and, now the cheaper, kept.
+    l.packets_ns = 40 * us;
+    l.run_for(2 * direct_chooser::retry_close_ns);
+    EXPECT_EQ(l.c.choose(l.len, l.now), path::packets);
+}
+
 TEST(direct_chooser, the_choice_stays_the_same_until_a_transfer_starts_or_ends)
 {
     // A send pushed back by the fabric asks again: same answer.

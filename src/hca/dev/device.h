@@ -368,7 +368,7 @@ private:
     bool     use_direct(const qp &q, const engine::send_wqe &w);
     bool     chooser_decides(const qp &q, const engine::send_wqe &w);
     void     start_timing(qp &q, const engine::send_wqe &w, bool direct);
-    void     finish_timing(qp &q, const wqe_track &t);
+    void     finish_timing(const wqe_track &t);
     size_t   direct_segs(const qp &q, const engine::send_wqe &w, std::span<uint8_t> out);
     bool     gather_payload(qp &q, const engine::send_wqe &w, uint32_t offset,
                             uint32_t len, std::span<const uint8_t> &out);
@@ -595,6 +595,13 @@ private:
     static constexpr unsigned      quiet_timer_period = 16;   ///< calls per pass when quiet
     std::unique_ptr<fabric::port>  port_;
     direct_chooser                 chooser_;
+    /// When the last timed transfer completed (finish_timing): the next
+    /// one's time on the link starts there if it was already under way.
+    /// One for the device, not per QP: transfers on several QPs at once
+    /// (UCP's own rendezvous READs beside the device's tag-matching ones)
+    /// share the cores and the fabric, and timed per QP each would count
+    /// the same time again.
+    uint64_t                       timed_done_ns_ = 0;
     /// port_->shm_producer(): the frames of the shared-memory fabric are
     /// claimed and published without a virtual call (reserve_frame()).
     fabric::shm::producer         *tx_ring_ = nullptr;

@@ -36,8 +36,14 @@ public:
     static constexpr uint64_t epoch_ns = 5'000'000;
     /// The slower path of a class is measured again after this long (the
     /// placement of the processes, and so the faster path, can change):
-    /// at worst one epoch on a path ten times slower every 200 ms.
+    /// at worst one epoch on a path ten times slower every 200 ms. Within
+    /// close_ratio of the faster, after retry_close_ns: one epoch on the
+    /// VM costs up to a fifth more when a vCPU is held up for a
+    /// millisecond, enough to pick the wrong one of two close paths, and
+    /// trying the other again costs little.
     static constexpr uint64_t retry_slower_ns = 200'000'000;
+    static constexpr uint64_t retry_close_ns  = 30'000'000;
+    static constexpr uint64_t close_ratio_pct = 150;
     /// A measurement that no transfer completes within this long (the
     /// transfers stopped, or their QP failed) is given up.
     static constexpr uint64_t measure_lost_ns = 1'000'000'000;
@@ -66,8 +72,8 @@ public:
         if (!p.ps_per_byte) return path::packets;
         path faster = d.ps_per_byte <= p.ps_per_byte ? path::direct : path::packets;
         path slower = faster == path::direct ? path::packets : path::direct;
-        return now_ns - s.of[unsigned(slower)].measured_ns >= retry_slower_ns ? slower
-                                                                               : faster;
+        return now_ns - s.of[unsigned(slower)].measured_ns >= retry_interval(s) ? slower
+                                                                                 : faster;
     }
 
     /// A transfer choose() sent on `p`: a path without a current cost is
@@ -78,7 +84,7 @@ public:
         state &s = states_[class_of(len)];
         const cost &c = s.of[unsigned(p)];
         bool measuring = s.measuring_since && now_ns - s.measuring_since < measure_lost_ns;
-        if (!measuring && (!c.ps_per_byte || now_ns - c.measured_ns >= retry_slower_ns)) {
+        if (!measuring && (!c.ps_per_byte || now_ns - c.measured_ns >= retry_interval(s))) {
             s.measuring       = p;
             s.measuring_since = now_ns;
             // What the path did before is old; what it does in its first
@@ -157,6 +163,14 @@ private:
     /// cost twice what the other path does: a path ten times slower
     /// (packets between cores that share no cache) is then left after
     /// its settling time and eight transfers, not 5 ms of them.
+    static uint64_t retry_interval(const state &s)
+    {
+        uint64_t d = s.of[unsigned(path::direct)].ps_per_byte;
+        uint64_t p = s.of[unsigned(path::packets)].ps_per_byte;
+        uint64_t lo = d < p ? d : p, hi = d < p ? p : d;
+        return hi * 100 < lo * close_ratio_pct ? retry_close_ns : retry_slower_ns;
+    }
+
     static bool clearly_slower(const state &s, path p, const epoch &e)
     {
         const cost &other = s.of[unsigned(p == path::direct ? path::packets : path::direct)];

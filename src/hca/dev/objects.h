@@ -203,9 +203,6 @@ struct qp {
     bool         rx_fast = false;
 
     uint32_t     rd_atomic_inflight = 0;   ///< READ/atomic WQEs started, not done
-    /// When the last timed transfer completed (device::finish_timing): the
-    /// next one's time on the link starts there if it was already queued.
-    uint64_t     timed_done_ns = 0;
     /// The responder refused a single-copy request: packets from now on.
     bool         direct_refused = false;
 

@@ -343,7 +343,7 @@ void device::retire_acked(qp &q)
             --q.rd_atomic_inflight;
         }
         if (t.timed_since) {
-            finish_timing(q, t);
+            finish_timing(t);
         }
         complete_wqe(q, q.sq_tail, {}, false);
         ++q.sq_tail;
@@ -362,13 +362,13 @@ void device::retire_acked(qp &q)
 }
 
 /// A timed transfer (start_timing) is acknowledged: its time on the link,
-/// from its start or, if it waited behind the one before, from that one's
-/// end, goes to the chooser.
-void device::finish_timing(qp &q, const wqe_track &t)
+/// from its start or, if it was under way when the one before ended, from
+/// that one's end, goes to the chooser.
+void device::finish_timing(const wqe_track &t)
 {
     uint64_t end   = now();
-    uint64_t begin = std::max(t.timed_since, q.timed_done_ns);
-    q.timed_done_ns = end;
+    uint64_t begin = std::max(t.timed_since, timed_done_ns_);
+    timed_done_ns_ = end;
     chooser_.record(t.timed_len,
                     t.timed_direct ? direct_chooser::path::direct
                                    : direct_chooser::path::packets,
