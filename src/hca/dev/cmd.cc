@@ -703,6 +703,8 @@ cmd_status device::qp_from_reset(qp &q, uint32_t qpn, const prm::qp_context &ctx
     q.remote_write  = prm::qpc_rwe::get(ctx.params2);
     q.remote_atomic = prm::qpc_rae::get(ctx.params2);
     q.track.assign(q.sq_size(), wqe_track{});
+    q.timing.assign(q.sq_size(), timed_transfer{});
+    q.timed = false;
     ++scq->bound_qps;
     ++rcq->bound_qps;
     active_qps_.push_back(&q);

@@ -368,7 +368,7 @@ private:
     bool     use_direct(const qp &q, const engine::send_wqe &w);
     bool     chooser_decides(const qp &q, const engine::send_wqe &w);
     void     start_timing(qp &q, const engine::send_wqe &w, bool direct);
-    void     finish_timing(const wqe_track &t);
+    void     finish_timing(timed_transfer &t);
     size_t   direct_segs(const qp &q, const engine::send_wqe &w, std::span<uint8_t> out);
     bool     gather_payload(qp &q, const engine::send_wqe &w, uint32_t offset,
                             uint32_t len, std::span<const uint8_t> &out);

@@ -105,11 +105,17 @@ struct wqe_track {
     uint32_t first_psn = 0;
     uint32_t npackets  = 0;
     bool     rd_atomic = false;   ///< READ or atomic: completes on response
-    /// A transfer whose path direct_chooser chose: when it started (0: not
-    /// timed), and whether it went as one copy.
-    bool     timed_direct = false;
-    uint32_t timed_len    = 0;
-    uint64_t timed_since  = 0;
+};
+
+/// An outstanding SQ WQE whose path direct_chooser chose: when its first
+/// packet or request went (0: not timed), its length, and whether it went
+/// as one copy. Beside wqe_track, not in it: every small message's
+/// retirement reads its wqe_track, and only QPs that carried such a
+/// transfer look here (qp::timed).
+struct timed_transfer {
+    uint64_t since  = 0;
+    uint32_t len    = 0;
+    bool     direct = false;
 };
 
 /// A responder resource (IBA 9.7.5.1.4/5): a READ whose responses are
@@ -189,6 +195,8 @@ struct qp {
     uint32_t     next_psn = 0;
     bool         sending = false;    ///< cur_wqe is between first and last
     std::vector<wqe_track> track;    ///< per SQ slot
+    std::vector<timed_transfer> timing;   ///< per SQ slot
+    bool         timed = false;      ///< a transfer of this QP was ever timed
     /// LRH and BTH of this QP's packets without the per-packet fields
     /// (PktLen, opcode, SE/pad, AckReq/PSN): built at every transition
     /// (device::build_headers), copied by the single-packet path (req.cc).

@@ -342,8 +342,8 @@ void device::retire_acked(qp &q)
         if (t.rd_atomic) {
             --q.rd_atomic_inflight;
         }
-        if (t.timed_since) {
-            finish_timing(t);
+        if (q.timed) [[unlikely]] {
+            finish_timing(q.timing[q.sq_tail & (q.sq_size() - 1)]);
         }
         complete_wqe(q, q.sq_tail, {}, false);
         ++q.sq_tail;
@@ -361,18 +361,22 @@ void device::retire_acked(qp &q)
     }
 }
 
-/// A timed transfer (start_timing) is acknowledged: its time on the link,
-/// from its start or, if it was under way when the one before ended, from
-/// that one's end, goes to the chooser.
-void device::finish_timing(const wqe_track &t)
+/// A WQE of a QP that carries timed transfers is acknowledged: if it was
+/// timed (start_timing), its time on the link — from its start or, if it
+/// was under way when the one before ended, from that one's end — goes to
+/// the chooser. The slot's entry is cleared for the WQE that reuses it.
+[[gnu::noinline]] void device::finish_timing(timed_transfer &t)
 {
+    if (!t.since) {
+        return;
+    }
     uint64_t end   = now();
-    uint64_t begin = std::max(t.timed_since, timed_done_ns_);
+    uint64_t begin = std::max(t.since, timed_done_ns_);
     timed_done_ns_ = end;
-    chooser_.record(t.timed_len,
-                    t.timed_direct ? direct_chooser::path::direct
-                                   : direct_chooser::path::packets,
+    chooser_.record(t.len, t.direct ? direct_chooser::path::direct
+                                    : direct_chooser::path::packets,
                     end - std::min(begin, end), end);
+    t = {};
 }
 
 void device::complete_wqe(qp &q, uint32_t index, prm::cqe_syndrome syndrome,
@@ -517,6 +521,7 @@ void device::flush_sq(qp &q)
     q.sending = false;
     q.rd_atomic_inflight = 0;
     q.timer_deadline = 0;
+    std::fill(q.timing.begin(), q.timing.end(), timed_transfer{});   // never acknowledged
 }
 
 void device::flush_all()

@@ -519,9 +519,11 @@ bool may_go_direct(const qp &q, const send_wqe &w)
 /// [direct_try_min, direct_min) of its QP's peer.
 bool device::chooser_decides(const qp &q, const send_wqe &w)
 {
+    if (!may_go_direct(q, w)) {
+        return false;   // the common small message: no call into the port
+    }
     uint64_t try_min = port_->direct_try_min(q.dlid);
-    return try_min && w.total_len >= try_min && w.total_len < port_->direct_min(q.dlid) &&
-           may_go_direct(q, w);
+    return try_min && w.total_len >= try_min && w.total_len < port_->direct_min(q.dlid);
 }
 
 /// Whether WQE `w` goes as one single-copy request: an RDMA WRITE or READ
@@ -548,11 +550,9 @@ void device::start_timing(qp &q, const send_wqe &w, bool direct)
     if (!chooser_decides(q, w)) {
         return;
     }
-    uint64_t   t  = now();
-    wqe_track &tr = q.track[q.cur_wqe & (q.sq_size() - 1)];
-    tr.timed_direct = direct;
-    tr.timed_len    = w.total_len;
-    tr.timed_since  = t;
+    uint64_t t = now();
+    q.timing[q.cur_wqe & (q.sq_size() - 1)] = {t, w.total_len, direct};
+    q.timed = true;
     chooser_.started(w.total_len, direct ? direct_chooser::path::direct
                                          : direct_chooser::path::packets, t);
 }
