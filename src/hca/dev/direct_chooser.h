@@ -64,7 +64,7 @@ public:
     path choose(uint64_t len, uint64_t now_ns) const
     {
         const state &s = states_[class_of(len)];
-        if (s.measuring_since && now_ns - s.measuring_since < measure_lost_ns) {
+        if (measuring(s, now_ns)) {
             return s.measuring;
         }
         const cost &d = s.of[unsigned(path::direct)], &p = s.of[unsigned(path::packets)];
@@ -83,8 +83,8 @@ public:
     {
         state &s = states_[class_of(len)];
         const cost &c = s.of[unsigned(p)];
-        bool measuring = s.measuring_since && now_ns - s.measuring_since < measure_lost_ns;
-        if (!measuring && (!c.ps_per_byte || now_ns - c.measured_ns >= retry_interval(s))) {
+        if (!measuring(s, now_ns) &&
+            (!c.ps_per_byte || now_ns - c.measured_ns >= retry_interval(s))) {
             s.measuring       = p;
             s.measuring_since = now_ns;
             // What the path did before is old; what it does in its first
@@ -163,6 +163,12 @@ private:
     /// cost twice what the other path does: a path ten times slower
     /// (packets between cores that share no cache) is then left after
     /// its settling time and eight transfers, not 5 ms of them.
+    /// A measurement is under way in the class (and not given up).
+    static bool measuring(const state &s, uint64_t now_ns)
+    {
+        return s.measuring_since && now_ns - s.measuring_since < measure_lost_ns;
+    }
+
     static uint64_t retry_interval(const state &s)
     {
         uint64_t d = s.of[unsigned(path::direct)].ps_per_byte;
