@@ -105,6 +105,45 @@ TEST_F(direct, read_into_a_scatter_list_is_placed_before_its_response)
     EXPECT_EQ(a.counter(dev::counter::rx_packets), 1u);   // the one response
 }
 
+// A poll of the responder ends after each single copy, so that its process
+// gets to its own completions and requests between copies of up to
+// megabytes (two processes streaming to each other otherwise waited for
+// each other's whole batch); packets below the threshold are all taken in
+// one poll.
+TEST_F(direct, a_poll_ends_after_each_single_copy_but_takes_every_packet)
+{
+    start();
+    constexpr uint32_t len = 64 * 1024, small = 1024;   // one packet
+    constexpr int n = 3;
+    std::vector<uint8_t> remote(n * len), local(n * len, 0);
+    fill_pattern(remote.data(), remote.size(), 5);
+    auto &rm = b.reg(remote.data(), remote.size(), all_local);
+    auto &lm = a.reg(local.data(), local.size(), all_local);
+    for (int i = 0; i < n; ++i) {
+        ASSERT_EQ(post_rdma(drv::wr_opcode::rdma_read, i, local.data() + i * len, len,
+                            lm.lkey(), remote.data() + i * len, rm.rkey()),
+                  status::ok);
+    }
+    (void)a.ctx->progress();   // the three requests are on the wire
+    for (int i = 1; i <= n; ++i) {
+        EXPECT_EQ(b.ctx->progress_receive(64), 1u) << "poll " << i;
+        EXPECT_EQ(b.counter(dev::counter::direct_reads), uint64_t(i));
+    }
+    ASSERT_TRUE(sends_done(n));
+    expect_all_succeeded();
+    EXPECT_EQ(check_pattern(local.data(), local.size(), 5), -1);
+
+    for (int i = 0; i < n; ++i) {   // below the threshold: one packet each
+        ASSERT_EQ(post_rdma(drv::wr_opcode::rdma_write, 10 + i, local.data() + i * len,
+                            small, lm.lkey(), remote.data() + i * len, rm.rkey()),
+                  status::ok);
+    }
+    (void)a.ctx->progress();
+    EXPECT_EQ(b.ctx->progress_receive(64), unsigned(n));
+    ASSERT_TRUE(sends_done(2 * n));
+    expect_all_succeeded();
+}
+
 // Below the fabric's threshold (and for a single packet) RDMA goes as
 // packets.
 TEST_F(direct, messages_below_the_threshold_go_as_packets)

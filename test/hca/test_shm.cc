@@ -635,7 +635,7 @@ static bool readable(int fd, int timeout_ms)
 
 struct drop_frames final : fabric::frame_sink {
     unsigned n = 0;
-    void on_frame(std::span<const uint8_t>) override { ++n; }
+    bool on_frame(std::span<const uint8_t>) override { ++n; return true; }
 };
 
 TEST_F(shm_test, armed_port_is_woken_by_the_next_frame_only)
@@ -768,7 +768,11 @@ TEST_F(shm_test, sleeping_process_is_woken_by_a_frame_from_another)
 
 struct keep_frames final : fabric::frame_sink {
     std::vector<std::vector<uint8_t>> frames;
-    void on_frame(std::span<const uint8_t> f) override { frames.emplace_back(f.begin(), f.end()); }
+    bool on_frame(std::span<const uint8_t> f) override
+    {
+        frames.emplace_back(f.begin(), f.end());
+        return true;
+    }
 };
 
 // The data path writes packets straight into the destination's ring

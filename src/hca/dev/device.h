@@ -378,7 +378,8 @@ private:
     uint64_t ack_timeout_ns(const qp &q) const;
 
     // ingress + responder (resp.cc)
-    void on_frame(std::span<const uint8_t> frame) override;
+    bool on_frame(std::span<const uint8_t> frame) override;
+    void receive(std::span<const uint8_t> frame);
     bool admits(const qp &q, const engine::pkt &p);
     void respond(qp &q, const engine::pkt &p);
     void respond_ud(qp &q, const engine::pkt &p);
@@ -582,6 +583,15 @@ private:
     uint64_t                       slice_now_ = 0;   ///< 0: not read in this slice
     bool                           slice_open_ = false;   ///< frames taken, rest not run
     unsigned                       slice_frames_ = 0;     ///< frames take_frames() took
+    /// The frame on_frame() handles moved its payload by a single copy
+    /// (respond_direct_read/write): the poll ends after it. Each copy of up
+    /// to megabytes then comes with a turn of the process's own progress,
+    /// in which it completes its READs and asks for the next: two processes
+    /// streaming to each other keep both copies going (MPI bi-directional
+    /// bandwidth 1 MiB by single copy: 16.9 -> 24.1 GB/s; sm 24.9). Served
+    /// all in one poll, up to 16 READs of 1 MiB, each process's own
+    /// requests waited until its peer's were done.
+    bool                           copied_directly_ = false;
     /// The last full pass found nothing to send, answer or time out, and
     /// no MMIO write (doorbell, command) came since: until a frame arrives
     /// or the driver writes, a pass can find nothing but expiring timers

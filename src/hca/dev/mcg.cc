@@ -114,7 +114,7 @@ void device::loop_back_multicast(std::span<const uint8_t> hdr,
     }
     std::memcpy(loopback_frame_.data(), hdr.data(), hdr.size());
     std::memcpy(loopback_frame_.data() + hdr.size(), payload.data(), payload.size());
-    on_frame({loopback_frame_.data(), hdr.size() + payload.size()});
+    (void)on_frame({loopback_frame_.data(), hdr.size() + payload.size()});
 }
 
 } // namespace mlx4x::dev

@@ -16,12 +16,20 @@ namespace mlx4x::dev {
 
 using engine::pkt;
 
-void device::on_frame(std::span<const uint8_t> frame)
+bool device::on_frame(std::span<const uint8_t> frame)
 {
     count(counter::rx_packets);
     if (receive_send_only(frame) || receive_ack(frame)) {
-        return;
+        return true;
     }
+    receive(frame);
+    return !std::exchange(copied_directly_, false);
+}
+
+/// Every frame the fast paths leave: parsed, then checked and answered as
+/// IBA says.
+void device::receive(std::span<const uint8_t> frame)
+{
     std::optional<pkt> p = engine::parse(frame);
     if (!p) {
         count(counter::bad_packets);   // malformed: silently dropped (9.6)
@@ -326,6 +334,7 @@ void device::respond_direct_write(qp &q, const pkt &p)
     }
     count(counter::direct_writes);
     count(counter::direct_bytes, len);
+    copied_directly_ = len != 0;
     q.epsn = ib::psn_add(q.epsn, 1);
     q.msn  = ib::psn_add(q.msn, 1);
     schedule_ack(q);
@@ -359,6 +368,7 @@ void device::respond_direct_read(qp &q, const pkt &p, bool duplicate)
     }
     count(counter::direct_reads);
     count(counter::direct_bytes, len);
+    copied_directly_ = len != 0;
     if (duplicate) {
         queue_response(q, uint32_t(old - q.resources.data()));
         return;

@@ -46,7 +46,11 @@ enum class copy_dir { from_peer, to_peer };
 /// call.
 class frame_sink {
 public:
-    virtual void on_frame(std::span<const uint8_t> frame) = 0;
+    /// Whether poll() goes on to the next frame: false after long work (a
+    /// single-copy transfer of up to megabytes), so that the process sees
+    /// its own completions and sends its own requests before it serves the
+    /// next one.
+    virtual bool on_frame(std::span<const uint8_t> frame) = 0;
 protected:
     ~frame_sink() = default;
 };
@@ -108,7 +112,8 @@ public:
     /// without a virtual call, for the device's small sends); nullptr on
     /// other fabrics.
     virtual shm::producer *shm_producer() { return nullptr; }
-    /// Deliver up to `budget` received frames to `sink`; returns how many.
+    /// Deliver up to `budget` received frames to `sink`, fewer if it asks
+    /// to stop (frame_sink::on_frame); returns how many.
     /// Their room stays taken, and they count as not delivered (see
     /// delivered()), until release(): a device releases the frames once it
     /// has sent the answers they call for, so that a sender waiting for an

@@ -58,8 +58,10 @@ public:
             }
             std::vector<uint8_t> frame = std::move(it->second.front());
             it->second.pop_front();
-            sink.on_frame(frame);
             ++n;
+            if (!sink.on_frame(frame)) {
+                break;
+            }
         }
         if (n) {
             fabric_.unreleased_[lid_] += n;

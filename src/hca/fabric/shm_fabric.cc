@@ -454,12 +454,14 @@ public:
             // the MPI 8 B latency unchanged). Not yet written, the line
             // was going to be read next anyway.
             prefetch_for_read(&r.slots[(taken_ + 1) & (ring_slots - 1)]);
-            uint32_t len = s.len;
-            if (len <= slot_data_size) {   // a corrupt length is dropped
-                sink.on_frame({s.data, len});
-            }
+            uint32_t len  = s.len;
+            bool     more = len > slot_data_size ||   // a corrupt length is dropped
+                        sink.on_frame({s.data, len});
             ++taken_;
             ++n;
+            if (!more) {
+                break;
+            }
         }
         return n;
     }
