@@ -102,7 +102,45 @@ TEST_F(direct, read_into_a_scatter_list_is_placed_before_its_response)
     EXPECT_EQ(local[0], 0xee);
     EXPECT_EQ(local[len + 1], 0xee);
     EXPECT_EQ(b.counter(dev::counter::direct_reads), 1u);
-    EXPECT_EQ(a.counter(dev::counter::rx_packets), 1u);   // the one response
+    // Shared: the requester copied the first half itself after the SHARE,
+    // the responder the rest (both across the three pieces' boundaries).
+    EXPECT_EQ(a.counter(dev::counter::rx_packets), 2u);   // SHARE, REST_RESPONSE
+    EXPECT_EQ(a.counter(dev::counter::direct_bytes), ib::read_share(len));
+    EXPECT_EQ(b.counter(dev::counter::direct_bytes), len - ib::read_share(len));
+}
+
+// A requester that cannot copy its share (the responder's process no longer
+// reachable from it) asks for the READ again: the responder executes the
+// duplicate, unshared, and every byte lands once; the QP's later READs go
+// unshared.
+TEST_F(direct, a_read_share_that_cannot_be_copied_is_asked_again_unshared)
+{
+    start();
+    fab.fail_copies_from_peers(true);
+    constexpr uint32_t len = 64 * 1024;
+    std::vector<uint8_t> remote(2 * len), local(2 * len, 0);
+    fill_pattern(remote.data(), remote.size(), 13);
+    auto &rm = b.reg(remote.data(), remote.size(), all_local);
+    auto &lm = a.reg(local.data(), local.size(), all_local);
+    ASSERT_EQ(post_rdma(drv::wr_opcode::rdma_read, 1, local.data(), len, lm.lkey(),
+                        remote.data(), rm.rkey()),
+              status::ok);
+    ASSERT_TRUE(sends_done(1));
+    expect_all_succeeded();
+    EXPECT_EQ(check_pattern(local.data(), len, 13), -1);
+    EXPECT_EQ(a.counter(dev::counter::direct_bytes), 0u);
+    EXPECT_EQ(b.counter(dev::counter::direct_reads), 2u);   // shared, then again
+    EXPECT_EQ(b.counter(dev::counter::direct_bytes), 2 * len - ib::read_share(len));
+    EXPECT_EQ(b.counter(dev::counter::duplicates), 1u);
+
+    ASSERT_EQ(post_rdma(drv::wr_opcode::rdma_read, 2, local.data() + len, len, lm.lkey(),
+                        remote.data() + len, rm.rkey()),
+              status::ok);
+    ASSERT_TRUE(sends_done(2));
+    expect_all_succeeded();
+    EXPECT_EQ(check_pattern(local.data(), 2 * len, 13), -1);
+    EXPECT_EQ(b.counter(dev::counter::direct_reads), 3u);
+    EXPECT_EQ(b.counter(dev::counter::duplicates), 1u);   // unshared at once
 }
 
 // A poll of the responder ends after each single copy, so that its process
@@ -291,6 +329,8 @@ TEST_F(direct, lost_requests_and_responses_are_retried_until_each_completes_once
     EXPECT_GT(fab.frames_dropped(), 0u);
     EXPECT_GE(b.counter(dev::counter::direct_writes), uint64_t(n));
     EXPECT_GE(b.counter(dev::counter::direct_reads), uint64_t(n));
+    // The READs went shared: SHAREs lost on the way were asked for again.
+    EXPECT_GE(a.counter(dev::counter::direct_bytes), uint64_t(n) * ib::read_share(len));
 }
 
 // UCX_MLX4X_SINGLE_COPY_THRESH=auto: in the measured range the device sends

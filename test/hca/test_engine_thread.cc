@@ -41,6 +41,20 @@ protected:
         b.destroy();
         shm_unlink(("/" + name).c_str());
     }
+    /// A fresh fabric, with single copies from `single_copy_min` bytes, and
+    /// a and b on it, connected.
+    void reopen_with_single_copy(uint64_t single_copy_min)
+    {
+        TearDown();
+        fabric::shm_fabric::options o;
+        o.single_copy_min = single_copy_min;
+        auto f = fabric::shm_fabric::open(name, o);
+        ASSERT_TRUE(f.ok());
+        fab = f.take();
+        a.open(*fab, {}, nullptr);
+        b.open(*fab, {}, nullptr);
+        connect_pair(a, b);
+    }
     /// Polls (never progresses) until `pred` or 10 s.
     template <typename Pred> bool poll_until(Pred pred)
     {
@@ -99,6 +113,56 @@ TEST_F(engine_thread, send_write_and_read_complete_without_progress_calls)
     EXPECT_EQ(check_pattern(dst.data(), dst.size(), 1), -1);
     EXPECT_EQ(check_pattern(wdst.data(), wdst.size(), 2), -1);
     EXPECT_EQ(check_pattern(rdst.data(), rdst.size(), 1), -1);
+}
+
+// A shared single-copy READ has the requester copy half of the data itself,
+// on the application's core: with the engine thread READs go unshared (the
+// responder copies all of it) and a rendezvous leaves the receiver free to
+// compute; progress-driven again, they are shared.
+TEST_F(engine_thread, single_copy_reads_are_shared_only_when_progress_driven)
+{
+    reopen_with_single_copy(64 * 1024);
+    std::vector<uint8_t> src(MiB), dst(2 * MiB, 0);
+    fill_pattern(src.data(), src.size(), 4);
+    auto &src_mr = b.reg(src.data(), src.size(),
+                         drv::access_local_write | drv::access_remote_read);
+    auto &dst_mr = a.reg(dst.data(), dst.size());
+    auto read = [&](uint64_t wr_id, uint8_t *to) {
+        drv::sge     sg{reinterpret_cast<uint64_t>(to), uint32_t(MiB), dst_mr.lkey()};
+        drv::send_wr rd{};
+        rd.wr_id       = wr_id;
+        rd.opcode      = drv::wr_opcode::rdma_read;
+        rd.flags       = drv::send_signaled;
+        rd.sg          = {&sg, 1};
+        rd.remote_addr = reinterpret_cast<uint64_t>(src.data());
+        rd.rkey        = src_mr.rkey();
+        return a.qp->post_send(rd);
+    };
+
+    ASSERT_EQ(a.ctx->start_engine_thread(), status::ok);
+    ASSERT_EQ(b.ctx->start_engine_thread(), status::ok);
+    ASSERT_EQ(read(1, dst.data()), status::ok);
+    ASSERT_TRUE(poll_until([&] { return a.send_wcs.size() == 1; }));
+    EXPECT_EQ(a.send_wcs[0].status, drv::wc_status::success);
+    EXPECT_EQ(check_pattern(dst.data(), MiB, 4), -1);
+    EXPECT_EQ(b.counter(dev::counter::direct_reads), 1u);
+    EXPECT_EQ(a.counter(dev::counter::direct_bytes), 0u);
+    EXPECT_EQ(b.counter(dev::counter::direct_bytes), MiB);
+
+    a.ctx->stop_engine_thread();
+    b.ctx->stop_engine_thread();
+    ASSERT_EQ(read(2, dst.data() + MiB), status::ok);
+    auto end = clk::now() + std::chrono::seconds(10);
+    while (a.send_wcs.size() < 2 && clk::now() < end) {
+        (void)a.ctx->progress();
+        (void)b.ctx->progress();
+        a.poll();
+    }
+    ASSERT_EQ(a.send_wcs.size(), 2u);
+    EXPECT_EQ(a.send_wcs[1].status, drv::wc_status::success);
+    EXPECT_EQ(check_pattern(dst.data() + MiB, MiB, 4), -1);
+    EXPECT_EQ(a.counter(dev::counter::direct_bytes), ib::read_share(MiB));
+    EXPECT_EQ(b.counter(dev::counter::direct_bytes), 2 * MiB - ib::read_share(MiB));
 }
 
 TEST_F(engine_thread, idle_thread_sleeps_and_work_posted_meanwhile_completes)

@@ -370,6 +370,16 @@ private:
     void     start_timing(qp &q, const engine::send_wqe &w, bool direct);
     void     finish_timing(timed_transfer &t);
     size_t   direct_segs(const qp &q, const engine::send_wqe &w, std::span<uint8_t> out);
+    /// Whether single-copy READs go shared (x_rdma_read_direct_shared): the
+    /// requester copies half itself, in its progress calls. Not with the
+    /// engine thread: that copy would take the application's core, where
+    /// the rendezvous is meant to leave the receiver free to compute.
+    bool     shares_direct_reads(const qp &q) const
+    {
+        return !thread_.joinable() && !q.read_share_failed;
+    }
+    void     take_read_share(qp &q, const engine::pkt &p);
+    bool     copy_read_share(qp &q, const engine::send_wqe &w, uint32_t share);
     bool     gather_payload(qp &q, const engine::send_wqe &w, uint32_t offset,
                             uint32_t len, std::span<const uint8_t> &out);
     status   emit(const tx_packet &p);
@@ -413,6 +423,20 @@ private:
         std::array<fabric::mem_range, limits::max_sg> ranges;
         size_t count = 0;
         std::span<const fabric::mem_range> span() const { return {ranges.data(), count}; }
+        /// The same memory without its first `offset` bytes.
+        direct_ranges from(uint64_t offset) const
+        {
+            direct_ranges r;
+            for (size_t i = 0; i < count; ++i) {
+                if (offset >= ranges[i].len) {
+                    offset -= ranges[i].len;
+                    continue;
+                }
+                r.ranges[r.count++] = {ranges[i].addr + offset, ranges[i].len - offset};
+                offset = 0;
+            }
+            return r;
+        }
     };
     static std::optional<direct_ranges> parse_direct_ranges(const engine::pkt &p,
                                                             uint32_t dma_len);

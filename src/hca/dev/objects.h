@@ -105,7 +105,10 @@ struct wqe_track {
     uint32_t first_psn = 0;
     uint32_t npackets  = 0;
     bool     rd_atomic = false;   ///< READ or atomic: completes on response
+    bool     shared    = false;   ///< a shared single-copy READ (its share ours)
+    bool     share_placed = false;   ///< ... whose share this side copied
 };
+static_assert(sizeof(wqe_track) == 12);
 
 /// An outstanding SQ WQE whose path direct_chooser chose: when its first
 /// packet or request went (0: not timed), its length, and whether it went
@@ -124,6 +127,7 @@ struct resp_resource {
     /// direct_read: a single-copy READ, already placed; one response.
     enum class type : uint8_t { read, atomic, direct_read } kind = type::read;
     bool     queued = false;   ///< waiting in the response queue
+    bool     rest_only = false;   ///< direct_read: the requester copied its share
     uint32_t psn  = 0;         ///< PSN of the first response packet
     uint32_t npackets = 0;     ///< READ: response packets of the request
     uint32_t rkey = 0;
@@ -213,6 +217,8 @@ struct qp {
     uint32_t     rd_atomic_inflight = 0;   ///< READ/atomic WQEs started, not done
     /// The responder refused a single-copy request: packets from now on.
     bool         direct_refused = false;
+    /// This side could not copy a shared READ's share: READs go unshared.
+    bool         read_share_failed = false;
 
     // Completer.
     uint32_t     sq_tail = 0;        ///< oldest WQE not completed

@@ -174,6 +174,17 @@ void device::complete_response(qp &q, const engine::pkt &p)
         if (!p.has(ib::kind_read)) {
             return;
         }
+        if (p.opcode == uint8_t(ib::opcode::x_rdma_read_direct_rest_response) &&
+            !q.track[index & (q.sq_size() - 1)].share_placed) {
+            // The responder placed only the rest and this side's share is
+            // missing (its SHARE lost, or the copy failed): the READ is
+            // asked again at once, with its PSN, and the responder executes
+            // it again as a duplicate (9.7.5.1.1) — unshared after a failed
+            // copy (take_read_share).
+            rewind(q, p.psn);
+            restart_ack_timer(q);
+            return;
+        }
         uint32_t offset = uint32_t(ib::psn_diff(p.psn, *first_psn)) * q.mtu;
         // A single-copy READ's data is in place before its response leaves.
         placed = p.has(ib::kind_direct) ||
@@ -211,6 +222,10 @@ void device::complete_response(qp &q, const engine::pkt &p)
 
 void device::complete(qp &q, const engine::pkt &p)
 {
+    if (p.opcode == uint8_t(ib::opcode::x_rdma_read_direct_share)) {
+        take_read_share(q, p);
+        return;
+    }
     if (p.has(ib::kind_read) || p.has(ib::kind_atomic)) {
         // Responses with a NAK syndrome do not exist; AETH-less middles too.
         complete_response(q, p);
@@ -285,6 +300,55 @@ void device::complete(qp &q, const engine::pkt &p)
         return;
     }
     restart_ack_timer(q);
+}
+
+/// The SHARE of a shared single-copy READ: the responder checked the
+/// request (R_Key, rights, bounds) and copies the rest meanwhile, so this
+/// side copies the first read_share() bytes from the responder's memory,
+/// both copies at once on two cores. Noted in the READ's wqe_track for its
+/// REST_RESPONSE. A SHARE for no such READ is dropped.
+void device::take_read_share(qp &q, const engine::pkt &p)
+{
+    uint32_t index = 0;
+    uint32_t *first_psn = find_rd_atomic(q, p.psn, index);
+    wqe_track &t = q.track[index & (q.sq_size() - 1)];
+    engine::send_wqe w;
+    if (!first_psn || *first_psn != p.psn || !t.shared ||
+        !engine::decode_send_wqe(q, index, w) || !engine::is_read(w.opcode)) {
+        count(counter::bad_packets);
+        return;
+    }
+    uint32_t share = ib::read_share(w.total_len);
+    t.share_placed = share && copy_read_share(q, w, share);
+    // A failed copy (the responder's process gone, or no longer reachable)
+    // leaves the share to the responder from now on: the READ is asked
+    // again unshared at its REST_RESPONSE.
+    q.read_share_failed |= !t.share_placed;
+    copied_directly_ = t.share_placed;   // the poll ends after it (on_frame)
+}
+
+/// Copies the first `share` bytes of READ `w` from the responder's memory
+/// into its scatter list, each entry checked as for packets (C53: L_Key,
+/// PD, bounds, local write).
+bool device::copy_read_share(qp &q, const engine::send_wqe &w, uint32_t share)
+{
+    uint32_t done = 0;
+    for (size_t o = 0; done < share && o + sizeof(prm::wqe_data_seg) <= w.segs_len;
+         o += sizeof(prm::wqe_data_seg)) {
+        prm::wqe_data_seg d;
+        std::memcpy(&d, w.segs + o, sizeof(d));
+        uint32_t n    = std::min(d.byte_count.get() & 0x7fffffff, share - done);
+        uint64_t addr = d.addr.get();
+        fabric::mem_range remote{w.raddr + done, n};
+        if (n && (!local_access_ok(q, d.lkey.get(), addr, n, true) ||
+                  port_->direct_copy(q.dlid, fabric::copy_dir::from_peer, {addr, n},
+                                     {&remote, 1}) != status::ok)) {
+            return false;
+        }
+        done += n;
+    }
+    count(counter::direct_bytes, done);
+    return done == share;
 }
 
 /// The local ACK timer runs while packets wait for their ACK (IBA

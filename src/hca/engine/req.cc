@@ -616,7 +616,9 @@ device::single_tx device::send_single_request(qp &q, const send_wqe &w, bool fre
             segs_len = direct_segs(q, w, segs);
         }
         if (segs_len) {
-            op = uint8_t(read ? opcode::x_rdma_read_direct : opcode::x_rdma_write_direct);
+            op = uint8_t(!read                ? opcode::x_rdma_write_direct
+                         : shares_direct_reads(q) ? opcode::x_rdma_read_direct_shared
+                                                 : opcode::x_rdma_read_direct);
         } else if (read) {
             op       = uint8_t(opcode::rc_rdma_read_request);
             npackets = packets_of(len, q.mtu);
@@ -666,7 +668,8 @@ device::single_tx device::send_single_request(qp &q, const send_wqe &w, bool fre
     uint32_t answered = q.cur_offset / q.mtu;
     bool rd_atomic = read || engine::is_atomic(w.opcode);
     q.track[q.cur_wqe & (q.sq_size() - 1)] = {
-        ib::psn_add(psn, ib::psn_mask + 1 - answered), answered + npackets, rd_atomic};
+        ib::psn_add(psn, ib::psn_mask + 1 - answered), answered + npackets, rd_atomic,
+        op == uint8_t(opcode::x_rdma_read_direct_shared)};
     if (q.cur_offset == 0) {   // not a READ asked again from its middle
         start_timing(q, w, direct);
     }

@@ -359,27 +359,42 @@ void device::respond_direct_read(qp &q, const pkt &p, bool duplicate)
         }
         return;   // a duplicate too old to answer: the requester's retries decide
     }
-    if (len && port_->direct_copy(p.slid, fabric::copy_dir::to_peer,
-                                  {r->va.get(), len}, to->span()) != status::ok) {
+    // Shared: the requester copies the first part once it has the SHARE,
+    // at the same time as this side copies the rest. Without room for the
+    // SHARE, this side copies all of it (answered READ_DIRECT_RESPONSE).
+    uint32_t share = p.opcode == uint8_t(ib::opcode::x_rdma_read_direct_shared)
+                         ? ib::read_share(len)
+                         : 0;
+    if (share && !emit_aeth(q, uint8_t(ib::opcode::x_rdma_read_direct_share),
+                            ib::make_syndrome(ib::ack_class::ack, ib::ack_credits_invalid),
+                            p.psn)) {
+        share = 0;
+    }
+    if (len > share &&
+        port_->direct_copy(p.slid, fabric::copy_dir::to_peer,
+                           {r->va.get() + share, len - share},
+                           to->from(share).span()) != status::ok) {
         if (!duplicate) {
             refuse_direct(q, p.psn);
         }
         return;
     }
     count(counter::direct_reads);
-    count(counter::direct_bytes, len);
+    count(counter::direct_bytes, len - share);
     copied_directly_ = len != 0;
     if (duplicate) {
+        old->rest_only = share != 0;
         queue_response(q, uint32_t(old - q.resources.data()));
         return;
     }
     resp_resource res;
-    res.kind     = resp_resource::type::direct_read;
-    res.psn      = p.psn;
-    res.npackets = 1;
-    res.rkey     = r->rkey.get();
-    res.va       = r->va.get();
-    res.len      = len;
+    res.kind      = resp_resource::type::direct_read;
+    res.rest_only = share != 0;
+    res.psn       = p.psn;
+    res.npackets  = 1;
+    res.rkey      = r->rkey.get();
+    res.va        = r->va.get();
+    res.len       = len;
     accept_read(q, res);
     if (q.resp_count == 1) {
         // The data is in place: answered now, when no earlier response
@@ -566,7 +581,8 @@ bool device::send_response_packet(qp &q)
         return true;
     }
     if (r.kind == resp_resource::type::direct_read) {
-        if (!emit_aeth(q, uint8_t(ib::opcode::x_rdma_read_direct_response),
+        if (!emit_aeth(q, uint8_t(r.rest_only ? ib::opcode::x_rdma_read_direct_rest_response
+                                              : ib::opcode::x_rdma_read_direct_response),
                        ib::make_syndrome(ib::ack_class::ack, ib::ack_credits_invalid),
                        r.psn)) {
             return false;

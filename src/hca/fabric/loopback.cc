@@ -103,7 +103,8 @@ public:
     status direct_copy(uint16_t lid, copy_dir dir, mem_range local,
                        std::span<const mem_range> remote) override
     {
-        if (!direct_min(lid) || fabric_.direct_refuse_) {
+        if (!direct_min(lid) || fabric_.direct_refuse_ ||
+            (dir == copy_dir::from_peer && fabric_.from_peer_fails_)) {
             return status::unsupported;
         }
         uint64_t total = 0;

@@ -114,6 +114,12 @@ struct x_direct_seg {
 };
 static_assert(sizeof(x_direct_seg) == 16);
 
+/// The bytes of a shared single-copy READ of `len` bytes that the requester
+/// copies itself after the responder's SHARE: the first half, in whole
+/// 4 KiB. 0: too short to share, the responder copies all of it.
+constexpr uint32_t read_share(uint32_t len) { return len / 2 & ~uint32_t{4095}; }
+static_assert(read_share(8191) == 0 && read_share(1 << 20) == 1 << 19);
+
 /// Atomic ACK Extended Transport Header (IBA 9.3.6): the original value.
 struct atomic_ack_eth {
     be64_split orig;

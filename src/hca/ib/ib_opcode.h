@@ -46,6 +46,15 @@ enum class opcode : uint8_t {
     x_rdma_read_direct           = 0xc3,
     x_rdma_read_direct_response  = 0xc4,
     x_direct_refused             = 0xc5,
+    // A single-copy READ whose copy both processes share: the responder,
+    // its checks passed, answers SHARE first (AETH: "copy the first
+    // read_share(len) bytes yourself"), copies the rest, and answers
+    // REST_RESPONSE; one without room for the SHARE copies all of it and
+    // answers READ_DIRECT_RESPONSE. The READ completes at its response, and
+    // after a REST_RESPONSE only if the requester placed its share.
+    x_rdma_read_direct_shared    = 0xc6,
+    x_rdma_read_direct_share     = 0xc7,
+    x_rdma_read_direct_rest_response = 0xc8,
     ud_send_only                 = 0x64,
     ud_send_only_imm             = 0x65,
 };
@@ -174,6 +183,13 @@ constexpr row rows[] = {
      "X_RDMA_READ_DIRECT_RESPONSE"},
     {opcode::x_direct_refused, hdr_aeth, kind_response | kind_ack | kind_direct,
      "X_DIRECT_REFUSED"},
+    {opcode::x_rdma_read_direct_shared, hdr_reth,
+     R | kind_read | kind_first | kind_last | kind_direct, "X_RDMA_READ_DIRECT_SHARED"},
+    {opcode::x_rdma_read_direct_share, hdr_aeth, kind_response | kind_direct,
+     "X_RDMA_READ_DIRECT_SHARE"},
+    {opcode::x_rdma_read_direct_rest_response, hdr_aeth,
+     kind_response | kind_read | kind_first | kind_last | kind_direct,
+     "X_RDMA_READ_DIRECT_REST_RESPONSE"},
     {opcode::ud_send_only, hdr_deth,
      R | kind_send | kind_first | kind_last | kind_ud, "UD_SEND_ONLY"},
     {opcode::ud_send_only_imm, hdr_deth | hdr_immdt,
@@ -230,5 +246,7 @@ static_assert(ext_offset(info(opcode::rc_atomic_acknowledge), hdr_atomic_ack) ==
 static_assert(info(opcode::rc_rdma_read_response_middle).hdr_len == 12);
 static_assert(info(opcode::x_rdma_read_direct).hdr_len == 12 + 16);
 static_assert(info(opcode::x_direct_refused).hdr_len == 12 + 4);
+static_assert(info(opcode::x_rdma_read_direct_shared).hdr_len == 12 + 16);
+static_assert(info(opcode::x_rdma_read_direct_share).hdr_len == 12 + 4);
 
 } // namespace mlx4x::ib
