@@ -239,6 +239,53 @@ TEST_F(ingress, malformed_single_copy_request_is_naked_and_copies_nothing)
     EXPECT_EQ(b.recv_wcs[0].status, drv::wc_status::wr_flush_err);
 }
 
+// The SHARE of a shared single-copy READ lets the requester read the
+// responder's memory: only the QP's peer may grant it, and only for a
+// shared READ outstanding at that PSN. Others are dropped and counted,
+// copying nothing.
+TEST_F(ingress, read_share_from_a_foreign_port_or_for_no_read_copies_nothing)
+{
+    fab.set_direct(1);
+    constexpr uint32_t len = 16 * 1024, share = ib::read_share(len);
+    std::vector<uint8_t> src(len), dst(len, 0);
+    fill_pattern(src.data(), len, 3);
+    auto &sm = a.reg(src.data(), len, all_local);
+    auto &dm = b.reg(dst.data(), len, all_local);
+    fab.set_faults({.drop_one_in = 1});   // the request is lost: b waits
+    drv::sge     sg{reinterpret_cast<uint64_t>(dst.data()), len, dm.lkey()};
+    drv::send_wr rd;
+    rd.wr_id       = 5;
+    rd.opcode      = drv::wr_opcode::rdma_read;
+    rd.flags       = drv::send_signaled;
+    rd.sg          = {&sg, 1};
+    rd.remote_addr = reinterpret_cast<uint64_t>(src.data());
+    rd.rkey        = sm.rkey();
+    ASSERT_EQ(b.qp->post_send(rd), status::ok);
+    progress_rounds(1);
+    fab.set_faults({});
+    uint32_t psn   = expected_psn(a);   // the READ's
+    auto     grant = [&](uint32_t p) {
+        auto f = frame(ib::opcode::x_rdma_read_direct_share, p, 0);
+        ib::aeth x{};
+        ib::aeth_syndrome::set(x.syn_msn, ib::make_syndrome(ib::ack_class::ack,
+                                                            ib::ack_credits_invalid));
+        std::memcpy(f.data() + sizeof(ib::lrh) + sizeof(ib::bth), &x, sizeof(x));
+        return f;
+    };
+    auto foreign = grant(psn);
+    foreign[6] = 0;
+    foreign[7] = 0x77;   // SLID of no connected peer
+    inject(foreign);
+    inject(grant(ib::psn_add(psn, 1)));   // no READ there
+    EXPECT_EQ(b.counter(dev::counter::bad_packets), 2u);
+    EXPECT_EQ(b.counter(dev::counter::direct_bytes), 0u);
+    EXPECT_EQ(std::count(dst.begin(), dst.end(), 0), long(len));
+    inject(grant(psn));   // from the peer, for the READ: its share is copied
+    EXPECT_EQ(b.counter(dev::counter::direct_bytes), share);
+    EXPECT_EQ(check_pattern(dst.data(), share, 3), -1);
+    EXPECT_EQ(std::count(dst.begin() + share, dst.end(), 0), long(len - share));
+}
+
 TEST_F(ingress, rc_packet_from_a_foreign_port_is_dropped)
 {
     auto f = frame(ib::opcode::rc_send_only, expected_psn());

@@ -306,14 +306,16 @@ void device::complete(qp &q, const engine::pkt &p)
 /// request (R_Key, rights, bounds) and copies the rest meanwhile, so this
 /// side copies the first read_share() bytes from the responder's memory,
 /// both copies at once on two cores. Noted in the READ's wqe_track for its
-/// REST_RESPONSE. A SHARE for no such READ is dropped.
+/// REST_RESPONSE. A SHARE for no such READ, or from another port than the
+/// QP's peer (only the responder that checked the R_Key may grant it), is
+/// dropped.
 void device::take_read_share(qp &q, const engine::pkt &p)
 {
     uint32_t index = 0;
     uint32_t *first_psn = find_rd_atomic(q, p.psn, index);
     wqe_track &t = q.track[index & (q.sq_size() - 1)];
     engine::send_wqe w;
-    if (!first_psn || *first_psn != p.psn || !t.shared ||
+    if (p.slid != q.dlid || !first_psn || *first_psn != p.psn || !t.shared ||
         !engine::decode_send_wqe(q, index, w) || !engine::is_read(w.opcode)) {
         count(counter::bad_packets);
         return;
