@@ -69,9 +69,11 @@ static ucs_config_field_t uct_mlx4x_md_config_table[] = {
      "win where the two cores share their caches; one copy where they do not).\n"
      "Used only between processes that may reach each other's memory (same\n"
      "user, no ptrace restriction such as Yama's ptrace_scope >= 1). One copy\n"
-     "costs half the memory traffic and CPU time of packets and leaves the\n"
-     "receiving side nothing to do, so large rendezvous transfers overlap\n"
-     "computation (docs/benchmarks.md).\n",
+     "costs half the memory traffic and CPU time of packets. A READ's copy is\n"
+     "shared, half by each process at once, unless UCX_MLX4X_ENGINE=thread,\n"
+     "which leaves it all to the responder: the receiving side then has\n"
+     "nothing to do and large rendezvous transfers overlap computation\n"
+     "(docs/benchmarks.md).\n",
      ucs_offsetof(uct_mlx4x_md_config_t, single_copy_thresh),
      UCS_CONFIG_TYPE_MEMUNITS},
 
