@@ -143,6 +143,52 @@ TEST_F(direct, a_read_share_that_cannot_be_copied_is_asked_again_unshared)
     EXPECT_EQ(b.counter(dev::counter::duplicates), 1u);   // unshared at once
 }
 
+// A device that has just served its peer's single copy asks for its own
+// READs unshared (traffic both ways: both cores copy already); a
+// millisecond later it shares them again.
+TEST_F(direct, a_device_serving_its_peer_asks_for_reads_unshared)
+{
+    start();
+    constexpr uint32_t len = 64 * 1024, share = ib::read_share(len);
+    std::vector<uint8_t> abuf(len), bbuf(len, 0), bread(2 * len, 0);
+    fill_pattern(abuf.data(), len, 17);
+    auto &am = a.reg(abuf.data(), len, all_local);
+    auto &bm = b.reg(bbuf.data(), len, all_local);
+    auto &rm = b.reg(bread.data(), bread.size(), all_local);
+    ASSERT_EQ(post_rdma(drv::wr_opcode::rdma_write, 1, abuf.data(), len, am.lkey(),
+                        bbuf.data(), bm.rkey()),
+              status::ok);
+    (void)a.ctx->progress();
+    ASSERT_EQ(b.ctx->progress_receive(64), 1u);   // b copies a's WRITE
+    ASSERT_EQ(b.counter(dev::counter::direct_writes), 1u);
+    auto read = [&](uint64_t wr_id, uint8_t *to) {
+        drv::sge     sg{reinterpret_cast<uint64_t>(to), len, rm.lkey()};
+        drv::send_wr rd;
+        rd.wr_id       = wr_id;
+        rd.opcode      = drv::wr_opcode::rdma_read;
+        rd.flags       = drv::send_signaled;
+        rd.sg          = {&sg, 1};
+        rd.remote_addr = reinterpret_cast<uint64_t>(abuf.data());
+        rd.rkey        = am.rkey();
+        return b.qp->post_send(rd);
+    };
+    ASSERT_EQ(read(2, bread.data()), status::ok);
+    ASSERT_TRUE(progress_until([&] { return b.send_wcs.size() == 1; }));
+    EXPECT_EQ(b.send_wcs[0].status, drv::wc_status::success);
+    EXPECT_EQ(a.counter(dev::counter::direct_bytes), len);   // all of it: unshared
+    EXPECT_EQ(b.counter(dev::counter::direct_bytes), len);   // the WRITE only
+
+    progress_rounds(2);   // 2 ms without serving
+    ASSERT_EQ(read(3, bread.data() + len), status::ok);
+    ASSERT_TRUE(progress_until([&] { return b.send_wcs.size() == 2; }));
+    EXPECT_EQ(b.send_wcs[1].status, drv::wc_status::success);
+    EXPECT_EQ(a.counter(dev::counter::direct_bytes), 2 * len - share);
+    EXPECT_EQ(b.counter(dev::counter::direct_bytes), len + share);
+    EXPECT_EQ(check_pattern(bread.data(), len, 17), -1);
+    EXPECT_EQ(check_pattern(bread.data() + len, len, 17), -1);
+    EXPECT_EQ(check_pattern(bbuf.data(), len, 17), -1);
+}
+
 // A poll of the responder ends after each single copy, so that its process
 // gets to its own completions and requests between copies of up to
 // megabytes (two processes streaming to each other otherwise waited for
