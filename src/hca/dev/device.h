@@ -377,7 +377,7 @@ private:
     /// leave the receiver free to compute. Not while this device serves
     /// its peers' single copies (traffic both ways): both cores copy
     /// already, and shared READs only add system calls (MPI bi-directional
-    /// bandwidth at 64 KiB: 12.8 GB/s shared, 17.0 unshared, sm 20.5).
+    /// bandwidth at 64 KiB: 13.3 GB/s shared, 17.2 unshared, sm ~20).
     bool     shares_direct_reads(const qp &q)
     {
         return !thread_.joinable() && !q.read_share_failed &&
@@ -385,6 +385,13 @@ private:
     }
     /// How long after a copy for a peer this device counts as serving.
     static constexpr uint64_t serving_window_ns = 1'000'000;
+    /// The responder copied `len` bytes for a peer's single-copy request:
+    /// the poll ends after this frame, and the device counts as serving.
+    void     served_copy(uint32_t len)
+    {
+        copied_directly_  = len != 0;
+        serving_until_ns_ = slice_now() + serving_window_ns;
+    }
     void     take_read_share(qp &q, const engine::pkt &p);
     bool     copy_read_share(qp &q, const engine::send_wqe &w, uint32_t share);
     bool     gather_payload(qp &q, const engine::send_wqe &w, uint32_t offset,
@@ -615,13 +622,13 @@ private:
     bool                           slice_open_ = false;   ///< frames taken, rest not run
     unsigned                       slice_frames_ = 0;     ///< frames take_frames() took
     /// The frame on_frame() handles moved its payload by a single copy
-    /// (respond_direct_read/write): the poll ends after it. Each copy of up
-    /// to megabytes then comes with a turn of the process's own progress,
-    /// in which it completes its READs and asks for the next: two processes
-    /// streaming to each other keep both copies going (MPI bi-directional
-    /// bandwidth 1 MiB by single copy: 16.9 -> 24.1 GB/s; sm 24.9). Served
-    /// all in one poll, up to 16 READs of 1 MiB, each process's own
-    /// requests waited until its peer's were done.
+    /// (served_copy(), take_read_share()): the poll ends after it. Each
+    /// copy of up to megabytes then comes with a turn of the process's own
+    /// progress, in which it completes its READs and asks for the next:
+    /// two processes streaming to each other keep both copies going (MPI
+    /// bi-directional bandwidth 1 MiB by single copy: 16.9 -> 24.1 GB/s;
+    /// sm 24.9). Served all in one poll, up to 16 READs of 1 MiB, each
+    /// process's own requests waited until its peer's were done.
     bool                           copied_directly_ = false;
     /// Until when this device counts as serving its peers' single copies:
     /// serving_window_ns after the last (slice clock; shares_direct_reads()).

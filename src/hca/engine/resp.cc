@@ -334,8 +334,7 @@ void device::respond_direct_write(qp &q, const pkt &p)
     }
     count(counter::direct_writes);
     count(counter::direct_bytes, len);
-    copied_directly_  = len != 0;
-    serving_until_ns_ = slice_now() + serving_window_ns;
+    served_copy(len);
     q.epsn = ib::psn_add(q.epsn, 1);
     q.msn  = ib::psn_add(q.msn, 1);
     schedule_ack(q);
@@ -382,8 +381,7 @@ void device::respond_direct_read(qp &q, const pkt &p, bool duplicate)
     }
     count(counter::direct_reads);
     count(counter::direct_bytes, len - share);
-    copied_directly_  = len != 0;
-    serving_until_ns_ = slice_now() + serving_window_ns;
+    served_copy(len);
     if (duplicate) {
         old->rest_only = share != 0;
         queue_response(q, uint32_t(old - q.resources.data()));
