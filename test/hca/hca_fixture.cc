@@ -156,6 +156,20 @@ status endpoint::post_write(uint64_t wr_id, const void *buf, uint32_t len,
     return qp->post_send(wr);
 }
 
+status endpoint::post_read(uint64_t wr_id, void *buf, uint32_t len, uint32_t lkey,
+                           uint64_t raddr, uint32_t rkey)
+{
+    drv::sge sg{reinterpret_cast<uintptr_t>(buf), len, lkey};
+    drv::send_wr wr;
+    wr.wr_id       = wr_id;
+    wr.opcode      = drv::wr_opcode::rdma_read;
+    wr.flags       = drv::send_signaled;
+    wr.sg          = {&sg, 1};
+    wr.remote_addr = raddr;
+    wr.rkey        = rkey;
+    return qp->post_send(wr);
+}
+
 status endpoint::post_recv(uint64_t wr_id, void *buf, uint32_t len,
                            uint32_t lkey)
 {

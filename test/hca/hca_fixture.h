@@ -71,6 +71,9 @@ struct endpoint {
     status post_write(uint64_t wr_id, const void *buf, uint32_t len,
                            uint32_t lkey, uint64_t raddr, uint32_t rkey,
                            uint32_t flags = drv::send_signaled);
+    /// A signalled RDMA READ of [raddr, raddr + len) into `buf`.
+    status post_read(uint64_t wr_id, void *buf, uint32_t len, uint32_t lkey,
+                     uint64_t raddr, uint32_t rkey);
     status post_recv(uint64_t wr_id, void *buf, uint32_t len,
                           uint32_t lkey);
 };

@@ -162,15 +162,8 @@ TEST_F(direct, a_device_serving_its_peer_asks_for_reads_unshared)
     ASSERT_EQ(b.ctx->progress_receive(64), 1u);   // b copies a's WRITE
     ASSERT_EQ(b.counter(dev::counter::direct_writes), 1u);
     auto read = [&](uint64_t wr_id, uint8_t *to) {
-        drv::sge     sg{reinterpret_cast<uint64_t>(to), len, rm.lkey()};
-        drv::send_wr rd;
-        rd.wr_id       = wr_id;
-        rd.opcode      = drv::wr_opcode::rdma_read;
-        rd.flags       = drv::send_signaled;
-        rd.sg          = {&sg, 1};
-        rd.remote_addr = reinterpret_cast<uint64_t>(abuf.data());
-        rd.rkey        = am.rkey();
-        return b.qp->post_send(rd);
+        return b.post_read(wr_id, to, len, rm.lkey(),
+                           reinterpret_cast<uint64_t>(abuf.data()), am.rkey());
     };
     ASSERT_EQ(read(2, bread.data()), status::ok);
     ASSERT_TRUE(progress_until([&] { return b.send_wcs.size() == 1; }));

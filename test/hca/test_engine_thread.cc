@@ -128,15 +128,8 @@ TEST_F(engine_thread, single_copy_reads_are_shared_only_when_progress_driven)
                          drv::access_local_write | drv::access_remote_read);
     auto &dst_mr = a.reg(dst.data(), dst.size());
     auto read = [&](uint64_t wr_id, uint8_t *to) {
-        drv::sge     sg{reinterpret_cast<uint64_t>(to), uint32_t(MiB), dst_mr.lkey()};
-        drv::send_wr rd{};
-        rd.wr_id       = wr_id;
-        rd.opcode      = drv::wr_opcode::rdma_read;
-        rd.flags       = drv::send_signaled;
-        rd.sg          = {&sg, 1};
-        rd.remote_addr = reinterpret_cast<uint64_t>(src.data());
-        rd.rkey        = src_mr.rkey();
-        return a.qp->post_send(rd);
+        return a.post_read(wr_id, to, uint32_t(MiB), dst_mr.lkey(),
+                           reinterpret_cast<uint64_t>(src.data()), src_mr.rkey());
     };
 
     ASSERT_EQ(a.ctx->start_engine_thread(), status::ok);

@@ -48,6 +48,18 @@ protected:
         return f;
     }
 
+    /// A frame(op, psn) with an AETH that says ACK, as a's responder
+    /// would answer b's requester.
+    std::vector<uint8_t> ack_frame(ib::opcode op, uint32_t psn)
+    {
+        auto f = frame(op, psn, 0);
+        ib::aeth x{};
+        ib::aeth_syndrome::set(x.syn_msn, ib::make_syndrome(ib::ack_class::ack,
+                                                            ib::ack_credits_invalid));
+        std::memcpy(f.data() + sizeof(ib::lrh) + sizeof(ib::bth), &x, sizeof(x));
+        return f;
+    }
+
     void inject(const std::vector<uint8_t> &f)
     {
         ASSERT_EQ(raw->send({f.data(), 4}, {f.data() + 4, f.size() - 4}),
@@ -195,15 +207,7 @@ TEST_F(ingress, ack_of_a_psn_not_outstanding_completes_nothing)
     ASSERT_EQ(b.post_send(7, rbuf.data(), 8, rm->lkey()), status::ok);   // lost
     fab.set_faults({});
     uint32_t psn = expected_psn(a);   // what a expects from b: that send's PSN
-    auto ack = [&](uint32_t p) {
-        // As a's responder would answer b's requester.
-        auto f = frame(ib::opcode::rc_acknowledge, p, 0);
-        ib::aeth x{};
-        ib::aeth_syndrome::set(x.syn_msn, ib::make_syndrome(ib::ack_class::ack,
-                                                            ib::ack_credits_invalid));
-        std::memcpy(f.data() + sizeof(ib::lrh) + sizeof(ib::bth), &x, sizeof(x));
-        return f;
-    };
+    auto ack = [&](uint32_t p) { return ack_frame(ib::opcode::rc_acknowledge, p); };
     inject(ack(ib::psn_add(psn, 10)));            // never sent
     inject(ack(ib::psn_add(psn, ib::psn_mask)));  // psn - 1: acknowledged before
     EXPECT_TRUE(b.send_wcs.empty());
@@ -252,25 +256,14 @@ TEST_F(ingress, read_share_from_a_foreign_port_or_for_no_read_copies_nothing)
     auto &sm = a.reg(src.data(), len, all_local);
     auto &dm = b.reg(dst.data(), len, all_local);
     fab.set_faults({.drop_one_in = 1});   // the request is lost: b waits
-    drv::sge     sg{reinterpret_cast<uint64_t>(dst.data()), len, dm.lkey()};
-    drv::send_wr rd;
-    rd.wr_id       = 5;
-    rd.opcode      = drv::wr_opcode::rdma_read;
-    rd.flags       = drv::send_signaled;
-    rd.sg          = {&sg, 1};
-    rd.remote_addr = reinterpret_cast<uint64_t>(src.data());
-    rd.rkey        = sm.rkey();
-    ASSERT_EQ(b.qp->post_send(rd), status::ok);
+    ASSERT_EQ(b.post_read(5, dst.data(), len, dm.lkey(),
+                          reinterpret_cast<uint64_t>(src.data()), sm.rkey()),
+              status::ok);
     progress_rounds(1);
     fab.set_faults({});
     uint32_t psn   = expected_psn(a);   // the READ's
     auto     grant = [&](uint32_t p) {
-        auto f = frame(ib::opcode::x_rdma_read_direct_share, p, 0);
-        ib::aeth x{};
-        ib::aeth_syndrome::set(x.syn_msn, ib::make_syndrome(ib::ack_class::ack,
-                                                            ib::ack_credits_invalid));
-        std::memcpy(f.data() + sizeof(ib::lrh) + sizeof(ib::bth), &x, sizeof(x));
-        return f;
+        return ack_frame(ib::opcode::x_rdma_read_direct_share, p);
     };
     auto foreign = grant(psn);
     foreign[6] = 0;
