@@ -159,10 +159,6 @@ private:
         uint64_t measuring_since = 0;    ///< 0: no measurement under way
     };
 
-    /// A measurement of `p` may end before epoch_ns once its transfers
-    /// cost twice what the other path does: a path ten times slower
-    /// (packets between cores that share no cache) is then left after
-    /// its settling time and eight transfers, not 5 ms of them.
     /// A measurement is under way in the class (and not given up).
     static bool measuring(const state &s, uint64_t now_ns)
     {
@@ -177,6 +173,10 @@ private:
         return hi * 100 < lo * close_ratio_pct ? retry_close_ns : retry_slower_ns;
     }
 
+    /// A measurement of `p` may end before epoch_ns once its transfers
+    /// cost twice what the other path does: a path ten times slower
+    /// (packets between cores that share no cache) is then left after
+    /// its settling time and eight transfers, not 5 ms of them.
     static bool clearly_slower(const state &s, path p, const epoch &e)
     {
         const cost &other = s.of[unsigned(p == path::direct ? path::packets : path::direct)];

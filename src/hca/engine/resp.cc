@@ -303,8 +303,7 @@ void device::refuse_direct(qp &q, uint32_t psn)
 {
     count(counter::direct_refusals);
     q.nak_sent = true;
-    send_nak(q, ib::make_syndrome(ib::ack_class::ack, ib::ack_credits_invalid),
-             ib::opcode::x_direct_refused, psn);
+    send_nak(q, ack_syndrome, ib::opcode::x_direct_refused, psn);
 }
 
 /// Single-copy RDMA WRITE: the same checks as a WRITE's first packet (C9-88:
@@ -365,9 +364,8 @@ void device::respond_direct_read(qp &q, const pkt &p, bool duplicate)
     uint32_t share = p.opcode == uint8_t(ib::opcode::x_rdma_read_direct_shared)
                          ? ib::read_share(len)
                          : 0;
-    if (share && !emit_aeth(q, uint8_t(ib::opcode::x_rdma_read_direct_share),
-                            ib::make_syndrome(ib::ack_class::ack, ib::ack_credits_invalid),
-                            p.psn)) {
+    if (share &&
+        !emit_aeth(q, uint8_t(ib::opcode::x_rdma_read_direct_share), ack_syndrome, p.psn)) {
         share = 0;
     }
     if (len > share &&
@@ -527,8 +525,7 @@ status device::send_atomic_ack(qp &q, const resp_resource &r)
 {
     std::array<uint8_t, sizeof(ib::aeth) + sizeof(ib::atomic_ack_eth)> ext;
     ib::aeth a{};
-    ib::aeth_syndrome::set(a.syn_msn, ib::make_syndrome(ib::ack_class::ack,
-                                                       ib::ack_credits_invalid));
+    ib::aeth_syndrome::set(a.syn_msn, ack_syndrome);
     ib::aeth_msn::set(a.syn_msn, q.msn);
     ib::atomic_ack_eth ack;
     ack.orig.set(r.orig);
@@ -583,16 +580,14 @@ bool device::send_response_packet(qp &q)
     if (r.kind == resp_resource::type::direct_read) {
         if (!emit_aeth(q, uint8_t(r.rest_only ? ib::opcode::x_rdma_read_direct_rest_response
                                               : ib::opcode::x_rdma_read_direct_response),
-                       ib::make_syndrome(ib::ack_class::ack, ib::ack_credits_invalid),
-                       r.psn)) {
+                       ack_syndrome, r.psn)) {
             return false;
         }
         done();
         return true;
     }
     ib::aeth a{};
-    ib::aeth_syndrome::set(a.syn_msn, ib::make_syndrome(ib::ack_class::ack,
-                                                       ib::ack_credits_invalid));
+    ib::aeth_syndrome::set(a.syn_msn, ack_syndrome);
     ib::aeth_msn::set(a.syn_msn, q.msn);
     // READ response packet: FIRST/MIDDLE/LAST carry MTU bytes, AETH on the
     // first and last (IBA 9.4.4). The region is looked up again per packet:
