@@ -486,10 +486,23 @@ void agent::on_dreq(uint16_t slid, const mad &m)
     // Our side hears of the disconnection before the peer hears the DREP:
     // whoever waits for the peer's DREP may take it that this end knows.
     auto it = conns_.find(d.remote_comm_id.get());
-    if (it != conns_.end() && it->second.remote_id == d.local_comm_id.get() &&
+    bool ours_to_answer = it != conns_.end() && it->second.remote_id == d.local_comm_id.get();
+    if (ours_to_answer && it->second.st == state::dreq_rcvd) {
+        return;   // a retry of the DREQ the consumer holds: answered with it
+    }
+    if (ours_to_answer &&
         (it->second.st == state::established || it->second.st == state::dreq_sent)) {
         uint32_t id = it->first;
         bool ours = it->second.st == state::dreq_sent;   // both sides asked at once
+        if (!ours && drep_after_consumer_) {
+            it->second.st       = state::dreq_rcvd;
+            it->second.tid      = m.hdr.tid.get();
+            it->second.deadline = {};
+            if (on_disconnect_) {
+                on_disconnect_(id);
+            }
+            return;
+        }
         auto done = std::move(it->second.disconnected);
         forget(id);
         if (ours) {
@@ -502,12 +515,29 @@ void agent::on_dreq(uint16_t slid, const mad &m)
     }
     // Always answered, also for a connection we no longer know (12.9.6):
     // the peer's DREQ retries must end.
-    mad r = make(attr::drep, m.hdr.tid.get());
+    send_drep(slid, d.remote_comm_id.get(), d.local_comm_id.get(), m.hdr.tid.get());
+}
+
+status agent::answer_dreq(uint32_t id)
+{
+    auto it = conns_.find(id);
+    if (it == conns_.end() || it->second.st != state::dreq_rcvd) {
+        return status::invalid_param;
+    }
+    const conn &c = it->second;
+    send_drep(c.peer_lid, id, c.remote_id, c.tid);
+    forget(id);
+    return status::ok;
+}
+
+void agent::send_drep(uint16_t dlid, uint32_t local_id, uint32_t remote_id, uint64_t tid)
+{
+    mad r = make(attr::drep, tid);
     drep p{};
-    p.local_comm_id.set(d.remote_comm_id.get());
-    p.remote_comm_id.set(d.local_comm_id.get());
+    p.local_comm_id.set(local_id);
+    p.remote_comm_id.set(remote_id);
     put(r, p);
-    (void)send(slid, r);
+    (void)send(dlid, r);
 }
 
 void agent::on_drep(const mad &m)

@@ -125,8 +125,18 @@ public:
     /// Forgets a connection at once, without a message or a callback (its
     /// user is gone; the peer's retries end in its own time-out).
     void   abandon(uint32_t id) { forget(id); }
-    /// The peer tore a connection down (its DREQ was answered).
+    /// The peer tore a connection down: its DREQ was answered, or, with
+    /// drep_after_consumer(), is waiting for answer_dreq().
     void   on_disconnect(disconnect_fn f) { on_disconnect_ = std::move(f); }
+    /// rdma_cm's order (ib_cm's DREP is the consumer's, sent by its
+    /// rdma_disconnect() after the DISCONNECTED event): a peer's DREQ goes
+    /// to the disconnect handler and its DREP waits for answer_dreq(), so
+    /// the peer's disconnection completes only after this side heard of it.
+    /// A consumer that never answers leaves the peer to its DREQ time-out.
+    void   drep_after_consumer(bool on) { drep_after_consumer_ = on; }
+    /// Sends the DREP a drep_after_consumer() DREQ waits for; invalid_param
+    /// when `id` has none waiting.
+    status answer_dreq(uint32_t id);
 
     /// Receives CM messages and runs the timers; returns the messages
     /// handled. The device itself is progressed by the caller.
@@ -149,6 +159,7 @@ private:
         rep_sent,          ///< passive: waiting for RTU
         established,
         dreq_sent,         ///< waiting for DREP
+        dreq_rcvd,         ///< the peer's DREQ is with the consumer (answer_dreq)
         timewait,          ///< gone; remembered to answer duplicates
     };
     struct conn {
@@ -160,7 +171,8 @@ private:
         uint64_t   service_id = 0;
         mad        last_sent{};       ///< resent on time-out / duplicate
         timing     tm;
-        uint64_t   tid = 0;           ///< of the REQ (its REP echoes it)
+        uint64_t   tid = 0;           ///< of the REQ (its REP echoes it), or of
+                                      ///< the DREQ in dreq_rcvd (its DREP's)
         unsigned   retries_left = 0;
         std::chrono::steady_clock::time_point deadline{};
         requester  req_cb;
@@ -193,6 +205,7 @@ private:
     void   on_rej(const mad &m);
     void   on_dreq(uint16_t slid, const mad &m);
     void   on_drep(const mad &m);
+    void   send_drep(uint16_t dlid, uint32_t local_id, uint32_t remote_id, uint64_t tid);
     void   send_rtu(uint32_t id, conn &c);
     void   run_timers();
     /// Arms a connection's retry timer (and the agent's timer scan).
@@ -206,6 +219,7 @@ private:
     std::map<uint64_t, listener>   listeners_;
     std::map<uint32_t, conn>       conns_;            ///< by local comm ID
     bool                           timers_armed_ = false;   ///< a conn may have a deadline
+    bool                           drep_after_consumer_ = false;
     std::map<uint64_t, uint32_t>   by_remote_;        ///< (peer lid, remote ID) -> local
     uint32_t                       next_id_;
     uint64_t                       next_tid_ = 1;

@@ -110,6 +110,9 @@ connection_manager::create(drv::context &ctx, port_space &ports, cm::timing t)
         return a.error();
     }
     m->agent_ = a.take();
+    // UCT's CM users expect rdma_cm's order: the side that disconnects
+    // first completes after the other side's consumer heard of it.
+    m->agent_->drep_after_consumer(true);
     m->pd_    = ctx.alloc_pd();
     auto cq = drv::cq::create(ctx, 256);
     if (!cq.ok()) {
@@ -444,10 +447,13 @@ status connection_manager::disconnect(uint32_t conn)
         return status::not_connected;
     }
     if (it->second.ended) {
-        // The peer's DREQ came first and was answered: this end is done,
-        // as rdma_disconnect() after the peer's. Its disconnected event may
-        // still be on its way to the consumer, which has not seen it yet.
+        // The peer's DREQ came first: its DREP goes now (if the connection
+        // was not rejected meanwhile), as rdma_disconnect() after the
+        // peer's. The disconnected event may still be on its way to the
+        // consumer, which has not seen it yet.
+        (void)agent_->answer_dreq(conn);
         it->second.disconnect_called = true;
+        kick();
         return status::ok;
     }
     status s = agent_->disconnect(conn, [this, conn] {
@@ -472,14 +478,14 @@ void connection_manager::destroy(uint32_t conn)
     if (c.ch && c.context) {
         c.ch->purge(c.context);
     }
-    if (!c.ended) {
-        if (c.established) {
-            (void)agent_->disconnect(conn);   // the peer hears a DREQ
-        } else if (!c.active && !c.qp) {
-            (void)agent_->refuse(conn, cm::reject_reason::consumer_reject);
-        } else {
-            agent_->abandon(conn);   // mid-handshake: the peer times out
-        }
+    if (c.ended) {
+        (void)agent_->answer_dreq(conn);   // a peer's DREQ the consumer left
+    } else if (c.established) {
+        (void)agent_->disconnect(conn);   // the peer hears a DREQ
+    } else if (!c.active && !c.qp) {
+        (void)agent_->refuse(conn, cm::reject_reason::consumer_reject);
+    } else {
+        agent_->abandon(conn);   // mid-handshake: the peer times out
     }
     if (c.bound_port) {
         ports_.unbind(c.bound_port);

@@ -510,7 +510,9 @@ ucs_status_t cm_ep::disconnect()
         }
         break;
     case phase::peer_disconnected:
-        // The peer's DREQ was answered already: our side is done with it.
+        // The peer's DREQ came first: its DREP goes now, as rdma_disconnect()
+        // after the DISCONNECTED event, and completes the peer's side.
+        (void)mgr_->disconnect(*conn_);
         phase_ = phase::disconnected;
         st     = UCS_OK;
         break;

@@ -85,6 +85,17 @@ protected:
         }
     }
 
+    /// `s`'s manager again, with the CM's default timing (a DREQ retried
+    /// for ~2 s): for waits that must not end in the short timing's
+    /// time-out.
+    void default_timing(side &s)
+    {
+        s.cm.reset();
+        auto m = connection_manager::create(*s.ctx, *ports_);
+        ASSERT_TRUE(m.ok());
+        s.cm = m.take();
+    }
+
     /// Progresses both managers until `ch` has an event (or gives up).
     std::optional<event> next(channel &ch, unsigned rounds = 20000)
     {
@@ -205,24 +216,58 @@ TEST_F(ip_cm_test, disconnect_tells_both_sides)
     ASSERT_TRUE(peer.has_value());
     EXPECT_EQ(peer->what, event::kind::disconnected);
     EXPECT_EQ(peer->conn, s);
+    EXPECT_EQ(server_.cm->disconnect(s), status::ok);   // rdma_disconnect() after it
     auto own = next(*client_.ch);   // our DREQ answered (DREP)
     ASSERT_TRUE(own.has_value());
     EXPECT_EQ(own->what, event::kind::disconnected);
     EXPECT_EQ(client_.cm->disconnect(c), status::not_connected);
 }
 
-// The peer's DREQ was taken (and answered) by this end's CM, its event not
-// yet by the consumer, which disconnects meanwhile: that succeeds, as
-// rdma_disconnect() does after the peer's (UCT's sockaddr stress test calls
-// uct_ep_disconnect on endpoints whose disconnect callback has not run).
-// A second call is refused.
+// rdma_cm's order, which UCT's sockaddr stress test counts on: the side
+// that disconnects first completes only after the other side's consumer
+// heard of it and disconnected too (the DREP is the consumer's, as
+// ib_cm's). An immediate DREP would reach the client within a few rounds.
+TEST_F(ip_cm_test, the_first_to_disconnect_completes_after_the_other_consumer_disconnects)
+{
+    default_timing(client_);
+    auto [c, s] = connect_pair();
+    ASSERT_EQ(client_.cm->disconnect(c), status::ok);
+    auto peer = next(*server_.ch);
+    ASSERT_TRUE(peer && peer->what == event::kind::disconnected);
+    EXPECT_FALSE(next(*client_.ch, 200).has_value());   // no DREP yet
+    EXPECT_EQ(server_.cm->disconnect(s), status::ok);
+    auto own = next(*client_.ch);
+    ASSERT_TRUE(own && own->what == event::kind::disconnected);
+    EXPECT_EQ(own->conn, c);
+}
+
+// A consumer that destroys the connection instead answers the DREQ too,
+// not leaving the peer to its DREQ's time-out.
+TEST_F(ip_cm_test, destroying_a_connection_the_peer_disconnected_answers_its_dreq)
+{
+    default_timing(client_);
+    auto [c, s] = connect_pair();
+    ASSERT_EQ(client_.cm->disconnect(c), status::ok);
+    auto peer = next(*server_.ch);
+    ASSERT_TRUE(peer && peer->what == event::kind::disconnected);
+    server_.cm->destroy(s);
+    auto own = next(*client_.ch, 200);   // rounds, no sleeps: far from ~2 s
+    ASSERT_TRUE(own && own->what == event::kind::disconnected);
+}
+
+// The peer's DREQ was taken by this end's CM, its event not yet by the
+// consumer, which disconnects meanwhile: that succeeds (and answers the
+// DREQ), as rdma_disconnect() does after the peer's (UCT's sockaddr stress
+// test calls uct_ep_disconnect on endpoints whose disconnect callback has
+// not run). A second call is refused.
 TEST_F(ip_cm_test, disconnect_after_the_peers_dreq_before_its_event_succeeds_once)
 {
     auto [c, s] = connect_pair();
     ASSERT_EQ(server_.cm->disconnect(s), status::ok);
-    auto own = next(*server_.ch);   // the client's CM answered the DREQ
-    ASSERT_TRUE(own && own->what == event::kind::disconnected);
+    EXPECT_FALSE(next(*server_.ch, 200).has_value());   // the client's CM takes the DREQ
     EXPECT_EQ(client_.cm->disconnect(c), status::ok);
+    auto own = next(*server_.ch);   // the client's consumer answered
+    ASSERT_TRUE(own && own->what == event::kind::disconnected);
     auto peer = next(*client_.ch);
     ASSERT_TRUE(peer.has_value());
     EXPECT_EQ(peer->what, event::kind::disconnected);
@@ -412,7 +457,10 @@ TEST_F(ip_cm_thread_test, a_hundred_connections_through_one_manager_all_end_on_b
     }
     int client_ends = 0, server_ends = 0;
     while (client_ends < n && wait(*client_.ch, e)) {
-        client_ends += e.what == event::kind::disconnected;
+        if (e.what == event::kind::disconnected) {
+            ++client_ends;
+            EXPECT_EQ(m.disconnect(e.conn), status::ok);   // the DREP is the consumer's
+        }
     }
     while (server_ends < n && wait(*server_.ch, e)) {
         server_ends += e.what == event::kind::disconnected;
