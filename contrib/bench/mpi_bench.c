@@ -16,7 +16,8 @@
  *            clamped to [0, 100]; times are medians over the iterations.
  * Sizes go from MIN to MAX in powers of two (overlap: powers of four).
  * Defaults: lat/bw/bibw 1 B .. 4 MiB, mr 1 B .. 8 KiB, overlap 1 .. 16 MiB.
- * -q runs about a tenth of the iterations (smoke test).
+ * -q runs about a tenth of the iterations (smoke test); MPI_BENCH_ITERS=N in
+ * the environment runs N (plus the warm-up tenth) for every size.
  * MB/s is 10^6 bytes per second, as in OSU. Data is not verified here
  * (contrib/mlx4x-pingpong does that).
  */
@@ -35,7 +36,13 @@ static unsigned char *sbuf, *rbuf;
 
 static int iters_for(enum mode m, size_t size)
 {
-    int n;
+    /* MPI_BENCH_ITERS: the same count for every mode and size, for
+     * profiles that subtract two runs (profile-mpi-rate.sh). */
+    const char *fixed = getenv("MPI_BENCH_ITERS");
+    int n = fixed ? atoi(fixed) : 0;
+    if (n > 0) {
+        return n;
+    }
     switch (m) {
     case M_LAT:  n = size <= 8192 ? 10000 : size <= 262144 ? 1000 : 100; break;
     case M_BW:
