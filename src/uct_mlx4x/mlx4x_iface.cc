@@ -437,22 +437,28 @@ status interface::init(const uct_iface_params_t &params)
         MLX4X_ERROR("UCX_MLX4X_TM_LIST_SIZE must be 1..%u", prm::max_tm_list_size);
         return status::invalid_param;
     }
-    auto sr = drv::srq::create(ctx(), md_.pd(), cfg_.rx_queue_len, 1,
-                               tm ? cfg_.tm_list_size : 0);
+    // A buffer for every SRQ entry, the spare's too: each entry keeps its
+    // buffer, so a used one goes back with no WQE to write (repost_rx).
+    // The SRQ's size is a power of two, so the buffers are as many.
+    uint32_t rx_bufs = std::max(2u, std::bit_ceil(cfg_.rx_queue_len));
+    auto sr = drv::srq::create(ctx(), md_.pd(), rx_bufs - 1, 1, tm ? cfg_.tm_list_size : 0);
     if (!sr.ok()) {
         MLX4X_ERROR("cannot create the receive queue (UCX_MLX4X_RX_QUEUE_LEN %u): %s",
                     cfg_.rx_queue_len, to_string(sr.error()));
         return sr.error();
     }
     srq_ = sr.take();
-    if (status s = make_slots(ctx(), md_.pd(), rx_bufs_, cfg_.rx_queue_len, seg_size_);
-        s != status::ok) {
+    if (status s = make_slots(ctx(), md_.pd(), rx_bufs_, rx_bufs, seg_size_); s != status::ok) {
         return s;
     }
-    for (uint32_t i = 0; i < cfg_.rx_queue_len; ++i) {
+    for (uint32_t i = 0; i < rx_bufs - 1; ++i) {
         if (status s = post_rx(i); s != status::ok) {
             return s;
         }
+    }
+    drv::sge spare = rx_sge(rx_bufs - 1);
+    if (status s = srq_->bind_spare(rx_bufs - 1, {&spare, 1}); s != status::ok) {
+        return s;
     }
     if (tm) {
         if (status s = init_tm(params); s != status::ok) {
@@ -675,10 +681,15 @@ void interface::remove_ep(endpoint *e)
     std::erase_if(ep_by_qpn_, [e](const auto &kv) { return kv.second == e; });
 }
 
+drv::sge interface::rx_sge(uint32_t slot)
+{
+    return {reinterpret_cast<uint64_t>(rx_bufs_.slot(slot)), uint32_t(rx_bufs_.slot_size),
+            rx_bufs_.mr->lkey()};
+}
+
 status interface::post_rx(uint32_t slot)
 {
-    drv::sge s{reinterpret_cast<uint64_t>(rx_bufs_.slot(slot)),
-               uint32_t(rx_bufs_.slot_size), rx_bufs_.mr->lkey()};
+    drv::sge s = rx_sge(slot);
     return srq_->post_recv(slot, {&s, 1});
 }
 
@@ -824,8 +835,8 @@ unsigned interface::poll_recv()
     if (srq_->has_dropped()) [[unlikely]] {
         // Messages a destroyed connection took with it: their buffers
         // serve the others again.
-        for (uint64_t slot : srq_->take_dropped()) {
-            (void)post_rx(uint32_t(slot));
+        for (size_t n = srq_->take_dropped().size(); n; --n) {
+            repost_rx();
         }
     }
     unsigned total = 0;
@@ -840,7 +851,7 @@ unsigned interface::poll_recv()
             } else {
                 on_untagged(buf, r.byte_len);
             }
-            (void)post_rx(uint32_t(r.wr_id));
+            repost_rx();
         } else if (drv::wc w; next == drv::cq::next::other && recv_cq_->poll({&w, 1})) {
             on_receive(w);
         } else {
@@ -865,12 +876,12 @@ void interface::on_receive(const drv::wc &w)
         if (tm_ && w.qpn == tm_->cmd->qpn()) {
             tm_->shadow.op_done();   // a list operation the device refused
         } else {
-            (void)post_rx(uint32_t(w.wr_id));   // the SRQ WQE is free again
+            repost_rx();   // the SRQ WQE and its buffer are free again
         }
         return;
     }
     on_untagged(rx_bufs_.slot(w.wr_id), w.byte_len);
-    (void)post_rx(uint32_t(w.wr_id));
+    repost_rx();
 }
 
 /// An untagged message in an SRQ buffer: an active message or a FIN.

@@ -363,7 +363,12 @@ private:
     /// Send work the upkeep owes UCX: a send completion or a pending send
     /// (event_arm() leaves both to progress).
     bool sends_to_complete() const { return send_cq_->ready() || pending_reqs_ != 0; }
-    status post_rx(uint32_t slot);
+    /// Receive buffer `slot` as a scatter entry, and posted to the SRQ.
+    drv::sge rx_sge(uint32_t slot);
+    status   post_rx(uint32_t slot);
+    /// A received message is done with: the next free SRQ entry goes back
+    /// with the buffer it holds (every entry keeps its own, drv::srq::repost).
+    void repost_rx() { (void)srq_->repost(); }
     status init_events();
     /// Progress-driven with a fabric wake-up line: a sleeping process is
     /// woken by arriving frames, since nothing else runs its device.

@@ -394,7 +394,7 @@ void interface::on_tm_completion(const drv::wc &w)
     }
     if (w.opcode == drv::wc_opcode::tm_unexpected) {
         on_unexpected(rx_bufs_.slot(w.wr_id), w.byte_len, w.tm.with_imm, w.imm);
-        (void)post_rx(uint32_t(w.wr_id));
+        repost_rx();
         return;
     }
     if (!tm_) {

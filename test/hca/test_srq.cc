@@ -5,6 +5,8 @@
 // refused, and an SRQ of another PD refused.
 #include "hca_fixture.h"
 
+#include <set>
+
 namespace mlx4x::test {
 namespace {
 
@@ -123,6 +125,43 @@ TEST_F(shared_rq, two_qps_receive_from_one_srq_and_wqes_are_reused)
     for (uint32_t i = 0; i < 24; ++i) {
         EXPECT_EQ(seen[i], i);   // every message once
     }
+}
+
+// A consumer with one buffer per SRQ entry (the UCT interface): each entry
+// filled once (post_recv, bind_spare for the spare), then every completed
+// buffer goes back by repost() — the next free entry, posted again with the
+// buffer and wr_id it holds. 40 messages through 16 entries: each lands in
+// the buffer its completion names, and all 16 buffers take turns.
+TEST_F(shared_rq, reposted_entries_keep_their_buffers)
+{
+    EXPECT_EQ(srq->repost(), status::invalid_param);   // an entry never filled
+    for (uint32_t i = 0; i < 15; ++i) {
+        ASSERT_EQ(post_srq(100 + i, i), status::ok);
+    }
+    EXPECT_EQ(srq->repost(), status::no_resource);   // only the spare is free
+    drv::sge spare{reinterpret_cast<uint64_t>(buf.data() + 4096 * 15), 4096, bm->lkey()};
+    ASSERT_EQ(srq->bind_spare(115, {&spare, 1}), status::ok);
+    uint32_t sent = 0, received = 0;
+    std::set<uint64_t> used;
+    ASSERT_TRUE(run_until([&] {
+        if (sent < 40 && a.qp->sq_free()) {
+            std::memset(msg.data(), int(sent), 64);
+            if (a.post_send(sent, msg.data(), 64, am->lkey()) == status::ok) {
+                ++sent;
+            }
+        }
+        while (received < b.recv_wcs.size()) {
+            const drv::wc &w = b.recv_wcs[received];
+            EXPECT_EQ(w.status, drv::wc_status::success);
+            EXPECT_EQ(buf[4096 * (w.wr_id - 100)], received) << "message " << received;
+            used.insert(w.wr_id);
+            ++received;
+            EXPECT_EQ(srq->repost(), status::ok);
+        }
+        return received == 40;
+    }));
+    EXPECT_EQ(used.size(), 16u);
+    EXPECT_EQ(srq->posted(), 15u);
 }
 
 TEST_F(shared_rq, full_srq_refuses_posts_and_keeps_one_spare_entry)

@@ -597,6 +597,20 @@ public:
     uint32_t tm_list_size() const { return tm_list_size_; }
 
     inline status post_recv(uint64_t wr_id, std::span<const sge> sg);
+    /// For a consumer that keeps one buffer per WQE: writes `wr_id` and
+    /// `sg` into the spare WQE without posting it, so that, once every WQE
+    /// holds a buffer (post_recv() of all the others first), repost() can
+    /// send each completed buffer back as it is. invalid_param unless the
+    /// SRQ is full (its spare is the one free WQE).
+    status bind_spare(uint64_t wr_id, std::span<const sge> sg);
+    /// Posts the next free WQE again with the wr_id and scatter list it
+    /// held (bind_spare): a completed WQE's buffer is free once its
+    /// consumer is done with it, and it goes back to the free list's tail
+    /// (complete()), so the WQE posted here held a buffer freed earlier.
+    /// No data segment to write. invalid_param for a WQE never filled.
+    inline status repost();
+    /// Entries in the queue, the spare included (capacity + 1).
+    uint32_t size() const { return size_; }
     /// SRQ limit (IBA 10.2.9.3): one async event when fewer than `limit`
     /// WQEs remain; 0 disarms.
     status arm(uint16_t limit);
@@ -618,6 +632,13 @@ private:
     {
         return buf_ + (size_t(i & (size_ - 1)) << log_stride_);
     }
+    /// Writes WQE `index`'s scatter list and wr_id (not posted yet).
+    inline void fill(uint16_t index, uint64_t wr_id, std::span<const sge> sg);
+    /// The free WQE after `index` (its link).
+    inline uint16_t next_of(uint16_t index) const;
+    /// The head WQE is posted: the free list goes on at `next_head`, the
+    /// doorbell record counts it.
+    inline status ring(uint16_t next_head);
 
     context &ctx_;
     bool     pd_held_ = false;
@@ -628,6 +649,7 @@ private:
     uint8_t *buf_ = nullptr;
     uint64_t mtt_ = ~uint64_t{0};
     std::vector<uint64_t> wrid_;
+    std::vector<uint8_t>  filled_;   ///< a WQE's data segment written (repost)
     std::vector<uint64_t> dropped_;
     alignas(8) uint32_t db_ = 0;
 };

@@ -489,17 +489,42 @@ inline status srq::post_recv(uint64_t wr_id, std::span<const sge> sg)
     if (sg.size() > max_sge_) {
         return status::invalid_param;
     }
-    uint16_t index = head_;
-    uint8_t *w     = wqe(index);
-    prm::wqe_srq_next_seg next;
-    std::memcpy(&next, w, sizeof(next));
-    head_ = next.next_wqe_index.get();
-    auto *seg = w + sizeof(next);
+    fill(head_, wr_id, sg);
+    return ring(next_of(head_));
+}
+
+inline status srq::repost()
+{
+    if (head_ == tail_) {
+        return status::no_resource;
+    }
+    if (!filled_[head_]) {
+        return status::invalid_param;
+    }
+    return ring(next_of(head_));
+}
+
+inline void srq::fill(uint16_t index, uint64_t wr_id, std::span<const sge> sg)
+{
+    uint8_t *seg = wqe(index) + sizeof(prm::wqe_srq_next_seg);
     for (size_t i = 0; i < max_sge_; ++i) {
         detail::write_recv_seg(seg + i * sizeof(prm::wqe_data_seg),
                                i < sg.size() ? &sg[i] : nullptr);
     }
-    wrid_[index] = wr_id;
+    wrid_[index]   = wr_id;
+    filled_[index] = 1;
+}
+
+inline uint16_t srq::next_of(uint16_t index) const
+{
+    prm::wqe_srq_next_seg next;
+    std::memcpy(&next, wqe(index), sizeof(next));
+    return next.next_wqe_index.get();
+}
+
+inline status srq::ring(uint16_t next_head)
+{
+    head_ = next_head;
     ++counter_;
     ++posted_;
     // Release: the WQE is complete before the record announces it.
