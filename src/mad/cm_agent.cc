@@ -486,11 +486,11 @@ void agent::on_dreq(uint16_t slid, const mad &m)
     // Our side hears of the disconnection before the peer hears the DREP:
     // whoever waits for the peer's DREP may take it that this end knows.
     auto it = conns_.find(d.remote_comm_id.get());
-    bool ours_to_answer = it != conns_.end() && it->second.remote_id == d.local_comm_id.get();
-    if (ours_to_answer && it->second.st == state::dreq_rcvd) {
+    bool known = it != conns_.end() && it->second.remote_id == d.local_comm_id.get();
+    if (known && it->second.st == state::dreq_rcvd) {
         return;   // a retry of the DREQ the consumer holds: answered with it
     }
-    if (ours_to_answer &&
+    if (known &&
         (it->second.st == state::established || it->second.st == state::dreq_sent)) {
         uint32_t id = it->first;
         bool ours = it->second.st == state::dreq_sent;   // both sides asked at once

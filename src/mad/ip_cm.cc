@@ -447,10 +447,10 @@ status connection_manager::disconnect(uint32_t conn)
         return status::not_connected;
     }
     if (it->second.ended) {
-        // The peer's DREQ came first: its DREP goes now (if the connection
-        // was not rejected meanwhile), as rdma_disconnect() after the
-        // peer's. The disconnected event may still be on its way to the
-        // consumer, which has not seen it yet.
+        // The peer's DREQ came first: its DREP goes now, as
+        // rdma_disconnect() after the peer's (a connection that ended by a
+        // REJ has none waiting). The disconnected event may still be on its
+        // way to the consumer, which has not seen it yet.
         (void)agent_->answer_dreq(conn);
         it->second.disconnect_called = true;
         kick();

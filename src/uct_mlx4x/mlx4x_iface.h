@@ -363,8 +363,9 @@ private:
     /// Send work the upkeep owes UCX: a send completion or a pending send
     /// (event_arm() leaves both to progress).
     bool sends_to_complete() const { return send_cq_->ready() || pending_reqs_ != 0; }
-    /// Receive buffer `slot` as a scatter entry, and posted to the SRQ.
+    /// Receive buffer `slot` as a scatter entry.
     drv::sge rx_sge(uint32_t slot);
+    /// Receive buffer `slot` into the SRQ's next free entry (set-up).
     status   post_rx(uint32_t slot);
     /// A received message is done with: the next free SRQ entry goes back
     /// with the buffer it holds (every entry keeps its own, drv::srq::repost).

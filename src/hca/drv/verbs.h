@@ -609,8 +609,6 @@ public:
     /// (complete()), so the WQE posted here held a buffer freed earlier.
     /// No data segment to write. invalid_param for a WQE never filled.
     inline status repost();
-    /// Entries in the queue, the spare included (capacity + 1).
-    uint32_t size() const { return size_; }
     /// SRQ limit (IBA 10.2.9.3): one async event when fewer than `limit`
     /// WQEs remain; 0 disarms.
     status arm(uint16_t limit);
