@@ -334,20 +334,22 @@ void device::take_read_share(qp &q, const engine::pkt &p)
 /// PD, bounds, local write).
 bool device::copy_read_share(qp &q, const engine::send_wqe &w, uint32_t share)
 {
-    uint32_t done = 0;
-    for (size_t o = 0; done < share && o + sizeof(prm::wqe_data_seg) <= w.segs_len;
-         o += sizeof(prm::wqe_data_seg)) {
-        prm::wqe_data_seg d;
-        std::memcpy(&d, w.segs + o, sizeof(d));
-        uint32_t n    = std::min(d.byte_count.get() & 0x7fffffff, share - done);
-        uint64_t addr = d.addr.get();
-        fabric::mem_range remote{w.raddr + done, n};
-        if (n && (!local_access_ok(q, d.lkey.get(), addr, n, true) ||
-                  port_->direct_copy(q.dlid, fabric::copy_dir::from_peer, {addr, n},
-                                     {&remote, 1}) != status::ok)) {
+    uint32_t done   = 0;
+    bool     failed = false;
+    engine::for_each_data_seg(w, [&](uint64_t addr, uint32_t len, uint32_t lkey) {
+        if (done == share) {
             return false;
         }
-        done += n;
+        uint32_t n = std::min(len, share - done);
+        fabric::mem_range remote{w.raddr + done, n};
+        failed = n && (!local_access_ok(q, lkey, addr, n, true) ||
+                       port_->direct_copy(q.dlid, fabric::copy_dir::from_peer, {addr, n},
+                                          {&remote, 1}) != status::ok);
+        done += failed ? 0 : n;
+        return !failed;
+    });
+    if (failed) {
+        return false;
     }
     count(counter::direct_bytes, done);
     return done == share;

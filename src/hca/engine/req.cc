@@ -567,15 +567,10 @@ size_t device::direct_segs(const qp &q, const send_wqe &w, std::span<uint8_t> ou
     bool   read  = engine::is_read(w.opcode);
     size_t used  = 0;
     uint64_t total = 0;
-    for (size_t o = 0; o + sizeof(prm::wqe_data_seg) <= w.segs_len;
-         o += sizeof(prm::wqe_data_seg)) {
-        prm::wqe_data_seg d;
-        std::memcpy(&d, w.segs + o, sizeof(d));
-        uint32_t n    = d.byte_count.get() & 0x7fffffff;
-        uint64_t addr = d.addr.get();
-        if (!local_access_ok(q, d.lkey.get(), addr, n, read) ||
+    bool all = engine::for_each_data_seg(w, [&](uint64_t addr, uint32_t n, uint32_t lkey) {
+        if (!local_access_ok(q, lkey, addr, n, read) ||
             used + sizeof(ib::x_direct_seg) > out.size()) {
-            return 0;
+            return false;
         }
         ib::x_direct_seg x{};
         x.va.set(addr);
@@ -583,8 +578,9 @@ size_t device::direct_segs(const qp &q, const send_wqe &w, std::span<uint8_t> ou
         std::memcpy(out.data() + used, &x, sizeof(x));
         used  += sizeof(x);
         total += n;
-    }
-    return total == w.total_len ? used : 0;
+        return true;
+    });
+    return all && total == w.total_len ? used : 0;
 }
 
 /// A message that is one request packet whatever its length: a READ (RETH;
@@ -714,17 +710,15 @@ bool device::gather_payload(qp &q, const send_wqe &w, uint32_t offset,
         engine::for_each_inline_chunk(w, take);
         return copied == len;
     }
-    for (size_t o = 0; o + sizeof(prm::wqe_data_seg) <= w.segs_len && copied < len;
-         o += sizeof(prm::wqe_data_seg)) {
-        prm::wqe_data_seg d;
-        std::memcpy(&d, w.segs + o, sizeof(d));
-        uint32_t n    = d.byte_count.get() & 0x7fffffff;
-        uint64_t addr = d.addr.get();
-        if (!local_access_ok(q, d.lkey.get(), addr, n, false)) {
+    // Entries are walked until the payload is whole; a failed check fails
+    // it (copied stays short).
+    engine::for_each_data_seg(w, [&](uint64_t addr, uint32_t n, uint32_t lkey) {
+        if (copied == len || !local_access_ok(q, lkey, addr, n, false)) {
             return false;
         }
         take(reinterpret_cast<const uint8_t *>(static_cast<uintptr_t>(addr)), n);
-    }
+        return true;
+    });
     return copied == len;
 }
 

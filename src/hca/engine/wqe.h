@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <cstring>
+#include <utility>
 
 namespace mlx4x::engine {
 
@@ -111,6 +112,26 @@ template <typename F> void for_each_inline_chunk(const send_wqe &w, F &&f)
                           std::forward<F>(f));
 }
 
+/// Calls f(addr, len, lkey) for each data segment (gather or scatter
+/// entry) of a WQE without inline data, in order, until f returns false.
+/// Whether every segment was walked.
+template <typename F> bool for_each_data_seg(const uint8_t *segs, size_t segs_len, F &&f)
+{
+    for (size_t o = 0; o + sizeof(prm::wqe_data_seg) <= segs_len;
+         o += sizeof(prm::wqe_data_seg)) {
+        prm::wqe_data_seg d;
+        std::memcpy(&d, segs + o, sizeof(d));
+        if (!f(d.addr.get(), d.byte_count.get() & 0x7fffffff, d.lkey.get())) {
+            return false;
+        }
+    }
+    return true;
+}
+template <typename F> bool for_each_data_seg(const send_wqe &w, F &&f)
+{
+    return for_each_data_seg(w.segs, w.segs_len, std::forward<F>(f));
+}
+
 /// Decodes the WQE; false if it is malformed (size or segments).
 inline bool decode_send_wqe(const dev::qp &q, uint32_t index, send_wqe &w)
 {
@@ -190,12 +211,10 @@ inline bool decode_send_wqe(const dev::qp &q, uint32_t index, send_wqe &w)
             w.total_len += n;
         });
     } else {
-        for (size_t o = 0; o + sizeof(prm::wqe_data_seg) <= w.segs_len;
-             o += sizeof(prm::wqe_data_seg)) {
-            prm::wqe_data_seg d;
-            std::memcpy(&d, w.segs + o, sizeof(d));
-            w.total_len += d.byte_count.get() & 0x7fffffff;
-        }
+        for_each_data_seg(w, [&](uint64_t, uint32_t n, uint32_t) {
+            w.total_len += n;
+            return true;
+        });
     }
     return true;
 }
