@@ -563,8 +563,10 @@ cell() {   # KEY VARIANT -> formatted median, with k/n if some runs failed
     fi
     echo "$s"
 }
-ratio() {   # KEY OTHER -> mlx4x/OTHER or empty
+ratio() {   # KEY OTHER -> mlx4x/OTHER or empty (none for percentages:
+            # an overlap of 99 % against 0.6 % is not "164x")
     local a=${MED["$1|mlx4x"]} b=${MED["$1|$2"]}
+    [ "${R_UNIT[$1]}" != % ] || return 0
     case "$a$b" in *na* | *fail*) return ;; esac
     awk -v a="$a" -v b="$b" 'BEGIN { if (b > 0) printf "%.4g\n", a / b }'
 }
