@@ -27,6 +27,10 @@
 # on. Runs of the three transports are interleaved so that machine noise hits
 # them alike; ratios mlx4x/sm and mlx4x/tcp are reported next to the values.
 #
+# Before each run and at the end, contrib/bench/core_rtt.c measures the
+# round trip of a cache line between cores 0 and 1: the placement that
+# sets sm's small-message figures (results.md's header lists it).
+#
 # Output in DIR: results.md (tables, targets, plots), results.csv (every
 # run), *.png (gnuplot), data/ (plot data and gnuplot script), raw/ (logs).
 #
@@ -474,9 +478,27 @@ mpi_bench_run() {
     fi
 }
 
+# ---- the cores' placement -------------------------------------------------
+# The round trip of a cache line between cores 0 and 1 (core_rtt.c), at the
+# start of every run and at the end: it sets sm's small-message figures,
+# and so the ratios (the VM moves its vCPUs between placements).
+
+rtt_bin="$out/build/core_rtt"
+mkdir -p "$out/build"
+cc -O2 -std=c11 -Wall -pthread -o "$rtt_bin" "$top/contrib/bench/core_rtt.c" \
+    >"$out/build/core_rtt.log" 2>&1 || rtt_bin=""
+core_rtts=()
+measure_core_rtt() {
+    local ns=""
+    [ -n "$rtt_bin" ] && ns=$(timeout 20 "$rtt_bin" 0 1 2>/dev/null)
+    core_rtts+=("${ns:-?}")
+    log "core 0 <-> 1 cache-line round trip: ${ns:-?} ns"
+}
+
 # ---- run ----------------------------------------------------------------
 
 for ((r = 1; r <= runs; r++)); do
+    measure_core_rtt
     if has_section uct; then
         for t in "${uct_tests[@]}"; do
             read -r key test op metric size pref <<<"$t"
@@ -503,6 +525,7 @@ for ((r = 1; r <= runs; r++)); do
         done
     fi
 done
+measure_core_rtt
 finished=$(date -u '+%Y-%m-%d %H:%M:%S UTC')
 load_end=$(cut -d' ' -f1-3 /proc/loadavg)
 
@@ -829,6 +852,7 @@ md="$out/results.md"
     echo "- Command: \`$cmdline\`$([ $quick -eq 1 ] && echo ' (quick mode: about 1/10 of the iterations)')"
     echo "- Runs per figure: $runs; every value is the median of the runs that worked"
     echo "- Machine: $(nproc) cores, $(awk -F': ' '/model name/ { print $2; exit }' /proc/cpuinfo), $(uname -sr); load average at start $load_start, at end $load_end"
+    echo "- Core 0 ↔ core 1 cache-line round trip (\`core_rtt.c\`), at the start of each run and at the end: $(IFS=/; echo "${core_rtts[*]}" | sed 's#/# / #g') ns (this project's VMs: ~60–80 ns in one placement of their vCPUs, ~310–370 ns in another; sm's small-message latency and rate follow it, and with them the ratios)"
     echo "- Software: UCX $ucx_version, ${ompi_version:-Open MPI ?}, mlx4x tree ${git_rev:-?} at start"
     echo "- Plugin: $plugin_info${MLX4X_LIB:+ (from MLX4X_LIB)}"
     echo "- Transports: **mlx4x** = \`-x mlx4x -d mlx4x_0:1\` / \`UCX_TLS=mlx4x,self\` through contrib/mlx4x-run; **sm** = \`-x posix -d memory\` / \`UCX_TLS=sm,self\`; **tcp** = \`-x tcp -d $tcp_dev\` / \`UCX_TLS=tcp,self\` (sm and tcp without the plugin preloaded)"
