@@ -43,6 +43,7 @@ status shadow_list::post(const receive &r, uint32_t &index)
     s.r = r;
     s.state = slot_state::posted;
     ++posted_;
+    ++appends_in_flight_;
     return status::ok;
 }
 
@@ -100,13 +101,21 @@ bool shadow_list::on_match(uint32_t index, receive &out)
     return report;
 }
 
-void shadow_list::on_append_done(uint32_t index, bool ok)
+bool shadow_list::on_append_done(uint32_t index, bool ok)
 {
     op_done();
     if (!ok && index < slots_.size() &&
         slots_[index].state == slot_state::posted) {
         release(index);
     }
+    if (appends_in_flight_ > 0) {
+        --appends_in_flight_;
+    }
+    if (appends_in_flight_ > 0 || !appends_lag_) {
+        return false;
+    }
+    appends_lag_ = false;
+    return posted_ > 0;
 }
 
 bool shadow_list::on_remove_done(uint32_t index, bool found, receive &out)
@@ -134,6 +143,7 @@ bool shadow_list::on_remove_done(uint32_t index, bool found, receive &out)
 bool shadow_list::note_unexpected()
 {
     ++sw_unexpected_;
+    appends_lag_ |= appends_in_flight_ > 0;
     // Only a posted tag can wait for a count that agrees (E63); the next
     // APPEND carries the count anyway.
     if (posted_ == 0 || ++since_sync_ < sync_every_) {

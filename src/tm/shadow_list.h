@@ -67,17 +67,27 @@ public:
     /// on_match().
     bool on_consumed(uint32_t index, receive &out);
 
-    /// An APPEND completed (ok) or failed (the slot is released).
-    void on_append_done(uint32_t index, bool ok);
+    /// An APPEND completed (ok) or failed (the slot is released). true: a
+    /// sync (NOP) is due now, the caller reserves it with reserve_op().
+    /// That is when software handled unexpected messages while an APPEND
+    /// was in flight: their completions came ahead of the APPEND's, so the
+    /// device had delivered them before it and the APPEND carried a count
+    /// behind the device's — its tag is held back (tag_list's rule). Once
+    /// every APPEND in flight is answered, the count includes them all and
+    /// one NOP releases the tags (E63).
+    bool on_append_done(uint32_t index, bool ok);
 
     /// A REMOVE completed: found (the device dropped the tag) or not (a
     /// match consumed it first: its CQE comes, or came, separately).
     /// true: a non-forced cancel is now complete and `out` says which.
     bool on_remove_done(uint32_t index, bool found, receive &out);
 
-    /// Software handled one unexpected message. true when a sync (NOP) is
-    /// due: every `sync_every` of them while receives are posted; the
-    /// caller reserves it with reserve_op().
+    /// Software handles one unexpected message (before its upper layer
+    /// does, which may post receives). true when a sync (NOP) is due: every
+    /// `sync_every` of them while receives are posted (what
+    /// on_append_done() cannot see: a message the device counted at its
+    /// first packet and completed after an APPEND); the caller reserves it
+    /// with reserve_op().
     bool note_unexpected();
     uint32_t sw_unexpected() const { return sw_unexpected_; }
 
@@ -108,6 +118,8 @@ private:
     uint32_t posted_ = 0;
     uint32_t ops_in_flight_ = 0, max_ops_;
     uint32_t sw_unexpected_ = 0, since_sync_ = 0, sync_every_;
+    uint32_t appends_in_flight_ = 0;
+    bool     appends_lag_ = false;   ///< an APPEND in flight carried a count behind
 };
 
 } // namespace mlx4x::tm

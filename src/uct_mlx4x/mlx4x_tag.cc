@@ -354,7 +354,9 @@ ucs_status_t interface::tag_recv(uint64_t tag, uint64_t mask, const uct_iov_t &i
     status s = post_list_op(prm::tm_list_op::append, index, &r,
                             memh ? memh->lkey() : md_.local_lkey());
     if (s != status::ok) {
-        tm_->shadow.on_append_done(index, false);
+        if (tm_->shadow.on_append_done(index, false)) {
+            post_sync();
+        }
         return to_ucs(s);
     }
     priv_of(ctx).index = index;
@@ -436,8 +438,14 @@ void interface::on_tm_completion(const drv::wc &w)
 void interface::on_unexpected(const uint8_t *buf, uint32_t byte_len, bool with_imm,
                               uint32_t imm_data)
 {
+    if (!tm_) {
+        return;
+    }
+    // Counted first: a receive UCP posts from its callback carries a count
+    // that includes this message, or the device would hold its tag back.
+    tm_note_unexpected();
     ib::tmh h;
-    if (byte_len < sizeof(h) || !tm_) {
+    if (byte_len < sizeof(h)) {
         return;
     }
     std::memcpy(&h, buf, sizeof(h));
@@ -465,7 +473,6 @@ void interface::on_unexpected(const uint8_t *buf, uint32_t byte_len, bool with_i
                                 UCT_CB_PARAM_FLAG_FIRST, h.tag.get(), imm, &context);
         }
     }
-    tm_note_unexpected();
 }
 
 namespace {
@@ -506,14 +513,20 @@ void interface::unexpected_sync_eager(const uint8_t *data, uint32_t len,
     }
 }
 
-/// Counts a handled unexpected message; every sync_every of them a NOP
-/// reports the count, so tags posted meanwhile join matching (E63).
+/// Counts a handled unexpected message; every sync_every of them a sync.
 void interface::tm_note_unexpected()
 {
-    if (tm_->shadow.note_unexpected() && tm_->shadow.reserve_op()) {
-        if (post_list_op(prm::tm_list_op::nop, 0) != status::ok) {
-            tm_->shadow.op_done();
-        }
+    if (tm_->shadow.note_unexpected()) {
+        post_sync();
+    }
+}
+
+/// A NOP that reports the count of unexpected messages handled, so tags the
+/// device holds back for a count behind its own join matching (E63).
+void interface::post_sync()
+{
+    if (tm_->shadow.reserve_op() && post_list_op(prm::tm_list_op::nop, 0) != status::ok) {
+        tm_->shadow.op_done();
     }
 }
 
@@ -529,7 +542,9 @@ void interface::on_list_op(const drv::wc &w)
             MLX4X_ERROR("the device refused tag list entry %u (result %u)", t.index,
                         unsigned(t.result));
         }
-        tm_->shadow.on_append_done(t.index, !t.failed);
+        if (tm_->shadow.on_append_done(t.index, !t.failed)) {
+            post_sync();
+        }
         break;
     case prm::tm_list_op::remove: {
         tm::shadow_list::receive r;

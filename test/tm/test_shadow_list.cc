@@ -2,7 +2,8 @@
 // The driver's shadow list (src/tm/shadow_list.h): slot allocation and the
 // limits that send receives back to software matching (E65), the same
 // buffer posted twice, forced and non-forced cancel racing a match (E64),
-// and the unexpected counter that asks for a sync (TM9, E63).
+// and the unexpected counter that asks for a sync (TM9, E63): after an
+// APPEND that carried a count behind the device's, and periodically.
 #include "tm/shadow_list.h"
 
 #include <gtest/gtest.h>
@@ -190,6 +191,48 @@ TEST(shadow_list, E63_unexpected_messages_ask_for_a_periodic_sync_while_tags_are
     ASSERT_TRUE(s.reserve_op());
     s.op_done();
     EXPECT_FALSE(s.note_unexpected());
+}
+
+// An unexpected message handled while an APPEND is in flight came ahead of
+// the APPEND's completion: the device had delivered it before the APPEND,
+// whose count was therefore behind and whose tag the device holds back.
+// When the APPEND is answered, one sync reports a count that includes it.
+TEST(shadow_list, E63_an_append_behind_an_unexpected_message_asks_for_a_sync_when_answered)
+{
+    shadow_list s(4, 4, /*sync_every=*/100);
+    uint32_t    index = 0;
+    ASSERT_EQ(s.post(recv(0), index), status::ok);
+    EXPECT_FALSE(s.note_unexpected());
+    EXPECT_TRUE(s.on_append_done(index, true));
+    // Asked once: the next unexpected message came after the APPEND.
+    EXPECT_FALSE(s.note_unexpected());
+    uint32_t other = 0;
+    ASSERT_EQ(s.post(recv(1), other), status::ok);
+    EXPECT_FALSE(s.on_append_done(other, true));
+}
+
+// With APPENDs in flight one after another, the sync waits for the last:
+// its count is the one that includes every message ahead of them all.
+TEST(shadow_list, E63_the_sync_follows_the_last_append_in_flight)
+{
+    shadow_list s(4, 8, /*sync_every=*/100);
+    uint32_t    a = 0, b = 0;
+    ASSERT_EQ(s.post(recv(0), a), status::ok);
+    ASSERT_EQ(s.post(recv(1), b), status::ok);
+    EXPECT_FALSE(s.note_unexpected());
+    EXPECT_FALSE(s.on_append_done(a, true));
+    EXPECT_TRUE(s.on_append_done(b, true));
+}
+
+// An APPEND that failed left no tag to release: no sync for it.
+TEST(shadow_list, E63_no_sync_for_a_failed_append)
+{
+    shadow_list s(4, 4, /*sync_every=*/100);
+    uint32_t    index = 0;
+    ASSERT_EQ(s.post(recv(0), index), status::ok);
+    EXPECT_FALSE(s.note_unexpected());
+    EXPECT_FALSE(s.on_append_done(index, false));
+    EXPECT_EQ(s.posted(), 0u);
 }
 
 // Only a posted tag can wait for a sync: with none, unexpected messages
