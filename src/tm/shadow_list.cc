@@ -140,17 +140,4 @@ bool shadow_list::on_remove_done(uint32_t index, bool found, receive &out)
     return false;
 }
 
-bool shadow_list::note_unexpected()
-{
-    ++sw_unexpected_;
-    appends_lag_ |= appends_in_flight_ > 0;
-    // Only a posted tag can wait for a count that agrees (E63); the next
-    // APPEND carries the count anyway.
-    if (posted_ == 0 || ++since_sync_ < sync_every_) {
-        return false;
-    }
-    since_sync_ = 0;
-    return true;
-}
-
 } // namespace mlx4x::tm

@@ -88,7 +88,18 @@ public:
     /// on_append_done() cannot see: a message the device counted at its
     /// first packet and completed after an APPEND); the caller reserves it
     /// with reserve_op().
-    bool note_unexpected();
+    bool note_unexpected()   // every unexpected message: inline
+    {
+        ++sw_unexpected_;
+        appends_lag_ |= appends_in_flight_ > 0;
+        // Only a posted tag can wait for a count that agrees (E63); the
+        // next APPEND carries the count anyway.
+        if (posted_ == 0 || ++since_sync_ < sync_every_) {
+            return false;
+        }
+        since_sync_ = 0;
+        return true;
+    }
     uint32_t sw_unexpected() const { return sw_unexpected_; }
 
     /// A list operation not tied to a slot (NOP). false: queue full.

@@ -441,11 +441,13 @@ void interface::on_unexpected(const uint8_t *buf, uint32_t byte_len, bool with_i
     if (!tm_) {
         return;
     }
-    // Counted first: a receive UCP posts from its callback carries a count
-    // that includes this message, or the device would hold its tag back.
-    tm_note_unexpected();
+    // Every message the device counted is counted here, the malformed too
+    // (which the device does not deliver), or later tags would wait for
+    // a count that never agrees. Counted after UCP's callback: a receive
+    // it posts meanwhile is an APPEND in flight, answered by a sync.
     ib::tmh h;
-    if (byte_len < sizeof(h)) {
+    if (byte_len < sizeof(h)) [[unlikely]] {
+        tm_note_unexpected();
         return;
     }
     std::memcpy(&h, buf, sizeof(h));
@@ -453,7 +455,8 @@ void interface::on_unexpected(const uint8_t *buf, uint32_t byte_len, bool with_i
     uint32_t len = byte_len - uint32_t(sizeof(h));
     if (h.opcode == uint8_t(ib::tmh_opcode::rndv)) {
         ib::rvh r;
-        if (len < sizeof(r)) {
+        if (len < sizeof(r)) [[unlikely]] {
+            tm_note_unexpected();
             return;
         }
         std::memcpy(&r, data, sizeof(r));
@@ -473,6 +476,7 @@ void interface::on_unexpected(const uint8_t *buf, uint32_t byte_len, bool with_i
                                 UCT_CB_PARAM_FLAG_FIRST, h.tag.get(), imm, &context);
         }
     }
+    tm_note_unexpected();
 }
 
 namespace {
