@@ -154,11 +154,11 @@ log "tcp device: $tcp_dev"
 # Every figure is a row: key -> section, label, size, unit, better, target.
 # Values per (key, variant, run): a number, "na" (not supported) or "fail".
 
-declare -A R_SEC R_LABEL R_SIZE R_UNIT R_BETTER R_TARGET R_NOTE VAL
+declare -A R_SEC R_LABEL R_SIZE R_UNIT R_BETTER R_TARGET R_NOTE VAL PLACE
 row_keys=()
 failures=()
 csv="$out/results.csv"
-echo "section,key,benchmark,size,unit,transport,run,value,log" >"$csv"
+echo "section,key,benchmark,size,unit,transport,run,value,log,core_rtt_ns" >"$csv"
 
 # row KEY SECTION LABEL SIZE UNIT BETTER(lower|higher) TARGET
 # TARGET: ""; "sm<=1.5,tcp<=0.1" (ratio mlx4x/X); "abs>=90" (mlx4x value)
@@ -169,10 +169,42 @@ row() {
     R_SEC[$1]=$2 R_LABEL[$1]=$3 R_SIZE[$1]=$4 R_UNIT[$1]=$5 R_BETTER[$1]=$6 R_TARGET[$1]=$7
 }
 
+# ---- the cores' placement -------------------------------------------------
+# The round trip of a cache line between cores 0 and 1 (core_rtt.c) sets
+# sm's small-message figures, and so the ratios; the VM moves its vCPUs
+# between placements within seconds. It is measured right before every
+# benchmark process (labelling the figures it records) and at the start
+# of every run and at the end (the results header).
+
+rtt_bin="$out/build/core_rtt"
+mkdir -p "$out/build"
+cc -O2 -std=c11 -Wall -pthread -o "$rtt_bin" "$top/contrib/bench/core_rtt.c" \
+    >"$out/build/core_rtt.log" 2>&1 || rtt_bin=""
+placement_now="?"   # ns, before the process whose figures record() stores next
+note_placement() {
+    local ns=""
+    [ -n "$rtt_bin" ] && ns=$(timeout 20 "$rtt_bin" 0 1 2>/dev/null)
+    placement_now=${ns:-?}
+}
+core_rtts=()
+measure_core_rtt() {
+    note_placement
+    core_rtts+=("$placement_now")
+    log "core 0 <-> 1 cache-line round trip: $placement_now ns"
+}
+# "†" when mlx4x and VARIANT ran KEY's run RUN in different placements
+# (a round trip under 150 ns before one, over it before the other).
+split_placement() {   # KEY VARIANT RUN
+    local a=${PLACE["$1|mlx4x|$3"]:-?} b=${PLACE["$1|$2|$3"]:-?}
+    case "$a$b" in *'?'*) return ;; esac
+    [ $((a < 150)) -ne $((b < 150)) ] && echo "†"
+}
+
 # record KEY VARIANT RUN VALUE [LOG]
 record() {
     VAL["$1|$2|$3"]=$4
-    echo "${R_SEC[$1]},$1,${R_LABEL[$1]},${R_SIZE[$1]},${R_UNIT[$1]},$2,$3,$4,${5:+${5#"$out"/}}" >>"$csv"
+    PLACE["$1|$2|$3"]=$placement_now
+    echo "${R_SEC[$1]},$1,${R_LABEL[$1]},${R_SIZE[$1]},${R_UNIT[$1]},$2,$3,$4,${5:+${5#"$out"/}},$placement_now" >>"$csv"
 }
 
 human_size() {
@@ -312,6 +344,7 @@ bench_perftest() {
         fi
         args+=(-x "$(tl_of "$v")" -d "$(dev_of "$v")" -D "$layout")
     fi
+    note_placement
     if perftest "$logf" "$v" "${args[@]}"; then
         val=$(final_value "$logf" "$metric")
         record "$key" "$v" "$r" "$val" "$logf"
@@ -435,6 +468,7 @@ mpi_bench_run() {
     local v=$1 m=$2 r=$3 logf="$out/raw/mpi_$2.$1.r$3.log" rc size val
     local -a q=()
     [ $quick -eq 1 ] && q=(-q)
+    note_placement
     if [ $mpi_ok -eq 1 ]; then
         local -a mpirun=(mpirun --allow-run-as-root --oversubscribe -np 2)
         case $v in
@@ -476,23 +510,6 @@ mpi_bench_run() {
     else
         log "mpi $m $v run $r:$summary"
     fi
-}
-
-# ---- the cores' placement -------------------------------------------------
-# The round trip of a cache line between cores 0 and 1 (core_rtt.c), at the
-# start of every run and at the end: it sets sm's small-message figures,
-# and so the ratios (the VM moves its vCPUs between placements).
-
-rtt_bin="$out/build/core_rtt"
-mkdir -p "$out/build"
-cc -O2 -std=c11 -Wall -pthread -o "$rtt_bin" "$top/contrib/bench/core_rtt.c" \
-    >"$out/build/core_rtt.log" 2>&1 || rtt_bin=""
-core_rtts=()
-measure_core_rtt() {
-    local ns=""
-    [ -n "$rtt_bin" ] && ns=$(timeout 20 "$rtt_bin" 0 1 2>/dev/null)
-    core_rtts+=("${ns:-?}")
-    log "core 0 <-> 1 cache-line round trip: ${ns:-?} ns"
 }
 
 # ---- run ----------------------------------------------------------------
@@ -638,7 +655,7 @@ per_run() {
                 b=${VAL["$key|$v|$r"]:-fail}
                 case "$a$b" in
                 *na* | *fail*) x+="${x:+; }–" ;;
-                *) x+="${x:+; }$(fmt_ratio "$(awk -v a="$a" -v b="$b" 'BEGIN { if (b > 0) printf "%.4g", a / b }')")" ;;
+                *) x+="${x:+; }$(fmt_ratio "$(awk -v a="$a" -v b="$b" 'BEGIN { if (b > 0) printf "%.4g", a / b }')")$(split_placement "$key" "$v" "$r")" ;;
                 esac
             done
         fi
@@ -866,6 +883,8 @@ md="$out/results.md"
         [ -n "${R_TARGET[$key]}" ] || continue
         echo "| ${R_SEC[$key]} ${R_LABEL[$key]} $(human_size ${R_SIZE[$key]}) (${R_UNIT[$key]}) | $(target_text "${R_TARGET[$key]}" "$key") | $(cell $key mlx4x) | $(cell $key sm) | $(cell $key tcp) | $(fmt_ratio "$(ratio $key sm)") | $(fmt_ratio "$(ratio $key tcp)") | $(check_target $key) | $(per_run $key) |"
     done
+    echo
+    echo "† mlx4x and that transport ran this run's figure in different placements of the two cores (a cache-line round trip under 150 ns measured before one, over it before the other): the ratio compares placements more than transports. Each figure's round trip is in results.csv."
     echo
     echo "Overlap for mlx4x runs with device tag matching and UCX_MLX4X_ENGINE=thread (the device matches the posted receive and reads the rendezvous data on its own thread); on a 2-core machine that thread shares the cores with both ranks, so the figure also measures scheduling. sm and tcp progress only inside MPI calls."
     for sec in UCT UCP MPI; do
