@@ -82,12 +82,12 @@ public:
     /// true: a non-forced cancel is now complete and `out` says which.
     bool on_remove_done(uint32_t index, bool found, receive &out);
 
-    /// Software handles one unexpected message (before its upper layer
-    /// does, which may post receives). true when a sync (NOP) is due: every
-    /// `sync_every` of them while receives are posted (what
-    /// on_append_done() cannot see: a message the device counted at its
-    /// first packet and completed after an APPEND); the caller reserves it
-    /// with reserve_op().
+    /// Software handled one unexpected message (a receive its upper layer
+    /// posted meanwhile is an APPEND in flight, which on_append_done()
+    /// answers). true when a sync (NOP) is due: every `sync_every` of them
+    /// while receives are posted (what on_append_done() cannot see: a
+    /// message the device counted at its first packet and completed after
+    /// an APPEND); the caller reserves it with reserve_op().
     bool note_unexpected()   // every unexpected message: inline
     {
         ++sw_unexpected_;
