@@ -44,8 +44,8 @@ ucs_status_t rdma_zcopy(uct_ep_h h, drv::wr_opcode opcode, const uct_iov_t *iov,
 {
     endpoint &e = ep_of(h);
     drv::sge  sg[max_iov];
-    size_t    total;
-    if (iovcnt > max_iov || !to_sge(e, iov, iovcnt, sg, total) ||
+    size_t    count, total;
+    if (iovcnt > max_iov || !to_sge(e, iov, iovcnt, sg, count, total) ||
         total > max_rdma_zcopy) {
         return UCS_ERR_INVALID_PARAM;
     }
@@ -54,7 +54,7 @@ ucs_status_t rdma_zcopy(uct_ep_h h, drv::wr_opcode opcode, const uct_iov_t *iov,
     }
     drv::send_wr_core wr;
     wr.opcode      = opcode;
-    wr.sg          = {sg, iovcnt};
+    wr.sg          = {sg, count};
     wr.remote_addr = remote_addr;
     wr.rkey        = uint32_t(rkey);
     ucs_status_t st = post(e, wr, {.comp = comp});
@@ -536,10 +536,10 @@ extern "C" ucs_status_t uct_mlx4x_ep_am_short_iov(uct_ep_h h, uint8_t id,
 {
     endpoint &e = ep_of(h);
     drv::sge  sg[max_iov];
-    size_t    total;
+    size_t    count, total;
     am_hdr    hdr{uint8_t(ib::tmh_opcode::no_tag), id};
     sg[0] = {reinterpret_cast<uint64_t>(&hdr), sizeof(hdr), 0};
-    if (!am_id_ok(id) || iovcnt > max_iov - 1 || !to_sge(e, iov, iovcnt, sg + 1, total) ||
+    if (!am_id_ok(id) || iovcnt > max_iov - 1 || !to_sge(e, iov, iovcnt, sg + 1, count, total) ||
         !inline_fits(e, total, sizeof(hdr), "am_short_iov")) [[unlikely]] {
         return UCS_ERR_INVALID_PARAM;
     }
@@ -548,7 +548,7 @@ extern "C" ucs_status_t uct_mlx4x_ep_am_short_iov(uct_ep_h h, uint8_t id,
     }
     drv::send_wr_core wr;
     wr.flags = drv::send_signaled | drv::send_inline;
-    wr.sg    = {sg, iovcnt + 1};
+    wr.sg    = {sg, count + 1};
     return post(e, wr);
 }
 
@@ -673,7 +673,7 @@ extern "C" ucs_status_t uct_mlx4x_ep_am_zcopy(uct_ep_h h, uint8_t id,
 {
     endpoint &e = ep_of(h);
     drv::sge  sg[max_iov];
-    size_t    total;
+    size_t    count, total;
     if (!am_id_ok(id)) {
         return UCS_ERR_INVALID_PARAM;
     }
@@ -682,7 +682,7 @@ extern "C" ucs_status_t uct_mlx4x_ep_am_zcopy(uct_ep_h h, uint8_t id,
                   header_length, max_am_zcopy_hdr);
         return UCS_ERR_INVALID_PARAM;
     }
-    if (iovcnt > max_iov - 1 || !to_sge(e, iov, iovcnt, sg + 1, total) ||
+    if (iovcnt > max_iov - 1 || !to_sge(e, iov, iovcnt, sg + 1, count, total) ||
         sizeof(am_hdr) + header_length + total > e.owner().seg_size()) {
         return UCS_ERR_INVALID_PARAM;
     }
@@ -697,7 +697,7 @@ extern "C" ucs_status_t uct_mlx4x_ep_am_zcopy(uct_ep_h h, uint8_t id,
     sg[0] = {reinterpret_cast<uint64_t>(buf), uint32_t(sizeof(am_hdr) + header_length),
              e.bounce.mr->lkey()};
     drv::send_wr_core wr;
-    wr.sg = {sg, iovcnt + 1};
+    wr.sg = {sg, count + 1};
     ucs_status_t st = post(e, wr, {.comp = comp});
     return st == UCS_OK ? UCS_INPROGRESS : st;
 }

@@ -153,19 +153,26 @@ inline ucs_status_t probe_peer(endpoint &e)
     return st == UCS_ERR_NO_RESOURCE ? UCS_OK : st;
 }
 
-/// UCT iov -> scatter/gather list (no strided entries).
+/// UCT iov -> scatter/gather list (no strided entries): `count` entries
+/// for `total` bytes. Empty entries are left out, as UCX's IB transports
+/// do: UCP passes them with any buffer address and memory handle (a
+/// zero-length AM with no memh), which the device's L_Key check of the
+/// gather entry (C53) rejects as a local protection error.
 inline bool to_sge(endpoint &e, const uct_iov_t *iov, size_t iovcnt, drv::sge *sg,
-            size_t &total)
+                   size_t &count, size_t &total)
 {
-    total = 0;
+    count = total = 0;
     for (size_t i = 0; i < iovcnt; ++i) {
         if (iov[i].count > 1) {
             return false;
         }
         size_t len = iov[i].count ? iov[i].length : 0;
+        if (len == 0) {
+            continue;
+        }
         drv::mr *memh = mr_of(iov[i].memh);
-        sg[i] = {reinterpret_cast<uint64_t>(iov[i].buffer), uint32_t(len),
-                 memh ? memh->lkey() : e.owner().domain().local_lkey()};
+        sg[count++] = {reinterpret_cast<uint64_t>(iov[i].buffer), uint32_t(len),
+                       memh ? memh->lkey() : e.owner().domain().local_lkey()};
         total += len;
     }
     return true;

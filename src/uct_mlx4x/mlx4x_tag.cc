@@ -110,8 +110,8 @@ extern "C" ucs_status_t uct_mlx4x_ep_tag_eager_zcopy(uct_ep_h h, uct_tag_t tag,
 {
     endpoint &e = ep_of(h);
     drv::sge  sg[max_iov];
-    size_t    total;
-    if (iovcnt > max_iov - 1 || !to_sge(e, iov, iovcnt, sg + 1, total) ||
+    size_t    count, total;
+    if (iovcnt > max_iov - 1 || !to_sge(e, iov, iovcnt, sg + 1, count, total) ||
         sizeof(ib::tmh) + total > e.owner().seg_size()) {
         return UCS_ERR_INVALID_PARAM;
     }
@@ -121,7 +121,7 @@ extern "C" ucs_status_t uct_mlx4x_ep_tag_eager_zcopy(uct_ep_h h, uct_tag_t tag,
     uint8_t *buf = e.bounce_slot();
     sg[0] = {reinterpret_cast<uint64_t>(buf), sizeof(ib::tmh), e.bounce.mr->lkey()};
     drv::send_wr_core wr;
-    wr.sg = {sg, iovcnt + 1};
+    wr.sg = {sg, count + 1};
     ib::tmh tmh;
     set_tmh(tmh, ib::tmh_opcode::eager, tag);
     set_imm(wr, tmh, imm);
