@@ -344,6 +344,7 @@ private:
     void on_fin(const uint8_t *buf, uint32_t len);
     void on_list_op(const drv::wc &w);
     void tm_note_unexpected();
+    void tm_append_done(uint32_t index, bool ok);
     void post_sync();
     status post_list_op(prm::tm_list_op op, uint32_t index,
                         const tm::shadow_list::receive *r = nullptr,

@@ -354,9 +354,7 @@ ucs_status_t interface::tag_recv(uint64_t tag, uint64_t mask, const uct_iov_t &i
     status s = post_list_op(prm::tm_list_op::append, index, &r,
                             memh ? memh->lkey() : md_.local_lkey());
     if (s != status::ok) {
-        if (tm_->shadow.on_append_done(index, false)) {
-            post_sync();
-        }
+        tm_append_done(index, false);
         return to_ucs(s);
     }
     priv_of(ctx).index = index;
@@ -525,6 +523,14 @@ void interface::tm_note_unexpected()
     }
 }
 
+/// An APPEND answered (or never posted): the sync it may owe, sent.
+void interface::tm_append_done(uint32_t index, bool ok)
+{
+    if (tm_->shadow.on_append_done(index, ok)) {
+        post_sync();
+    }
+}
+
 /// A NOP that reports the count of unexpected messages handled, so tags the
 /// device holds back for a count behind its own join matching (E63).
 void interface::post_sync()
@@ -546,9 +552,7 @@ void interface::on_list_op(const drv::wc &w)
             MLX4X_ERROR("the device refused tag list entry %u (result %u)", t.index,
                         unsigned(t.result));
         }
-        if (tm_->shadow.on_append_done(t.index, !t.failed)) {
-            post_sync();
-        }
+        tm_append_done(t.index, !t.failed);
         break;
     case prm::tm_list_op::remove: {
         tm::shadow_list::receive r;
