@@ -14,7 +14,11 @@ std::unique_ptr<session> session::open(const char *prog)
 {
     std::unique_ptr<session> s(new session);
     std::string name = fabric::shm_fabric::default_name();
-    auto f = fabric::shm_fabric::open(name);
+    // A diagnostic tool only looks: a mistyped name must not create a
+    // fabric (a new 268 MiB segment) that no job uses.
+    fabric::shm_fabric::options o;
+    o.how = open_how::open_existing;
+    auto f = fabric::shm_fabric::open(name, o);
     if (!f.ok()) {
         std::fprintf(stderr, "%s: cannot open the fabric /dev/shm/%s: %s\n", prog,
                      name.c_str(), to_string(f.error()));

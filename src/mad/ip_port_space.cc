@@ -2,7 +2,9 @@
 #include "mad/ip_port_space.h"
 
 #include "hca/base/log.h"
+#include "hca/base/private_file.h"
 #include "hca/base/process.h"
+#include "hca/fabric/shm_fabric.h"
 
 #include <arpa/inet.h>
 #include <cstring>
@@ -119,25 +121,29 @@ bool is_local_address(const ip_address &a)
 
 result<std::unique_ptr<port_space>> port_space::open(const std::string &fabric_name)
 {
-    const std::string name = "/" + fabric_name + ".ipcm.v2";
-    int fd = shm_open(name.c_str(), O_RDWR | O_CREAT, 0600);
-    if (fd < 0) {
-        MLX4X_ERROR("cannot open the IP port space /dev/shm%s: %m", name.c_str());
-        return status::shmem_segment;
+    // Private to its user, as the fabric (base/private_file.h): another
+    // user's table could steer this user's connections to any LID. Only an
+    // IP CM with a port on the fabric opens it, so the fabric's last port
+    // to leave, which removes it, never leaves a user of the old file.
+    const std::string path = fabric::shm_fabric::path_of(fabric_name, ".ipcm.v2");
+    auto f = open_private(path, open_how::open_or_create, "IP port space");
+    if (!f.ok()) {
+        return f.error();
     }
+    int fd = f->fd;
     // Growing a fresh file to its size is all the initialisation there is
     // (zeroes = every port free), so racing openers cannot disagree.
     struct stat st {};
     if (fstat(fd, &st) != 0 ||
         (size_t(st.st_size) < table_size && ftruncate(fd, table_size) != 0)) {
-        MLX4X_ERROR("cannot size the IP port space /dev/shm%s: %m", name.c_str());
+        MLX4X_ERROR("cannot size the IP port space %s: %m", path.c_str());
         close(fd);
         return status::shmem_segment;
     }
     void *base = mmap(nullptr, table_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     close(fd);
     if (base == MAP_FAILED) {
-        MLX4X_ERROR("cannot map the IP port space /dev/shm%s: %m", name.c_str());
+        MLX4X_ERROR("cannot map the IP port space %s: %m", path.c_str());
         return status::shmem_segment;
     }
     return std::unique_ptr<port_space>(new port_space(static_cast<binding *>(base)));

@@ -2,6 +2,7 @@
 #include "mad/sm.h"
 
 #include "hca/base/log.h"
+#include "hca/base/private_file.h"
 #include "hca/base/shared_instance.h"
 #include "hca/fabric/shm_fabric.h"
 #include "mad/device_sma.h"
@@ -13,6 +14,7 @@
 #include <unistd.h>
 #include <sys/file.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 
 namespace mlx4x::mad {
 
@@ -20,12 +22,14 @@ result<std::unique_ptr<subnet_manager>> subnet_manager::create(fabric::fabric &f
                                                                std::string lock_path,
                                                                smi_client::idle_fn idle)
 {
-    int fd = open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-    if (fd < 0) {
-        MLX4X_ERROR("sm: cannot open %s: %s", lock_path.c_str(), std::strerror(errno));
-        return status::io_error;
+    // Private, as the fabric: another user holding its lock would keep
+    // every candidate from ever becoming master.
+    auto f = open_private(lock_path, open_how::open_or_create, "SM lock");
+    if (!f.ok()) {
+        return f.error();
     }
-    return std::unique_ptr<subnet_manager>(new subnet_manager(fab, fd, std::move(idle)));
+    return std::unique_ptr<subnet_manager>(
+        new subnet_manager(fab, f->fd, std::move(lock_path), std::move(idle)));
 }
 
 subnet_manager::~subnet_manager()
@@ -33,6 +37,26 @@ subnet_manager::~subnet_manager()
     smi_.reset();
     ctx_.reset();
     close(lock_fd_);   // releases mastership
+}
+
+/// Whether the lock just taken is the fabric's: the fabric's last port
+/// removes the lock file with the segment, and a candidate that opened it
+/// before must not be a second master beside one holding the new file's
+/// lock. Otherwise the lock is dropped and the file opened again.
+bool subnet_manager::lock_is_current()
+{
+    struct stat held {}, now {};
+    if (fstat(lock_fd_, &held) == 0 && stat(lock_path_.c_str(), &now) == 0 &&
+        held.st_dev == now.st_dev && held.st_ino == now.st_ino) {
+        return true;
+    }
+    (void)flock(lock_fd_, LOCK_UN);
+    auto f = open_private(lock_path_, open_how::open_or_create, "SM lock");
+    if (f.ok()) {
+        close(lock_fd_);
+        lock_fd_ = f->fd;
+    }
+    return false;
 }
 
 bool subnet_manager::try_master()
@@ -44,6 +68,9 @@ bool subnet_manager::try_master()
     // exclude each other too, and the lock dies with its holder.
     if (flock(lock_fd_, LOCK_EX | LOCK_NB) != 0) {
         return false;
+    }
+    if (!lock_is_current()) {
+        return false;   // the next try takes the new file's lock
     }
     auto c = drv::context::open(fab_, nullptr, std::make_unique<device_sma>());
     if (!c.ok()) {
@@ -159,7 +186,8 @@ result<std::shared_ptr<sm_service>> sm_service::get(const std::string &fabric_na
         // Waiting for answers, it sleeps a millisecond at a time: every
         // wake-up takes a core from a rank (an SMP answer is not urgent).
         auto nap = [] { std::this_thread::sleep_for(std::chrono::milliseconds(1)); };
-        auto sm  = subnet_manager::create(*s->fabric_, "/dev/shm/" + fabric_name + ".sm", nap);
+        auto sm  = subnet_manager::create(*s->fabric_,
+                                          fabric::shm_fabric::path_of(fabric_name, ".sm"), nap);
         if (!sm.ok()) {
             return sm.error();
         }

@@ -64,12 +64,16 @@ public:
     sweep_report sweep(uint16_t max_lid);
 
 private:
-    subnet_manager(fabric::fabric &fab, int lock_fd, smi_client::idle_fn idle)
-        : fab_(fab), lock_fd_(lock_fd), idle_(std::move(idle)) {}
+    subnet_manager(fabric::fabric &fab, int lock_fd, std::string lock_path,
+                   smi_client::idle_fn idle)
+        : fab_(fab), lock_fd_(lock_fd), lock_path_(std::move(lock_path)),
+          idle_(std::move(idle)) {}
+    bool lock_is_current();
     bool bring_up(uint16_t lid, const smp &port_info_resp);
 
     fabric::fabric               &fab_;
     int                           lock_fd_;
+    std::string                   lock_path_;
     smi_client::idle_fn           idle_;
     std::unique_ptr<drv::context> ctx_;    ///< the SM node's HCA
     std::unique_ptr<smi_client>   smi_;

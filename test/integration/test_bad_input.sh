@@ -6,7 +6,8 @@
 
 seg="/dev/shm/$UCX_MLX4X_FABRIC"
 # 1. Garbage of the right size where the fabric segment should be.
-head -c 70270976 /dev/urandom > "$seg" 2>/dev/null || dd if=/dev/urandom of="$seg" bs=1M count=67 2>/dev/null
+# (umask 077: a file others may open is refused before its contents are read.)
+(umask 077; head -c 70270976 /dev/urandom > "$seg" 2>/dev/null || dd if=/dev/urandom of="$seg" bs=1M count=67 2>/dev/null)
 out=$(timeout 60 "$RUN" ucx_info -d 2>&1); rc=$?
 if [ $rc -ne 124 ] && [ $rc -lt 128 ] && echo "$out" | grep -q "is not an mlx4x v[0-9]* fabric segment"; then
     ok "corrupt segment: clear error, no crash (exit $rc)"
@@ -16,7 +17,7 @@ fi
 echo "$out" | grep -q "Transport: mlx4x" && fail "mlx4x listed on a corrupt fabric" || ok "no mlx4x device on a corrupt fabric"
 
 # 2. An empty segment (creator died before initialising): recreated.
-rm -f "$seg"; : > "$seg"
+rm -f "$seg"; (umask 077; : > "$seg")
 out=$(timeout 60 "$RUN" ucx_info -d 2>&1); rc=$?
 if [ $rc -eq 0 ] && echo "$out" | grep -q "Device: mlx4x_0:1"; then
     ok "abandoned segment recreated"
@@ -24,6 +25,42 @@ else
     fail "abandoned segment (exit $rc)"; echo "$out" | tail -3
 fi
 rm -f "$seg"
+
+# 2b. A segment another user created first under the job's fabric name is
+# refused with one line naming it and its owner (issue: trust boundaries);
+# the job never joins it. Root acts as user nobody.
+if [ "$(id -u)" -eq 0 ]; then
+    rm -f "$seg"
+    su -s /bin/sh nobody -c "umask 0; : > '$seg'" 2>/dev/null || setpriv --reuid=65534 --regid=65534 --clear-groups sh -c "umask 0; : > '$seg'"
+    out=$(timeout 60 "$RUN" ucx_info -d 2>&1); rc=$?
+    if [ $rc -ne 124 ] && [ $rc -lt 128 ] && echo "$out" | grep -q "refusing fabric segment $seg: .*owned by uid 65534" &&
+       ! echo "$out" | grep -q "Transport: mlx4x"; then
+        ok "another user's segment: refused, clear error (exit $rc)"
+    else
+        fail "another user's segment (exit $rc)"; echo "$out" | tail -3
+    fi
+    [ "$(stat -c %s "$seg")" -eq 0 ] && ok "another user's segment left untouched" || fail "another user's segment was written"
+    rm -f "$seg"
+else
+    skip "another user's segment: needs root to act as another user"
+fi
+
+# 2c. A diagnostic tool on a fabric nobody runs: an error, no new segment.
+out=$(UCX_MLX4X_FABRIC="$UCX_MLX4X_FABRIC-typo" timeout 60 "$top_builddir/contrib/mlx4x-stat" 2>&1); rc=$?
+if [ $rc -ne 0 ] && echo "$out" | grep -q "no mlx4x job runs on that fabric" && [ ! -e "$seg-typo" ]; then
+    ok "diagnostic tool on a mistyped fabric: error, nothing created"
+else
+    fail "diagnostic tool on a mistyped fabric (exit $rc)"; echo "$out" | tail -3; rm -f "$seg-typo"
+fi
+
+# 2d. A fabric name that cannot be a file of /dev/shm: refused, said why.
+long=$(printf '%0201d' 0)
+out=$(UCX_MLX4X_FABRIC="$long" timeout 60 "$RUN" ucx_info -d 2>&1); rc=$?
+if [ $rc -ne 124 ] && echo "$out" | grep -q "fabric name '$long' refused" && ! echo "$out" | grep -q "Transport: mlx4x"; then
+    ok "overlong fabric name: refused with a clear error"
+else
+    fail "overlong fabric name (exit $rc)"; echo "$out" | tail -3
+fi
 
 # 3. Running inside a UCX of another version: the plugin stays out of UCX
 # with one clear line. A preloaded ucp_get_version() stands in for it.

@@ -175,6 +175,9 @@ class fabric {
 public:
     virtual ~fabric() = default;
     virtual result<std::unique_ptr<port>> attach() = 0;
+    /// Tells fabrics apart (random at creation): ports with different ids
+    /// cannot reach each other, however alike their LIDs.
+    virtual uint64_t fabric_id() const = 0;
 };
 
 /// LID carried in a frame's LRH (bytes 2..3, big-endian).

@@ -8,6 +8,7 @@
 
 #include <deque>
 #include <map>
+#include <random>
 #include <set>
 #include <vector>
 
@@ -31,6 +32,7 @@ class loopback_fabric final : public fabric {
 public:
     explicit loopback_fabric(fault_plan plan = {}) { set_faults(plan); }
     result<std::unique_ptr<port>> attach() override;
+    uint64_t fabric_id() const override { return id_; }
 
     void set_faults(fault_plan plan)
     {
@@ -73,6 +75,8 @@ private:
     };
 
     fault_plan                               plan_;
+    uint64_t                                 id_ = uint64_t(std::random_device{}()) << 32 |
+                                                   std::random_device{}();
     uint64_t                                 rng_ = 1;
     std::vector<held_frame>                  held_;
     std::map<uint16_t, std::deque<std::vector<uint8_t>>> queues_;

@@ -5,6 +5,7 @@
 #include "hca/base/log.h"
 #include "hca/base/prefetch.h"
 #include "hca/base/process.h"
+#include "hca/base/private_file.h"
 
 #include <cerrno>
 #include <chrono>
@@ -13,6 +14,7 @@
 #include <cstring>
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
@@ -31,17 +33,21 @@ bool owner_alive(const port_entry &e)
     return process_alive(e.pid, e.start_time);
 }
 
-/// Abstract-namespace address of a port's wake-up socket: the fabric, the
-/// LID and the attach generation name it, so a datagram never reaches a
-/// later owner of the same LID.
-socklen_t wakeup_address(sockaddr_un &a, const std::string &fabric,
-                         uint32_t lid, uint32_t generation)
+/// Abstract-namespace address of a port's wake-up socket. Abstract names
+/// have no owner or mode, so it is named by the fabric's random id, which
+/// only processes that can open the segment know: nobody else can take the
+/// name first or wake the port. The LID and the attach generation make a
+/// datagram never reach a later owner of the same LID.
+socklen_t wakeup_address(sockaddr_un &a, const region_header *h, uint32_t lid,
+                         uint32_t generation)
 {
     a = {};
     a.sun_family = AF_UNIX;
-    int n = std::snprintf(a.sun_path + 1, sizeof(a.sun_path) - 1, "mlx4x:%s:%u:%u",
-                          fabric.c_str(), lid, generation);
-    n = std::min<int>(n, sizeof(a.sun_path) - 2);
+    int n = std::snprintf(a.sun_path + 1, sizeof(a.sun_path) - 1,
+                          "mlx4x:%016llx%016llx:%u:%u",
+                          static_cast<unsigned long long>(h->fabric_id[0]),
+                          static_cast<unsigned long long>(h->fabric_id[1]), lid,
+                          generation);
     return static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + n);
 }
 
@@ -77,6 +83,21 @@ ring *rings(region_header *h)
                                     h->rings_offset);
 }
 
+/// Whether a port of the fabric has a live owner (entries of dead ones do
+/// not count: they are reclaimed).
+bool any_live_port(region_header *h)
+{
+    port_entry *tab = ports(h);
+    for (uint32_t i = 0; i < max_ports; ++i) {
+        if (tab[i].state.load(std::memory_order_acquire) !=
+                static_cast<uint32_t>(port_state::free) &&
+            owner_alive(tab[i])) {
+            return true;
+        }
+    }
+    return false;
+}
+
 /// The ring's slot at `pos` holds a published frame. Acquire pairs with
 /// the producer's release of the frame bytes.
 bool frame_ready(const slot &s, uint64_t pos)
@@ -95,6 +116,11 @@ void init_region(region_header *h)
     h->ports_offset = shm::ports_offset;
     h->rings_offset = shm::rings_offset;
     h->next_guid    = 1;
+    if (getrandom(h->fabric_id, sizeof(h->fabric_id), 0) != sizeof(h->fabric_id)) {
+        // No entropy source: still unique enough to tell fabrics apart.
+        h->fabric_id[0] = uint64_t(getpid()) << 32 ^ uint64_t(time(nullptr));
+        h->fabric_id[1] = uint64_t(std::chrono::steady_clock::now().time_since_epoch().count());
+    }
     pthread_mutexattr_t a;
     pthread_mutexattr_init(&a);
     pthread_mutexattr_setpshared(&a, PTHREAD_PROCESS_SHARED);
@@ -156,53 +182,83 @@ region_header *shm_fabric::hdr() const
     return static_cast<region_header *>(base_);
 }
 
+status shm_fabric::check_name(const std::string &name)
+{
+    if (name.empty() || name.size() > max_name_len ||
+        name.find('/') != std::string::npos || name == "." || name == "..") {
+        MLX4X_ERROR("fabric name '%s' refused: it names a file in /dev/shm, so it "
+                    "must be 1 to %zu characters without '/' (UCX_MLX4X_FABRIC)",
+                    name.c_str(), max_name_len);
+        return status::invalid_param;
+    }
+    return status::ok;
+}
+
+std::string shm_fabric::path_of(const std::string &name, const char *suffix)
+{
+    return "/dev/shm/" + name + suffix;
+}
+
 result<std::unique_ptr<shm_fabric>> shm_fabric::open(const std::string &name,
                                                      options opts)
 {
-    const std::string shm_name = "/" + name;
+    if (status s = check_name(name); s != status::ok) {
+        return s;
+    }
+    auto m = map_segment(name, opts.how);
+    if (!m.ok()) {
+        return m.error();
+    }
+    return std::unique_ptr<shm_fabric>(new shm_fabric(name, *m, opts));
+}
+
+/// Maps /dev/shm/<name>, creating and initialising it when `how` allows and
+/// it is missing, or was left unusable by a creator that died or by another
+/// mlx4x version with nobody attached.
+result<shm_fabric::mapping> shm_fabric::map_segment(const std::string &name, open_how how)
+{
+    const std::string path = path_of(name);
     for (int attempt = 0; attempt < 2; ++attempt) {
-        bool created = true;
-        int  fd = shm_open(shm_name.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
-        if (fd < 0 && errno == EEXIST) {
-            created = false;
-            fd      = shm_open(shm_name.c_str(), O_RDWR, 0600);
+        auto f = open_private(path, how, "fabric segment");
+        if (!f.ok()) {
+            return f.error();
         }
-        if (fd < 0) {
-            MLX4X_ERROR("cannot open fabric segment /dev/shm/%s: %m",
-                        name.c_str());
-            return status::shmem_segment;
-        }
-        if (created && ftruncate(fd, total_size) != 0) {
-            MLX4X_ERROR("cannot size fabric segment /dev/shm/%s: %m",
-                        name.c_str());
+        int fd = f->fd;
+        if (f->created && ftruncate(fd, total_size) != 0) {
+            MLX4X_ERROR("cannot size fabric segment %s: %m", path.c_str());
             close(fd);
-            shm_unlink(shm_name.c_str());
+            unlink(path.c_str());
             return status::shmem_segment;
         }
         // A creator that has not sized the file yet is waited for below;
         // mapping beyond the current size is fine until it is touched.
         void *base = mmap(nullptr, total_size, PROT_READ | PROT_WRITE,
                           MAP_SHARED, fd, 0);
-        close(fd);
         if (base == MAP_FAILED) {
-            MLX4X_ERROR("cannot map fabric segment /dev/shm/%s: %m",
-                        name.c_str());
+            MLX4X_ERROR("cannot map fabric segment %s: %m", path.c_str());
+            close(fd);
             return status::shmem_segment;
         }
         auto *h = static_cast<region_header *>(base);
-        if (created) {
+        mapping m{base, {}};
+        (void)fstat(fd, &m.file);
+        if (f->created) {
+            close(fd);
             init_region(h);
-            return std::unique_ptr<shm_fabric>(new shm_fabric(name, base, opts));
+            return m;
         }
-
-        // Someone else created it: wait (bounded) for initialisation.
+        // Someone else created it: wait (bounded) for initialisation. The
+        // size comes from the descriptor: the name may point elsewhere by
+        // now.
+        auto size_of = [fd] {
+            struct stat now {};
+            return fstat(fd, &now) == 0 ? size_t(now.st_size) : size_t(0);
+        };
         auto deadline = std::chrono::steady_clock::now() +
                         std::chrono::seconds(2);
         uint64_t magic = 0;
         while (true) {
-            struct stat now {};
-            if (stat(("/dev/shm/" + name).c_str(), &now) == 0 &&
-                static_cast<size_t>(now.st_size) >= sizeof(region_header)) {
+            if (size_of() >= sizeof(region_header)) {
                 magic = std::atomic_ref<uint64_t>(h->magic).load(
                     std::memory_order_acquire);
                 if (magic != 0) {
@@ -214,36 +270,35 @@ result<std::unique_ptr<shm_fabric>> shm_fabric::open(const std::string &name,
             }
             std::this_thread::sleep_for(std::chrono::milliseconds(5));
         }
-        struct stat now {};
-        bool size_ok = stat(("/dev/shm/" + name).c_str(), &now) == 0 &&
-                       static_cast<size_t>(now.st_size) == total_size;
-        if (magic == region_magic && size_ok && layout_matches(h)) {
-            return std::unique_ptr<shm_fabric>(new shm_fabric(name, base, opts));
+        size_t size = size_of();
+        close(fd);
+        if (magic == region_magic && size == total_size && layout_matches(h)) {
+            return m;
         }
         bool abandoned = magic == region_magic && !layout_matches(h) &&
-                         nobody_attached(h, size_t(now.st_size));
+                         nobody_attached(h, size);
         munmap(base, total_size);
-        if (abandoned && attempt == 0) {
+        if (how == open_how::open_existing) {
+            // Not ours to repair: a diagnostic tool only looks.
+        } else if (abandoned && attempt == 0) {
             // Left by another mlx4x version and no live process attached:
             // nobody can be using it.
-            MLX4X_WARN("fabric segment /dev/shm/%s has another layout and no "
-                       "live ports, recreating it", name.c_str());
-            shm_unlink(shm_name.c_str());
+            MLX4X_WARN("fabric segment %s has another layout and no live ports, "
+                       "recreating it", path.c_str());
+            unlink(path.c_str());
             continue;
-        }
-        if (magic == 0 && attempt == 0) {
+        } else if (magic == 0 && attempt == 0) {
             // Its creator died before initialising it: nobody can be using
             // it, so start over with a fresh segment.
-            MLX4X_WARN("fabric segment /dev/shm/%s was never initialised "
-                       "(creator died?), recreating it", name.c_str());
-            shm_unlink(shm_name.c_str());
+            MLX4X_WARN("fabric segment %s was never initialised (creator "
+                       "died?), recreating it", path.c_str());
+            unlink(path.c_str());
             continue;
         }
-        MLX4X_ERROR("/dev/shm/%s is not an mlx4x v%u fabric segment (corrupt, "
-                    "or left by another mlx4x version); remove it with 'rm "
-                    "/dev/shm/%s' when no mlx4x job is running, or choose "
-                    "another fabric with UCX_MLX4X_FABRIC",
-                    name.c_str(), region_version, name.c_str());
+        MLX4X_ERROR("%s is not an mlx4x v%u fabric segment (corrupt, or left by "
+                    "another mlx4x version); remove it with 'rm %s' when no mlx4x "
+                    "job is running, or choose another fabric with UCX_MLX4X_FABRIC",
+                    path.c_str(), region_version, path.c_str());
         return status::shmem_segment;
     }
     return status::shmem_segment;
@@ -255,16 +310,17 @@ shm_fabric::~shm_fabric() { munmap(base_, total_size); }
 
 class shm_fabric::shm_port final : public port, private shm::producer {
 public:
-    shm_port(region_header *h, const std::string &fabric, uint32_t index,
-             uint64_t guid, std::unique_ptr<uint64_t> probe, const options &opts)
-        : producer(ports(h), rings(h)), h_(h), fabric_(fabric), index_(index),
+    shm_port(region_header *h, const std::string &fabric, const struct stat &file,
+             uint32_t index, uint64_t guid, std::unique_ptr<uint64_t> probe,
+             const options &opts)
+        : producer(ports(h), rings(h)), h_(h), fabric_(fabric), file_(file), index_(index),
           guid_(guid), probe_(std::move(probe)), single_copy_min_(opts.single_copy_min),
           single_copy_try_min_(opts.single_copy_try_min)
     {
         // The port's interrupt line; without it the owner never sleeps.
         wake_rx_ = wakeup_socket();
         sockaddr_un a;
-        socklen_t   len = wakeup_address(a, fabric_, lid(), ports_[index_].generation);
+        socklen_t   len = wakeup_address(a, h_, lid(), ports_[index_].generation);
         if (wake_rx_ >= 0 && bind(wake_rx_, reinterpret_cast<sockaddr *>(&a), len) != 0) {
             MLX4X_WARN("fabric %s lid %u: no wake-up socket (%m); the port "
                        "cannot sleep", fabric_.c_str(), lid());
@@ -288,6 +344,9 @@ public:
         e.probe_va = 0;
         e.state.store(static_cast<uint32_t>(port_state::free),
                       std::memory_order_release);
+        if (!any_live_port(h_)) {
+            remove_files();
+        }
     }
 
     uint16_t lid() const override { return static_cast<uint16_t>(index_ + 1); }
@@ -597,14 +656,32 @@ private:
     void send_wakeup(int fd, uint16_t dlid, uint32_t generation) const
     {
         sockaddr_un a;
-        socklen_t   len = wakeup_address(a, fabric_, dlid, generation);
+        socklen_t   len = wakeup_address(a, h_, dlid, generation);
         char        one = 1;
         (void)sendto(fd, &one, 1, MSG_DONTWAIT | MSG_NOSIGNAL,
                      reinterpret_cast<sockaddr *>(&a), len);
     }
 
+    /// The fabric's last port leaves: its files go (nothing is left in
+    /// /dev/shm), and a process that mapped the segment before maps the
+    /// name again at its next attach (region_header::closed). Called with
+    /// the lock held. Only the segment this port is on is removed: the name
+    /// may name a newer one if a user removed this one by hand.
+    void remove_files()
+    {
+        h_->closed = 1;
+        struct stat st {};
+        if (stat(shm_fabric::path_of(fabric_).c_str(), &st) == 0 &&
+            st.st_dev == file_.st_dev && st.st_ino == file_.st_ino) {
+            unlink(shm_fabric::path_of(fabric_).c_str());
+            unlink(shm_fabric::path_of(fabric_, ".ipcm.v2").c_str());
+            unlink(shm_fabric::path_of(fabric_, ".sm").c_str());
+        }
+    }
+
     region_header *h_;
     std::string    fabric_;
+    struct stat    file_;   ///< the segment's file (device and inode)
     uint32_t       index_;
     uint64_t       guid_;
     int            wake_rx_ = -1;   ///< bound: this port's interrupt line
@@ -622,12 +699,38 @@ private:
     reach          reach_[max_ports];
 };
 
+uint64_t shm_fabric::fabric_id() const { return hdr()->fabric_id[0] ^ hdr()->fabric_id[1]; }
+
 result<std::unique_ptr<port>> shm_fabric::attach()
 {
-    region_header *h = hdr();
-    mutex_guard    g(&h->lock);
-    port_entry    *tab = ports(h);
+    // The fabric's last port removed its files after this process mapped
+    // them: the name is mapped again (created anew if nobody did yet). A
+    // few rounds at most, unless other processes keep opening and closing
+    // the fabric in step with this one.
+    for (int round = 0; round < 8; ++round) {
+        {
+            mutex_guard g(&hdr()->lock);
+            if (!hdr()->closed) {
+                return attach_locked();
+            }
+        }
+        auto m = map_segment(name_, opts_.how);
+        if (!m.ok()) {
+            return m.error();
+        }
+        munmap(base_, total_size);   // no port of this process is on it
+        base_ = m->base;
+        file_ = m->file;
+    }
+    MLX4X_ERROR("fabric %s: closed and reopened by other processes at every try",
+                name_.c_str());
+    return status::busy;
+}
 
+result<std::unique_ptr<port>> shm_fabric::attach_locked()
+{
+    region_header *h = hdr();
+    port_entry    *tab = ports(h);
     // The free port that has been free longest. Ports of processes that died
     // without detaching are reclaimed only when no free one is left: their
     // peers' connections see them dead (peer_alive) instead of reaching a
@@ -677,7 +780,7 @@ result<std::unique_ptr<port>> shm_fabric::attach()
         // Ring reset is visible before any sender sees the port active.
         e.state.store(static_cast<uint32_t>(port_state::active),
                       std::memory_order_release);
-        return std::unique_ptr<port>(new shm_port(h, name_, i, e.port_guid,
+        return std::unique_ptr<port>(new shm_port(h, name_, file_, i, e.port_guid,
                                                   std::move(probe), opts_));
     }
     MLX4X_ERROR("fabric %s is full: %u ports in use", name_.c_str(), max_ports);

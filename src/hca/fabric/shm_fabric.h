@@ -5,9 +5,11 @@
 // when another process attaches.
 #pragma once
 
+#include "hca/base/private_file.h"
 #include "hca/fabric/fabric.h"
 
 #include <string>
+#include <sys/stat.h>
 
 namespace mlx4x::fabric {
 
@@ -26,10 +28,15 @@ public:
         /// packets the device measured faster (dev::direct_chooser); 0:
         /// packets below single_copy_min.
         uint64_t single_copy_try_min = 0;
+        /// Diagnostic tools open an existing fabric only: a mistyped name
+        /// is an error, not a new segment.
+        open_how how = open_how::open_or_create;
     };
     /// Maps (creating if needed) /dev/shm/<name>. A segment that is not an
-    /// mlx4x fabric of this version fails with status::shmem_segment and
-    /// one error line naming the file.
+    /// mlx4x fabric of this version, or that another user could open
+    /// (base/private_file.h), fails with status::shmem_segment and one
+    /// error line naming the file; a name that cannot be a file of
+    /// /dev/shm with invalid_param.
     static result<std::unique_ptr<shm_fabric>> open(const std::string &name,
                                                      options opts);
     static result<std::unique_ptr<shm_fabric>> open(const std::string &name)
@@ -44,17 +51,35 @@ public:
     static std::string default_name();
     /// LIDs are 1..max_lid() (one per port of the segment).
     static uint16_t max_lid();
+    /// The longest fabric name: its files' names (with ".ipcm.v2") fit
+    /// NAME_MAX.
+    static constexpr size_t max_name_len = 200;
+    /// The file of the fabric `name` with `suffix` (".sm": the SM's lock,
+    /// ".ipcm.v2": the IP port space); every one of them is private to
+    /// its user and removed when the fabric's last port leaves.
+    static std::string path_of(const std::string &name, const char *suffix = "");
+    /// Random at the segment's creation: differs between any two fabrics,
+    /// so between hosts.
+    uint64_t fabric_id() const override;
 
     class shm_port;
 private:
-    shm_fabric(std::string name, void *base, options opts)
-        : name_(std::move(name)), base_(base), opts_(opts)
+    struct mapping {
+        void       *base = nullptr;
+        struct stat file {};   ///< device and inode of the segment's file
+    };
+    shm_fabric(std::string name, const mapping &m, options opts)
+        : name_(std::move(name)), base_(m.base), file_(m.file), opts_(opts)
     {
     }
     shm::region_header *hdr() const;
+    static status check_name(const std::string &name);
+    static result<mapping> map_segment(const std::string &name, open_how how);
+    result<std::unique_ptr<port>> attach_locked();
 
     std::string name_;
     void       *base_;
+    struct stat file_;
     options     opts_;
 };
 

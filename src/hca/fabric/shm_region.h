@@ -22,11 +22,12 @@
 namespace mlx4x::fabric::shm {
 
 constexpr uint64_t region_magic   = 0x6d6c783478666162ull; // "mlx4xfab"
-constexpr uint32_t region_version = 7;   ///< 2: port_entry.sleeping; 3: 256 ports;
+constexpr uint32_t region_version = 8;   ///< 2: port_entry.sleeping; 3: 256 ports;
                                          ///< 4: port_entry.multicast; 5: released;
                                          ///< 6: probe_va; 7: ring_tail_armed
                                          ///< replaces port_entry.sleeping,
-                                         ///< producers read head, not seq
+                                         ///< producers read head, not seq;
+                                         ///< 8: fabric_id, closed
 constexpr uint32_t max_port_groups = 8;  ///< multicast groups per port
 constexpr uint32_t max_ports      = 256;
 constexpr uint32_t ring_slots     = 256;   ///< power of two
@@ -90,6 +91,16 @@ struct region_header {
     uint64_t        ports_offset;
     uint64_t        rings_offset;
     uint64_t        next_guid;
+    /// Random at creation: names the fabric in device addresses (a peer
+    /// with another id is on another host or fabric) and in the ports'
+    /// wake-up socket names, which nobody without access to the segment
+    /// can therefore guess or take first.
+    uint64_t        fabric_id[2];
+    /// Set, under the lock, by the last port to leave as it removes the
+    /// segment's name: a process that mapped it before must map the
+    /// fabric's name again instead of attaching here.
+    uint32_t        closed;
+    uint32_t        reserved2;
     pthread_mutex_t lock;          ///< robust + process-shared
 };
 
