@@ -939,6 +939,27 @@ TEST_F(shm_test, full_ring_of_a_dead_process_drops_instead_of_pushing_back)
 
 // A detached port's LID goes to a new owner only after every other free
 // LID: peers that still address it keep seeing nobody there.
+/// A slot whose length is beyond the slot (a corrupt or hostile producer)
+/// reaches the device as an empty frame, which it counts as malformed; it
+/// used to vanish in the fabric without a count.
+TEST_F(shm_test, a_frame_with_a_length_beyond_its_slot_arrives_empty)
+{
+    auto f = shm_fabric::open(name);
+    ASSERT_TRUE(f.ok());
+    auto rx = (*f)->attach(), tx = (*f)->attach();
+    ASSERT_TRUE(rx.ok() && tx.ok());
+    fabric::frame_slot fs;
+    ASSERT_EQ((*tx)->reserve((*rx)->lid(), 64, fs), status::ok);
+    std::memset(fs.data, 0xab, 64);
+    auto *s = reinterpret_cast<fabric::shm::slot *>(fs.data - offsetof(fabric::shm::slot, data));
+    ASSERT_EQ((*tx)->commit(fs), status::ok);
+    s->len = uint32_t(fabric::shm::slot_data_size + 1);
+    keep_frames sink;
+    EXPECT_EQ((*rx)->poll(sink, 8), 1u);
+    ASSERT_EQ(sink.frames.size(), 1u);
+    EXPECT_TRUE(sink.frames[0].empty());
+}
+
 TEST_F(shm_test, a_released_lid_is_handed_out_last)
 {
     auto f = shm_fabric::open(name);

@@ -513,9 +513,13 @@ public:
             // the MPI 8 B latency unchanged). Not yet written, the line
             // was going to be read next anyway.
             prefetch_for_read(&r.slots[(taken_ + 1) & (ring_slots - 1)]);
-            uint32_t len  = s.len;
-            bool     more = len > slot_data_size ||   // a corrupt length is dropped
-                        sink.on_frame({s.data, len});
+            // A length beyond the slot (a corrupt or hostile producer) is
+            // handed on as an empty frame: the device drops it as
+            // malformed and counts it (bad_packets), as a link layer
+            // drops a bad packet (IBA 7.9), instead of the fabric losing
+            // it without a trace.
+            uint32_t len  = s.len <= slot_data_size ? s.len : 0;
+            bool     more = sink.on_frame({s.data, len});
             ++taken_;
             ++n;
             if (!more) {
