@@ -157,6 +157,23 @@ std::optional<memory_domain::open_device> memory_domain::any_open()
     return open_device{open_domains.front()->address(), open_domains.front()->fabric_name()};
 }
 
+/// A device on another fabric (another host, or another UCX_MLX4X_FABRIC)
+/// has LIDs of its own: this fabric's port of the same LID is a stranger,
+/// whose CM rejects the connection while UCP waits for it. Reporting it
+/// unreachable lets UCP take another transport, or fail at once naming
+/// mlx4x "unreachable" when it has none.
+bool interface::reaches(const device_addr &peer)
+{
+    device_addr self = md_.address();
+    if (peer.lid != 0 && peer.fabric == self.fabric) {
+        return true;
+    }
+    MLX4X_DIAG("lid %u of fabric %08x is not on this device's fabric %08x (another "
+               "host, or another UCX_MLX4X_FABRIC): unreachable over mlx4x",
+               unsigned(peer.lid), unsigned(peer.fabric), unsigned(self.fabric));
+    return false;
+}
+
 // ---- ep ----------------------------------------------------------------------
 
 status endpoint::create_p2p()

@@ -42,11 +42,21 @@ static_assert(sizeof(am_hdr) == 2);
 /// The one device of an mlx4x memory domain, as UCX lists it.
 constexpr const char *device_name = "mlx4x_0:1";
 
-/// Device address: where the port is on the fabric.
+/// Device address: which fabric, and where the port is on it. LIDs mean
+/// something only on their own fabric: a peer on another host (or on
+/// another fabric of this one) has another fabric id and is unreachable
+/// over mlx4x, so UCP takes another transport for it or says at once that
+/// none reaches it. 32 bits of the fabric's random 128-bit id keep UCP's
+/// packed addresses, which go in CM private data, small.
 struct __attribute__((packed)) device_addr {
     uint16_t lid;
     uint64_t port_guid;
+    uint32_t fabric;
+
+    /// The 32 bits of fabric::fabric_id() carried here.
+    static uint32_t fabric_of(uint64_t fabric_id) { return uint32_t(fabric_id ^ fabric_id >> 32); }
 };
+static_assert(sizeof(device_addr) == 14);
 /// Interface address: the CM service the interface listens on.
 struct __attribute__((packed)) iface_addr {
     uint32_t service;
@@ -146,7 +156,11 @@ public:
     void add_iface(interface *i) { ifaces_.push_back(i); }
     void remove_iface(interface *i) { std::erase(ifaces_, i); }
 
-    device_addr address() const { return {ctx_->port().lid, ctx_->port().port_guid}; }
+    device_addr address() const
+    {
+        return {ctx_->port().lid, ctx_->port().port_guid,
+                device_addr::fabric_of(fabric_->fabric_id())};
+    }
     const std::string &fabric_name() const { return fabric_name_; }
     /// A memory domain open in this process (the first still open), for
     /// the connection manager: its peers' lanes connect to this device.
@@ -274,6 +288,8 @@ public:
     unsigned progress();
     drv::context &ctx() { return md_.ctx(); }
     memory_domain &domain() { return md_; }
+    /// UCT's is_reachable: the peer's device is on this fabric.
+    bool reaches(const device_addr &peer);
     uct_mlx4x_iface_t *uct() { return uct_; }
     uint32_t service() const { return service_; }
     /// The peer's endpoint of incoming connection `cm_id` is gone (its

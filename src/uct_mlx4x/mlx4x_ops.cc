@@ -403,8 +403,7 @@ extern "C" ucs_status_t uct_mlx4x_iface_query(uct_iface_h h, uct_iface_attr_t *a
 extern "C" ucs_status_t uct_mlx4x_iface_get_device_address(uct_iface_h h,
                                                            uct_device_addr_t *a)
 {
-    interface &i = iface_of(h);
-    device_addr d{i.ctx().port().lid, i.ctx().port().port_guid};
+    device_addr d = iface_of(h).domain().address();
     std::memcpy(a, &d, sizeof(d));
     return UCS_OK;
 }
@@ -417,13 +416,13 @@ extern "C" ucs_status_t uct_mlx4x_iface_get_address(uct_iface_h h,
     return UCS_OK;
 }
 
-extern "C" int uct_mlx4x_iface_is_reachable(const uct_iface_h,
+extern "C" int uct_mlx4x_iface_is_reachable(const uct_iface_h h,
                                             const uct_device_addr_t *dev_addr,
                                             const uct_iface_addr_t *)
 {
-    device_addr d;
-    std::memcpy(&d, dev_addr, sizeof(d));
-    return d.lid != 0;
+    device_addr peer;
+    std::memcpy(&peer, dev_addr, sizeof(peer));
+    return iface_of(h).reaches(peer);
 }
 
 extern "C" unsigned uct_mlx4x_iface_progress(uct_iface_h h)
