@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the Debian packages mlx4x builds, tests and runs with, and unpacks
 # the source tree of exactly the installed UCX version (UCT's internal headers
-# are not shipped by libucx-dev; see docs/building.md).
+# are not shipped by libucx-dev; see docs/design-notes.md, "Build against
+# Debian's UCX").
 #
 # usage: contrib/install-deps.sh [UCX_SRC_PARENT_DIR]   (default: ./.deps)
 set -euo pipefail

@@ -32,4 +32,11 @@ done
 out=$(UCX_MLX4X_RETRY_COUNT=8 timeout 60 "$RUN" ucx_info -u t -e 2>&1)
 echo "$out" | grep -q "invalid UCX_MLX4X_TIMEOUT/RETRY_COUNT/RNR_RETRY_COUNT" \
     && ok "RETRY_COUNT=8 refused with a message" || fail "RETRY_COUNT=8 not refused"
+# The launcher answers --help and --version itself (it used to exec them).
+out=$("$RUN" --help 2>&1); rc=$?
+[ $rc -eq 0 ] && echo "$out" | grep -q "^usage: mlx4x-run CMD" \
+    && ok "mlx4x-run --help" || fail "mlx4x-run --help (exit $rc): $out"
+out=$("$RUN" --version 2>&1); rc=$?
+[ $rc -eq 0 ] && echo "$out" | grep -q "^mlx4x-run (mlx4x) " \
+    && ok "mlx4x-run --version: $out" || fail "mlx4x-run --version (exit $rc): $out"
 finish
