@@ -15,6 +15,7 @@ packages=(
     libhwloc-dev hwloc
     googletest libgtest-dev
     gnuplot-nox                 # plots of contrib/bench/run-bench.sh (pngcairo)
+    iproute2                    # ss: the tests wait for a server to listen
 )
 
 sudo_if_needed() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }

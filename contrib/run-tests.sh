@@ -14,9 +14,10 @@ for log in test/*.log test/integration/*.log; do
     [ -f "$log" ] || continue
     case "$log" in */test-suite.log) continue ;; esac
     summary='^\([0-9]*\) passed, \([0-9]*\) failed, \([0-9]*\) skipped$'
-    p=$(sed -n "s/^\[  PASSED  \] \([0-9]*\) tests\{0,1\}.*/\1/p; s/$summary/\1/p" "$log" | tail -1)
-    f=$(sed -n "s/^\[  FAILED  \] \([0-9]*\) tests\{0,1\}, listed below.*/\1/p; s/$summary/\2/p" "$log" | tail -1)
-    s=$(sed -n "s/$summary/\3/p" "$log" | tail -1)
+    p=$(sed -n "s/^\[  PASSED  \] \([0-9]*\) tests\{0,1\}.*/\1/p; s/$summary/\1/p" "$log" | tail -n 1)
+    f=$(sed -n "s/^\[  FAILED  \] \([0-9]*\) tests\{0,1\}, listed below.*/\1/p; s/$summary/\2/p" "$log" | tail -n 1)
+    # GoogleTest's GTEST_SKIP()s, or a script's own count of skipped checks.
+    s=$(sed -n "s/^\[  SKIPPED \] \([0-9]*\) tests\{0,1\}.*/\1/p; s/$summary/\3/p" "$log" | tail -n 1)
     passed=$((passed + ${p:-0}))
     failed=$((failed + ${f:-0}))
     skipped=$((skipped + ${s:-0}))

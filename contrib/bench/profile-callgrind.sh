@@ -40,4 +40,4 @@ args="-x posix -d memory"
 run posix env
 # UCX is stripped: the posix progress function shows as an address (the one
 # called once per progress loop, most calls).
-python3 "$calls" "$out/posix.cg" '^uct_mm_ep_am_short$' '^0x' | head -3
+python3 "$calls" "$out/posix.cg" '^uct_mm_ep_am_short$' '^0x' | head -n 3

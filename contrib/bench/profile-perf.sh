@@ -49,5 +49,5 @@ grep Final "$out/cli.log" || { echo "profile-perf: the run failed; see $out/cli.
 for side in cli srv; do
     echo "== $side ($out/$side.data)"
     perf report -i "$out/$side.data" --no-children --sort dso,sym 2>/dev/null |
-        grep -v '^#' | grep -v '^$' | head -20
+        grep -v '^#' | grep -v '^$' | head -n 20
 done

@@ -325,7 +325,7 @@ dev_of() { case $1 in mlx4x) echo mlx4x_0:1 ;; sm) echo memory ;; tcp) echo "$tc
 final_value() {   # LOG METRIC(lat|bw|mr)
     awk -v m="$2" '/^Final:/ {
         if (m == "lat") v = $5; else if (m == "bw") v = $7; else v = $9 / 1e6
-        printf "%.6g\n", v }' "$1" | tail -1
+        printf "%.6g\n", v }' "$1" | tail -n 1
 }
 
 unsupported_in() { grep -qiE 'unsupported operation|does not support|larger than max supported' "$1"; }
@@ -354,7 +354,7 @@ bench_perftest() {
         log "$key $v run $r: n/a (not supported)"
     else
         record "$key" "$v" "$r" fail "$logf"
-        failures+=("$key, $v, run $r: $(tail -1 "$logf" | sed 's/^# //') — ${logf#"$out"/}")
+        failures+=("$key, $v, run $r: $(tail -n 1 "$logf" | sed 's/^# //') — ${logf#"$out"/}")
         log "$key $v run $r: FAIL (${logf#"$out"/})"
     fi
 }
@@ -494,7 +494,7 @@ mpi_bench_run() {
     fi
     local summary=""
     for size in ${MPI_HEAD[$m]}; do
-        val=$(awk -v s="$size" -v c="${MPI_COL[$m]}" "$MPI_ROW"' && $1 == s && NF >= c { print $c }' "$logf" | tail -1)
+        val=$(awk -v s="$size" -v c="${MPI_COL[$m]}" "$MPI_ROW"' && $1 == s && NF >= c { print $c }' "$logf" | tail -n 1)
         if [ -n "$val" ]; then
             [ "$m" = mr ] && val=$(awk -v x="$val" 'BEGIN { printf "%.6g", x / 1e6 }')
             record "mpi_${m}_$size" "$v" "$r" "$val" "$logf"
@@ -859,7 +859,7 @@ fi
 # ---- report ---------------------------------------------------------------
 
 ucx_version=$(ucx_info -v 2>/dev/null | awk '/Version/ { print $3; exit }')
-ompi_version=$(mpirun --version 2>/dev/null | head -1)
+ompi_version=$(mpirun --version 2>/dev/null | head -n 1)
 
 md="$out/results.md"
 {

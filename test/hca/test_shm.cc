@@ -15,6 +15,7 @@
 #include <chrono>
 #include <cstring>
 #include <cerrno>
+#include <fstream>
 #include <csignal>
 #include <fcntl.h>
 #include <poll.h>
@@ -32,6 +33,15 @@ using fabric::shm_fabric;
 using clk = std::chrono::steady_clock;
 
 constexpr size_t KiB = 1024, MiB = 1024 * 1024;
+
+/// Whether process `pid`'s main thread sleeps in the kernel (state S).
+bool process_sleeping(pid_t pid)
+{
+    std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+    std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    size_t paren = stat.rfind(')');   // the name may hold spaces
+    return paren != std::string::npos && paren + 2 < stat.size() && stat[paren + 2] == 'S';
+}
 
 // ---- pipes ----------------------------------------------------------------
 
@@ -754,7 +764,11 @@ TEST_F(shm_test, sleeping_process_is_woken_by_a_frame_from_another)
         if (!cf.ok()) _exit(10);
         auto port = (*cf)->attach();
         if (!port.ok()) _exit(11);
-        usleep(50 * 1000);   // the parent is asleep by now
+        // Sent once the parent sleeps in its poll (at most 10 s): a fixed
+        // pause let a slow machine send before the parent slept.
+        for (int t = 0; t < 10000 && !process_sleeping(getppid()); ++t) {
+            usleep(1000);
+        }
         auto fr = frame_to(lid);
         _exit((*port)->send(fr, {}) == status::ok ? 0 : 12);
     }

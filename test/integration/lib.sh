@@ -20,6 +20,20 @@ skip() { skipped=$((skipped + 1)); echo "skip: $*"; }
 # A TCP port for ucx_perftest's out-of-band exchange, different per call.
 next_port() { echo $(( 20000 + ($$ * 7 + ${_port_seq:=0}) % 20000 )); _port_seq=$((_port_seq + 1)); }
 
+# wait_listening PORT PID: returns once a TCP socket listens on PORT (the
+# server is ready for its client), or when PID (the server) has exited;
+# at most 60 s. A fixed sleep let a slow machine start the client first.
+wait_listening() {
+    i=0
+    while [ $i -lt 600 ]; do
+        ss -Hltn "sport = :$1" | grep -q . && return 0
+        kill -0 "$2" 2>/dev/null || return 1
+        sleep 0.1
+        i=$((i + 1))
+    done
+    return 1
+}
+
 # perftest_pair NAME TIMEOUT ARGS...: server and client on localhost; passes
 # when the client prints its "Final:" line and both exit 0.
 perftest_pair() {
@@ -28,7 +42,7 @@ perftest_pair() {
     out=$(mktemp)
     timeout "$t" "$RUN" ucx_perftest -p "$port" "$@" >"$out.srv" 2>&1 &
     srv=$!
-    sleep 0.5
+    wait_listening "$port" $srv
     timeout "$t" "$RUN" ucx_perftest localhost -p "$port" "$@" >"$out" 2>&1
     crc=$?
     wait $srv
@@ -37,7 +51,7 @@ perftest_pair() {
         ok "$name: $(grep '^Final:' "$out" | tr -s ' ')"
     else
         fail "$name (client exit $crc, server exit $src)"
-        tail -5 "$out" "$out.srv"
+        tail -n 5 "$out" "$out.srv"
     fi
     rm -f "$out" "$out.srv"
 }
@@ -64,7 +78,11 @@ owner_of() {
     "$top_builddir/contrib/mlx4x-smpquery" nodedesc "$1" | sed -n 's/.* pid \([0-9]*\)$/\1/p'
 }
 
+# Exit status for automake: 1 on a failure, 77 (SKIP) when every check was
+# skipped (a test that ran nothing is not a pass), else 0.
 finish() {
     echo "$passed passed, $failed failed, $skipped skipped"
-    [ "$failed" -eq 0 ]
+    [ "$failed" -eq 0 ] || exit 1
+    [ "$passed" -eq 0 ] && [ "$skipped" -gt 0 ] && exit 77
+    exit 0
 }

@@ -12,7 +12,7 @@ out=$(timeout 60 "$RUN" ucx_info -d 2>&1); rc=$?
 if [ $rc -ne 124 ] && [ $rc -lt 128 ] && echo "$out" | grep -q "is not an mlx4x v[0-9]* fabric segment"; then
     ok "corrupt segment: clear error, no crash (exit $rc)"
 else
-    fail "corrupt segment (exit $rc)"; echo "$out" | tail -3
+    fail "corrupt segment (exit $rc)"; echo "$out" | tail -n 3
 fi
 echo "$out" | grep -q "Transport: mlx4x" && fail "mlx4x listed on a corrupt fabric" || ok "no mlx4x device on a corrupt fabric"
 
@@ -22,7 +22,7 @@ out=$(timeout 60 "$RUN" ucx_info -d 2>&1); rc=$?
 if [ $rc -eq 0 ] && echo "$out" | grep -q "Device: mlx4x_0:1"; then
     ok "abandoned segment recreated"
 else
-    fail "abandoned segment (exit $rc)"; echo "$out" | tail -3
+    fail "abandoned segment (exit $rc)"; echo "$out" | tail -n 3
 fi
 rm -f "$seg"
 
@@ -37,7 +37,7 @@ if [ "$(id -u)" -eq 0 ]; then
        ! echo "$out" | grep -q "Transport: mlx4x"; then
         ok "another user's segment: refused, clear error (exit $rc)"
     else
-        fail "another user's segment (exit $rc)"; echo "$out" | tail -3
+        fail "another user's segment (exit $rc)"; echo "$out" | tail -n 3
     fi
     [ "$(stat -c %s "$seg")" -eq 0 ] && ok "another user's segment left untouched" || fail "another user's segment was written"
     rm -f "$seg"
@@ -50,7 +50,7 @@ out=$(UCX_MLX4X_FABRIC="$UCX_MLX4X_FABRIC-typo" timeout 60 "$top_builddir/contri
 if [ $rc -ne 0 ] && echo "$out" | grep -q "no mlx4x job runs on that fabric" && [ ! -e "$seg-typo" ]; then
     ok "diagnostic tool on a mistyped fabric: error, nothing created"
 else
-    fail "diagnostic tool on a mistyped fabric (exit $rc)"; echo "$out" | tail -3; rm -f "$seg-typo"
+    fail "diagnostic tool on a mistyped fabric (exit $rc)"; echo "$out" | tail -n 3; rm -f "$seg-typo"
 fi
 
 # 2d. A fabric name that cannot be a file of /dev/shm: refused, said why.
@@ -59,7 +59,7 @@ out=$(UCX_MLX4X_FABRIC="$long" timeout 60 "$RUN" ucx_info -d 2>&1); rc=$?
 if [ $rc -ne 124 ] && echo "$out" | grep -q "fabric name '$long' refused" && ! echo "$out" | grep -q "Transport: mlx4x"; then
     ok "overlong fabric name: refused with a clear error"
 else
-    fail "overlong fabric name (exit $rc)"; echo "$out" | tail -3
+    fail "overlong fabric name (exit $rc)"; echo "$out" | tail -n 3
 fi
 
 # 3. Running inside a UCX of another version: the plugin stays out of UCX
@@ -72,7 +72,7 @@ if cc -shared -fPIC -o "$tmp/fakeucp.so" "$tmp/fake.c"; then
     if [ $rc -eq 0 ] && [ "$n" -eq 1 ] && ! echo "$out" | grep -q "Transport: mlx4x"; then
         ok "UCX version mismatch: one error line, not registered, no crash"
     else
-        fail "UCX version mismatch (exit $rc, $n error lines)"; echo "$out" | grep -i mlx4x | head -3
+        fail "UCX version mismatch (exit $rc, $n error lines)"; echo "$out" | grep -i mlx4x | head -n 3
     fi
 else
     fail "cannot build the fake ucp_get_version"
@@ -92,7 +92,7 @@ run_configure --with-ucx-src="$tmp/none"; rc=$?
 if [ $rc -ne 0 ] && grep -q "contrib/install-deps.sh" "$tmp/build/out"; then
     ok "configure without UCX source: clear error"
 else
-    fail "configure without UCX source (exit $rc)"; tail -3 "$tmp/build/out"
+    fail "configure without UCX source (exit $rc)"; tail -n 3 "$tmp/build/out"
 fi
 # 5. A UCX source tree of another version is refused.
 mkdir -p "$tmp/ucx-old/src/uct/base"; : > "$tmp/ucx-old/src/uct/base/uct_iface.h"
@@ -101,7 +101,7 @@ run_configure --with-ucx-src="$tmp/ucx-old"; rc=$?
 if [ $rc -ne 0 ] && grep -q "version 1.12.0 but the installed UCX is" "$tmp/build/out"; then
     ok "configure with a UCX source of another version: refused"
 else
-    fail "configure with mismatched UCX source (exit $rc)"; tail -3 "$tmp/build/out"
+    fail "configure with mismatched UCX source (exit $rc)"; tail -n 3 "$tmp/build/out"
 fi
 rm -rf "$tmp"
 finish

@@ -57,7 +57,7 @@ client() {
         ok "$name"
     else
         fail "$name (client exit $rc)"
-        tail -5 "$work/client.log" "$work/server.log"
+        tail -n 5 "$work/client.log" "$work/server.log"
     fi
 }
 
@@ -94,6 +94,6 @@ if [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ $(( $(date +%s) - start )) -lt 10 ] &&
     ok "no listener: the client fails with 'Endpoint is not connected'"
 else
     fail "no listener (client exit $rc)"
-    tail -5 "$work/client.log"
+    tail -n 5 "$work/client.log"
 fi
 finish

@@ -70,7 +70,7 @@ done
 
 # NodeInfo, GUIDInfo and P_KeyTable of one rank agree with each other and
 # with mlx4x-stat: the port GUID everywhere, the default P_Key in entry 0.
-lid=$(echo "$lids" | head -1)
+lid=$(echo "$lids" | head -n 1)
 ni=$("$bin/mlx4x-smpquery" nodeinfo "$lid")
 pg=$(echo "$ni" | sed -n 's/^PortGuid:\.*//p')
 g0=$("$bin/mlx4x-smpquery" guids "$lid" | sed -n 's/^Guid0:\.*//p')

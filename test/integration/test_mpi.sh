@@ -15,7 +15,7 @@ if [ $rc -eq 0 ] && grep -q "^# OK: 0 data errors" "$log"; then
     ok "2-rank ping-pong 1 B .. 1 MiB verified"
 else
     fail "2-rank ping-pong (exit $rc)"
-    tail -20 "$log"
+    tail -n 20 "$log"
 fi
 # Each rank prints its device counters at close (the ranks' lines may
 # interleave). At 1 MiB alone, each rank sends 45 ping-pong messages and
@@ -47,7 +47,7 @@ for np in 2 4; do
         ok "MPI suite on $np ranks: $n_ok checks"
     else
         fail "MPI suite on $np ranks (exit $rc, $n_ok checks ok)"
-        grep -v '^ok ' "$log" | tail -15
+        grep -v '^ok ' "$log" | tail -n 15
     fi
 done
 
@@ -81,7 +81,7 @@ if [ $rc -eq 0 ] && echo "$out" | grep -q "^# ssend unexpected: 14 messages, 0 d
     ok "MPI_Ssend 4 KiB (3x), 8 KiB .. 8 B before the receive: all 14 received intact"
 else
     fail "unexpected MPI_Ssend (exit $rc)"
-    echo "$out" | tail -5
+    echo "$out" | tail -n 5
 fi
 
 # Single copy (issue 7): the rendezvous READs of 64 KiB and more that the

@@ -39,7 +39,7 @@ counted_pair() {
     env $PAIR_ENV UCX_MLX4X_COUNTERS=y \
         timeout 60 "$RUN" ucx_perftest -p "$port" "$@" >"$out.srv" 2>&1 &
     srv=$!
-    sleep 0.5
+    wait_listening "$port" $srv
     env $PAIR_ENV timeout 60 "$RUN" ucx_perftest localhost -p "$port" "$@" >"$out" 2>&1
     crc=$?
     wait $srv
@@ -49,7 +49,7 @@ counted_pair() {
         ok "$name: $counter $n"
     else
         fail "$name (client exit $crc, server exit $src, $counter ${n:-none}, expected $check)"
-        tail -5 "$out" "$out.srv"
+        tail -n 5 "$out" "$out.srv"
     fi
     rm -f "$out" "$out.srv"
 }

@@ -116,10 +116,10 @@ verbs_pair() {
             r=$(bw_lines "$out" "$iters" 1 $sizes) || why="$why client: $r;" ;;
     esac
     if [ -z "$why" ]; then
-        ok "$name: $(grep -A1 -F "$hdr" "$out" | tail -1 | tr -s ' ')"
+        ok "$name: $(grep -A1 -F "$hdr" "$out" | tail -n 1 | tr -s ' ')"
     else
         fail "$name:$why"
-        echo "--- client:"; tail -8 "$out"; echo "--- server:"; tail -8 "$out.srv"
+        echo "--- client:"; tail -n 8 "$out"; echo "--- server:"; tail -n 8 "$out.srv"
     fi
     rm -f "$out" "$out.srv"
 }
@@ -173,7 +173,7 @@ src=$?
 if [ $src -ne 0 ] && grep -q "the client runs write_lat, this side send_lat" "$out.srv"; then
     ok "mismatched test (server): exit $src"
 else
-    fail "mismatched test (server): exit $src"; tail -3 "$out.srv"
+    fail "mismatched test (server): exit $src"; tail -n 3 "$out.srv"
 fi
 rm -f "$out" "$out.srv"
 finish

@@ -215,6 +215,14 @@ std::vector<int> thread_nice_values()
 // take a core from an MPI rank that polls on it.
 TEST(sm_service, runs_at_nice_19)
 {
+    // The suite may itself run under nice (CI on a shared machine): the
+    // SM thread goes to 19 whatever the process started at, and the
+    // calling thread keeps what it had.
+    errno = 0;
+    int before = getpriority(PRIO_PROCESS, 0);
+    if (before == 19) {
+        GTEST_SKIP() << "the suite runs at nice 19: the SM thread cannot be told apart";
+    }
     std::string name = "mlx4x-sm-service-test-" + std::to_string(getpid());
     {
         auto s = sm_service::get(name, std::chrono::milliseconds(20));
@@ -228,7 +236,7 @@ TEST(sm_service, runs_at_nice_19)
             }
         }
         EXPECT_TRUE(background);
-        EXPECT_EQ(getpriority(PRIO_PROCESS, 0), 0);   // this thread keeps its own
+        EXPECT_EQ(getpriority(PRIO_PROCESS, 0), before);   // this thread keeps its own
     }
     shm_unlink(name.c_str());
     unlink(("/dev/shm/" + name + ".sm").c_str());

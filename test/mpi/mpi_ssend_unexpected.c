@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* Synchronous sends that arrive before their receive is posted: rank 0
- * MPI_Ssends 4 KiB three times, then 8 KiB .. 8 B, while rank 1 waits
- * 100 ms before each receive,
+ * MPI_Ssends 4 KiB three times, then 8 KiB .. 8 B, while rank 1 posts each
+ * receive only after MPI_Probe has seen its message arrive (a probe posts
+ * nothing to the device; a fixed wait let a slow machine post first),
  * so every message reaches rank 1's device tag list unmatched and goes to
  * UCP as an unexpected synchronous eager message. UCP builds its sync
  * header in front of the data: in a descriptor the transport provides, or
@@ -11,7 +12,6 @@
 #include <mpi.h>
 #include <stdio.h>
 #include <string.h>
-#include <unistd.h>
 
 static unsigned char pattern(int i, int k) { return (unsigned char)(i * 29 + k * 3 + 1); }
 
@@ -27,7 +27,8 @@ int main(int argc, char **argv)
             for (int k = 0; k < size; ++k) buf[k] = pattern(n, k);
             MPI_Ssend(buf, size, MPI_BYTE, 1, n, MPI_COMM_WORLD);
         } else if (rank == 1) {
-            usleep(100000);   /* the message is here before the receive */
+            MPI_Status st;
+            MPI_Probe(0, n, MPI_COMM_WORLD, &st);   /* here before the receive */
             memset(buf, 0, sizeof(buf));
             MPI_Recv(buf, size, MPI_BYTE, 0, n, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
             for (int k = 0; k < size; ++k) errors += buf[k] != pattern(n, k);

@@ -7,18 +7,20 @@
  *   - while blocked, the receiver thread used well under half of the wall
  *     time on the CPU (it slept; a busy-polling "wait" fails this).
  * Prints "N passed, N failed"; exit status 0 when all passed.
- * usage: ucp_wakeup [messages]   (default 5; sender pauses 200 ms before each) */
+ * The sender sends each message only once the receiver thread waits for it
+ * and sleeps in the kernel (a fixed pause let a slow machine send first).
+ * usage: ucp_wakeup [messages]   (default 5) */
 #define _GNU_SOURCE   /* pthread_tryjoin_np */
 #define PROG "ucp_wakeup"
 #include "ucp_pair.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
 
 #define MSG_SIZE 4096
-#define PAUSE_MS 200
 
 static int passed, failed;
 
@@ -49,6 +51,32 @@ static void recv_done(void *req, ucs_status_t st, const ucp_tag_recv_info_t *inf
 static struct side rx, tx;
 static unsigned char rbuf[MSG_SIZE];
 static int messages = 5;
+static atomic_int waiting_for = -1;   /* the message the receiver waits for */
+static atomic_int receiver_tid;
+
+/* Whether thread `tid` of this process sleeps in the kernel (state S). */
+static int thread_sleeping(int tid)
+{
+    char path[64], stat[512];
+    snprintf(path, sizeof(path), "/proc/self/task/%d/stat", tid);
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    size_t n = fread(stat, 1, sizeof(stat) - 1, f);
+    fclose(f);
+    stat[n] = 0;
+    const char *paren = strrchr(stat, ')');   /* the name may hold spaces */
+    return paren && paren[1] == ' ' && paren[2] == 'S';
+}
+
+/* Until the receiver waits for message i and sleeps (at most 10 s; a
+ * receiver that never sleeps then fails its CPU check). */
+static void await_receiver_asleep(int i)
+{
+    while (atomic_load(&waiting_for) != i) usleep(1000);
+    for (int t = 0; t < 10000 && !thread_sleeping(atomic_load(&receiver_tid)); ++t) {
+        usleep(1000);
+    }
+}
 
 /* One message: post the receive, then wait (blocking) until it completes.
  * Returns the share of the blocked time spent on the CPU. */
@@ -68,6 +96,8 @@ static double receive_one(int i, int *intact)
     }
     double wall0 = seconds(CLOCK_MONOTONIC);
     double cpu0  = seconds(CLOCK_THREAD_CPUTIME_ID);
+    atomic_store(&receiver_tid, (int)gettid());
+    atomic_store(&waiting_for, i);
     while (ucp_request_check_status(req) == UCS_INPROGRESS) {
         blocking_progress(rx.worker);
     }
@@ -118,7 +148,10 @@ int main(int argc, char **argv)
     pthread_create(&thr, NULL, receiver, NULL);
     static unsigned char sbuf[MSG_SIZE];
     for (int i = 0; i < messages; ++i) {
-        usleep(PAUSE_MS * 1000);   /* the receiver is asleep by now */
+        await_receiver_asleep(i);
+        /* Left asleep a while, so the CPU share measures the wait and not
+         * the fixed cost around it: a busy-polling receiver burns it all. */
+        usleep(100 * 1000);
         for (int k = 0; k < MSG_SIZE; ++k) sbuf[k] = (unsigned char)(i + k);
         ucp_request_param_t prm = {
             .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK,
