@@ -23,6 +23,7 @@ protected:
         rbuf.assign(64 * 4, 0);
         mm = &a.reg(msg.data(), msg.size());
         rm = &b.reg(rbuf.data(), rbuf.size());
+        tm_ = &b.reg(target.data(), target.size(), all_local);
         for (int i = 0; i < 4; ++i) {
             ASSERT_EQ(b.post_recv(i, rbuf.data() + 64 * i, 64, rm->lkey()),
                       status::ok);
@@ -91,7 +92,63 @@ protected:
     }
     uint32_t expected_psn() { return expected_psn(b); }
 
+    /// `f` with RETH {va, rkey, len} after its BTH.
+    static void set_reth(std::vector<uint8_t> &f, uint64_t va, uint32_t rkey, uint32_t len)
+    {
+        ib::reth r;
+        r.va.set(va);
+        r.rkey.set(rkey);
+        r.dma_len.set(len);
+        std::memcpy(f.data() + sizeof(ib::lrh) + sizeof(ib::bth), &r, sizeof(r));
+    }
+
+    /// A well-formed request packet of opcode `op` at `psn` for b's QP:
+    /// SENDs carry 8 bytes, WRITEs and READs name `target` (64 bytes),
+    /// atomics its first word.
+    std::vector<uint8_t> request(ib::opcode op, uint32_t psn)
+    {
+        const ib::opcode_info &info = ib::info(op);
+        bool   data = (info.kind & (ib::kind_send | ib::kind_write)) != 0;
+        auto   f    = frame(op, psn, data ? 8 : 0);
+        uint64_t va = reinterpret_cast<uint64_t>(target.data());
+        if (info.hdrs & ib::hdr_reth) {
+            set_reth(f, va, tm_->rkey(), op == ib::opcode::rc_rdma_write_only ? 8 : 64);
+        }
+        if (info.hdrs & ib::hdr_atomic_eth) {
+            ib::atomic_eth a{};
+            a.va.set(va);
+            a.rkey.set(tm_->rkey());
+            a.swap_add.set(1);
+            std::memcpy(f.data() + sizeof(ib::lrh) + sizeof(ib::bth), &a, sizeof(a));
+        }
+        return f;
+    }
+
+    /// b's responder answered the last packet with an Invalid Request NAK
+    /// (IBA 9.7.5.2.2; the NAK code shows in the async event it raises,
+    /// E38) and failed its QP: its receives flushed, none completed with
+    /// data, nothing written to its memory.
+    void expect_invalid_request_nak(uint64_t naks_before)
+    {
+        EXPECT_EQ(b.counter(dev::counter::naks_sent), naks_before + 1);
+        drv::async_event ev[8];
+        unsigned n = b.ctx->poll_async_events(ev);
+        bool found = false;
+        for (unsigned i = 0; i < n; ++i) {
+            found |= ev[i].type == prm::eqe_type::wq_inval_req_error &&
+                     ev[i].number == b.qp->qpn();
+        }
+        EXPECT_TRUE(found) << "no WQ_INVAL_REQ_ERROR event for b's QP";
+        for (const drv::wc &w : b.recv_wcs) {
+            EXPECT_EQ(w.status, drv::wc_status::wr_flush_err) << "wr_id " << w.wr_id;
+        }
+        EXPECT_EQ(std::count(rbuf.begin(), rbuf.end(), 0), long(rbuf.size()));
+        EXPECT_EQ(std::count(target.begin(), target.end(), 0), long(target.size()));
+    }
+
     std::unique_ptr<fabric::port> raw;
+    std::vector<uint8_t>          target = std::vector<uint8_t>(4096, 0);
+    drv::mr                      *tm_ = nullptr;   ///< target's, every remote right
     std::vector<uint8_t>          msg, rbuf;
     drv::mr                      *mm = nullptr, *rm = nullptr;
 };
@@ -319,6 +376,141 @@ TEST_F(ingress, E40_ud_qkey_mismatch_is_dropped_and_counted)
     ASSERT_EQ(b.recv_wcs.size(), 1u);   // only the right Q_Key arrived
     EXPECT_EQ(b.recv_wcs[0].wr_id, 7u);
     EXPECT_EQ(b.recv_wcs[0].src_qp, 0x99u);
+}
+
+// ---- opcode sequence errors (IBA 9.7.5.2.2, E38) ---------------------------
+
+/// Packets the responder takes in order, the last one out of sequence.
+struct sequence_case {
+    const char             *name;
+    std::vector<ib::opcode> ops;
+};
+
+void PrintTo(const sequence_case &c, std::ostream *os) { *os << c.name; }
+
+class opcode_sequence : public ingress,
+                        public ::testing::WithParamInterface<sequence_case> {};
+
+// Each request packet that cannot follow the ones before it: a MIDDLE or
+// LAST without its FIRST, a FIRST inside a message, a message of another
+// kind inside a multi-packet SEND or WRITE. It gets an Invalid Request NAK
+// and nothing of it reaches the receive queue or memory: a MIDDLE the
+// responder delivered without its FIRST reached UCP as a message of its
+// own (its assertion in ucp_rndv_ats_handler).
+TEST_P(opcode_sequence, E38_is_an_invalid_request_and_delivers_nothing)
+{
+    const sequence_case &c = GetParam();
+    uint32_t psn = expected_psn();
+    for (size_t i = 0; i + 1 < c.ops.size(); ++i) {
+        inject(request(c.ops[i], psn));
+        psn = ib::psn_add(psn, 1);
+        ASSERT_EQ(expected_psn(), psn) << "packet " << i << " not accepted";
+    }
+    std::fill(rbuf.begin(), rbuf.end(), 0);   // what the accepted packets placed
+    std::fill(target.begin(), target.end(), 0);
+    uint64_t naks = b.counter(dev::counter::naks_sent);
+    inject(request(c.ops.back(), psn));
+    EXPECT_EQ(expected_psn(), psn);
+    expect_invalid_request_nak(naks);
+}
+
+using op = ib::opcode;
+INSTANTIATE_TEST_SUITE_P(
+    ingress, opcode_sequence,
+    ::testing::Values(
+        sequence_case{"send_middle_without_first", {op::rc_send_middle}},
+        sequence_case{"send_last_without_first", {op::rc_send_last}},
+        sequence_case{"send_last_imm_without_first", {op::rc_send_last_imm}},
+        sequence_case{"send_first_inside_send", {op::rc_send_first, op::rc_send_first}},
+        sequence_case{"send_only_inside_send", {op::rc_send_first, op::rc_send_only}},
+        sequence_case{"write_middle_without_first", {op::rc_rdma_write_middle}},
+        sequence_case{"write_last_without_first", {op::rc_rdma_write_last}},
+        sequence_case{"write_last_imm_without_first", {op::rc_rdma_write_last_imm}},
+        sequence_case{"write_first_inside_write",
+                      {op::rc_rdma_write_first, op::rc_rdma_write_first}},
+        sequence_case{"send_middle_inside_write",
+                      {op::rc_rdma_write_first, op::rc_send_middle}},
+        sequence_case{"write_middle_inside_send",
+                      {op::rc_send_first, op::rc_rdma_write_middle}},
+        // Messages of another kind inside one under way.
+        sequence_case{"send_only_inside_write",
+                      {op::rc_rdma_write_first, op::rc_send_only}},
+        sequence_case{"send_first_inside_write",
+                      {op::rc_rdma_write_first, op::rc_send_first}},
+        sequence_case{"write_only_inside_send",
+                      {op::rc_send_first, op::rc_rdma_write_only}},
+        sequence_case{"read_inside_send", {op::rc_send_first, op::rc_rdma_read_request}},
+        sequence_case{"read_inside_write",
+                      {op::rc_rdma_write_first, op::rc_rdma_read_request}},
+        sequence_case{"atomic_inside_send", {op::rc_send_first, op::rc_fetch_add}},
+        sequence_case{"atomic_inside_write",
+                      {op::rc_rdma_write_first, op::rc_compare_swap}}),
+    [](const ::testing::TestParamInfo<sequence_case> &i) { return i.param.name; });
+
+// A multi-packet SEND whose MIDDLE was lost: the next packet gets a PSN
+// sequence NAK, the requester sends again from the MIDDLE (go back N), and
+// the message completes once, whole. A retried MIDDLE continues the
+// message its FIRST started: it is no MIDDLE without FIRST.
+TEST_F(ingress, send_resumed_after_a_sequence_nak_completes_once)
+{
+    uint32_t psn = expected_psn();
+    inject(request(ib::opcode::rc_send_first, psn));
+    inject(request(ib::opcode::rc_send_last, ib::psn_add(psn, 2)));   // MIDDLE lost
+    EXPECT_EQ(b.counter(dev::counter::naks_sent), 1u);
+    EXPECT_EQ(expected_psn(), ib::psn_add(psn, 1));
+    inject(request(ib::opcode::rc_send_first, psn));   // a duplicate: ACKed again
+    inject(request(ib::opcode::rc_send_middle, ib::psn_add(psn, 1)));
+    inject(request(ib::opcode::rc_send_last, ib::psn_add(psn, 2)));
+    ASSERT_EQ(b.recv_wcs.size(), 1u);
+    EXPECT_EQ(b.recv_wcs[0].status, drv::wc_status::success);
+    EXPECT_EQ(b.recv_wcs[0].byte_len, 24u);
+    EXPECT_EQ(b.counter(dev::counter::naks_sent), 1u);
+    EXPECT_EQ(expected_psn(), ib::psn_add(psn, 3));
+}
+
+// READ responses the requester cannot take at their PSN (IBA 9.7.5.2.2:
+// an unexpected response is silently dropped, the ACK timer recovers): a
+// MIDDLE or LAST without FIRST, a LAST before the READ's last PSN, a
+// response of the wrong length. None places a byte or completes the READ;
+// the right ones complete it with the responder's data.
+TEST_F(ingress, read_response_out_of_sequence_is_dropped)
+{
+    constexpr uint32_t mtu = 4096, len = 3 * mtu;
+    std::vector<uint8_t> dst(len, 0);
+    auto &dm = b.reg(dst.data(), len, all_local);
+    fab.set_faults({.drop_one_in = 1});   // the request is lost: b waits
+    ASSERT_EQ(b.post_read(5, dst.data(), len, dm.lkey(), 0x10000, 0x1234), status::ok);
+    progress_rounds(1);
+    fab.set_faults({});
+    uint32_t psn = expected_psn(a);   // the READ's first PSN
+    std::vector<uint8_t> data(len);
+    fill_pattern(data.data(), len, 9);
+    auto response = [&](ib::opcode op, uint32_t pos, size_t bytes) {
+        auto f = ack_frame(op, ib::psn_add(psn, pos));
+        if (!(ib::info(op).hdrs & ib::hdr_aeth)) {
+            f.resize(sizeof(ib::lrh) + sizeof(ib::bth));   // no AETH on a MIDDLE
+        }
+        f.insert(f.end(), data.begin() + pos * mtu, data.begin() + pos * mtu + bytes);
+        return f;
+    };
+    uint64_t bad = b.counter(dev::counter::bad_packets);
+    inject(response(ib::opcode::rc_rdma_read_response_middle, 0, mtu));   // no FIRST
+    inject(response(ib::opcode::rc_rdma_read_response_last, 0, mtu));
+    inject(response(ib::opcode::rc_rdma_read_response_only, 0, mtu));     // not the last
+    inject(response(ib::opcode::rc_rdma_read_response_first, 0, 100));   // short
+    EXPECT_EQ(b.counter(dev::counter::bad_packets), bad + 4);
+    EXPECT_EQ(std::count(dst.begin(), dst.end(), 0), long(len));
+    inject(response(ib::opcode::rc_rdma_read_response_first, 0, mtu));
+    inject(response(ib::opcode::rc_rdma_read_response_last, 1, mtu));   // a MIDDLE's PSN
+    inject(response(ib::opcode::rc_rdma_read_response_middle, 1, mtu));
+    inject(response(ib::opcode::rc_rdma_read_response_middle, 2, mtu));   // the last PSN
+    inject(response(ib::opcode::rc_rdma_read_response_last, 2, mtu - 1));
+    EXPECT_EQ(b.counter(dev::counter::bad_packets), bad + 7);
+    EXPECT_TRUE(b.send_wcs.empty());
+    inject(response(ib::opcode::rc_rdma_read_response_last, 2, mtu));
+    ASSERT_EQ(b.send_wcs.size(), 1u);
+    EXPECT_EQ(b.send_wcs[0].status, drv::wc_status::success);
+    EXPECT_EQ(check_pattern(dst.data(), len, 9), -1);
 }
 
 } // namespace

@@ -405,6 +405,7 @@ private:
     bool on_frame(std::span<const uint8_t> frame) override;
     void receive(std::span<const uint8_t> frame);
     bool admits(const qp &q, const engine::pkt &p);
+    static bool continues_message(const qp &q, const engine::pkt &p);
     void respond(qp &q, const engine::pkt &p);
     void respond_ud(qp &q, const engine::pkt &p);
     void receive_smp(const engine::pkt &p);

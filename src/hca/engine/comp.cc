@@ -141,6 +141,24 @@ static uint32_t *find_rd_atomic(qp &q, uint32_t psn, uint32_t &index)
     return nullptr;
 }
 
+/// Whether READ response `p` is the one PSN `pos` of a READ of `npackets`
+/// response packets and `total_len` bytes can have (IBA 9.4.4, 9.7.5.1.3):
+/// LAST or ONLY exactly at its last PSN, with the rest of the bytes; FIRST
+/// or MIDDLE before it, with a full MTU; a MIDDLE or LAST only after an
+/// earlier packet of the READ. A FIRST may come at any PSN: the responder
+/// answers a READ asked again from its middle from there (9.7.4.1.4).
+static bool read_response_fits(const engine::pkt &p, uint32_t pos, uint32_t npackets,
+                               uint32_t mtu, uint32_t total_len)
+{
+    bool last = pos + 1 == npackets;
+    if (p.has(ib::kind_last) != last || (!p.has(ib::kind_first) && pos == 0)) {
+        return false;
+    }
+    uint64_t offset = uint64_t(pos) * mtu;
+    return offset <= total_len &&
+           p.payload.size() == (last ? total_len - offset : uint64_t(mtu));
+}
+
 /// READ response or atomic ACK (IBA 9.7.5.2.3/4): only the next expected
 /// PSN is accepted; a gap means responses were lost and the request is sent
 /// again from the first missing PSN (go back N).
@@ -185,7 +203,20 @@ void device::complete_response(qp &q, const engine::pkt &p)
             restart_ack_timer(q);
             return;
         }
-        uint32_t offset = uint32_t(ib::psn_diff(p.psn, *first_psn)) * q.mtu;
+        uint32_t pos    = uint32_t(ib::psn_diff(p.psn, *first_psn));
+        uint32_t offset = pos * q.mtu;
+        if (!p.has(ib::kind_direct) &&
+            !read_response_fits(p, pos, q.track[index & (q.sq_size() - 1)].npackets,
+                                q.mtu, w.total_len)) {
+            // Not the response this PSN of the READ can have: an unexpected
+            // response, silently dropped (IBA 9.7.5.2.2 leaves invalid
+            // responses to the requester's timer; rxe's check_ack drops a
+            // MIDDLE or LAST without FIRST too). Placed, a MIDDLE at the
+            // READ's first PSN or a short LAST would complete the READ with
+            // bytes it never got.
+            count(counter::bad_packets);
+            return;
+        }
         // A single-copy READ's data is in place before its response leaves.
         placed = p.has(ib::kind_direct) ||
                  scatter_segs(q, w.segs, w.segs_len / sizeof(prm::wqe_data_seg),

@@ -134,6 +134,17 @@ void device::respond(qp &q, const pkt &p)
         return;
     }
     q.nak_sent = false;
+    if ((q.in_send || q.in_write) && !continues_message(q, p)) [[unlikely]] {
+        // Opcode sequence error, an Invalid Request (IBA 9.7.5.2.2; rxe's
+        // check_op_seq): while a multi-packet SEND or WRITE is under way
+        // only its own MIDDLE or LAST may come. A new message of another
+        // kind here (a SEND ONLY inside a WRITE, a READ or atomic inside a
+        // SEND) would be executed in the middle of the other one; the
+        // MIDDLE/LAST without FIRST of the same kind is refused by
+        // respond_send() and respond_write() themselves.
+        responder_error(q, ib::nak_code::invalid_request);
+        return;
+    }
     if (p.has(ib::kind_direct)) {
         if (p.has(ib::kind_read)) {
             respond_direct_read(q, p, false);
@@ -149,6 +160,14 @@ void device::respond(qp &q, const pkt &p)
     } else {
         respond_atomic(q, p);
     }
+}
+
+/// Whether `p` may come while `q` is in the middle of a multi-packet SEND
+/// or WRITE: only a MIDDLE or LAST of that message's kind.
+bool device::continues_message(const qp &q, const pkt &p)
+{
+    uint16_t kind = q.in_send ? ib::kind_send : ib::kind_write;
+    return p.has(kind) && !p.has(ib::kind_first) && !p.has(ib::kind_direct);
 }
 
 /// R_Key check for an incoming RDMA or atomic (IBA 9.7.5.1.3, C9-88): key
@@ -789,7 +808,10 @@ device::complete_receive(qp &q, const received &m, uint16_t slid, bool has_imm, 
     }
     size_t hdr_len = sizeof(l) + sizeof(b) + (imm ? sizeof(ib::immdt) : 0);
     qp    *q       = fast_path_qp(l, b);
-    if (frame.size() < hdr_len || !q || q->in_send || ib::bth_psn::get(b.apsn) != q->epsn) {
+    // A SEND_ONLY inside a SEND or a WRITE is an opcode sequence error,
+    // which the general path answers (respond()).
+    if (frame.size() < hdr_len || !q || q->in_send || q->in_write ||
+        ib::bth_psn::get(b.apsn) != q->epsn) {
         return false;
     }
     std::span<const uint8_t> payload = frame.subspan(hdr_len);
