@@ -8,6 +8,7 @@
 // still carry correct traffic afterwards.
 #include "hca_fixture.h"
 #include "hca/ib/ib_opcode.h"
+#include "hca/ib/ib_psn.h"
 #include "hca/ib/ib_tm.h"
 
 #include <random>
@@ -206,6 +207,35 @@ TEST_F(rc_pair, fuzz_ingress_never_crashes_and_traffic_survives)
         ASSERT_NO_FATAL_FAILURE(connect_one(b, a));
         fb.rc_qpn = b.qp->qpn();
     };
+    // Seeds first, each at the PSN b expects: requests of zero length
+    // naming VA 0 with R_Key 0, which no check stops (IBA 9.4.4: a DMA
+    // length of 0 names no memory) and which must copy nothing, not even
+    // memcpy(NULL, ..., 0) (UBSan stops here if one does).
+    {
+        using op = ib::opcode;
+        uint32_t psn = 0xffff00u + (a.ctx->port().lid & 0x3f);   // connect_one's
+        auto zero = [&](op o) {
+            std::vector<uint8_t> f = fb.frame(o, 0, fb.rc_qpn, psn);
+            psn = ib::psn_add(psn, 1);
+            const ib::opcode_info &info = ib::info(o);
+            ib::reth r{};   // VA 0, R_Key 0, DMA length 0
+            std::memcpy(f.data() + sizeof(ib::lrh) + ib::ext_offset(info, ib::hdr_reth), &r,
+                        sizeof(r));
+            if (info.hdrs & ib::hdr_immdt) {
+                std::memset(f.data() + sizeof(ib::lrh) + ib::ext_offset(info, ib::hdr_immdt),
+                            0, sizeof(ib::immdt));
+            }
+            return f;
+        };
+        uint64_t naks = b.counter(dev::counter::naks_sent);
+        for (op o : {op::rc_rdma_write_only, op::rc_rdma_read_request,
+                     op::rc_rdma_write_only_imm, op::rc_rdma_write_only}) {
+            std::vector<uint8_t> f = zero(o);
+            ASSERT_EQ((*raw)->send({f.data(), 4}, {f.data() + 4, f.size() - 4}), status::ok);
+            progress_rounds(2);
+            EXPECT_EQ(b.counter(dev::counter::naks_sent), naks) << ib::info(o).name;
+        }
+    }
     constexpr unsigned frames = 400000;
     for (unsigned i = 0; i < frames; ++i) {
         if (i % 2000 == 1999) {

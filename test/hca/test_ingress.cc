@@ -513,5 +513,26 @@ TEST_F(ingress, read_response_out_of_sequence_is_dropped)
     EXPECT_EQ(check_pattern(dst.data(), len, 9), -1);
 }
 
+// A zero-length RDMA WRITE or READ may name VA 0 and R_Key 0 (neither is
+// checked, IBA 9.4.4 / 9.4.5): it touches no memory and is answered. (The
+// sanitizer build, test/fuzz, catches a memcpy(NULL, ..., 0) on the way.)
+TEST_F(ingress, zero_length_write_and_read_at_va_0_touch_nothing)
+{
+    uint32_t psn = expected_psn();
+    auto f = frame(ib::opcode::rc_rdma_write_only, psn, 0);
+    set_reth(f, 0, 0, 0);
+    inject(f);
+    EXPECT_EQ(expected_psn(), ib::psn_add(psn, 1));
+    // A zero-length READ likewise: its one empty response reads nothing
+    // and needs no region behind R_Key 0 (it was NAKed for remote access).
+    auto g = frame(ib::opcode::rc_rdma_read_request, ib::psn_add(psn, 1), 0);
+    set_reth(g, 0, 0, 0);
+    inject(g);
+    EXPECT_EQ(expected_psn(), ib::psn_add(psn, 2));
+    EXPECT_EQ(b.counter(dev::counter::naks_sent), 0u);
+    EXPECT_GT(b.counter(dev::counter::acks_sent), 0u);
+    EXPECT_TRUE(b.recv_wcs.empty());
+}
+
 } // namespace
 } // namespace mlx4x::test

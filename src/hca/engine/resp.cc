@@ -614,8 +614,11 @@ bool device::send_response_packet(qp &q)
     uint32_t index = r.sent / q.mtu;
     uint32_t chunk = std::min(q.mtu, r.len - r.sent);
     bool first = r.sent == 0, last = r.sent + chunk == r.len;
-    const mpt *m = find_remote(q, r.rkey);
-    if (!m || !m->covers(r.va + r.sent, chunk)) {
+    // A zero-length READ names no memory (IBA 9.4.5: its R_Key and VA are
+    // not checked, check_rkey): its one empty response reads nothing, so
+    // there is no region to look up either (R_Key 0 would fail it).
+    const mpt *m = chunk ? find_remote(q, r.rkey) : nullptr;
+    if (chunk && (!m || !m->covers(r.va + r.sent, chunk))) {
         done();
         responder_error(q, ib::nak_code::remote_access);
         return false;
@@ -931,8 +934,13 @@ void device::respond_write(qp &q, const pkt &p)
         send_nak(q, ib::make_syndrome(ib::ack_class::rnr_nak, q.min_rnr_timer));
         return;
     }
-    std::memcpy(reinterpret_cast<void *>(static_cast<uintptr_t>(q.write_va)),
-                p.payload.data(), p.payload.size());
+    if (!p.payload.empty()) {
+        // A zero-length WRITE names no memory: its VA may be anything,
+        // NULL included (its R_Key and VA are not checked, check_rkey), and
+        // memcpy(NULL, ..., 0) is undefined behaviour all the same.
+        std::memcpy(reinterpret_cast<void *>(static_cast<uintptr_t>(q.write_va)),
+                    p.payload.data(), p.payload.size());
+    }
     q.write_va   += p.payload.size();
     q.write_left -= uint32_t(p.payload.size());
     q.epsn = ib::psn_add(q.epsn, 1);
