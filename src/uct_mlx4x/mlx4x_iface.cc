@@ -654,6 +654,7 @@ interface::~interface()
             print("tm_recv_posted", tm_->posted);
             print("tm_recv_sw_fallback", tm_->exceeds_limit);
             print("tm_recv_canceled", tm_->canceled);
+            print("tm_rx_malformed", tm_->malformed);
         }
     }
     md_.remove_iface(this);

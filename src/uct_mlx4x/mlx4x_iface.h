@@ -10,6 +10,7 @@
 #include "hca/ib/ib_tm.h"
 #include "mad/sm.h"
 #include "tm/shadow_list.h"
+#include "tm/unexpected.h"
 
 #include <deque>
 #include <map>
@@ -88,6 +89,9 @@ struct tag_offload {
     uct_tag_unexp_rndv_cb_t   rndv_cb   = nullptr;
     void                     *rndv_arg  = nullptr;
     size_t                    rx_headroom = 0;   ///< UCT_IFACE_PARAM rx_headroom
+    /// What the upper layer accepts as rendezvous headers (UCP's contract
+    /// when it is UCP: init_tm).
+    tm::rndv_rules            rules;
     /// A rendezvous send waiting for its FIN.
     struct rndv_send {
         bool                     active = false;
@@ -98,6 +102,10 @@ struct tag_offload {
     std::vector<rndv_send>    rndvs;   ///< by app_ctx - 1
     std::vector<uint32_t>     rndv_free;
     uint64_t                  posted = 0, exceeds_limit = 0, canceled = 0;
+    /// Tagged messages from the fabric whose headers the upper layer must
+    /// not see (tm::parse_unexpected, check_sw_rts): dropped, or their
+    /// receive completed with an error.
+    uint64_t                  malformed = 0;
 
     /// Keeps a rendezvous send until its FIN; returns its app_ctx (never 0).
     uint32_t add_rndv(uct_completion_t *comp, std::unique_ptr<drv::mr> mr,
@@ -357,6 +365,7 @@ private:
     void on_unexpected(const uint8_t *buf, uint32_t len, bool with_imm, uint32_t imm);
     void unexpected_sync_eager(const uint8_t *data, uint32_t len, uint64_t tag,
                                uint64_t imm);
+    void note_malformed(tm::malformed_reason why, uint64_t tag);
     void on_fin(const uint8_t *buf, uint32_t len);
     void on_list_op(const drv::wc &w);
     void tm_note_unexpected();

@@ -9,6 +9,18 @@
 #include "uct_mlx4x/mlx4x_post.h"
 #include "hca/base/log.h"
 
+// UCP's rendezvous headers, whose sizes the checks of unexpected
+// rendezvous apply when UCP is the user (init_tm); the build includes
+// UCX's source tree already.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wunused-parameter"   // UCP's inline functions
+#include <ucp/core/ucp_types.h>
+#include <ucp/rndv/rndv.h>
+#include <ucp/tag/offload.h>
+#pragma GCC diagnostic pop
+
+#include <dlfcn.h>
+
 #include <algorithm>
 #include <array>
 #include <cstdlib>
@@ -49,6 +61,31 @@ void set_tmh(ib::tmh &h, ib::tmh_opcode op, uint64_t tag, uint32_t app_ctx = 0)
 
 /// UCT's 64-bit immediate: the low half travels as the SEND's immediate,
 /// the high half as tmh.app_ctx (rc_mlx5 splits it the same way).
+/// UCP's contract for the headers of unexpected rendezvous, from the UCX
+/// 1.13.1 source: ucp_tag_offload_unexp_rndv asserts that a hardware
+/// rendezvous header is exactly a ucp_tag_offload_unexp_rndv_hdr_t and
+/// shifts UCS_BIT(md_index) into its MD map; it and ucp_tag_offload_rndv_cb
+/// assert that a software one holds a whole ucp_rndv_rts_hdr_t.
+/// (UCP_MAX_MDS is a ucs_min(), not a constant expression in C++.)
+constexpr uint32_t ucp_max_mds = std::min<uint32_t>(UCP_MD_INDEX_BITS, UCP_MAX_RESOURCES);
+static_assert(sizeof(ucp_md_map_t) * 8 >= ucp_max_mds);
+static_assert(sizeof(ucp_tag_offload_unexp_rndv_hdr_t) == 17, "UCX 1.13's packed header");
+static_assert(offsetof(ucp_tag_offload_unexp_rndv_hdr_t, md_index) == 16);
+static_assert(sizeof(ucp_tag_offload_unexp_rndv_hdr_t) <= max_rndv_hdr);
+static_assert(sizeof(ucp_rndv_rts_hdr_t) == 41, "UCX 1.13's packed RTS");
+
+/// Whether `fn` is code of UCP's shared object (libucp.so*).
+bool is_ucp_function(const void *fn)
+{
+    Dl_info info;
+    if (!fn || dladdr(fn, &info) == 0 || !info.dli_fname) {
+        return false;
+    }
+    const char *base = std::strrchr(info.dli_fname, '/');
+    base = base ? base + 1 : info.dli_fname;
+    return std::strncmp(base, "libucp.so", 9) == 0;
+}
+
 void set_imm(drv::send_wr_core &wr, ib::tmh &h, uint64_t imm)
 {
     if (imm) {
@@ -301,6 +338,23 @@ status interface::init_tm(const uct_iface_params_t &params)
     if (params.field_mask & UCT_IFACE_PARAM_FIELD_RX_HEADROOM) {
         tm_->rx_headroom = params.rx_headroom;
     }
+    // UCT fixes no rendezvous header length (UCX's own UCT test, test_tag,
+    // sends headers of other lengths), but UCP asserts on them: its
+    // contract applies only when UCP is the user. An iface has no other
+    // sign of its user than its callbacks, so the unexpected-rendezvous
+    // callback's address tells, once here: UCP's is in libucp's object.
+    // Any user gets at most the headers the transport advertises
+    // (cap.tag.rndv.max_hdr) or tag_rndv_request accepts.
+    tm::rndv_rules &rules = tm_->rules;
+    rules.max_hw_hdr = max_rndv_hdr;
+    rules.max_sw_hdr = uint32_t(seg_size_ - sizeof(ib::tmh));
+    rules.ucp = is_ucp_function(reinterpret_cast<const void *>(params.rndv_cb));
+    rules.ucp_hw_hdr_len      = sizeof(ucp_tag_offload_unexp_rndv_hdr_t);
+    rules.ucp_md_index_offset = offsetof(ucp_tag_offload_unexp_rndv_hdr_t, md_index);
+    rules.ucp_max_mds         = ucp_max_mds;
+    rules.ucp_sw_rts_min      = sizeof(ucp_rndv_rts_hdr_t);
+    MLX4X_DEBUG("tag matching for %s: unexpected rendezvous headers checked "
+                "against its rules", rules.ucp ? "UCP" : "a user other than UCP");
     drv::qp_caps caps;
     caps.max_send_wr = max_ops;
     // List-op completions go to the receive CQ, in order with the matches.
@@ -422,9 +476,19 @@ void interface::on_tm_completion(const drv::wc &w)
                                     : UCS_OK;
     if (!rndv && t.with_imm && w.imm == 0 && t.app_ctx == 0) {
         // A software rendezvous request (tag_rndv_request) matched: its RTS
-        // is in the posted buffer.
-        ctx->rndv_cb(ctx, t.tag, r.buffer, unsigned(std::min<size_t>(w.byte_len, r.length)),
-                     st, 0);
+        // is in the posted buffer. One UCP cannot take (shorter than its
+        // RTS: its assertion) ends the receive with an error instead: the
+        // device consumed the receive, and a receive never completed would
+        // hang its owner.
+        uint32_t len = uint32_t(std::min<size_t>(w.byte_len, r.length));
+        if (st == UCS_OK) [[unlikely]] {
+            if (tm::malformed_reason why = tm::check_sw_rts(len, tm_->rules);
+                why != tm::malformed_reason::none) {
+                note_malformed(why, t.tag);
+                st = UCS_ERR_IO_ERROR;
+            }
+        }
+        ctx->rndv_cb(ctx, t.tag, r.buffer, len, st, 0);
         return;
     }
     uint64_t imm = t.with_imm ? (uint64_t(t.app_ctx) << 32) | w.imm : 0;
@@ -432,49 +496,60 @@ void interface::on_tm_completion(const drv::wc &w)
 }
 
 /// A tagged message no posted receive matched: UCP matches it in software.
-/// The data is not kept (no UCT_CB_PARAM_FLAG_DESC): UCP copies it.
+/// The data is not kept (no UCT_CB_PARAM_FLAG_DESC): UCP copies it. Its
+/// headers came from the fabric: one the upper layer cannot take
+/// (tm::parse_unexpected) is dropped and counted, never passed on.
 void interface::on_unexpected(const uint8_t *buf, uint32_t byte_len, bool with_imm,
                               uint32_t imm_data)
 {
     if (!tm_) {
         return;
     }
+    tm::unexpected_msg m = tm::parse_unexpected({buf, byte_len}, with_imm, imm_data,
+                                                tm_->rules);
+    auto *data = const_cast<uint8_t *>(m.data.data());
+    auto  len  = unsigned(m.data.size());
+    switch (m.kind) {
+    case tm::unexpected_kind::hw_rndv: {
+        uint64_t rkey = m.rkey;   // the packed form rkey_unpack reads
+        (void)tm_->rndv_cb(tm_->rndv_arg, 0, m.tag, data, len, m.remote_va,
+                           m.remote_len, &rkey);
+        break;
+    }
+    case tm::unexpected_kind::sw_rndv:
+        // remote_addr 0: the header is the RTS.
+        (void)tm_->rndv_cb(tm_->rndv_arg, 0, m.tag, data, len, 0, 0, nullptr);
+        break;
+    case tm::unexpected_kind::sync_eager:
+        unexpected_sync_eager(data, len, m.tag, m.imm);
+        break;
+    case tm::unexpected_kind::eager: {
+        void *context = nullptr;
+        (void)tm_->eager_cb(tm_->eager_arg, data, len, UCT_CB_PARAM_FLAG_FIRST, m.tag,
+                            0, &context);
+        break;
+    }
+    case tm::unexpected_kind::malformed:
+        note_malformed(m.why, m.tag);
+        break;
+    }
     // Every message the device counted is counted here, the malformed too
-    // (which the device does not deliver), or later tags would wait for
-    // a count that never agrees. Counted after UCP's callback: a receive
-    // it posts meanwhile is an APPEND in flight, answered by a sync.
-    ib::tmh h;
-    if (byte_len < sizeof(h)) [[unlikely]] {
-        tm_note_unexpected();
-        return;
-    }
-    std::memcpy(&h, buf, sizeof(h));
-    const uint8_t *data = buf + sizeof(h);
-    uint32_t len = byte_len - uint32_t(sizeof(h));
-    if (h.opcode == uint8_t(ib::tmh_opcode::rndv)) {
-        ib::rvh r;
-        if (len < sizeof(r)) [[unlikely]] {
-            tm_note_unexpected();
-            return;
-        }
-        std::memcpy(&r, data, sizeof(r));
-        uint64_t rkey = r.rkey.get();   // the packed form rkey_unpack reads
-        (void)tm_->rndv_cb(tm_->rndv_arg, 0, h.tag.get(), data + sizeof(r),
-                           len - unsigned(sizeof(r)), r.va.get(), r.len.get(), &rkey);
-    } else if (with_imm && imm_data == 0 && h.app_ctx.get() == 0) {
-        // Software rendezvous request: remote_addr 0, the RTS as header.
-        (void)tm_->rndv_cb(tm_->rndv_arg, 0, h.tag.get(), data, len, 0, 0, nullptr);
-    } else {
-        uint64_t imm = with_imm ? (uint64_t(h.app_ctx.get()) << 32) | imm_data : 0;
-        if (imm) {
-            unexpected_sync_eager(data, len, h.tag.get(), imm);
-        } else {
-            void *context = nullptr;
-            (void)tm_->eager_cb(tm_->eager_arg, const_cast<uint8_t *>(data), len,
-                                UCT_CB_PARAM_FLAG_FIRST, h.tag.get(), imm, &context);
-        }
-    }
+    // (which the upper layer never sees), or later tags would wait for a
+    // count that never agrees. Counted after UCP's callback: a receive it
+    // posts meanwhile is an APPEND in flight, answered by a sync.
     tm_note_unexpected();
+}
+
+/// A tagged message whose headers the upper layer must not see: counted
+/// (tm_rx_malformed with UCX_MLX4X_COUNTERS=y), the first one logged (a
+/// peer that sends them may send many).
+void interface::note_malformed(tm::malformed_reason why, uint64_t tag)
+{
+    if (tm_->malformed++ == 0) {
+        MLX4X_WARN("tagged message (tag 0x%llx) from the fabric dropped: %s "
+                   "(further ones only counted)",
+                   static_cast<unsigned long long>(tag), tm::to_string(why));
+    }
 }
 
 namespace {
