@@ -10,6 +10,8 @@
 #include "mad/cm_agent.h"
 
 #include <cstdint>
+#include <cstdio>
+#include <string>
 
 namespace mlx4x::uct {
 
@@ -27,6 +29,29 @@ inline uint8_t iba_time_exponent(double seconds, double unit)
         ++n;
     }
     return n;
+}
+
+/// The shortest UCX_MLX4X_TIMEOUT and UCX_MLX4X_CONN_TIMEOUT accepted. A
+/// peer's device runs only when the peer progresses (or on its engine
+/// thread), so a peer merely descheduled for a scheduler period or two
+/// (milliseconds) must not look dead: with 1 ns, every request timed out
+/// at once, the retries (RETRY_COUNT) were spent in microseconds, the
+/// connection failed with retry exceeded and an MPI job hung on it.
+constexpr double min_timeout = 10e-3;
+constexpr const char *min_timeout_str = "10ms";
+
+/// `seconds` as a UCX time value ("1ns", "250us", "5ms", "2s").
+inline std::string time_string(double seconds)
+{
+    struct unit { double scale; const char *name; };
+    static constexpr unit units[] = {{1e-9, "ns"}, {1e-6, "us"}, {1e-3, "ms"}, {1, "s"}};
+    const unit *u = &units[0];
+    for (const unit &x : units) {
+        if (seconds >= x.scale) u = &x;
+    }
+    char buf[48];
+    std::snprintf(buf, sizeof(buf), "%g%s", seconds / u->scale, u->name);
+    return buf;
 }
 
 /// IBA 9.7.6.1.3: the local ACK timeout is 4.096 us x 2^n (n = 0 would

@@ -424,6 +424,15 @@ status interface::init(const uct_iface_params_t &params)
                     "(a positive time; counts 0..7, IBA 9.7.5.2.8)");
         return status::invalid_param;
     }
+    for (auto [name, value] : {std::pair{"TIMEOUT", cfg_.timeout},
+                               std::pair{"CONN_TIMEOUT", cfg_.conn_timeout}}) {
+        if (value < min_timeout) {
+            MLX4X_ERROR("UCX_MLX4X_%s=%s is below the minimum %s: a peer merely "
+                        "slow to progress would be taken for dead (retry exceeded)",
+                        name, time_string(value).c_str(), min_timeout_str);
+            return status::invalid_param;
+        }
+    }
     ack_timeout_ = ack_timeout_exponent(cfg_.timeout);
     // AM alignment requests are checked as UCT defines them (an offset
     // without an alignment, or an alignment that is not a power of two, is

@@ -114,7 +114,7 @@ static ucs_config_field_t uct_mlx4x_iface_config_table[] = {
     {"CONN_TIMEOUT", "1s",
      "Time the connection manager (IBA CM over QP1) waits for an answer to a\n"
      "REQ (or for the RTU after a REP) before sending it again; rounded up to\n"
-     "the CM's 2 x 4.096 us x 2^n steps.",
+     "the CM's 2 x 4.096 us x 2^n steps. At least 10ms.",
      ucs_offsetof(uct_mlx4x_iface_config_t, conn_timeout), UCS_CONFIG_TYPE_TIME},
 
     {"CONN_RETRIES", "15",
@@ -124,7 +124,9 @@ static ucs_config_field_t uct_mlx4x_iface_config_table[] = {
     {"TIMEOUT", "1s",
      "Local ACK timeout of each connection: how long an unacknowledged\n"
      "request waits before it is sent again. Rounded up to the IBA's\n"
-     "4.096 us x 2^n steps (at most 2^31).",
+     "4.096 us x 2^n steps (at most 2^31). At least 10ms: a peer's device\n"
+     "runs when the peer progresses, and one merely slow to must not be\n"
+     "taken for dead.",
      ucs_offsetof(uct_mlx4x_iface_config_t, timeout), UCS_CONFIG_TYPE_TIME},
 
     {"RETRY_COUNT", "7",

@@ -39,4 +39,14 @@ out=$("$RUN" --help 2>&1); rc=$?
 out=$("$RUN" --version 2>&1); rc=$?
 [ $rc -eq 0 ] && echo "$out" | grep -q "^mlx4x-run (mlx4x) " \
     && ok "mlx4x-run --version: $out" || fail "mlx4x-run --version (exit $rc): $out"
+# Timeouts too short for a peer that is merely slow to progress (issue 34:
+# 1ns failed connections with retry exceeded, then MPI hung) are refused
+# at iface open with the minimum named; the minimum itself is accepted.
+for v in TIMEOUT CONN_TIMEOUT; do
+    out=$(env UCX_MLX4X_$v=1ns timeout 60 "$RUN" ucx_info -u t -e 2>&1)
+    echo "$out" | grep -q "UCX_MLX4X_$v=1ns is below the minimum 10ms" \
+        && ok "$v=1ns refused with a message" || { fail "$v=1ns not refused"; echo "$out" | tail -3; }
+    out=$(env UCX_MLX4X_$v=10ms timeout 60 "$RUN" ucx_info -u t -e 2>&1)
+    echo "$out" | grep -q "below the minimum" && fail "$v=10ms refused" || ok "$v=10ms accepted"
+done
 finish
