@@ -540,9 +540,10 @@ struct conn_msg {
     uint32_t mtu;
     uint32_t reserved;
     uint64_t addr;   ///< the region the peer's WRITE/READ/atomic targets
+    drv::direct_window direct;   ///< the QP's single-copy posts
 };
 
-constexpr char hello_magic[8] = {'m', 'l', 'x', '4', 'x', 'p', 't', '1'};
+constexpr char hello_magic[8] = {'m', 'l', 'x', '4', 'x', 'p', 't', '2'};
 
 // ---- one side of the benchmark ------------------------------------------------
 
@@ -640,6 +641,7 @@ private:
         local_.rkey = mr_->rkey();
         local_.mtu  = o_.mtu ? std::min(o_.mtu, pa.mtu) : pa.mtu;
         local_.addr = reinterpret_cast<uintptr_t>(target());
+        local_.direct = qp_->direct();
     }
 
     uint8_t *source() const { return buf_.get(); }            ///< what we send
@@ -703,6 +705,7 @@ private:
         at.rq_psn     = remote_.psn;
         at.sq_psn     = local_.psn;
         at.mtu        = mtu_;
+        at.peer_direct = remote_.direct;
         must(qp_->to_init(remote_access(test().v)), "QP to INIT");
         must(qp_->to_rtr(at), "QP to RTR");
         must(qp_->to_rts(at), "QP to RTS");

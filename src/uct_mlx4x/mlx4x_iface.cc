@@ -50,6 +50,18 @@ uint32_t random_psn()
     return gen() & 0xffffff;
 }
 
+/// The peer QP's single-copy window from its REQ's or REP's private data;
+/// none (the peer's direct requests are refused) when it carried none.
+drv::direct_window peer_direct(const mad::cm::peer_info &p)
+{
+    direct_addr d{};
+    if (p.private_data.size() < sizeof(d)) {
+        return {};
+    }
+    std::memcpy(&d, p.private_data.data(), sizeof(d));
+    return d.window();
+}
+
 status make_slots(drv::context &ctx, uint32_t pd, slot_area &a, size_t n,
                   size_t slot_size)
 {
@@ -190,7 +202,9 @@ status endpoint::create_p2p()
 
 ep_addr endpoint::address() const
 {
-    return {qp_->qpn(), sq_psn, rx_qp_ ? rx_qp_->qpn() : 0, rx_psn_};
+    return {qp_->qpn(), sq_psn, rx_qp_ ? rx_qp_->qpn() : 0, rx_psn_,
+            direct_addr::of(qp_->direct()),
+            direct_addr::of(rx_qp_ ? rx_qp_->direct() : drv::direct_window{})};
 }
 
 status endpoint::connect_to_ep(const device_addr &dev, const ep_addr &peer)
@@ -201,11 +215,13 @@ status endpoint::connect_to_ep(const device_addr &dev, const ep_addr &peer)
     peer_lid = dev.lid;
     // Ours sends to the peer's receiving QP; our receiving QP answers the
     // peer's sending one.
-    if (status s = iface_.connect_rc(*qp_, peer_lid, peer.rx_qpn, peer.rx_psn, sq_psn);
+    if (status s = iface_.connect_rc(*qp_, peer_lid, peer.rx_qpn, peer.rx_direct.window(),
+                                     peer.rx_psn, sq_psn);
         s != status::ok) {
         return s;
     }
-    if (status s = iface_.connect_rc(*rx_qp_, peer_lid, peer.qpn, peer.psn, rx_psn_);
+    if (status s = iface_.connect_rc(*rx_qp_, peer_lid, peer.qpn, peer.direct.window(),
+                                     peer.psn, rx_psn_);
         s != status::ok) {
         return s;
     }
@@ -223,6 +239,8 @@ status endpoint::connect(const device_addr &dev, const iface_addr &ifa)
     mad::cm::endpoint_info self;
     self.qpn = qp_->qpn();
     self.psn = sq_psn;
+    direct_addr direct = direct_addr::of(qp_->direct());
+    self.private_data = {reinterpret_cast<const uint8_t *>(&direct), sizeof(direct)};
     mad::cm::agent::requester r;
     r.on_rep = [this](uint32_t, const mad::cm::peer_info &rep) { return on_rep(rep); };
     r.on_reject = [this](uint32_t, mad::cm::reject_reason why) {
@@ -316,7 +334,8 @@ status endpoint::cancel_outstanding()
 bool endpoint::on_rep(const mad::cm::peer_info &rep)
 {
     if (state_ != ep_state::connecting ||
-        iface_.connect_rc(*qp_, peer_lid, rep.qpn, rep.psn, sq_psn) != status::ok) {
+        iface_.connect_rc(*qp_, peer_lid, rep.qpn, peer_direct(rep), rep.psn, sq_psn) !=
+            status::ok) {
         return false;   // the CM rejects the REP
     }
     state_ = ep_state::connected;
@@ -324,9 +343,11 @@ bool endpoint::on_rep(const mad::cm::peer_info &rep)
 }
 
 status interface::connect_rc(drv::qp &q, uint16_t dlid, uint32_t remote_qpn,
+                             const drv::direct_window &peer_direct,
                              uint32_t rq_psn, uint32_t sq_psn)
 {
     drv::rc_connect_attr a{};
+    a.peer_direct = peer_direct;
     a.remote_qpn = remote_qpn;
     a.dlid       = dlid;
     a.rq_psn     = rq_psn;
@@ -966,11 +987,15 @@ interface::accept(uint32_t id, const mad::cm::peer_info &req, mad::cm::endpoint_
         return mad::cm::reject_reason::no_qp;
     }
     uint32_t sq_psn = random_psn();
-    if (connect_rc(**q, req.lid, req.qpn, req.psn, sq_psn) != status::ok) {
+    if (connect_rc(**q, req.lid, req.qpn, peer_direct(req), req.psn, sq_psn) != status::ok) {
         return mad::cm::reject_reason::no_resources;
     }
     reply.qpn = (*q)->qpn();
     reply.psn = sq_psn;
+    // The CM copies the private data before this returns.
+    accept_direct_ = direct_addr::of((*q)->direct());
+    reply.private_data = {reinterpret_cast<const uint8_t *>(&accept_direct_),
+                          sizeof(accept_direct_)};
     rx_qps_[id] = q.take();
     return std::nullopt;
 }

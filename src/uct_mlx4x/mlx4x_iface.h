@@ -62,15 +62,33 @@ static_assert(sizeof(device_addr) == 14);
 struct __attribute__((packed)) iface_addr {
     uint32_t service;
 };
+/// A QP's window of single-copy posts as addresses carry it, with the
+/// process it is in (drv::direct_window): the peer's responder serves
+/// direct requests from there only.
+struct __attribute__((packed)) direct_addr {
+    int32_t  pid;
+    uint64_t va;
+    uint64_t key;
+    uint8_t  log_slots;
+
+    static direct_addr of(const drv::direct_window &w)
+    {
+        return {w.pid, w.va, w.key, w.log_slots};
+    }
+    drv::direct_window window() const { return {pid, va, key, log_slots}; }
+};
+static_assert(sizeof(direct_addr) == 21);
 /// Endpoint address (CONNECT_TO_EP): the endpoint's two RC QPs, each with
-/// its first send PSN. Like an interface connection, each direction has
-/// its own QP: the endpoint sends on `qpn` to the peer's `rx_qpn`, whose
-/// send queue the device may own (rendezvous READ and FIN).
+/// its first send PSN and its window of single-copy posts. Like an
+/// interface connection, each direction has its own QP: the endpoint sends
+/// on `qpn` to the peer's `rx_qpn`, whose send queue the device may own
+/// (rendezvous READ and FIN).
 struct __attribute__((packed)) ep_addr {
-    uint32_t qpn;
-    uint32_t psn;
-    uint32_t rx_qpn;
-    uint32_t rx_psn;
+    uint32_t    qpn;
+    uint32_t    psn;
+    uint32_t    rx_qpn;
+    uint32_t    rx_psn;
+    direct_addr direct, rx_direct;
 };
 
 /// Hardware tag matching state of an interface (DESIGN decision 10): the
@@ -322,6 +340,7 @@ public:
     result<std::unique_ptr<drv::qp>> create_rx_qp();
     /// INIT -> RTR -> RTS of an RC QP towards (dlid, remote_qpn).
     status connect_rc(drv::qp &q, uint16_t dlid, uint32_t remote_qpn,
+                      const drv::direct_window &peer_direct,
                       uint32_t rq_psn, uint32_t sq_psn);
 
     uint32_t add_ep(endpoint *e);
@@ -422,6 +441,7 @@ private:
     std::map<uint32_t, endpoint *>       ep_by_qpn_;
     /// Receiving QPs of incoming connections, by the CM's connection ID.
     std::map<uint32_t, std::unique_ptr<drv::qp>> rx_qps_;
+    direct_addr   accept_direct_{};   ///< REP private data while accept() builds it
     /// Those whose peer disconnected, destroyed once the receive CQ has
     /// been drained (everything they delivered polled).
     std::vector<std::unique_ptr<drv::qp>>        closed_rx_qps_;

@@ -195,6 +195,7 @@ void connect_one(endpoint &a, const endpoint &b, drv::rc_connect_attr attr,
     attr.dlid       = b.ctx->port().lid;
     attr.rq_psn     = start_psn(b);
     attr.sq_psn     = start_psn(a);
+    attr.peer_direct = b.qp->direct();
     ASSERT_EQ(a.qp->to_init(access), status::ok);
     ASSERT_EQ(a.qp->to_rtr(attr), status::ok);
     ASSERT_EQ(a.qp->to_rts(attr), status::ok);

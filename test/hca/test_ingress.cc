@@ -275,22 +275,23 @@ TEST_F(ingress, ack_of_a_psn_not_outstanding_completes_nothing)
     EXPECT_EQ(b.counter(dev::counter::retransmits), 0u);
 }
 
-// A single-copy request whose ranges do not add up to its DMA length is an
-// invalid request (IBA 9.7.5.2.2): NAKed before any byte is copied (the
-// range names an address nothing may touch), and the responder QP fails.
-TEST_F(ingress, malformed_single_copy_request_is_naked_and_copies_nothing)
+// Single copy (ib::x_direct_post), issue 34: a direct request names only
+// an entry of its requester's window of posts; what the responder copies
+// comes from the post the requester made there, read from the process the
+// QP's connection named. A request carrying ranges of its own (an address
+// its requester never posted, here another buffer of the process) is an
+// invalid request (IBA 9.7.5.2.2): NAKed, no byte copied, the QP failed.
+TEST_F(ingress, a_single_copy_request_naming_memory_itself_is_naked_and_copies_nothing)
 {
     fab.set_direct(1);
+    std::vector<uint8_t> victim(64);
+    fill_pattern(victim.data(), victim.size(), 5);
     constexpr auto op = ib::opcode::x_rdma_write_direct;
     auto f = frame(op, expected_psn(), sizeof(ib::x_direct_seg));
-    ib::reth r;
-    r.va.set(reinterpret_cast<uint64_t>(rbuf.data()));
-    r.rkey.set(rm->rkey());
-    r.dma_len.set(64);
-    std::memcpy(f.data() + sizeof(ib::lrh) + sizeof(ib::bth), &r, sizeof(r));
+    set_reth(f, reinterpret_cast<uint64_t>(rbuf.data()), rm->rkey(), 64);
     ib::x_direct_seg d{};
-    d.va.set(0x10);
-    d.len.set(32);
+    d.va.set(reinterpret_cast<uint64_t>(victim.data()));
+    d.len.set(64);
     std::memcpy(f.data() + sizeof(ib::lrh) + ib::info(op).hdr_len, &d, sizeof(d));
     inject(f);
     EXPECT_EQ(b.counter(dev::counter::naks_sent), 1u);
@@ -300,14 +301,51 @@ TEST_F(ingress, malformed_single_copy_request_is_naked_and_copies_nothing)
     EXPECT_EQ(b.recv_wcs[0].status, drv::wc_status::wr_flush_err);
 }
 
-// The SHARE of a shared single-copy READ lets the requester read the
-// responder's memory: only the QP's peer may grant it, and only for a
-// shared READ outstanding at that PSN. Others are dropped and counted,
-// copying nothing.
-TEST_F(ingress, read_share_from_a_foreign_port_or_for_no_read_copies_nothing)
+// The entry a request names must hold that request's post (the window's
+// key, its PSN, its opcode, its length). Here a's direct WRITE of `src` is
+// lost on the wire and a forged READ names its entry, PSN, target and
+// length: served, it would write b's memory over a's source buffer. It is
+// NAKed instead, and nothing moves.
+TEST_F(ingress, a_forged_single_copy_request_cannot_turn_a_post_into_another_transfer)
 {
     fab.set_direct(1);
-    constexpr uint32_t len = 16 * 1024, share = ib::read_share(len);
+    constexpr uint32_t len = 8192;
+    std::vector<uint8_t> src(len), dst(len);
+    fill_pattern(src.data(), len, 6);
+    fill_pattern(dst.data(), len, 8);
+    auto &sm = a.reg(src.data(), len, all_local);
+    auto &dm = b.reg(dst.data(), len, all_local);
+    uint32_t psn = expected_psn();
+    fab.set_faults({.drop_one_in = 1});
+    ASSERT_EQ(a.post_write(1, src.data(), len, sm.lkey(),
+                           reinterpret_cast<uint64_t>(dst.data()), dm.rkey()),
+              status::ok);
+    progress_rounds(1);
+    fab.set_faults({});
+    ASSERT_EQ(expected_psn(), psn);   // b never saw the WRITE
+    constexpr auto op = ib::opcode::x_rdma_read_direct;
+    auto f = frame(op, psn, sizeof(ib::x_direct_ref));
+    set_reth(f, reinterpret_cast<uint64_t>(dst.data()), dm.rkey(), len);
+    ib::x_direct_ref ref{};
+    ref.slot.set(0);   // a's first WQE's entry
+    std::memcpy(f.data() + sizeof(ib::lrh) + ib::info(op).hdr_len, &ref, sizeof(ref));
+    inject(f);
+    EXPECT_EQ(b.counter(dev::counter::naks_sent), 1u);
+    EXPECT_EQ(b.counter(dev::counter::direct_reads), 0u);
+    EXPECT_EQ(b.counter(dev::counter::direct_bytes), 0u);
+    EXPECT_EQ(check_pattern(src.data(), len, 6), -1);
+}
+
+// The SHARE of a shared single-copy READ lets the requester read the
+// responder's memory: the requester acts on one only from the QP's peer,
+// for a shared READ outstanding at that PSN, whose post the responder
+// marked granted after checking the request. Here the request was lost and
+// the responder never saw it: every SHARE is dropped and counted, nothing
+// copied, and the READ completes once its retry is served.
+TEST_F(ingress, a_read_share_its_responder_did_not_grant_copies_nothing)
+{
+    fab.set_direct(1);
+    constexpr uint32_t len = 16 * 1024;
     std::vector<uint8_t> src(len), dst(len, 0);
     fill_pattern(src.data(), len, 3);
     auto &sm = a.reg(src.data(), len, all_local);
@@ -327,13 +365,41 @@ TEST_F(ingress, read_share_from_a_foreign_port_or_for_no_read_copies_nothing)
     foreign[7] = 0x77;   // SLID of no connected peer
     inject(foreign);
     inject(grant(ib::psn_add(psn, 1)));   // no READ there
-    EXPECT_EQ(b.counter(dev::counter::bad_packets), 2u);
+    inject(grant(psn));   // from the peer, for the READ, but not granted
+    EXPECT_EQ(b.counter(dev::counter::bad_packets), 3u);
     EXPECT_EQ(b.counter(dev::counter::direct_bytes), 0u);
     EXPECT_EQ(std::count(dst.begin(), dst.end(), 0), long(len));
-    inject(grant(psn));   // from the peer, for the READ: its share is copied
-    EXPECT_EQ(b.counter(dev::counter::direct_bytes), share);
-    EXPECT_EQ(check_pattern(dst.data(), share, 3), -1);
-    EXPECT_EQ(std::count(dst.begin() + share, dst.end(), 0), long(len - share));
+    ASSERT_TRUE(progress_until([&] { return !b.send_wcs.empty(); }));
+    EXPECT_EQ(b.send_wcs[0].status, drv::wc_status::success);
+    EXPECT_EQ(check_pattern(dst.data(), len, 3), -1);
+}
+
+// A single-copy READ completes when its responder has placed the data and
+// marked the requester's post so, not when a packet says: a response that
+// arrives before the copy (forged here, while the request is lost)
+// completes nothing and is counted; the READ completes with its data once
+// its retry is served.
+TEST_F(ingress, a_single_copy_read_response_before_the_copy_completes_nothing)
+{
+    fab.set_direct(1);
+    constexpr uint32_t len = 16 * 1024;
+    std::vector<uint8_t> src(len), dst(len, 0);
+    fill_pattern(src.data(), len, 4);
+    auto &sm = a.reg(src.data(), len, all_local);
+    auto &dm = b.reg(dst.data(), len, all_local);
+    fab.set_faults({.drop_one_in = 1});
+    ASSERT_EQ(b.post_read(6, dst.data(), len, dm.lkey(),
+                          reinterpret_cast<uint64_t>(src.data()), sm.rkey()),
+              status::ok);
+    progress_rounds(1);
+    fab.set_faults({});
+    inject(ack_frame(ib::opcode::x_rdma_read_direct_response, expected_psn(a)));
+    EXPECT_TRUE(b.send_wcs.empty());
+    EXPECT_EQ(b.counter(dev::counter::bad_packets), 1u);
+    EXPECT_EQ(std::count(dst.begin(), dst.end(), 0), long(len));
+    ASSERT_TRUE(progress_until([&] { return !b.send_wcs.empty(); }));
+    EXPECT_EQ(b.send_wcs[0].status, drv::wc_status::success);
+    EXPECT_EQ(check_pattern(dst.data(), len, 4), -1);
 }
 
 TEST_F(ingress, rc_packet_from_a_foreign_port_is_dropped)

@@ -651,6 +651,13 @@ cmd_status device::qp_from_reset(qp &q, uint32_t qpn, const prm::qp_context &ctx
         (!srq_p || srq_p->pd != (ctx.pd.get() & 0xffffff))) {
         return cmd_status::bad_param;   // SRQ unknown or of another PD
     }
+    uint64_t window = ctx.direct_window.get();
+    uint8_t  window_log = ctx.log_direct_window;
+    if (ctx.direct_key.get() &&
+        (st != prm::qp_st::rc || !window || window % alignof(ib::x_direct_post) ||
+         window_log > prm::log_max_direct_window)) {
+        return cmd_status::bad_param;   // single copy is for RC QPs
+    }
     bool tm_cmd = st == prm::qp_st::tm_cmd;
     if (tm_cmd && (!srq_p || !srq_p->tm)) {
         return cmd_status::bad_param;   // a command QP works on a TM SRQ
@@ -702,6 +709,11 @@ cmd_status device::qp_from_reset(qp &q, uint32_t qpn, const prm::qp_context &ctx
     q.remote_read   = prm::qpc_rre::get(ctx.params2);
     q.remote_write  = prm::qpc_rwe::get(ctx.params2);
     q.remote_atomic = prm::qpc_rae::get(ctx.params2);
+    if (uint64_t key = ctx.direct_key.get()) {
+        q.direct_posts = dma<ib::x_direct_post>(window);
+        q.direct_slots = 1u << window_log;
+        q.direct_key   = key;
+    }
     q.track.assign(q.sq_size(), wqe_track{});
     q.timing.assign(q.sq_size(), timed_transfer{});
     q.timed = false;
@@ -730,6 +742,12 @@ cmd_status device::qp_to_rtr(qp &q, const prm::qp_context &ctx)
     q.max_dest_rd_atomic = uint8_t(1u << prm::qpc_rra_max::get(ctx.params2));
     q.resources.assign(q.max_dest_rd_atomic, resp_resource{});
     q.resp_queue.assign(q.max_dest_rd_atomic, 0);
+    q.peer_direct = {};
+    if (uint64_t key = ctx.peer_direct_key.get();
+        key && ctx.peer_pid.get() && ctx.peer_log_direct_window <= prm::log_max_direct_window) {
+        q.peer_direct = {int32_t(ctx.peer_pid.get()), ctx.peer_direct_window.get(), key,
+                         1u << ctx.peer_log_direct_window};
+    }
     return cmd_status::ok;
 }
 

@@ -369,7 +369,10 @@ private:
     bool     chooser_decides(const qp &q, const engine::send_wqe &w);
     void     start_timing(qp &q, const engine::send_wqe &w, bool direct);
     void     finish_timing(timed_transfer &t);
-    size_t   direct_segs(const qp &q, const engine::send_wqe &w, std::span<uint8_t> out);
+    std::optional<uint32_t> post_direct(qp &q, const engine::send_wqe &w, uint8_t op,
+                                        uint32_t psn);
+    void     release_direct_post(qp &q, uint32_t index);
+    bool     direct_post_reached(const qp &q, uint32_t index, ib::direct_state at_least) const;
     /// Whether single-copy READs go shared (x_rdma_read_direct_shared): the
     /// requester copies half itself, in its progress calls, with a core
     /// that would otherwise wait. Not with the engine thread: that copy
@@ -435,7 +438,8 @@ private:
     void respond_atomic(qp &q, const engine::pkt &p);
     // single-copy requests (kind_direct)
     struct direct_ranges {
-        std::array<fabric::mem_range, limits::max_sg> ranges;
+        /// A post's ranges, and room for its state word after them.
+        std::array<fabric::mem_range, ib::max_direct_segs + 1> ranges;
         size_t count = 0;
         std::span<const fabric::mem_range> span() const { return {ranges.data(), count}; }
         /// The same memory without its first `offset` bytes.
@@ -453,8 +457,15 @@ private:
             return r;
         }
     };
-    static std::optional<direct_ranges> parse_direct_ranges(const engine::pkt &p,
-                                                            uint32_t dma_len);
+    /// A direct request as its requester posted it (read_direct_post).
+    struct direct_request {
+        direct_ranges ranges;
+        uint64_t      state_va = 0;   ///< its post's state word, in the requester
+    };
+    enum class direct_check { ok, unreachable, not_posted };
+    direct_check read_direct_post(const qp &q, const engine::pkt &p, uint32_t dma_len,
+                                  direct_request &out);
+    bool mark_direct_post(const qp &q, uint16_t slid, uint64_t state_va, ib::direct_state s);
     void respond_direct_write(qp &q, const engine::pkt &p);
     void respond_direct_read(qp &q, const engine::pkt &p, bool duplicate);
     void refuse_direct(qp &q, uint32_t psn);

@@ -217,6 +217,21 @@ struct qp {
     uint32_t     rd_atomic_inflight = 0;   ///< READ/atomic WQEs started, not done
     /// The responder refused a single-copy request: packets from now on.
     bool         direct_refused = false;
+    /// Single copy (ib::x_direct_post). This QP's window of posts, in the
+    /// driver's memory: a direct request's entry is its SQ index modulo
+    /// direct_slots, and it is free (key 0) once the request completes.
+    ib::x_direct_post *direct_posts = nullptr;
+    uint32_t     direct_slots = 0;
+    uint64_t     direct_key   = 0;
+    /// The peer QP's window and process, as the connection named them
+    /// (INIT2RTR): all a responder serves a direct request from. key 0:
+    /// none known, direct requests are refused.
+    struct peer_window {
+        int32_t  pid   = 0;
+        uint64_t va    = 0;
+        uint64_t key   = 0;
+        uint32_t slots = 0;
+    } peer_direct;
     /// This side could not copy a shared READ's share: READs go unshared.
     bool         read_share_failed = false;
 

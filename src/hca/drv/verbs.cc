@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <bit>
 #include <sys/eventfd.h>
+#include <sys/random.h>
 #include <unistd.h>
 #include <cstdlib>
 #include <cstring>
@@ -1200,6 +1201,9 @@ result<std::unique_ptr<qp>> qp::create(context &ctx, uint32_t pd, qp_type type,
     q->mtt_ = *mtt;
     q->sq_wrid_.assign(q->sq_size_, 0);
     q->rq_wrid_.assign(q->rq_size_, 0);
+    if (type == qp_type::rc) {
+        q->make_direct_window();
+    }
     auto qpn = type == qp_type::smi   ? ctx.claim_special_qpn(0)
                : type == qp_type::gsi ? ctx.claim_special_qpn(1)
                                       : ctx.alloc_qpn();
@@ -1282,6 +1286,29 @@ void qp::reset_rings()
     std::memset(buf_, 0xff, sq_bytes);
     sq_head_ = sq_tail_ = rq_head_ = rq_tail_ = 0;
     std::atomic_ref<uint32_t>(rq_db_).store(0, std::memory_order_release);
+    if (direct_posts_) {   // no post of the last connection outlives it
+        std::fill_n(direct_posts_.get(), size_t{1} << direct_window_.log_slots,
+                    ib::x_direct_post{});
+    }
+}
+
+/// Single copy's window of posts (ib::x_direct_post): up to one entry
+/// per SQ slot, at most 64 (a direct request finding its entry taken goes
+/// as packets), with a random key that names this QP's incarnation to the
+/// peer (its responder checks it: a recycled pid or window finds another).
+void qp::make_direct_window()
+{
+    uint8_t log = uint8_t(std::min(std::countr_zero(sq_size_), 6));
+    uint64_t key = 0;
+    while (key == 0) {
+        if (getrandom(&key, sizeof(key), 0) != sizeof(key)) {
+            return;   // no window: this QP's transfers go as packets
+        }
+    }
+    direct_posts_.reset(new (std::nothrow) ib::x_direct_post[size_t{1} << log]());
+    if (direct_posts_) {
+        direct_window_ = {int32_t(getpid()), dma_addr(direct_posts_.get()), key, log};
+    }
 }
 
 prm::qp_modify_mailbox qp::base_mailbox() const
@@ -1307,6 +1334,9 @@ prm::qp_modify_mailbox qp::base_mailbox() const
     if (srq_) {
         c.srqn.set(prm::qpc_srq_enable | srq_->srqn());
     }
+    c.direct_window.set(direct_window_.va);
+    c.direct_key.set(direct_window_.key);
+    c.log_direct_window = direct_window_.log_slots;
     return mb;
 }
 
@@ -1357,6 +1387,10 @@ status qp::to_rtr(const rc_connect_attr &a)
     prm::psn_field::set(c.rnr_nextrecvpsn, a.rq_psn);
     prm::qpc_min_rnr::set(c.rnr_nextrecvpsn, a.min_rnr_timer);
     prm::qpc_rra_max::set(c.params2, log2_ceil(a.max_dest_rd_atomic));
+    c.peer_direct_window.set(a.peer_direct.va);
+    c.peer_direct_key.set(a.peer_direct.key);
+    c.peer_pid.set(uint32_t(a.peer_direct.pid));
+    c.peer_log_direct_window = a.peer_direct.log_slots;
     status s = modify(prm::cmd_opcode::init2rtr_qp, prm::qp_state::rtr, mb);
     if (s == status::ok) {
         // TIME WAIT lasts one local ACK timeout (4.096 us * 2^n), which

@@ -752,6 +752,17 @@ struct send_wr : send_wr_core {
     uint32_t               ud_qkey = 0;
 };
 
+/// A QP's window of single-copy posts and its process (ib::x_direct_post):
+/// what each side of a connection tells the other (UCT carries it in its
+/// endpoint address and CM private data), so that the responder serves
+/// direct requests from that window, of that process, only.
+struct direct_window {
+    int32_t  pid = 0;
+    uint64_t va  = 0;
+    uint64_t key = 0;         ///< 0: no window (transfers go as packets)
+    uint8_t  log_slots = 0;
+};
+
 struct rc_connect_attr {
     uint32_t remote_qpn;
     uint16_t dlid;
@@ -761,6 +772,7 @@ struct rc_connect_attr {
     uint8_t  retry_cnt = 7, rnr_retry = 7, ack_timeout = 18, min_rnr_timer = 1;
     uint8_t  max_rd_atomic      = 16;   ///< READ/atomics we keep in flight
     uint8_t  max_dest_rd_atomic = 16;   ///< ... the peer may keep at us
+    direct_window peer_direct;          ///< the peer QP's (direct_window())
 };
 
 class qp {
@@ -777,6 +789,8 @@ public:
     prm::qp_state state() const { return state_; }
     const qp_caps &caps() const { return caps_; }
     uint32_t max_inline() const { return max_inline_; }
+    /// This QP's window of single-copy posts, for the peer's rc_connect_attr.
+    const direct_window &direct() const { return direct_window_; }
     /// Send WQEs not yet completed (C62: the queue is never overrun).
     uint32_t sq_outstanding() const { return sq_head_ - sq_tail_; }
     uint32_t sq_free() const { return sq_size_ - sq_outstanding(); }
@@ -838,6 +852,7 @@ private:
                                uint32_t imm, uint64_t wr_id, size_t bytes, uint32_t opmod,
                                bool blueflame);
     void reset_rings();
+    void make_direct_window();
     void clean_cqs();
 
     context      &ctx_;
@@ -863,6 +878,9 @@ private:
     std::vector<uint64_t> sq_wrid_, rq_wrid_;   ///< C63: wr_id by WQE index
     std::vector<gid>      groups_;              ///< multicast groups joined
     alignas(8) uint32_t rq_db_ = 0;             ///< RQ doorbell record
+    /// Single copy (RC): the posts the device writes, read by the peer's.
+    std::unique_ptr<ib::x_direct_post[]> direct_posts_;
+    direct_window direct_window_;
 };
 
 } // namespace mlx4x::drv

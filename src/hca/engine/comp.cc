@@ -217,7 +217,14 @@ void device::complete_response(qp &q, const engine::pkt &p)
             count(counter::bad_packets);
             return;
         }
-        // A single-copy READ's data is in place before its response leaves.
+        if (p.has(ib::kind_direct) &&
+            !direct_post_reached(q, index, ib::direct_state::placed)) {
+            // A single-copy READ's data is in place when the responder has
+            // marked its entry so, not when a packet says: this one came
+            // before the copy (or from someone else), and is dropped.
+            count(counter::bad_packets);
+            return;
+        }
         placed = p.has(ib::kind_direct) ||
                  scatter_segs(q, w.segs, w.segs_len / sizeof(prm::wqe_data_seg),
                               offset, p.payload) == scatter_result::ok;
@@ -347,7 +354,8 @@ void device::take_read_share(qp &q, const engine::pkt &p)
     wqe_track &t = q.track[index & (q.sq_size() - 1)];
     engine::send_wqe w;
     if (p.slid != q.dlid || !first_psn || *first_psn != p.psn || !t.shared ||
-        !engine::decode_send_wqe(q, index, w) || !engine::is_read(w.opcode)) {
+        !engine::decode_send_wqe(q, index, w) || !engine::is_read(w.opcode) ||
+        !direct_post_reached(q, index, ib::direct_state::share_granted)) {
         count(counter::bad_packets);
         return;
     }
@@ -372,9 +380,10 @@ bool device::copy_read_share(qp &q, const engine::send_wqe &w, uint32_t share)
             return false;
         }
         uint32_t n = std::min(len, share - done);
-        fabric::mem_range remote{w.raddr + done, n};
+        fabric::mem_range local{addr, n}, remote{w.raddr + done, n};
         failed = n && (!local_access_ok(q, lkey, addr, n, true) ||
-                       port_->direct_copy(q.dlid, fabric::copy_dir::from_peer, {addr, n},
+                       port_->direct_copy({q.dlid, q.peer_direct.pid},
+                                          fabric::copy_dir::from_peer, {&local, 1},
                                           {&remote, 1}) != status::ok);
         done += failed ? 0 : n;
         return !failed;
@@ -481,6 +490,9 @@ void device::retire_acked(qp &q)
 void device::complete_wqe(qp &q, uint32_t index, prm::cqe_syndrome syndrome,
                           bool error)
 {
+    if (q.direct_posts) {
+        release_direct_post(q, index);
+    }
     if (!q.dev_sq.empty()) {
         tm_dev_wqe_done(q, index, error);   // the device's own WQEs: no CQE
         return;

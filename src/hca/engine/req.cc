@@ -10,6 +10,7 @@
 #include "hca/ib/ib_psn.h"
 
 #include <algorithm>
+#include <atomic>
 
 namespace mlx4x::dev {
 
@@ -557,30 +558,72 @@ void device::start_timing(qp &q, const send_wqe &w, bool direct)
                                          : direct_chooser::path::packets, t);
 }
 
-/// The WQE's gather (WRITE) or scatter (READ) entries as x_direct_segs, each
+/// Posts the current WQE `w` as request `op` at `psn` in the QP's window
+/// (ib::x_direct_post): its gather (WRITE) or scatter (READ) entries, each
 /// checked as the packet path checks it (C53 / IBA 10.6.3: L_Key valid, of
 /// the QP's PD, covering the range; local write for a READ's target).
-/// Returns the bytes written to `out`; 0 when a check fails (the WQE then
-/// goes as packets, whose path reports the error).
-size_t device::direct_segs(const qp &q, const send_wqe &w, std::span<uint8_t> out)
+/// Returns the entry's slot; nullopt when the WQE goes as packets instead:
+/// no window on either side, more ranges than an entry holds, a failed
+/// check (the packet path reports it), or the slot still an older
+/// outstanding request's.
+std::optional<uint32_t> device::post_direct(qp &q, const send_wqe &w, uint8_t op,
+                                            uint32_t psn)
 {
-    bool   read  = engine::is_read(w.opcode);
-    size_t used  = 0;
+    if (!q.direct_posts || !q.peer_direct.key) {
+        return std::nullopt;
+    }
+    uint32_t slot = q.cur_wqe & (q.direct_slots - 1);
+    ib::x_direct_post &entry = q.direct_posts[slot];
+    if (entry.key && entry.wqe != q.cur_wqe) {
+        return std::nullopt;
+    }
+    bool read = engine::is_read(w.opcode);
+    ib::x_direct_post post{};
     uint64_t total = 0;
     bool all = engine::for_each_data_seg(w, [&](uint64_t addr, uint32_t n, uint32_t lkey) {
-        if (!local_access_ok(q, lkey, addr, n, read) ||
-            used + sizeof(ib::x_direct_seg) > out.size()) {
+        if (!local_access_ok(q, lkey, addr, n, read) || post.nsegs == ib::max_direct_segs) {
             return false;
         }
-        ib::x_direct_seg x{};
-        x.va.set(addr);
-        x.len.set(n);
-        std::memcpy(out.data() + used, &x, sizeof(x));
-        used  += sizeof(x);
+        ib::x_direct_seg &s = post.segs[post.nsegs++];
+        s.va.set(addr);
+        s.len.set(n);
         total += n;
         return true;
     });
-    return all && total == w.total_len ? used : 0;
+    if (!all || total != w.total_len) {
+        return std::nullopt;
+    }
+    post.key    = q.direct_key;
+    post.psn    = psn;
+    post.opcode = op;
+    post.state  = uint32_t(ib::direct_state::posted);
+    post.wqe    = q.cur_wqe;
+    entry = post;   // before the request leaves: the fabric orders the rest
+    return slot;
+}
+
+/// WQE `index` completed: its entry (if it went direct) is free, and a
+/// duplicate of its request finds nothing to serve.
+void device::release_direct_post(qp &q, uint32_t index)
+{
+    ib::x_direct_post &entry = q.direct_posts[index & (q.direct_slots - 1)];
+    if (entry.key && entry.wqe == index) {
+        std::atomic_ref<uint64_t>(entry.key).store(0, std::memory_order_release);
+    }
+}
+
+/// Whether the responder marked WQE `index`'s entry `at_least` (its SHARE
+/// granted, its bytes placed): a SHARE or READ response is acted on only
+/// then, as no packet can prove it.
+bool device::direct_post_reached(const qp &q, uint32_t index, ib::direct_state at_least) const
+{
+    if (!q.direct_posts) {
+        return false;
+    }
+    ib::x_direct_post &entry = q.direct_posts[index & (q.direct_slots - 1)];
+    return entry.key == q.direct_key && entry.wqe == index &&
+           std::atomic_ref<uint32_t>(entry.state).load(std::memory_order_acquire) >=
+               uint32_t(at_least);
 }
 
 /// A message that is one request packet whatever its length: a READ (RETH;
@@ -596,8 +639,8 @@ device::single_tx device::send_single_request(qp &q, const send_wqe &w, bool fre
     std::array<uint8_t, sizeof(ib::x_atomic_eth)> ext;
     size_t   ext_len;
     uint8_t  op;
-    std::array<uint8_t, limits::max_sg * sizeof(ib::x_direct_seg)> segs;
-    size_t   segs_len = 0;
+    ib::x_direct_ref ref{};
+    size_t   ref_len = 0;
     bool     read  = engine::is_read(w.opcode);
     if (read || w.opcode == prm::send_opcode::rdma_write) {
         uint32_t done = q.cur_offset;
@@ -608,13 +651,17 @@ device::single_tx device::send_single_request(qp &q, const send_wqe &w, bool fre
         r.dma_len.set(len);
         std::memcpy(ext.data(), &r, sizeof(r));
         ext_len = sizeof(r);
+        std::optional<uint32_t> slot;
         if (direct) {
-            segs_len = direct_segs(q, w, segs);
-        }
-        if (segs_len) {
             op = uint8_t(!read                ? opcode::x_rdma_write_direct
                          : shares_direct_reads(q) ? opcode::x_rdma_read_direct_shared
                                                  : opcode::x_rdma_read_direct);
+            slot = post_direct(q, w, op, psn);
+        }
+        direct = slot.has_value();
+        if (direct) {
+            ref.slot.set(*slot);
+            ref_len = sizeof(ref);
         } else if (read) {
             op       = uint8_t(opcode::rc_rdma_read_request);
             npackets = packets_of(len, q.mtu);
@@ -654,7 +701,7 @@ device::single_tx device::send_single_request(qp &q, const send_wqe &w, bool fre
                      .psn     = psn,
                      .ackreq  = true,
                      .ext     = {ext.data(), ext_len},
-                     .payload = {segs.data(), segs_len}});
+                     .payload = {reinterpret_cast<const uint8_t *>(&ref), ref_len}});
     if (s == status::no_resource) {
         return single_tx::busy;
     }

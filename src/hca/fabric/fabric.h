@@ -42,6 +42,13 @@ struct mem_range {
 
 enum class copy_dir { from_peer, to_peer };
 
+/// The other side of a single copy: its port, and its process as the QP's
+/// connection named it (never as a packet or the fabric's port table does).
+struct direct_peer {
+    uint16_t lid = 0;
+    int32_t  pid = 0;
+};
+
 /// Receives frames during port::poll(); the bytes are valid only during the
 /// call.
 class frame_sink {
@@ -148,11 +155,13 @@ public:
     /// measures both ways and takes the faster (dev::direct_chooser); 0:
     /// packets below direct_min().
     virtual uint64_t direct_try_min(uint16_t /*lid*/) { return 0; }
-    /// Copies between `local` (this process) and `remote` (ranges of the
-    /// process owning port `lid`, in order). ok: every byte moved;
+    /// Copies between `local` (ranges of this process) and `remote` (ranges
+    /// of process `peer.pid`, which owns port `peer.lid`), each list in
+    /// order; both add up to the same length. ok: every byte moved;
     /// unsupported: not all of them (no access to that process, or a range
     /// not mapped on either side), and no byte may be counted on.
-    virtual status direct_copy(uint16_t /*lid*/, copy_dir /*dir*/, mem_range /*local*/,
+    virtual status direct_copy(direct_peer /*peer*/, copy_dir /*dir*/,
+                               std::span<const mem_range> /*local*/,
                                std::span<const mem_range> /*remote*/)
     {
         return status::unsupported;

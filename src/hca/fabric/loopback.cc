@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <unistd.h>
 
 namespace mlx4x::fabric {
 
@@ -100,29 +101,36 @@ public:
         return direct_min(lid) ? fabric_.direct_try_min_ : 0;
     }
 
-    status direct_copy(uint16_t lid, copy_dir dir, mem_range local,
+    /// In-process: the pid must be this process's, as the connection
+    /// named it; the ranges are copied pairwise in order.
+    status direct_copy(direct_peer peer, copy_dir dir, std::span<const mem_range> local,
                        std::span<const mem_range> remote) override
     {
-        if (!direct_min(lid) || fabric_.direct_refuse_ ||
-            (dir == copy_dir::from_peer && fabric_.from_peer_fails_)) {
+        if (!direct_min(peer.lid) || fabric_.direct_refuse_ || peer.pid != getpid() ||
+            (dir == copy_dir::from_peer && fabric_.from_peer_fails_ == lid_)) {
             return status::unsupported;
         }
-        uint64_t total = 0;
-        for (const mem_range &r : remote) {
-            total += r.len;
-        }
-        if (total != local.len) {
+        auto total = [](std::span<const mem_range> rs) {
+            uint64_t n = 0;
+            for (const mem_range &r : rs) n += r.len;
+            return n;
+        };
+        if (total(local) != total(remote)) {
             return status::unsupported;
         }
-        auto *l = reinterpret_cast<uint8_t *>(static_cast<uintptr_t>(local.addr));
-        for (const mem_range &r : remote) {
-            auto *p = reinterpret_cast<uint8_t *>(static_cast<uintptr_t>(r.addr));
-            if (dir == copy_dir::from_peer) {
-                std::memmove(l, p, r.len);
-            } else {
-                std::memmove(p, l, r.len);
+        size_t li = 0, ri = 0;
+        uint64_t lo = 0, ro = 0;
+        while (li < local.size() && ri < remote.size()) {
+            uint64_t n = std::min(local[li].len - lo, remote[ri].len - ro);
+            auto *l = reinterpret_cast<uint8_t *>(static_cast<uintptr_t>(local[li].addr + lo));
+            auto *r = reinterpret_cast<uint8_t *>(static_cast<uintptr_t>(remote[ri].addr + ro));
+            if (n) {
+                dir == copy_dir::from_peer ? std::memmove(l, r, n) : std::memmove(r, l, n);
             }
-            l += r.len;
+            lo += n;
+            ro += n;
+            if (lo == local[li].len) { ++li; lo = 0; }
+            if (ri < remote.size() && ro == remote[ri].len) { ++ri; ro = 0; }
         }
         return status::ok;
     }

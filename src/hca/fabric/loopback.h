@@ -51,11 +51,11 @@ public:
         direct_refuse_  = refuse;
         direct_try_min_ = try_min;
     }
-    /// Single copies out of another port's memory (copy_dir::from_peer)
-    /// fail, the others work: as for a process whose peer exited after
-    /// the reachability probe (a shared READ's requester cannot copy its
-    /// share).
-    void fail_copies_from_peers(bool fail) { from_peer_fails_ = fail; }
+    /// Single copies the port of `lid` makes out of another port's memory
+    /// (copy_dir::from_peer) fail, the others work: as for a process whose
+    /// peer exited after the reachability probe (a shared READ's requester
+    /// cannot copy its share). 0: none fail.
+    void fail_copies_from_peers_by(uint16_t lid) { from_peer_fails_ = lid; }
     uint64_t frames_sent() const { return sent_; }
     uint64_t frames_dropped() const { return dropped_; }
 
@@ -88,7 +88,7 @@ private:
     uint64_t                                 direct_min_ = 0;
     uint64_t                                 direct_try_min_ = 0;
     bool                                     direct_refuse_ = false;
-    bool                                     from_peer_fails_ = false;
+    uint16_t                                 from_peer_fails_ = 0;
     uint64_t                                 sent_     = 0;
     uint64_t                                 dropped_  = 0;
 };

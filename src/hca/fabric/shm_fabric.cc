@@ -570,39 +570,45 @@ public:
         return single_copy_try_min_ && direct_min(lid) ? single_copy_try_min_ : 0;
     }
 
-    status direct_copy(uint16_t lid, copy_dir dir, mem_range local,
+    /// process_vm_readv/writev with the pid the caller's connection named:
+    /// the port table's pid (another process's writing) only answers
+    /// whether to try (can_reach).
+    status direct_copy(direct_peer peer, copy_dir dir, std::span<const mem_range> local,
                        std::span<const mem_range> remote) override
     {
         constexpr size_t max_ranges = 64;
-        if (lid == 0 || lid > max_ports || remote.size() > max_ranges) {
+        if (peer.pid <= 0 || local.size() > max_ranges || remote.size() > max_ranges) {
             return status::unsupported;
         }
-        iovec liov{reinterpret_cast<void *>(static_cast<uintptr_t>(local.addr)),
-                   local.len};
-        iovec riov[max_ranges];
-        uint64_t total = 0;
-        for (size_t i = 0; i < remote.size(); ++i) {
-            riov[i] = {reinterpret_cast<void *>(static_cast<uintptr_t>(remote[i].addr)),
-                       remote[i].len};
-            total += remote[i].len;
-        }
-        if (total != local.len) {
+        iovec liov[max_ranges], riov[max_ranges];
+        uint64_t ltotal = to_iovecs(local, liov), rtotal = to_iovecs(remote, riov);
+        if (ltotal != rtotal) {
             return status::unsupported;
         }
-        pid_t pid = ports_[lid - 1].pid;
         ssize_t n = dir == copy_dir::from_peer
-                        ? process_vm_readv(pid, &liov, 1, riov, remote.size(), 0)
-                        : process_vm_writev(pid, &liov, 1, riov, remote.size(), 0);
-        if (n != ssize_t(total)) {
+                        ? process_vm_readv(peer.pid, liov, local.size(), riov, remote.size(), 0)
+                        : process_vm_writev(peer.pid, liov, local.size(), riov, remote.size(), 0);
+        if (n != ssize_t(rtotal)) {
             MLX4X_DEBUG("fabric %s: single copy %s lid %u (pid %d) failed: %s",
                         fabric_.c_str(), dir == copy_dir::from_peer ? "from" : "to",
-                        lid, int(pid), n < 0 ? std::strerror(errno) : "partial");
+                        peer.lid, int(peer.pid), n < 0 ? std::strerror(errno) : "partial");
             return status::unsupported;
         }
         return status::ok;
     }
 
 private:
+    static uint64_t to_iovecs(std::span<const mem_range> ranges, iovec *out)
+    {
+        uint64_t total = 0;
+        for (size_t i = 0; i < ranges.size(); ++i) {
+            out[i] = {reinterpret_cast<void *>(static_cast<uintptr_t>(ranges[i].addr)),
+                      ranges[i].len};
+            total += ranges[i].len;
+        }
+        return total;
+    }
+
     /// Whether this process can reach the memory of the owner of `lid`:
     /// reading the owner's probe word through process_vm_readv answers every
     /// reason it might not (another user, a ptrace restriction such as Yama,

@@ -101,18 +101,57 @@ static_assert(sizeof(x_atomic_eth) == 48);
 static_assert(offsetof(x_atomic_eth, log_size) == 12);
 static_assert(offsetof(x_atomic_eth, swap_add) == 16);
 
-/// mlx4x single-copy RDMA (manufacturer-specific opcodes, IBA 9.2): a
-/// direct WRITE or READ request names the requester's memory instead of
-/// carrying or asking for the data; its payload is a list of these, in the
-/// order of the WQE's gather (WRITE) or scatter (READ) entries. The
-/// responder validates the RETH as for any RDMA request, then moves the
-/// bytes between its region and these ranges itself (fabric.h, direct_copy).
+/// mlx4x single-copy RDMA (manufacturer-specific opcodes, IBA 9.2). What a
+/// direct WRITE or READ asks of the responder is not in the packet: the
+/// requester's QP keeps one x_direct_post per outstanding direct request
+/// in a window of its own memory, and the request names only the entry
+/// (x_direct_ref). The responder reads the entry from the process and
+/// window its own connection named (QP context, set at INIT2RTR), checks it
+/// against the request (key, PSN, opcode, length) besides the RETH's usual
+/// checks, moves the bytes between its region and the entry's ranges
+/// itself (fabric.h, direct_copy), and marks a READ's entry share_granted
+/// / placed; the requester acts on a SHARE or READ response only when its
+/// own entry says so. So no packet names memory to copy, and none completes
+/// a READ whose data is not there (design-notes, "Trust boundaries").
+/// Host byte order except the ranges: the window is read only by processes
+/// of the same host.
 struct x_direct_seg {
     be64_split va;
     be32       len;
     be32       reserved;
 };
 static_assert(sizeof(x_direct_seg) == 16);
+
+/// Ranges a direct request may have: WQEs with more go as packets.
+constexpr unsigned max_direct_segs = 8;
+
+/// What the responder wrote into an entry (x_direct_post::state).
+enum class direct_state : uint32_t {
+    posted        = 0,   ///< by the requester
+    share_granted = 1,   ///< checked; the requester may copy its share
+    placed        = 2,   ///< the responder's bytes are in place
+};
+
+struct x_direct_post {
+    uint64_t key;        ///< the window's key while the request is outstanding; 0: free
+    uint32_t psn;        ///< the request's PSN
+    uint8_t  opcode;     ///< the request's opcode (ib::opcode::x_*_direct*)
+    uint8_t  nsegs;
+    uint16_t reserved;
+    uint32_t state;      ///< direct_state, written by the responder
+    uint32_t wqe;        ///< the requester's SQ index of the request (its own use)
+    x_direct_seg segs[max_direct_segs];
+};
+static_assert(sizeof(x_direct_post) == 24 + max_direct_segs * sizeof(x_direct_seg));
+static_assert(offsetof(x_direct_post, state) == 16);
+static_assert(offsetof(x_direct_post, segs) == 24);
+
+/// Payload of a direct request: its entry in the requester's window.
+struct x_direct_ref {
+    be32 slot;
+    be32 reserved;
+};
+static_assert(sizeof(x_direct_ref) == 8);
 
 /// The bytes of a shared single-copy READ of `len` bytes that the requester
 /// copies itself after the responder's SHARE: the first half, in whole

@@ -37,7 +37,7 @@ enum class opcode : uint8_t {
     // 9.2): masked atomics (see x_atomic_eth), RC semantics.
     x_masked_compare_swap        = 0xc0,
     x_masked_fetch_add           = 0xc1,
-    // Single-copy RDMA between processes of one host (x_direct_seg): one
+    // Single-copy RDMA between processes of one host (x_direct_post): one
     // request packet and one PSN whatever the length; the READ's answer is
     // one response without data. A responder that cannot reach the
     // requester's memory answers DIRECT_REFUSED (AETH) for that PSN, and the

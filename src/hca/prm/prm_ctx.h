@@ -92,7 +92,15 @@ struct qp_context {
     uint8_t reserved5[2];
     uint8_t mtt_base_addr_h;
     be32    mtt_base_addr_l;     ///< 0xcc: MTT offset of the WQE buffer
-    uint32_t reserved6[10];
+    // mlx4x single copy (ib::x_direct_post), in mlx4's reserved tail:
+    be64    direct_window;       ///< 0xd0: RST2INIT: this QP's window of posts
+    be64    direct_key;          ///< 0xd8: RST2INIT: its key (0: no window)
+    be64    peer_direct_window;  ///< 0xe0: INIT2RTR: the peer QP's window ...
+    be64    peer_direct_key;     ///< 0xe8: ... its key (0: none known)
+    be32    peer_pid;            ///< 0xf0: INIT2RTR: the peer's process
+    uint8_t log_direct_window;   ///< 0xf4: entries, log2
+    uint8_t peer_log_direct_window;
+    uint8_t reserved6[2];
 };
 static_assert(sizeof(qp_context) == 0xf8);
 static_assert(offsetof(qp_context, pri_path) == 0x18);
@@ -100,6 +108,10 @@ static_assert(offsetof(qp_context, next_send_psn) == 0x78);
 static_assert(offsetof(qp_context, cqn_recv) == 0x9c);
 static_assert(offsetof(qp_context, db_rec_addr) == 0xa0);
 static_assert(offsetof(qp_context, mtt_base_addr_l) == 0xcc);
+static_assert(offsetof(qp_context, direct_window) == 0xd0);
+/// Largest window of single-copy posts (log_direct_window).
+constexpr uint8_t log_max_direct_window = 8;
+static_assert(offsetof(qp_context, peer_pid) == 0xf0);
 
 using qpc_state     = bits<be32, 28, 4>;
 using qpc_st        = bits<be32, 16, 8>;
