@@ -99,7 +99,7 @@ struct port_event {
 };
 
 /// Subnet Management Agent for one CA port. Single-threaded, like the
-/// device (DESIGN.md decision 5); call from the device's progress.
+/// device (docs/architecture.md decision 5); call from the device's progress.
 class sma {
 public:
     using change_hook = std::function<void(const port_event &)>;

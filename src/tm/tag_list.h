@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // The device's posted-tag list of a tag-matching SRQ: the bounded prefix of
 // receive tags that "hardware" holds and matches arriving tagged SENDs
-// against (DESIGN.md decision 10; the Linux "Tag matching logic" document,
+// against (docs/architecture.md decision 10; the Linux "Tag matching logic" document,
 // seed 002 §5; rdma-core Documentation/tag_matching.md for the sync rule).
 //
 // Entries live in slots chosen by the driver (the index its shadow list

@@ -91,7 +91,7 @@ struct __attribute__((packed)) ep_addr {
     direct_addr direct, rx_direct;
 };
 
-/// Hardware tag matching state of an interface (DESIGN decision 10): the
+/// Hardware tag matching state of an interface (docs/architecture.md decision 10): the
 /// TM SRQ's command QP, the shadow list, UCP's unexpected-message
 /// callbacks, and the sender's outstanding rendezvous by tmh.app_ctx.
 struct tag_offload {

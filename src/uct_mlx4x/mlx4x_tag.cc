@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// The UCT tag API over the device's tag matching (DESIGN decision 10,
+// The UCT tag API over the device's tag matching (docs/architecture.md decision 10,
 // prm_tm.h): tagged sends carry an ib::tmh; posted receives go to the TM
 // SRQ's list through the shadow list; completions come back as TM CQEs.
 // Semantics follow UCX's rc_mlx5 (docs/design-notes.md "Tag matching in

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// The device on its own thread (UCX_MLX4X_ENGINE=thread, DESIGN decision 5):
+// The device on its own thread (UCX_MLX4X_ENGINE=thread, docs/architecture.md decision 5):
 // traffic completes although the driver never gives the device a time
 // slice; the thread sleeps when idle and work posted then still completes;
 // progress calls share the slices with it; stopping it with work in flight

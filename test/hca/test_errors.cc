@@ -3,7 +3,7 @@
 // posting to a QP not ready (C37), full queues (C62), CQ destroy while
 // bound (C49), L_Key / R_Key checks (C53), remote access errors and RNR
 // retry exhaustion, each failing WQE completing exactly once and the rest
-// flushed with their wr_id (DESIGN decision 11).
+// flushed with their wr_id (docs/architecture.md decision 11).
 #include "hca_fixture.h"
 
 #include <gtest/gtest.h>

@@ -3,7 +3,7 @@
 // UBSan, into test/mlx4x_fuzz): 200k seeded random and mutated SMPs, LID-
 // routed and directed-route, local and from the link, against agents with
 // and without M_Key protection. Nothing may crash or read out of bounds
-// (DESIGN.md decision 11); every answer must be a well-formed GetResp, and
+// (docs/architecture.md decision 11); every answer must be a well-formed GetResp, and
 // the port's attributes must stay within their IBA ranges.
 #include "sma_test_util.h"
 

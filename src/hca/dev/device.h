@@ -3,7 +3,7 @@
 // ConnectX-3: MMIO writes to the HCR (firmware commands) and UAR doorbells,
 // plus WQEs, doorbell records and CQEs in host memory. progress(budget) is
 // the device's time slice: fabric receive -> responder / completer ->
-// requester -> timers (DESIGN decision 5).
+// requester -> timers (docs/architecture.md decision 5).
 #pragma once
 
 #include "hca/base/copy.h"
@@ -163,7 +163,7 @@ public:
         return skip_idle_pass();
     }
 
-    /// Runs the device on a thread of its own (DESIGN decision 5: the same
+    /// Runs the device on a thread of its own (docs/architecture.md decision 5: the same
     /// time slice, called by the device instead of the driver's progress),
     /// so matching and rendezvous go on while the application computes.
     /// `on_start` runs first on the new thread (placement) and says whether

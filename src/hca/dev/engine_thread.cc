@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // The device on a thread of its own (UCX_MLX4X_ENGINE=thread): the same
-// time slice as the progress-driven mode (DESIGN decision 5), called in a
+// time slice as the progress-driven mode (docs/architecture.md decision 5), called in a
 // loop. It spins while there is work and for a short grace period after,
 // then sleeps until a frame arrives (the fabric's wake-up line), the driver
 // rings a send doorbell, or the timer tick is due (retransmission, RNR).

@@ -113,7 +113,7 @@ public:
     status   hold_pd(uint32_t pd);
     void     release_pd(uint32_t pd);
 
-    /// Gives the device its time slice (DESIGN decision 5).
+    /// Gives the device its time slice (docs/architecture.md decision 5).
     unsigned progress(unsigned budget = 64) { return dev_->progress(budget); }
     /// A slice in steps, completions polled in between: the rest of it at
     /// progress_finish() or the next progress_receive()

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// Tag matching in the device (DESIGN decision 10, prm_tm.h): the command
+// Tag matching in the device (docs/architecture.md decision 10, prm_tm.h): the command
 // QP's list operations, matching of tagged SENDs arriving on a TM SRQ, and
 // the rendezvous the device drives on its own (READ the sender's data into
 // the posted receive, then send FIN) with no host software in between.

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // Tag matching headers carried at the start of a tagged SEND's payload, as
 // rdma-core's infiniband/tm_types.h defines them (struct ibv_tmh, struct
-// ibv_rvh; seed 002 §5, DESIGN decision 6). They are payload, not IBA
+// ibv_rvh; seed 002 §5, docs/architecture.md decision 6). They are payload, not IBA
 // transport headers: only a responder whose SRQ does tag matching reads
 // them, every other responder delivers them as data.
 #pragma once
