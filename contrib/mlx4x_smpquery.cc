@@ -51,7 +51,7 @@ int main(int argc, char **argv)
     char *end;
     unsigned long lid = std::strtoul(argv[2], &end, 0);
     unsigned long block = argc > 3 ? std::strtoul(argv[3], nullptr, 0) : 0;
-    if (!o || *end || lid == 0 || lid >= mad::multicast_lid_base) {
+    if (!o || *end || !ib::is_unicast_lid(lid)) {
         return usage();
     }
     auto s = diag::session::open(prog);

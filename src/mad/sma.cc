@@ -26,11 +26,6 @@ template <typename T> void store(uint8_t *p, const T &v)
     std::memcpy(p, &v, sizeof(v));
 }
 
-constexpr bool is_unicast(uint16_t lid)
-{
-    return lid != 0 && lid < multicast_lid_base;
-}
-
 constexpr uint8_t u8(auto e) { return static_cast<uint8_t>(e); }
 
 bool is_dr(const mad_hdr &h)
@@ -240,7 +235,7 @@ template <typename Notice> void sma::queue_trap(const Notice &n)
 {
     static_assert(sizeof(Notice) == sizeof(notice));
     if (!(st_.capability_mask & port_cap::is_trap_supported) ||
-        !is_unicast(st_.sm_lid) || traps_.size() >= max_traps)
+        !ib::is_unicast_lid(st_.sm_lid) || traps_.size() >= max_traps)
         return;
     smp t{};
     t.hdr.base_version  = base_version;
@@ -390,9 +385,9 @@ invalid_field sma::set_port_info(const smp &s, bool local, uint32_t &changes,
     // (a Set that leaves an unconfigured port's LID alone).
     const uint16_t lid = pi.lid.get();
     const uint16_t sm_lid = pi.sm_lid.get();
-    if (lid != st_.lid && !is_unicast(lid))
+    if (lid != st_.lid && !ib::is_unicast_lid(lid))
         return invalid_field::invalid_value;
-    if (sm_lid != st_.sm_lid && !is_unicast(sm_lid))
+    if (sm_lid != st_.sm_lid && !ib::is_unicast_lid(sm_lid))
         return invalid_field::invalid_value;
 
     const auto width = enabled_value(pi.link_width_enabled, link_width::nop,

@@ -51,7 +51,7 @@ cmd_status device::cmd_write_mcg(uint32_t index, uint64_t inbox)
     uint32_t members = e.members_count.get() & prm::mgm_qpn_mask;
     uint32_t next    = e.next_gid_index.get() >> prm::mgm_next_shift;
     if (members > (1u << limits::log_max_qp_per_mcg) || next >= mcg_.size() ||
-        (members && !fabric::is_multicast_lid(e.mlid.get()))) {
+        (members && !ib::is_multicast_lid(e.mlid.get()))) {
         return cmd_status::bad_param;
     }
     mcg_[index] = e;

@@ -1218,7 +1218,7 @@ result<std::unique_ptr<qp>> qp::create(context &ctx, uint32_t pd, qp_type type,
 status qp::attach_multicast(const gid &mgid, uint16_t mlid)
 {
     // E70 (Linux's rule): UD QPs, multicast GIDs and LIDs only.
-    if (type_ != qp_type::ud || mgid[0] != 0xff || !fabric::is_multicast_lid(mlid)) {
+    if (type_ != qp_type::ud || mgid[0] != 0xff || !ib::is_multicast_lid(mlid)) {
         return status::invalid_param;
     }
     status s = ctx_.attach_multicast(qpn_, mgid, mlid);

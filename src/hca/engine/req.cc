@@ -55,7 +55,7 @@ status device::emit(const tx_packet &p)
     std::span<const uint8_t> ext = p.ext, payload = p.payload;
     size_t hdr_len = sizeof(ib::lrh) + sizeof(ib::bth) + ext.size();
     size_t len     = hdr_len + payload.size();
-    bool   multicast = fabric::is_multicast_lid(p.dlid);
+    bool   multicast = ib::is_multicast_lid(p.dlid);
     // Unicast frames are written in place (the destination's ring); a
     // multicast one is staged, since the fabric copies it to each member.
     std::array<uint8_t, sizeof(ib::lrh) + sizeof(ib::bth) + 32> staged;

@@ -44,7 +44,7 @@ void device::receive(std::span<const uint8_t> frame)
         count(counter::bad_packets);   // VL15 carries only QP0 traffic (7.6.4)
         return;
     }
-    if (fabric::is_multicast_lid(p->dlid)) {
+    if (ib::is_multicast_lid(p->dlid)) {
         receive_multicast(*p);
         return;
     }
@@ -838,7 +838,7 @@ device::complete_receive(qp &q, const received &m, uint16_t slid, bool has_imm, 
     if (!q || !q->rx_fast || q->state != prm::qp_state::rts ||
         (engine::load_wire_word(l) & engine::fast_rx_lrh_mask) != q->rx_lrh_key ||
         (engine::load_wire_word(b) & engine::fast_rx_bth_mask) != q->rx_bth_key ||
-        fabric::is_multicast_lid(l.dlid.get())) {
+        ib::is_multicast_lid(l.dlid.get())) {
         return nullptr;
     }
     return q;

@@ -5,6 +5,7 @@
 #pragma once
 
 #include "hca/base/status.h"
+#include "hca/ib/ib_hdr.h"
 
 #include <array>
 #include <cstddef>
@@ -27,12 +28,6 @@ constexpr uint64_t port_guid_of(uint64_t n)
     return 0x0002c90300000000ull | (n << 8) | 1;
 }
 
-/// Multicast LIDs (IBA 4.1.1 / 7.11.1): 0xC000-0xFFFE. 0xFFFF is the
-/// permissive LID of directed-route SMPs, not a group.
-constexpr bool is_multicast_lid(uint16_t lid)
-{
-    return lid >= 0xc000 && lid != 0xffff;
-}
 
 /// Memory of one process: an address in its address space and a length.
 struct mem_range {

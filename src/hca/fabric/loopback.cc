@@ -30,7 +30,7 @@ public:
         frame.insert(frame.end(), hdr.begin(), hdr.end());
         frame.insert(frame.end(), payload.begin(), payload.end());
         uint16_t dlid = frame_dlid(hdr);
-        if (is_multicast_lid(dlid)) {
+        if (ib::is_multicast_lid(dlid)) {
             fabric_.deliver_multicast(dlid, lid_, frame);
             return status::ok;
         }
@@ -39,7 +39,7 @@ public:
 
     status join_multicast(uint16_t mlid) override
     {
-        if (!is_multicast_lid(mlid)) {
+        if (!ib::is_multicast_lid(mlid)) {
             return status::invalid_param;
         }
         fabric_.groups_[mlid].insert(lid_);

@@ -356,7 +356,7 @@ public:
                 std::span<const uint8_t> payload) override
     {
         uint16_t dlid = frame_dlid(hdr);
-        if (is_multicast_lid(dlid)) {
+        if (ib::is_multicast_lid(dlid)) {
             send_multicast(dlid, hdr, payload);
             return status::ok;
         }
@@ -365,7 +365,7 @@ public:
 
     status join_multicast(uint16_t mlid) override
     {
-        if (!is_multicast_lid(mlid)) {
+        if (!ib::is_multicast_lid(mlid)) {
             return status::invalid_param;
         }
         auto &groups = ports_[index_].multicast;

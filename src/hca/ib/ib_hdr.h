@@ -34,6 +34,15 @@ using bth_qpn    = bits<be32, 0, 24>;
 using bth_ackreq = bits<be32, 31, 1>;
 using bth_psn    = bits<be32, 0, 24>;
 constexpr uint8_t bth_se_bit = 0x80;
+/// LIDs (IBA 4.1.1, 7.11.1): unicast 0x0001-0xBFFF, multicast 0xC000-0xFFFE;
+/// 0xFFFF is the permissive LID of directed-route SMPs, not a group.
+constexpr uint16_t multicast_lid_base = 0xc000;
+constexpr uint16_t permissive_lid     = 0xffff;
+constexpr bool is_unicast_lid(uint16_t lid) { return lid != 0 && lid < multicast_lid_base; }
+constexpr bool is_multicast_lid(uint16_t lid)
+{
+    return lid >= multicast_lid_base && lid != permissive_lid;
+}
 /// BTH DestQP of every multicast packet (IBA 9.2.3 / 10.5.2.3).
 constexpr uint32_t multicast_qpn = 0xffffff;
 /// Solicited Event bit of the BTH at `bth_bytes`.

@@ -7,6 +7,7 @@
 #pragma once
 
 #include "hca/base/endian.h"
+#include "hca/ib/ib_hdr.h"
 
 #include <cstddef>
 #include <cstdint>
@@ -159,8 +160,8 @@ static_assert(offsetof(smp, return_path) == 192);
 
 constexpr size_t smp_data_size     = 64;
 constexpr uint8_t smp_max_hops     = 64;   ///< C14-6: HopCount 0..63
-constexpr uint16_t permissive_lid  = 0xffff;
-constexpr uint16_t multicast_lid_base = 0xc000;   ///< unicast: 0x0001-0xbfff
+using ib::permissive_lid;       // DR SMPs' DrSLID/DrDLID (ib_hdr.h)
+using ib::multicast_lid_base;
 
 /// DR SMP fields (IBA 14.2.1.2): the Direction bit and the 15-bit status in
 /// the Status word, the hop pointer and count in ClassSpecific.
@@ -552,6 +553,9 @@ struct notice_local_changes {
     uint8_t reserved3[40];   ///< 24
 };
 static_assert(sizeof(notice_local_changes) == sizeof(notice));
+static_assert(offsetof(notice_local_changes, trap_num) == offsetof(notice, trap_num));
+static_assert(offsetof(notice_local_changes, toggle_count) ==
+              offsetof(notice, toggle_count));
 static_assert(offsetof(notice_local_changes, lid) == 12);
 static_assert(offsetof(notice_local_changes, new_cap_mask) == 16);
 static_assert(offsetof(notice_local_changes, cap_mask2) == 22);
