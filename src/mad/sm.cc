@@ -201,9 +201,9 @@ void sm_service::run(std::chrono::milliseconds period)
 {
     // The background of the application's threads: MPI ranks busy-poll
     // one per core, and an SM thread of normal priority that woke to sweep
-    // preempted one (MPI 8-byte latency 0.38 -> 0.27 us without it, medians
-    // of five runs). At nice 19 it takes what the ranks leave, and a sweep
-    // every period needs little.
+    // preempted one (docs/benchmarks.md, "Measured reasons in the code").
+    // At nice 19 it takes what the ranks leave, and a sweep every period
+    // needs little.
     (void)setpriority(PRIO_PROCESS, static_cast<id_t>(gettid()), 19);
     std::unique_lock g(mu_);
     while (!stop_) {

@@ -83,7 +83,7 @@ inline bool wants_cqe(endpoint &e, const tx_op &op, bool signal)
 
 /// Posts one WQE; `op` says what to do when it completes. Always inlined:
 /// with the op's scatter list and completion known, the small-message post
-/// folds (tag_eager_short 688 -> 569 instructions).
+/// folds to a fraction of a general post's instructions.
 template <class WR>   // drv::send_wr, or drv::send_wr_core for the common ops
 [[gnu::always_inline]] inline ucs_status_t post(endpoint &e, WR &wr, const tx_op &op = {},
                                                bool signal = false)

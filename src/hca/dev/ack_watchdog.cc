@@ -2,8 +2,8 @@
 // ACKs owed across a return to the application. A driver that hands
 // received messages to its application returns before their ACKs
 // (device::progress_receive): its application's reply then reaches the
-// peer first, and the ACK follows at the next call (MPI 8 B latency 1.78x
-// -> 1.50x sm, ten alternated runs, docs/benchmarks.md). The next call
+// peer first, and the ACK follows at the next call (docs/benchmarks.md,
+// "Measured reasons in the code"). The next call
 // may not come: an application that stops calling after its last receive
 // must not leave a peer's flush waiting. So the ACKs are handed to a
 // watchdog thread that sends them when the driver has not come back for a

@@ -379,8 +379,8 @@ private:
     /// would take the application's core, where the rendezvous is meant to
     /// leave the receiver free to compute. Not while this device serves
     /// its peers' single copies (traffic both ways): both cores copy
-    /// already, and shared READs only add system calls (MPI bi-directional
-    /// bandwidth at 64 KiB: 13.3 GB/s shared, 17.2 unshared, sm ~20).
+    /// already, and shared READs only add system calls (docs/benchmarks.md,
+    /// "Measured reasons in the code").
     bool     shares_direct_reads(const qp &q)
     {
         return !thread_.joinable() && !q.read_share_failed &&
@@ -637,10 +637,10 @@ private:
     /// (served_copy(), take_read_share()): the poll ends after it. Each
     /// copy of up to megabytes then comes with a turn of the process's own
     /// progress, in which it completes its READs and asks for the next:
-    /// two processes streaming to each other keep both copies going (MPI
-    /// bi-directional bandwidth 1 MiB by single copy: 16.9 -> 24.1 GB/s;
-    /// sm 24.9). Served all in one poll, up to 16 READs of 1 MiB, each
-    /// process's own requests waited until its peer's were done.
+    /// two processes streaming to each other keep both copies going.
+    /// Served all in one poll, up to 16 READs of 1 MiB, each process's own
+    /// requests waited until its peer's were done (docs/benchmarks.md,
+    /// "Measured reasons in the code").
     bool                           copied_directly_ = false;
     /// Until when this device counts as serving its peers' single copies:
     /// serving_window_ns after the last (slice clock; shares_direct_reads()).
@@ -809,10 +809,9 @@ inline uint16_t device::recv_take(qp &q, srq *sp)
 /// Fetches, for writing, the buffer the SRQ's next WQE names: UCX posts
 /// a queue of 8 KiB buffers (8 MiB by default), so the one a message is
 /// written to was last touched a whole queue ago and is out of the L2. Its
-/// first line comes while the current message is handled (with the ring
-/// slot prefetch, MPI message rate 8 B +5 to +10 % by the medians of 8
-/// alternated rounds). The WQE may not be posted yet: a prefetch of a
-/// stale address costs a fetch, never a fault.
+/// first line comes while the current message is handled (docs/benchmarks.md,
+/// "Measured reasons in the code"). The WQE may not be posted yet: a
+/// prefetch of a stale address costs a fetch, never a fault.
 inline void device::prefetch_next_buffer(const srq &s)
 {
     prm::wqe_data_seg d;

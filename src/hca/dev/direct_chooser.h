@@ -8,8 +8,8 @@
 // run, and that changes under them: two cores that share their caches
 // stream packets at twice the single copy's speed, two that do not (other
 // core complexes, other sockets, or a VM's vCPUs moved apart) at a tenth of
-// it, while the single copy keeps its speed (docs/benchmarks.md: 1 MiB,
-// 20-25 GB/s against 13, then 2 against 13, in runs seconds apart). A fixed
+// it, while the single copy keeps its speed, and runs seconds apart see
+// both (docs/benchmarks.md, "Measured reasons in the code"). A fixed
 // threshold is wrong in one of the two; this measures.
 //
 // A path's cost is the time transfers kept it busy over the bytes they

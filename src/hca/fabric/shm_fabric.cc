@@ -508,9 +508,8 @@ public:
             // The next slot, while this frame is handled: slots are 4.3 KiB
             // apart, so no hardware prefetcher fetches it, and a receiver
             // a few frames behind then waits for one transfer between cores
-            // per frame instead of overlapping them (MPI message rate 8 B,
-            // 8 alternated rounds: +5.6 % by the median; UCP tag_bw and
-            // the MPI 8 B latency unchanged). Not yet written, the line
+            // per frame instead of overlapping them (docs/benchmarks.md,
+            // "Measured reasons in the code"). Not yet written, the line
             // was going to be read next anyway.
             prefetch_for_read(&r.slots[(taken_ + 1) & (ring_slots - 1)]);
             // A length beyond the slot (a corrupt or hostile producer) is

@@ -17,9 +17,8 @@ namespace mlx4x::fabric::shm {
 /// owner's cache (which read it a ring ago): a transfer between cores that
 /// a small-message sender's stores queue behind. Fetched early, the
 /// transfers of successive frames overlap. Ahead of the slot the owner
-/// polls, so that it does not take the line back. (UCP tag_bw, 8 B,
-/// medians of five alternated runs: 9.9 -> 11.2 M msg/s; 1 or 32 ahead
-/// measured the same within noise; MPI 8 B latency unchanged.)
+/// polls, so that it does not take the line back. How far ahead matters
+/// little (docs/benchmarks.md, "Measured reasons in the code").
 constexpr uint64_t prefetch_ahead = 8;
 
 /// A port's producer side: what its reserve() and commit() do.
