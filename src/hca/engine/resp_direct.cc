@@ -1,0 +1,203 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// The responder's side of single copy (ib::x_direct_post): the post a
+// direct request names, read from the requester's window, and the
+// WRITE's or READ's bytes moved by the fabric's direct_copy.
+#include "hca/dev/device.h"
+#include "hca/engine/pkt.h"
+#include "hca/ib/ib_psn.h"
+
+#include <array>
+#include <cstddef>
+#include <cstring>
+
+namespace mlx4x::dev {
+
+using engine::pkt;
+
+/// The post a direct request names (x_direct_ref), read from the
+/// requester's window where this QP's connection put it (never from the
+/// packet): it must be this request's (the window's key, PSN, opcode) and
+/// its ranges add up to the RETH's DMA length. `unreachable`: the window
+/// could not be read (the requester falls back to packets); `not_posted`:
+/// the requester posted no such request (forged, malformed, or a duplicate
+/// whose request has completed).
+device::direct_check device::read_direct_post(const qp &q, const pkt &p, uint32_t dma_len,
+                                              direct_request &out)
+{
+    const qp::peer_window &peer = q.peer_direct;
+    if (!peer.key) {
+        return direct_check::unreachable;   // the connection named no window
+    }
+    ib::x_direct_ref ref;
+    if (p.payload.size() != sizeof(ref)) {
+        return direct_check::not_posted;
+    }
+    std::memcpy(&ref, p.payload.data(), sizeof(ref));
+    uint32_t slot = ref.slot.get();
+    if (slot >= peer.slots) {
+        return direct_check::not_posted;
+    }
+    uint64_t at = peer.va + uint64_t(slot) * sizeof(ib::x_direct_post);
+    ib::x_direct_post post;
+    fabric::mem_range local{reinterpret_cast<uintptr_t>(&post), sizeof(post)},
+                      remote{at, sizeof(post)};
+    if (port_->direct_copy({p.slid, peer.pid}, fabric::copy_dir::from_peer, {&local, 1},
+                           {&remote, 1}) != status::ok) {
+        return direct_check::unreachable;
+    }
+    if (post.key != peer.key || post.psn != p.psn || post.opcode != p.opcode ||
+        post.nsegs > ib::max_direct_segs) {
+        return direct_check::not_posted;
+    }
+    uint64_t total = 0;
+    out.ranges.count = post.nsegs;
+    for (unsigned i = 0; i < post.nsegs; ++i) {
+        out.ranges.ranges[i] = {post.segs[i].va.get(), post.segs[i].len.get()};
+        total += post.segs[i].len.get();
+    }
+    out.state_va = at + offsetof(ib::x_direct_post, state);
+    return total == dma_len ? direct_check::ok : direct_check::not_posted;
+}
+
+/// Marks a READ's post `s` in the requester's window (its SHARE granted).
+bool device::mark_direct_post(const qp &q, uint16_t slid, uint64_t state_va,
+                              ib::direct_state s)
+{
+    uint32_t word = uint32_t(s);
+    fabric::mem_range local{reinterpret_cast<uintptr_t>(&word), sizeof(word)},
+                      remote{state_va, sizeof(word)};
+    return port_->direct_copy({slid, q.peer_direct.pid}, fabric::copy_dir::to_peer,
+                              {&local, 1}, {&remote, 1}) == status::ok;
+}
+
+/// A direct request this responder cannot serve (its process may not reach
+/// the requester's memory): the PSN is not consumed, later packets are
+/// dropped until it comes again, as ordinary packets.
+void device::refuse_direct(qp &q, uint32_t psn)
+{
+    count(counter::direct_refusals);
+    q.nak_sent = true;
+    send_nak(q, ack_syndrome, ib::opcode::x_direct_refused, psn);
+}
+
+/// Single-copy RDMA WRITE: the same checks as a WRITE's first packet (C9-88:
+/// key, PD, rights, bounds) and the requester's post (read_direct_post),
+/// then the requester's bytes are copied straight into the region.
+void device::respond_direct_write(qp &q, const pkt &p)
+{
+    if (q.in_write || q.in_send) {
+        responder_error(q, ib::nak_code::invalid_request);   // opcode sequence
+        return;
+    }
+    ib::reth r = p.ext<ib::reth>(ib::hdr_reth);
+    uint32_t len = r.dma_len.get();
+    if (!check_rkey(q, r.rkey.get(), r.va.get(), len, prm::mpt_perm_remote_write)) {
+        responder_error(q, ib::nak_code::remote_access);
+        return;
+    }
+    direct_request from;
+    switch (read_direct_post(q, p, len, from)) {
+    case direct_check::ok:
+        break;
+    case direct_check::unreachable:
+        refuse_direct(q, p.psn);
+        return;
+    case direct_check::not_posted:
+        responder_error(q, ib::nak_code::invalid_request);   // IBA 9.7.5.2.2
+        return;
+    }
+    fabric::mem_range region{r.va.get(), len};
+    if (len && port_->direct_copy({p.slid, q.peer_direct.pid}, fabric::copy_dir::from_peer,
+                                  {&region, 1}, from.ranges.span()) != status::ok) {
+        refuse_direct(q, p.psn);
+        return;
+    }
+    count(counter::direct_writes);
+    count(counter::direct_bytes, len);
+    served_copy(len);
+    q.epsn = ib::psn_add(q.epsn, 1);
+    q.msn  = ib::psn_add(q.msn, 1);
+    schedule_ack(q);
+}
+
+/// Single-copy RDMA READ: checked as a READ and against the requester's
+/// post (read_direct_post), the region's bytes copied straight into the
+/// requester's ranges and its post marked placed, then one response
+/// without data (through the response queue, in order with earlier READs
+/// and atomics). A duplicate is executed again (IBA 9.7.5.1.1) while its
+/// post is there.
+void device::respond_direct_read(qp &q, const pkt &p, bool duplicate)
+{
+    std::optional<ib::reth> r = checked_read_reth(q, p, duplicate);
+    if (!r) {
+        return;
+    }
+    uint32_t len = r->dma_len.get();
+    direct_request to;
+    direct_check found = read_direct_post(q, p, len, to);
+    resp_resource *old = duplicate ? find_resource(q, p.psn) : nullptr;
+    if (duplicate && (found != direct_check::ok || !old ||
+                      old->kind != resp_resource::type::direct_read)) {
+        return;   // a duplicate too old to answer: the requester's retries decide
+    }
+    if (found == direct_check::unreachable) {
+        refuse_direct(q, p.psn);
+        return;
+    }
+    if (found == direct_check::not_posted) {
+        responder_error(q, ib::nak_code::invalid_request);   // IBA 9.7.5.2.2
+        return;
+    }
+    // Shared: the requester copies the first part once it has the SHARE,
+    // at the same time as this side copies the rest. Without room for the
+    // SHARE, this side copies all of it (answered READ_DIRECT_RESPONSE).
+    uint32_t share = p.opcode == uint8_t(ib::opcode::x_rdma_read_direct_shared)
+                         ? ib::read_share(len)
+                         : 0;
+    if (share && (!mark_direct_post(q, p.slid, to.state_va, ib::direct_state::share_granted) ||
+                  !emit_aeth(q, uint8_t(ib::opcode::x_rdma_read_direct_share), ack_syndrome,
+                             p.psn))) {
+        share = 0;
+    }
+    // The rest of the bytes, then the post's state word: one copy, in order.
+    uint32_t placed = uint32_t(ib::direct_state::placed);
+    direct_ranges rest = to.ranges.from(share);
+    rest.ranges[rest.count++] = {to.state_va, sizeof(placed)};
+    std::array<fabric::mem_range, 2> local{{{r->va.get() + share, len - share},
+                                            {reinterpret_cast<uintptr_t>(&placed),
+                                             sizeof(placed)}}};
+    if (port_->direct_copy({p.slid, q.peer_direct.pid}, fabric::copy_dir::to_peer, local,
+                           rest.span()) != status::ok) {
+        if (!duplicate) {
+            refuse_direct(q, p.psn);
+        }
+        return;
+    }
+    count(counter::direct_reads);
+    count(counter::direct_bytes, len - share);
+    served_copy(len);
+    if (duplicate) {
+        old->rest_only = share != 0;
+        queue_response(q, uint32_t(old - q.resources.data()));
+        return;
+    }
+    resp_resource res;
+    res.kind      = resp_resource::type::direct_read;
+    res.rest_only = share != 0;
+    res.psn       = p.psn;
+    res.npackets  = 1;
+    res.rkey      = r->rkey.get();
+    res.va        = r->va.get();
+    res.len       = len;
+    accept_read(q, res);
+    if (q.resp_count == 1) {
+        // The data is in place: answered now, when no earlier response
+        // waits, rather than after the slice's other frames. A requester
+        // keeps up to 16 READs in flight; answered at the end of the slice,
+        // 16 copies of 1 MiB went by before it learnt of the first and
+        // asked for the next (run_responders() sends it if the ring is full).
+        (void)send_response_packet(q);
+    }
+}
+
+} // namespace mlx4x::dev
