@@ -226,6 +226,14 @@ struct slot_area {
     uint8_t *slot(size_t i) { return mem.data() + i * slot_size; }
 };
 
+/// Every access right: the rights of the transport's own buffers and QPs.
+constexpr uint32_t all_access = drv::access_local_write | drv::access_remote_write |
+                                drv::access_remote_read | drv::access_remote_atomic;
+// Shared by endpoints and the interface (mlx4x_ep.cc).
+status make_slots(drv::context &ctx, uint32_t pd, slot_area &a, size_t n, size_t slot_size);
+uint32_t random_psn();
+drv::direct_window peer_direct(const mad::cm::peer_info &p);
+
 /// connecting: REQ/REP handshake with a remote interface under way;
 /// unconnected: a point-to-point endpoint waiting for connect_to_ep.
 /// canceled: flushed with UCT_FLUSH_FLAG_CANCEL, only destroy may follow.

@@ -1,0 +1,276 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// Endpoints of the mlx4x UCT transport: their RC QPs, connection by the CM
+// (REQ/REP) or by endpoint addresses, and their completions and failure.
+#include "uct_mlx4x/mlx4x_iface.h"
+#include "uct_mlx4x/mlx4x_boundary.h"
+#include "hca/base/log.h"
+#include "uct_mlx4x/mlx4x_post.h"
+
+#include <bit>
+#include <cstring>
+#include <random>
+
+namespace mlx4x::uct {
+
+/// A first PSN for a new connection: random, as IBA advises against
+/// old packets of an earlier connection.
+uint32_t random_psn()
+{
+    static std::minstd_rand gen(std::random_device{}());
+    return gen() & 0xffffff;
+}
+
+/// The peer QP's single-copy window from its REQ's or REP's private data;
+/// none (the peer's direct requests are refused) when it carried none.
+drv::direct_window peer_direct(const mad::cm::peer_info &p)
+{
+    direct_addr d{};
+    if (p.private_data.size() < sizeof(d)) {
+        return {};
+    }
+    std::memcpy(&d, p.private_data.data(), sizeof(d));
+    return d.window();
+}
+
+/// `n` bounce or receive slots of `slot_size` bytes, registered once.
+status make_slots(drv::context &ctx, uint32_t pd, slot_area &a, size_t n,
+                  size_t slot_size)
+{
+    a.slot_size = slot_size;
+    a.mem.assign(n * slot_size, 0);
+    auto r = drv::mr::reg(ctx, pd, a.mem.data(), a.mem.size(), all_access);
+    if (!r.ok()) {
+        return r.error();
+    }
+    a.mr = r.take();
+    return status::ok;
+}
+
+status endpoint::create_p2p()
+{
+    state_ = ep_state::unconnected;
+    auto rx = iface_.create_rx_qp();
+    if (!rx.ok()) {
+        return rx.error();
+    }
+    rx_qp_  = rx.take();
+    rx_psn_ = random_psn();
+    return create_qp();
+}
+
+ep_addr endpoint::address() const
+{
+    return {qp_->qpn(), sq_psn, rx_qp_ ? rx_qp_->qpn() : 0, rx_psn_,
+            direct_addr::of(qp_->direct()),
+            direct_addr::of(rx_qp_ ? rx_qp_->direct() : drv::direct_window{})};
+}
+
+status endpoint::connect_to_ep(const device_addr &dev, const ep_addr &peer)
+{
+    if (state_ != ep_state::unconnected) {
+        return status::invalid_param;
+    }
+    peer_lid = dev.lid;
+    // Ours sends to the peer's receiving QP; our receiving QP answers the
+    // peer's sending one.
+    if (status s = iface_.connect_rc(*qp_, peer_lid, peer.rx_qpn, peer.rx_direct.window(),
+                                     peer.rx_psn, sq_psn);
+        s != status::ok) {
+        return s;
+    }
+    if (status s = iface_.connect_rc(*rx_qp_, peer_lid, peer.qpn, peer.direct.window(),
+                                     peer.psn, rx_psn_);
+        s != status::ok) {
+        return s;
+    }
+    state_ = ep_state::connected;
+    return status::ok;
+}
+
+/// A REQ to the peer interface's CM service; the REP (on_rep) connects.
+status endpoint::connect(const device_addr &dev, const iface_addr &ifa)
+{
+    if (status s = create_qp(); s != status::ok) {
+        return s;
+    }
+    peer_lid = dev.lid;
+    mad::cm::endpoint_info self;
+    self.qpn = qp_->qpn();
+    self.psn = sq_psn;
+    direct_addr direct = direct_addr::of(qp_->direct());
+    self.private_data = {reinterpret_cast<const uint8_t *>(&direct), sizeof(direct)};
+    mad::cm::agent::requester r;
+    r.on_rep = [this](uint32_t, const mad::cm::peer_info &rep) { return on_rep(rep); };
+    r.on_reject = [this](uint32_t, mad::cm::reject_reason why) {
+        cm_id.reset();   // the CM has forgotten it
+        MLX4X_ERROR("endpoint %u: connection to lid %d refused (CM reject reason %u)",
+                    conn_id, peer_lid, unsigned(why));
+        // The handshake is the transport's own: a peer that never answers
+        // times out as a QP whose retries ran out would (UCX's rc reports
+        // that too, and UCP's peer-failure handling expects it).
+        fail(why == mad::cm::reject_reason::timeout ? UCS_ERR_ENDPOINT_TIMEOUT
+                                                    : UCS_ERR_REJECTED);
+    };
+    const auto &cfg = iface_.config();
+    auto id = iface_.domain().cm().connect(peer_lid, service_id(ifa.service), self,
+                                           std::move(r),
+                                           cm_timing(cfg.conn_timeout, cfg.conn_retries));
+    if (!id.ok()) {
+        return id.error();
+    }
+    cm_id = *id;
+    return status::ok;
+}
+
+status endpoint::create_qp()
+{
+    interface &i = iface_;
+    drv::qp_caps caps;
+    caps.max_send_wr  = i.config().tx_queue_len;
+    caps.max_send_sge = max_iov;
+    caps.max_inline   = i.max_inline();
+    // Its receive side takes what the peer sends back: FINs of rendezvous.
+    auto q = drv::qp::create(i.ctx(), i.domain().pd(), drv::qp_type::rc,
+                             i.send_cq(), i.recv_cq(), caps, &i.srq());
+    if (!q.ok()) {
+        return q.error();
+    }
+    qp_ = q.take();
+    if (status s = qp_->to_init(all_access); s != status::ok) {
+        return s;
+    }
+    if (status s = make_slots(i.ctx(), i.domain().pd(), bounce,
+                              std::bit_ceil(qp_->caps().max_send_wr), i.seg_size());
+        s != status::ok) {
+        return s;
+    }
+    ops.assign(std::bit_ceil(qp_->caps().max_send_wr), tx_op{});
+    ops_mask = uint32_t(ops.size() - 1);
+    sq_psn  = random_psn();
+    conn_id = i.add_ep(this);
+    return status::ok;
+}
+
+/// UCT: operations still outstanding when an endpoint is destroyed complete
+/// (UCS_ERR_CANCELED) before it is gone. Destroying the QP first removes
+/// its CQEs from the send CQ (C40), so each such operation's CQ credit is
+/// returned here instead of by poll_send().
+endpoint::~endpoint()
+{
+    if (cm_id) {
+        // Connected: DREQ, so the peer frees its receiving QP (the CM
+        // retries on its own and calls nobody back); else just forget it.
+        mad::cm::agent &cm = iface_.domain().cm();
+        if (state_ != ep_state::connected || cm.disconnect(*cm_id) != status::ok) {
+            cm.abandon(*cm_id);
+        }
+    }
+    iface_.remove_ep(this);
+    iface_.pending_removed(pending.size());   // UCT wants them purged first
+    qp_.reset();
+    rx_qp_.reset();
+    for (uint32_t n = posted - completed; n > 0; --n) {
+        complete_next(UCS_ERR_CANCELED);
+    }
+    for (const flush_waiter &f : flushes) {
+        uct_invoke_completion(f.comp, UCS_ERR_CANCELED);
+    }
+}
+
+/// UCT_FLUSH_FLAG_CANCEL: the QP goes to ERROR, the device flushes every
+/// outstanding WQE (IBA 10.3.1: completed in order with "flushed"), and
+/// those complete as UCS_ERR_CANCELED, not as a failure of the peer.
+status endpoint::cancel_outstanding()
+{
+    if (state_ == ep_state::canceled) {
+        return status::ok;
+    }
+    state_ = ep_state::canceled;
+    return qp_ ? qp_->to_error() : status::ok;
+}
+
+bool endpoint::on_rep(const mad::cm::peer_info &rep)
+{
+    if (state_ != ep_state::connecting ||
+        iface_.connect_rc(*qp_, peer_lid, rep.qpn, peer_direct(rep), rep.psn, sq_psn) !=
+            status::ok) {
+        return false;   // the CM rejects the REP
+    }
+    state_ = ep_state::connected;
+    return true;
+}
+
+status interface::connect_rc(drv::qp &q, uint16_t dlid, uint32_t remote_qpn,
+                             const drv::direct_window &peer_direct,
+                             uint32_t rq_psn, uint32_t sq_psn)
+{
+    drv::rc_connect_attr a{};
+    a.peer_direct = peer_direct;
+    a.remote_qpn = remote_qpn;
+    a.dlid       = dlid;
+    a.rq_psn     = rq_psn;
+    a.sq_psn     = sq_psn;
+    a.mtu        = ctx().port().mtu;
+    a.retry_cnt   = uint8_t(cfg_.retry_count);
+    a.rnr_retry   = uint8_t(cfg_.rnr_retry_count);
+    a.ack_timeout = ack_timeout_;
+    if (status s = q.to_rtr(a); s != status::ok) {
+        return s;
+    }
+    if (status s = q.to_rts(a); s != status::ok) {
+        return s;
+    }
+    MLX4X_DEBUG("qp 0x%x connected to lid %d qp 0x%x", q.qpn(), dlid, remote_qpn);
+    return status::ok;
+}
+
+/// Posts a signalled NOP behind unsignalled operations: it completes once
+/// they have (the device knows, the peer is not asked again), so a flush
+/// sees them complete. On a canceled endpoint (QP in ERROR) the NOP is
+/// flushed like the rest (IBA 10.3.1), which reports them just the same.
+ucs_status_t endpoint::signal_tail()
+{
+    if (state_ != ep_state::canceled) {
+        if (ucs_status_t st = tx_check(*this); st != UCS_OK) {
+            return st;
+        }
+    } else if (qp_->sq_free() == 0 || !iface_.tx_credit_available()) {
+        return UCS_ERR_NO_RESOURCE;   // room comes with the flushed CQEs
+    }
+    drv::send_wr_core wr;
+    wr.opcode = drv::wr_opcode::nop;
+    return post(*this, wr, {}, true);
+}
+
+void endpoint::complete_next(ucs_status_t st)
+{
+    tx_op &o = op(completed++);
+    if (o.signaled) {
+        iface_.tx_credit_return();
+    }
+    if (o.unpack && st == UCS_OK) {
+        o.unpack(o.arg, o.data, o.length);
+    }
+    if (o.comp) {
+        uct_invoke_completion(o.comp, st);
+    }
+    o = tx_op{};
+}
+
+void endpoint::fail(ucs_status_t why)
+{
+    if (state_ == ep_state::failed) {
+        return;
+    }
+    state_ = ep_state::failed;
+    // Its rendezvous sends complete first, with the error: their FIN will
+    // not come, and UCP (without PEER error handling) tracks no request it
+    // could purge.
+    if (tag_offload *tm = iface_.tm()) {
+        tm->fail_rndvs(qp_->qpn(), why);
+    }
+    uct_iface_handle_ep_err(&iface_.uct()->super.super, &uct_ep_->super.super,
+                            why);
+}
+
+} // namespace mlx4x::uct
