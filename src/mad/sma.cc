@@ -370,6 +370,60 @@ invalid_field sma::get_attr(smp &s, bool hide_m_key) const
 
 // ---- Set (14.2.5) ---------------------------------------------------------
 
+/// The port's logical and physical state after a Set(PortInfo) `pi`
+/// (14.2.5.6; link states of IBA 7.2), with `down_default` its new
+/// LinkDownDefaultState; nullopt: a state that may not be written.
+std::optional<std::pair<logical_state, phys_state>>
+sma::requested_link_state(const port_info &pi, phys_state down_default) const
+{
+    // Only NOP, Down, Armed and Active may be written; Armed only from
+    // Init and Active only from Armed. Writing the current Armed/Active
+    // state is a no-op. A physical state (Polling or Disabled; Sleep is
+    // not modelled) may only come with PortState NOP or Down and takes the
+    // link down.
+    const auto want = static_cast<logical_state>(
+        pi_port_state::get(pi.speed_sup_state));
+    const uint8_t want_phys = pi_phys_state::get(pi.phys_state_down_default);
+    if (want_phys != u8(phys_state::nop) &&
+        want_phys != u8(phys_state::polling) &&
+        want_phys != u8(phys_state::disabled))
+        return std::nullopt;
+    if (want_phys != u8(phys_state::nop) && want != logical_state::nop &&
+        want != logical_state::down)
+        return std::nullopt;
+
+    logical_state state = st_.state;
+    phys_state phys = st_.phys;
+    switch (want) {
+    case logical_state::nop:
+        break;
+    case logical_state::down:
+        state = logical_state::down;
+        if (phys != phys_state::disabled)
+            phys = down_default;
+        break;
+    case logical_state::armed:
+        if (st_.state != logical_state::init &&
+            st_.state != logical_state::armed)
+            return std::nullopt;
+        state = logical_state::armed;
+        break;
+    case logical_state::active:
+        if (st_.state != logical_state::armed &&
+            st_.state != logical_state::active)
+            return std::nullopt;
+        state = logical_state::active;
+        break;
+    default:   // Init, ActiveDefer and reserved values cannot be written
+        return std::nullopt;
+    }
+    if (want_phys != u8(phys_state::nop)) {
+        state = logical_state::down;
+        phys = static_cast<phys_state>(want_phys);
+    }
+    return std::pair{state, phys};
+}
+
 /// Set(PortInfo), 14.2.5.6. Every field is checked before anything
 /// changes: an invalid value leaves the port as it was and answers with
 /// invalid_value and the current attribute.
@@ -422,52 +476,10 @@ invalid_field sma::set_port_info(const smp &s, bool local, uint32_t &changes,
     default: return invalid_field::invalid_value;
     }
 
-    // PortState and PortPhysicalState (14.2.5.6; link states of IBA 7.2).
-    // Only NOP, Down, Armed and Active may be written; Armed only from
-    // Init and Active only from Armed. Writing the current Armed/Active
-    // state is a no-op. A physical state (Polling or Disabled; Sleep is
-    // not modelled) may only come with PortState NOP or Down and takes the
-    // link down.
-    const auto want = static_cast<logical_state>(
-        pi_port_state::get(pi.speed_sup_state));
-    const uint8_t want_phys = pi_phys_state::get(pi.phys_state_down_default);
-    if (want_phys != u8(phys_state::nop) &&
-        want_phys != u8(phys_state::polling) &&
-        want_phys != u8(phys_state::disabled))
+    auto link = requested_link_state(pi, down_default);
+    if (!link)
         return invalid_field::invalid_value;
-    if (want_phys != u8(phys_state::nop) && want != logical_state::nop &&
-        want != logical_state::down)
-        return invalid_field::invalid_value;
-
-    logical_state state = st_.state;
-    phys_state phys = st_.phys;
-    switch (want) {
-    case logical_state::nop:
-        break;
-    case logical_state::down:
-        state = logical_state::down;
-        if (phys != phys_state::disabled)
-            phys = down_default;
-        break;
-    case logical_state::armed:
-        if (st_.state != logical_state::init &&
-            st_.state != logical_state::armed)
-            return invalid_field::invalid_value;
-        state = logical_state::armed;
-        break;
-    case logical_state::active:
-        if (st_.state != logical_state::armed &&
-            st_.state != logical_state::active)
-            return invalid_field::invalid_value;
-        state = logical_state::active;
-        break;
-    default:   // Init, ActiveDefer and reserved values cannot be written
-        return invalid_field::invalid_value;
-    }
-    if (want_phys != u8(phys_state::nop)) {
-        state = logical_state::down;
-        phys = static_cast<phys_state>(want_phys);
-    }
+    auto [state, phys] = *link;
 
     // All checked: apply.
     const uint8_t lmc = pi_lmc::get(pi.protect_lmc);

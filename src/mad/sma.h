@@ -15,6 +15,7 @@
 #include <deque>
 #include <functional>
 #include <optional>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -175,6 +176,8 @@ private:
     invalid_field get_attr(smp &s, bool hide_m_key) const;
     invalid_field set_attr(smp &s, bool local, uint32_t &changes,
                            bool &suppress);
+    std::optional<std::pair<logical_state, phys_state>>
+    requested_link_state(const port_info &pi, phys_state down_default) const;
     invalid_field set_port_info(const smp &s, bool local, uint32_t &changes,
                                 bool &suppress);
     invalid_field set_pkey_table(smp &s, uint32_t &changes);
