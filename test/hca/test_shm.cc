@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 
 #include <array>
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <cerrno>
@@ -747,6 +748,53 @@ TEST_F(shm_test, ack_owed_at_return_is_sent_by_the_watchdog_when_no_call_follows
     b.ctx->progress_finish();
     EXPECT_EQ(b.counter(dev::counter::acks_sent), 1u);
     EXPECT_EQ(dst, src);
+}
+
+// A target that never calls its device again (no progress, no post, as a
+// process computing in an MPI passive-target epoch) still answers its
+// peer's RDMA READ and fetch-and-add: the watchdog takes the device from a
+// driver that stays away and serves it, as a ConnectX-3 answers them
+// without the target's CPU (issue 34). Without that the requests wait in
+// the target's ring for ever.
+TEST_F(shm_test, reads_and_atomics_to_a_target_that_never_calls_are_answered)
+{
+    auto f = shm_fabric::open(name);
+    ASSERT_TRUE(f.ok());
+    endpoint a, b;
+    a.open(**f);
+    b.open(**f);
+    connect_pair(a, b);
+    std::vector<uint64_t> target(8), local(8, 0);
+    for (size_t i = 0; i < target.size(); ++i) {
+        target[i] = 1000 + i;
+    }
+    auto &tmr = b.reg(target.data(), target.size() * 8, all_local);
+    auto &lmr = a.reg(local.data(), local.size() * 8, all_local);
+    // b's driver is done: nothing below calls into b's device.
+    uint64_t raddr = reinterpret_cast<uint64_t>(target.data());
+    ASSERT_EQ(a.post_read(1, local.data(), 32, lmr.lkey(), raddr, tmr.rkey()), status::ok);
+    drv::sge s{reinterpret_cast<uint64_t>(&local[7]), 8, lmr.lkey()};
+    drv::send_wr wr;
+    wr.wr_id       = 2;
+    wr.opcode      = drv::wr_opcode::atomic_fa;
+    wr.flags       = drv::send_signaled;
+    wr.sg          = {&s, 1};
+    wr.remote_addr = raddr + 7 * 8;
+    wr.rkey        = tmr.rkey();
+    wr.compare_add = 5;
+    ASSERT_EQ(a.qp->post_send(wr), status::ok);
+    auto deadline = clk::now() + std::chrono::seconds(10);
+    while (a.send_wcs.size() < 2 && clk::now() < deadline) {
+        a.ctx->progress();
+        a.poll();
+    }
+    ASSERT_EQ(a.send_wcs.size(), 2u) << dump(a.send_wcs);
+    EXPECT_EQ(a.send_wcs[0].status, drv::wc_status::success);
+    EXPECT_EQ(a.send_wcs[1].status, drv::wc_status::success);
+    EXPECT_EQ(local[0], 1000u);
+    EXPECT_EQ(local[3], 1003u);
+    EXPECT_EQ(local[7], 1007u);   // the value before the add
+    EXPECT_EQ(std::atomic_ref<uint64_t>(target[7]).load(), 1012u);
 }
 
 TEST_F(shm_test, sleeping_process_is_woken_by_a_frame_from_another)

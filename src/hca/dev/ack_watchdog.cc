@@ -23,7 +23,10 @@
 #include "hca/dev/device.h"
 #include "hca/base/log.h"
 
+#include <linux/membarrier.h>
+#include <poll.h>
 #include <sys/resource.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 namespace mlx4x::dev {
@@ -32,12 +35,35 @@ namespace {
 /// The watchdog's tick: an ACK left by a driver that stopped calling
 /// leaves within two ticks. Against an ACK timeout of milliseconds, and a
 /// peer that waits meanwhile without retrying (the frames are unreleased).
+/// A driver away for a tick leaves the whole device to the watchdog.
 constexpr auto watchdog_tick = std::chrono::milliseconds(1);
+
+/// Whether membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED) works here (Linux
+/// 4.14; registered once per process). Without it the watchdog only sends
+/// owed ACKs.
+bool membarrier_ready()
+{
+    static const bool ok =
+        syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0;
+    return ok;
+}
+
+/// A full memory barrier on every running thread of the process: the
+/// driver's side of the hand-off needs none of its own (driver_in).
+bool process_barrier()
+{
+    return syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) == 0;
+}
 } // namespace
 
 void device::progress_return()
 {
-    if (thread_.joinable() || !slice_open_ || !port_) {
+    if (thread_.joinable()) {
+        return;
+    }
+    driver_in in(*this);
+    reclaim_served();
+    if (!slice_open_ || !port_) {
         return;
     }
     if (ack_list_.empty() && !responses_queued_) {
@@ -60,8 +86,8 @@ void device::take_back_owed_acks()
 {
     owed s = owed_.load(std::memory_order_acquire);
     while (true) {
-        if (s == owed::sweeping) {
-            std::this_thread::yield();   // a sweep is a few frames' worth
+        if (s == owed::sweeping || s == owed::serving) {
+            std::this_thread::yield();   // a sweep or a slice: bounded
             s = owed_.load(std::memory_order_acquire);
         } else if (owed_.compare_exchange_weak(s, owed::none, std::memory_order_acq_rel)) {
             break;
@@ -74,14 +100,28 @@ void device::take_back_owed_acks()
     }
 }
 
-/// Starts the watchdog the first time ACKs are owed; false where the port
-/// cannot send from another thread or the thread cannot start.
+void device::take_back_served()
+{
+    owed s = owed_.load(std::memory_order_acquire);
+    while (s >= owed::serving) {
+        if (s == owed::serving) {
+            std::this_thread::yield();
+            s = owed_.load(std::memory_order_acquire);
+        } else if (owed_.compare_exchange_weak(s, owed::none, std::memory_order_acq_rel)) {
+            break;
+        }
+    }
+}
+
+/// Starts the watchdog the first time ACKs are owed or memory is open to
+/// remote access; false where the port cannot send from another thread
+/// or the thread cannot start.
 bool device::start_ack_watchdog()
 {
     if (watchdog_.joinable()) {
         return true;
     }
-    if (!port_->sends_concurrently()) {
+    if (thread_.joinable() || !port_ || !port_->sends_concurrently()) {
         return false;
     }
     try {
@@ -105,16 +145,25 @@ void device::stop_ack_watchdog()
     }
     watchdog_cv_.notify_one();
     watchdog_.join();
-    reclaim_owed_acks();
+    reclaim_owed_acks();   // swept ACKs counted, a parked device taken back
 }
 
 void device::ack_watchdog_loop()
 {
-    // Background work: the application's threads come first.
-    (void)setpriority(PRIO_PROCESS, static_cast<id_t>(gettid()), 19);
+    bool serves = membarrier_ready();
+    if (serves) {
+        // It answers peers that wait: it must get a core within its
+        // wake-up however busy the application keeps them (at nice 19 a
+        // remote atomic to a computing process took 10-20 ms, issue 34).
+        // Its time is what the peers ask for, not a share of the cores.
+        request_short_slices();
+    } else {
+        // Background work: the application's threads come first.
+        (void)setpriority(PRIO_PROCESS, static_cast<id_t>(gettid()), 19);
+    }
     uint64_t seen = 0;
     std::unique_lock g(watchdog_mu_);
-    while (!watchdog_cv_.wait_for(g, watchdog_tick, [this] { return watchdog_stop_; })) {
+    while (!watchdog_cv_.wait_for(g, watchdog_tick, [this] { return watchdog_stop_.load(); })) {
         uint64_t epoch = owed_epoch_.load(std::memory_order_relaxed);
         owed     armed = owed::armed;
         if (epoch == seen &&
@@ -123,7 +172,99 @@ void device::ack_watchdog_loop()
             owed_.store(owed::swept, std::memory_order_release);
         }
         seen = epoch;
+        if (!serves) {
+            continue;
+        }
+        presence p = presence_.load(std::memory_order_acquire);
+        if (p == presence::out) {
+            // Away at the next tick unless it comes back meanwhile.
+            presence_.compare_exchange_strong(p, presence::away, std::memory_order_acq_rel);
+        } else if (p == presence::away && take_from_away_driver()) {
+            g.unlock();
+            serve_while_driver_away();
+            g.lock();
+        }
     }
+}
+
+/// The driver has been out of the device for a whole tick (presence_
+/// still away): takes the device, unless the driver comes back meanwhile.
+/// Dekker's protocol with the fence on this side only: the claim (owed_),
+/// membarrier() (every thread of the process passes a full barrier), then
+/// presence_ again. A driver that entered before the barrier is seen, and
+/// the claim is withdrawn; one that enters after it sees the claim at its
+/// entry's check and waits for the device.
+bool device::take_from_away_driver()
+{
+    owed s = owed_.load(std::memory_order_acquire);
+    if (s != owed::none && s != owed::armed && s != owed::swept) {
+        return false;
+    }
+    if (!owed_.compare_exchange_strong(s, owed::serving, std::memory_order_acq_rel)) {
+        return false;   // the driver armed ACKs (it is back)
+    }
+    if (!process_barrier() || presence_.load(std::memory_order_acquire) != presence::away) {
+        // Back to what it was, unless a driver that came back before its
+        // entry saw the claim has armed ACKs over it.
+        owed claimed = owed::serving;
+        owed_.compare_exchange_strong(claimed, s, std::memory_order_acq_rel);
+        return false;
+    }
+    if (s == owed::swept) {   // what take_back_owed_acks() would count
+        count(counter::acks_sent, acks_swept_);
+        count(counter::tx_packets, acks_swept_);
+        acks_swept_ = 0;
+    }
+    return true;
+}
+
+/// On the watchdog's thread, owning the whole device (owed_ == serving):
+/// the time slices a progress call would run, as long as frames come and
+/// the driver stays away. Between them the device is parked (the driver's
+/// next entry takes it back at once) and the thread sleeps on the fabric's
+/// wake-up line, so a request is answered as soon as it arrives, and on
+/// the tick for the transport timers. Returns when the driver is back.
+void device::serve_while_driver_away()
+{
+    /// Slices in a row before the driver, if it waits, gets its device.
+    constexpr unsigned max_slices = 16;
+    auto driver_back = [&] {
+        return presence_.load(std::memory_order_relaxed) != presence::away;
+    };
+    while (true) {
+        for (unsigned i = 0; i < max_slices && serve_slice() != 0 && !driver_back(); ++i) {
+        }
+        // Armed while the device is ours (the port's consumer state); a
+        // frame already waiting: no sleep, the next slice takes it.
+        bool sleep = !driver_back() && port_ && port_->arm_wakeup();
+        int  fd    = port_ ? port_->wakeup_fd() : -1;
+        owed_.store(owed::parked, std::memory_order_release);
+        if (driver_back() || watchdog_stop_.load(std::memory_order_relaxed)) {
+            return;
+        }
+        if (sleep) {
+            pollfd p{fd, POLLIN, 0};
+            (void)poll(&p, 1, int(watchdog_tick.count()));
+        }
+        owed parked = owed::parked;
+        if (watchdog_stop_.load(std::memory_order_relaxed) ||
+            !owed_.compare_exchange_strong(parked, owed::serving, std::memory_order_acq_rel)) {
+            return;   // stopping, or the driver took its device back
+        }
+        if (driver_back()) {
+            owed_.store(owed::parked, std::memory_order_release);
+            return;
+        }
+    }
+}
+
+/// A whole time slice, the last call's rest first (progress_receive()).
+unsigned device::serve_slice()
+{
+    slice_now_ = 0;
+    unsigned n = slice_open_ ? finish_slice() : 0;
+    n += take_frames(64);
+    return n + finish_slice();
 }
 
 /// On the watchdog's thread, owning the responder's state: what

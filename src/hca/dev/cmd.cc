@@ -68,6 +68,7 @@ device::~device()
 
 void device::mmio_write32(uint32_t offset, uint32_t be_value)
 {
+    driver_in in(*this);
     reclaim_owed_acks();
     uint32_t in_page = offset & (prm::uar_page_size - 1);
     bool     is_hcr  = offset >= prm::hcr_base &&
@@ -386,6 +387,12 @@ cmd_status device::cmd_sw2hw_mpt(uint32_t index, uint64_t inbox)
         m.start = m.length = 0;
     }
     m.valid  = true;
+    if (m.flags & (prm::mpt_perm_remote_read | prm::mpt_perm_remote_write |
+                   prm::mpt_perm_atomic)) {
+        // Peers may now read, write and add to this memory without the
+        // application: the watchdog serves them while it computes.
+        (void)start_ack_watchdog();
+    }
     return cmd_status::ok;
 }
 

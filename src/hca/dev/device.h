@@ -106,6 +106,10 @@ const char *counter_name(counter c);
 
 using clock_fn = uint64_t (*)();   ///< monotonic nanoseconds
 
+/// Asks the scheduler for short time slices for the calling thread, so it
+/// preempts a busy core when it wakes (engine_thread.cc).
+void request_short_slices();
+
 class device final : fabric::frame_sink {
 public:
     /// The device attaches one port to `fab` when INIT_PORT runs. `sma` is
@@ -156,6 +160,8 @@ public:
     /// the passes (progress_finish()). True: it counted as that call.
     bool     idle_call()
     {
+        driver_in in(*this);
+        reclaim_served();
         if (thread_.joinable() || !quiet_ || slice_open_ || !port_ ||
             port_->frame_waiting()) {
             return false;
@@ -181,7 +187,12 @@ public:
     /// The port's wake-up line; -1 without one (then never block).
     int  wakeup_fd() const { return port_ ? port_->wakeup_fd() : -1; }
     /// Arms it; false when a frame is already waiting.
-    bool arm_wakeup() { return port_ && port_->arm_wakeup(); }
+    bool arm_wakeup()
+    {
+        driver_in in(*this);
+        reclaim_owed_acks();
+        return port_ && port_->arm_wakeup();
+    }
     /// Earliest transport timer deadline (the device clock, ns); 0: none.
     /// A packet the fabric pushed back (a full ring) is retried by then too.
     uint64_t next_timer_ns() const;
@@ -506,11 +517,37 @@ private:
     /// The PSN a positive ACK of `q` carries: the last one received in order.
     static uint32_t ack_psn(const qp &q) { return ib::psn_add(q.epsn, ib::psn_mask); }
 
-    // ACKs owed across a return to the application (ack_watchdog.cc)
+    // ACKs owed across a return to the application, and the device served
+    // while its driver is away (ack_watchdog.cc)
     /// Who has the owed ACKs: the driver's thread (none: nothing owed, or
     /// armed: left for its next call) or the watchdog (sweeping: sending
     /// them; swept: sent, the driver's next call takes the device back).
-    enum class owed : uint8_t { none, armed, sweeping, swept };
+    /// Who has the whole device while the driver stays away: the watchdog
+    /// (serving: in a slice; parked: between slices, the driver's next
+    /// entry takes it back at once).
+    enum class owed : uint8_t { none, armed, sweeping, swept, serving, parked };
+    /// Where the driver's threads are (presence_): in the device, out
+    /// (and in at least once since the watchdog last looked), or away (the
+    /// watchdog's mark, left alone by a driver that has not come back).
+    enum class presence : uint8_t { away, in, out };
+    /// Marks a driver thread inside the device for its scope: one plain
+    /// store each way, no fence. The watchdog, which takes the device only
+    /// from a driver that stayed away for a whole tick, pays for both
+    /// sides (membarrier()). The entry's check of owed_ must follow.
+    class [[nodiscard]] driver_in {
+    public:
+        explicit driver_in(device &d) : d_(d)
+        {
+            d_.presence_.store(presence::in, std::memory_order_relaxed);
+            std::atomic_signal_fence(std::memory_order_seq_cst);
+        }
+        ~driver_in() { d_.presence_.store(presence::out, std::memory_order_release); }
+        driver_in(const driver_in &) = delete;
+        driver_in &operator=(const driver_in &) = delete;
+
+    private:
+        device &d_;
+    };
     /// First thing in every entry that may touch the responder's state.
     void reclaim_owed_acks()
     {
@@ -518,7 +555,20 @@ private:
             take_back_owed_acks();
         }
     }
+    /// First thing in the entries that leave owed ACKs to the watchdog
+    /// (BlueFlame sends, idle calls): only a device the watchdog serves is
+    /// taken back.
+    void reclaim_served()
+    {
+        if (owed_.load(std::memory_order_relaxed) >= owed::serving) [[unlikely]] {
+            take_back_served();
+        }
+    }
     void take_back_owed_acks();
+    void take_back_served();
+    bool take_from_away_driver();
+    void serve_while_driver_away();
+    unsigned serve_slice();
     bool start_ack_watchdog();
     void stop_ack_watchdog();
     void ack_watchdog_loop();
@@ -709,7 +759,10 @@ private:
     std::thread           watchdog_;
     std::mutex            watchdog_mu_;
     std::condition_variable watchdog_cv_;
-    bool                  watchdog_stop_ = false;
+    std::atomic<bool>     watchdog_stop_{false};
+    /// Set by the driver at every entry and exit (driver_in), reset to
+    /// away by the watchdog at its ticks.
+    std::atomic<presence> presence_{presence::out};
 };
 
 // ---- inline: on the path of every small message (req.cc, resp.cc) ----

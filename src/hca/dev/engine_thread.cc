@@ -43,6 +43,7 @@ struct sched_attr_v1 {
     uint32_t sched_util_max;
 };
 static_assert(sizeof(sched_attr_v1) == 56);
+} // namespace
 
 /// Asks the scheduler for short time slices (100 us, the least it grants):
 /// on EEVDF kernels (6.12 and later) a thread with a shorter slice than the
@@ -56,10 +57,9 @@ void request_short_slices()
     a.sched_policy  = SCHED_OTHER;
     a.sched_runtime = 100 * 1000;   // ns
     if (syscall(SYS_sched_setattr, 0, &a, 0) != 0) {
-        MLX4X_DEBUG("engine thread: short scheduler slices not granted: %m");
+        MLX4X_DEBUG("short scheduler slices not granted: %m");
     }
 }
-} // namespace
 
 status device::start_engine_thread(std::function<bool()> on_start)
 {

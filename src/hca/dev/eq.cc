@@ -21,6 +21,8 @@ constexpr uint32_t max_log_eq_size = 16;
 
 void device::connect_interrupt(uint8_t vector, int eventfd)
 {
+    driver_in in(*this);
+    reclaim_owed_acks();
     auto lock = engine_lock();
     if (vector < interrupt_fds_.size()) {
         interrupt_fds_[vector] = eventfd;

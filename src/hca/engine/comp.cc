@@ -29,6 +29,7 @@ uint64_t rnr_timer_ns(uint8_t field)
 
 unsigned device::progress(unsigned budget)
 {
+    driver_in in(*this);
     if (!thread_.joinable()) {
         return run(budget);
     }
@@ -41,6 +42,7 @@ unsigned device::progress_receive(unsigned budget)
     if (thread_.joinable()) {
         return progress(budget);
     }
+    driver_in in(*this);
     reclaim_owed_acks();
     slice_now_ = 0;   // the timers read the clock afresh, once
     if (slice_open_) {
@@ -52,7 +54,12 @@ unsigned device::progress_receive(unsigned budget)
 void device::progress_finish()
 {
     idle_skipped_ = false;
-    if (thread_.joinable() || !slice_open_) {
+    if (thread_.joinable()) {
+        return;
+    }
+    driver_in in(*this);
+    reclaim_served();
+    if (!slice_open_) {
         return;
     }
     // A quiet device that took no frames has nothing for the requester
@@ -515,6 +522,10 @@ void device::complete_wqe(qp &q, uint32_t index, prm::cqe_syndrome syndrome,
 
 uint64_t device::next_timer_ns() const
 {
+    // The driver's call: the device may be the watchdog's meanwhile.
+    auto     &self = const_cast<device &>(*this);
+    driver_in in(self);
+    self.reclaim_owed_acks();
     // A full ring gives no sign when it has room again: the ring's owner
     // releases frames without telling their senders. A process that sleeps
     // with a packet pushed back (and so, often, with sends waiting in the

@@ -488,6 +488,8 @@ void device::mmio_write_blueflame(uint32_t bf_offset, std::span<const uint8_t> w
         return;   // not a BlueFlame buffer, or not a WQE: no effect
     }
     {
+        driver_in in(*this);
+        reclaim_served();
         auto lock = engine_lock();
         prm::wqe_ctrl_seg ctrl = prm::load_ctrl_seg(wqe.data());
         if (qp *q = find_qp(prm::bf_qpn(ctrl))) {
