@@ -8,7 +8,7 @@
 #                1 with -q)
 #   -q           quick mode: about a tenth of the iterations (smoke test)
 #   -o DIR       results directory (default bench-results/<date>, git-ignored)
-#   -s SECTIONS  comma-separated subset of uct,ucp,mpi (default: all three)
+#   -s SECTIONS  comma-separated subset of uct,ucp,mpi,passive (default: all)
 #
 # UCT   ucx_perftest server/client pairs on localhost: am_lat, put_lat,
 #       put_bw, get (bandwidth). mlx4x: -x mlx4x -d mlx4x_0:1 through
@@ -21,6 +21,10 @@
 # MPI   contrib/bench/mpi_bench.c (built here with mpicc): latency, bandwidth,
 #       bi-directional bandwidth, message rate and receive overlap, each with
 #       mpirun -np 2 over pml ucx on the same three transports.
+# PASSIVE contrib/bench/passive-bench.sh: UCP fetch-and-add and GET latency
+#       to a target that progresses and to one that computes without
+#       calling UCP (its CPU idle, then shared with busy processes), the
+#       same three transports, its own runs interleaved (-r, -q passed on).
 #
 # Every process runs under timeout(1); a run that fails or times out counts
 # as "fail" (listed at the end of results.md with its log) and the suite goes
@@ -46,7 +50,7 @@ cmdline="contrib/bench/run-bench.sh${*:+ $*}"
 runs=""
 quick=0
 out=""
-sections="uct,ucp,mpi"
+sections="uct,ucp,mpi,passive"
 usage() { sed -n '2,/^set -u/{/^set -u/d;s/^# \{0,1\}//;p}' "$0"; }
 while getopts "r:qo:s:h" opt; do
     case $opt in
@@ -69,7 +73,7 @@ case $runs in
 esac
 has_section() { case ",$sections," in *",$1,"*) return 0 ;; esac; return 1; }
 for s in ${sections//,/ }; do
-    case $s in uct | ucp | mpi) ;; *) echo "run-bench: unknown section '$s'" >&2; exit 2 ;; esac
+    case $s in uct | ucp | mpi | passive) ;; *) echo "run-bench: unknown section '$s'" >&2; exit 2 ;; esac
 done
 
 if [ $quick -eq 1 ]; then
@@ -542,6 +546,17 @@ for ((r = 1; r <= runs; r++)); do
         done
     fi
 done
+if has_section passive; then
+    log "passive target: contrib/bench/passive-bench.sh"
+    passive_args=(-r "$runs")
+    [ $quick -eq 1 ] && passive_args=(-q)
+    if ! "$top/contrib/bench/passive-bench.sh" "${passive_args[@]}" -o "$out/passive.md" \
+         >"$out/raw/passive.log" 2>&1; then
+        failures+=("passive-bench.sh failed — raw/passive.log")
+    elif grep -q '^failed runs' "$out/passive.md"; then
+        failures+=("passive-bench.sh: $(grep '^failed runs' "$out/passive.md") — raw/passive.log")
+    fi
+fi
 measure_core_rtt
 finished=$(date -u '+%Y-%m-%d %H:%M:%S UTC')
 load_end=$(cut -d' ' -f1-3 /proc/loadavg)
@@ -925,6 +940,12 @@ md="$out/results.md"
             echo "MB/s = 10^6 B/s (OSU). Message rate: 8 B, window 64, one pair. Overlap: rank 1 posts MPI_Irecv, busy-computes for twice the transfer time measured before, then MPI_Wait; overlap = (t_transfer + t_compute − t_total) / t_transfer, clamped to [0, 100] %, medians over the iterations."
         fi
     done
+    if [ -s "$out/passive.md" ]; then
+        echo
+        echo "## UCP atomics and GETs to a busy target (contrib/bench/passive-bench.sh)"
+        echo
+        cat "$out/passive.md"
+    fi
     if [ ${#pngs[@]} -gt 0 ]; then
         echo
         echo "## Plots"
