@@ -9,25 +9,27 @@
 # target's CPU to itself and once shared with -l busy processes ("loaded").
 # Prints a table of medians over the runs, with mlx4x/sm and mlx4x/tcp.
 #
-# usage: contrib/bench/passive-bench.sh [-r RUNS] [-t SECONDS] [-l LOADERS] [-q] [-o FILE]
+# usage: contrib/bench/passive-bench.sh [-r RUNS] [-t SECONDS] [-l LOADERS] [-q] [-o FILE] [-k DIR]
 #   -r  runs per transport and placement (default 3)
 #   -t  the target's compute time per run (default 3 s)
 #   -l  busy processes on the target's CPU in the loaded runs (default 2)
 #   -q  quick: 1 run, 1 s
 #   -o  also write the table to FILE
+#   -k  keep every run's output in DIR
 # The origin runs on the first allowed CPU, the target (and the loaders) on
 # the last. Needs cc and UCX's pkg-config file (libucx-dev).
 set -u
 top=$(cd "$(dirname "$0")/../.." && pwd)
 RUN="$top/contrib/mlx4x-run"
-runs=3 secs=3 loaders=2 outfile=""
-while getopts "r:t:l:qo:h" opt; do
+runs=3 secs=3 loaders=2 outfile="" keep=""
+while getopts "r:t:l:qo:k:h" opt; do
     case $opt in
     r) runs=$OPTARG ;;
     t) secs=$OPTARG ;;
     l) loaders=$OPTARG ;;
     q) runs=1 secs=1 ;;
     o) outfile=$OPTARG ;;
+    k) keep=$OPTARG ;;
     *) sed -n '2,/^set -u/{/^set -u/d;s/^# \{0,1\}//;p}' "$0"; exit 2 ;;
     esac
 done
@@ -111,3 +113,4 @@ table() {
     [ -n "$failed" ] && echo && echo "failed runs: $failed"
 }
 table | tee ${outfile:+"$outfile"}
+[ -z "$keep" ] || { mkdir -p "$keep" && cp "$work"/*.log "$keep"/; }
