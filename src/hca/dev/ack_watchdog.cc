@@ -20,6 +20,16 @@
 // that could (progress, commands, doorbells) takes the device back first,
 // waiting for a sweep in progress. BlueFlame sends touch only requester
 // state and the port's send caches, so they do not wait.
+//
+// The whole device for a driver that stays away (issue 34): a process
+// that computes without calling UCP (an MPI passive-target epoch, a SHMEM
+// target) must still answer its peers' READs and atomics, as a ConnectX-3
+// does without the target's CPU. Every driver entry marks its presence
+// (driver_in: a plain store in, another out); the watchdog marks it away
+// at a tick, and a driver still away at the next one has its device
+// taken (take_from_away_driver) and served until it comes back
+// (serve_while_driver_away). The driver pays two stores per entry and its
+// existing check; the watchdog pays a membarrier() per absence.
 #include "hca/dev/device.h"
 #include "hca/base/log.h"
 
