@@ -14,6 +14,12 @@
  *            longer than the transfer alone took, then MPI_Wait:
  *            overlap % = (t_transfer + t_compute - t_total) / t_transfer * 100
  *            clamped to [0, 100]; times are medians over the iterations.
+ *   passive  passive-target RMA to a busy rank (issue 34): rank 1 computes
+ *            for 3 s (1 s with -q) without MPI calls while rank 0, in a
+ *            shared lock epoch opened before, runs MPI_Fetch_and_op and
+ *            MPI_Get of 8 bytes, each with MPI_Win_flush, one at a time
+ *            "# Op  Ops  Median (us)  p99 (us)  Max (us)"; run it with
+ *            --mca osc ucx (on one node Open MPI otherwise maps the window).
  * Sizes go from MIN to MAX in powers of two (overlap: powers of four).
  * Defaults: lat/bw/bibw 1 B .. 4 MiB, mr 1 B .. 8 KiB, overlap 1 .. 16 MiB.
  * -q runs about a tenth of the iterations (smoke test); MPI_BENCH_ITERS=N in
@@ -29,7 +35,7 @@
 
 #define WINDOW 64
 
-enum mode { M_LAT, M_BW, M_BIBW, M_MR, M_OVERLAP };
+enum mode { M_LAT, M_BW, M_BIBW, M_MR, M_OVERLAP, M_PASSIVE };
 
 static int rank, peer, quick;
 static unsigned char *sbuf, *rbuf;
@@ -253,8 +259,70 @@ static void overlap(size_t size, double per_us, double out[4])
 
 static void usage(void)
 {
-    fprintf(stderr, "usage: mpi_bench lat|bw|bibw|mr|overlap [-q] [-m MIN] "
+    fprintf(stderr, "usage: mpi_bench lat|bw|bibw|mr|overlap|passive [-q] [-m MIN] "
             "[-M MAX]\n");
+}
+
+static void print_ops(const char *op, double *v, int n)
+{
+    if (n == 0) {
+        printf("%-14s %8d %12s %12s %12s\n", op, 0, "-", "-", "-");
+        return;
+    }
+    qsort(v, (size_t)n, sizeof(*v), cmp_double);
+    printf("%-14s %8d %12.2f %12.2f %12.2f\n", op, n, v[n / 2], v[(int)((n - 1) * 0.99)],
+           v[n - 1]);
+}
+
+/* Rank 0's ops end 0.2 s before rank 1's computation does: an op that
+ * needs rank 1's next MPI call waits out the rest of it. */
+static void passive(void)
+{
+    double busy_s = quick ? 1.0 : 3.0;
+    int64_t *base, one = 1, res = 0, got = 0;
+    MPI_Win w;
+    MPI_Win_allocate(64, 8, MPI_INFO_NULL, MPI_COMM_WORLD, &base, &w);
+    base[0] = 0;
+    base[1] = 42;
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (rank == 0) {
+        MPI_Win_lock(MPI_LOCK_SHARED, 1, 0, w);
+        MPI_Fetch_and_op(&one, &res, MPI_INT64_T, 1, 0, MPI_SUM, w);   /* epoch open */
+        MPI_Win_flush(1, w);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (rank == 1) {
+        double end = MPI_Wtime() + busy_s;
+        while (MPI_Wtime() < end) {
+            compute(100000);
+        }
+    } else {
+        int cap = 1 << 22, nf = 0, ng = 0;
+        double *fl = malloc(cap * sizeof(double)), *gl = malloc(cap * sizeof(double));
+        double end = MPI_Wtime() + busy_s - 0.2;
+        while (MPI_Wtime() < end && nf < cap && ng < cap) {
+            double t0 = MPI_Wtime();
+            MPI_Fetch_and_op(&one, &res, MPI_INT64_T, 1, 0, MPI_SUM, w);
+            MPI_Win_flush(1, w);
+            double t1 = MPI_Wtime();
+            MPI_Get(&got, 1, MPI_INT64_T, 1, 1, 1, MPI_INT64_T, w);
+            MPI_Win_flush(1, w);
+            fl[nf++] = (t1 - t0) * 1e6;
+            gl[ng++] = (MPI_Wtime() - t1) * 1e6;
+        }
+        MPI_Win_unlock(1, w);
+        printf("# rank 1 computed %.0f s without MPI calls\n", busy_s);
+        printf("# Op                Ops  Median (us)     p99 (us)     Max (us)\n");
+        print_ops("fetch_and_op", fl, nf);
+        print_ops("get", gl, ng);
+        if (got != 42) {
+            printf("# get read %lld, not 42\n", (long long)got);
+        }
+        free(fl);
+        free(gl);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    MPI_Win_free(&w);
 }
 
 int main(int argc, char **argv)
@@ -286,6 +354,8 @@ int main(int argc, char **argv)
         m = M_OVERLAP;
         min = 1u << 20;
         max = 16u << 20;
+    } else if (!strcmp(argv[1], "passive")) {
+        m = M_PASSIVE;
     } else {
         if (rank == 0) {
             usage();
@@ -329,6 +399,14 @@ int main(int argc, char **argv)
     }
     memset(sbuf, 'a', max);
     memset(rbuf, 'b', max);
+    if (m == M_PASSIVE) {
+        if (rank == 0) {
+            printf("# mpi_bench: passive-target RMA to a computing rank (8 B, flushed one by one)\n");
+        }
+        passive();
+        MPI_Finalize();
+        return 0;
+    }
 
     double per_us = 0;
     if (rank == 0) {
@@ -356,6 +434,8 @@ int main(int argc, char **argv)
                    "transfer time, Wait; medians)\n");
             printf("%-10s%18s%18s%18s%14s\n", "# Size", "Transfer (us)",
                    "Compute (us)", "Total (us)", "Overlap (%)");
+            break;
+        case M_PASSIVE:   /* passive() printed its own */
             break;
         }
         fflush(stdout);
@@ -395,6 +475,8 @@ int main(int argc, char **argv)
                 printf("%-10zu%18.2f%18.2f%18.2f%14.1f\n", size, r[0], r[1],
                        r[2], r[3]);
             }
+            break;
+        case M_PASSIVE:
             break;
         }
         if (rank == 0) {
