@@ -797,6 +797,53 @@ TEST_F(shm_test, reads_and_atomics_to_a_target_that_never_calls_are_answered)
     EXPECT_EQ(std::atomic_ref<uint64_t>(target[7]).load(), 1012u);
 }
 
+// The watchdog serving an away driver's device takes no SEND that would
+// find its receive queue empty: the driver, away, reposts nothing, and an
+// RNR NAK would cost the sender a go-back-N of its window. The SEND waits
+// in the ring, as for a device nobody runs, until the driver is back.
+TEST_F(shm_test, watchdog_leaves_a_send_without_a_receive_wqe_in_the_ring)
+{
+    auto f = shm_fabric::open(name);
+    ASSERT_TRUE(f.ok());
+    endpoint a, b;
+    a.open(**f);
+    b.open(**f);
+    connect_pair(a, b);
+    std::vector<uint8_t> src(64, 7), dst1(64, 0), dst2(64, 0);
+    auto &smr  = a.reg(src.data(), src.size());
+    auto &dmr1 = b.reg(dst1.data(), dst1.size());
+    auto &dmr2 = b.reg(dst2.data(), dst2.size());
+    ASSERT_EQ(b.post_recv(1, dst1.data(), 64, dmr1.lkey()), status::ok);
+    // b's driver is away from here until it posts the second receive.
+    ASSERT_EQ(a.post_send(1, src.data(), 64, smr.lkey()), status::ok);
+    ASSERT_EQ(a.post_send(2, src.data(), 64, smr.lkey()), status::ok);
+    auto deadline = clk::now() + std::chrono::seconds(10);
+    while (a.send_wcs.empty() && clk::now() < deadline) {
+        a.ctx->progress();
+        a.poll();
+    }
+    ASSERT_EQ(a.send_wcs.size(), 1u) << dump(a.send_wcs);   // served by the watchdog
+    auto settle = clk::now() + std::chrono::milliseconds(30);   // many ticks
+    while (clk::now() < settle) {
+        a.ctx->progress();
+        a.poll();
+    }
+    EXPECT_EQ(a.send_wcs.size(), 1u);
+    ASSERT_EQ(b.post_recv(2, dst2.data(), 64, dmr2.lkey()), status::ok);
+    deadline = clk::now() + std::chrono::seconds(10);
+    while ((a.send_wcs.size() < 2 || b.recv_wcs.size() < 2) && clk::now() < deadline) {
+        b.ctx->progress();
+        b.poll();
+        a.ctx->progress();
+        a.poll();
+    }
+    ASSERT_EQ(a.send_wcs.size(), 2u) << dump(a.send_wcs);
+    EXPECT_EQ(a.send_wcs[1].status, drv::wc_status::success);
+    EXPECT_EQ(b.recv_wcs.size(), 2u);
+    EXPECT_EQ(b.counter(dev::counter::rnr_naks_sent), 0u);
+    EXPECT_EQ(dst2, src);
+}
+
 TEST_F(shm_test, sleeping_process_is_woken_by_a_frame_from_another)
 {
     auto f = shm_fabric::open(name);

@@ -32,6 +32,7 @@
 // existing check; the watchdog pays a membarrier() per absence.
 #include "hca/dev/device.h"
 #include "hca/base/log.h"
+#include "hca/engine/pkt.h"
 
 #include <linux/membarrier.h>
 #include <poll.h>
@@ -246,14 +247,16 @@ void device::serve_while_driver_away()
         }
         // Armed while the device is ours (the port's consumer state); a
         // frame already waiting: no sleep, the next slice takes it.
-        bool sleep = !driver_back() && port_ && port_->arm_wakeup();
-        int  fd    = port_ ? port_->wakeup_fd() : -1;
+        bool sleep   = !driver_back() && port_ && port_->arm_wakeup();
+        int  fd      = port_ ? port_->wakeup_fd() : -1;
+        bool blocked = intake_blocked_;
         owed_.store(owed::parked, std::memory_order_release);
         if (driver_back() || watchdog_stop_.load(std::memory_order_relaxed)) {
             return;
         }
-        if (sleep) {
-            pollfd p{fd, POLLIN, 0};
+        if (sleep || blocked) {
+            // Blocked: the frame stays until the driver reposts; a tick.
+            pollfd p{sleep ? fd : -1, POLLIN, 0};
             (void)poll(&p, 1, int(watchdog_tick.count()));
         }
         owed parked = owed::parked;
@@ -268,13 +271,44 @@ void device::serve_while_driver_away()
     }
 }
 
-/// A whole time slice, the last call's rest first (progress_receive()).
+/// A whole time slice, the last call's rest first (progress_receive()),
+/// taking frames one at a time up to the first that would consume a
+/// receive WQE its queue does not have. The driver, away, reposts none:
+/// the device would RNR-NAK it, each NAK a go-back-N of the sender's window
+/// and a wait of the RNR timer, where a frame left in the ring costs the
+/// sender only a wait (the lossless fabric pushes back, its timer sees the
+/// frame undelivered) until the driver comes back and reposts. Requests
+/// behind it on the ring wait with it.
 unsigned device::serve_slice()
 {
     slice_now_ = 0;
     unsigned n = slice_open_ ? finish_slice() : 0;
-    n += take_frames(64);
+    intake_blocked_ = false;
+    for (unsigned i = 0; i < 64 && port_; ++i) {
+        std::span<const uint8_t> f;
+        if (!port_->peek(f)) {
+            break;
+        }
+        if (would_starve(f)) {
+            intake_blocked_ = true;
+            break;
+        }
+        n += take_frames(1);
+    }
     return n + finish_slice();
+}
+
+/// Whether `frame` would take a receive WQE (the first packet of a SEND,
+/// the last of a WRITE with immediate) on a queue that has none.
+bool device::would_starve(std::span<const uint8_t> frame)
+{
+    auto p = engine::parse(frame);
+    if (!p || !((p->has(ib::kind_send) && p->has(ib::kind_first)) ||
+                p->has(ib::kind_write | ib::kind_imm | ib::kind_last))) {
+        return false;
+    }
+    qp *q = find_qp(p->dest_qp);
+    return q && !recv_available(*q);
 }
 
 /// On the watchdog's thread, owning the responder's state: what

@@ -569,6 +569,10 @@ private:
     bool take_from_away_driver();
     void serve_while_driver_away();
     unsigned serve_slice();
+    bool     would_starve(std::span<const uint8_t> frame);
+    /// The watchdog left a frame in the ring that needs a receive WQE its
+    /// queue does not have (serve_slice()).
+    bool     intake_blocked_ = false;
     bool start_ack_watchdog();
     void stop_ack_watchdog();
     void ack_watchdog_loop();

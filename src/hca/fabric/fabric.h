@@ -127,6 +127,11 @@ public:
     /// Whether poll() may find a frame: false only when it surely finds
     /// none (the default cannot tell).
     virtual bool frame_waiting() const { return true; }
+    /// The frame poll() would deliver next, left where it is: true and
+    /// `frame` (empty for a malformed one) when there is one; false when
+    /// there is none or the fabric cannot tell. Off the data path: the
+    /// device's watchdog looks before it takes (device::serve_slice).
+    virtual bool peek(std::span<const uint8_t> & /*frame*/) const { return false; }
     /// Whether a port with this LID is attached and its owner alive.
     virtual bool peer_alive(uint16_t lid) const = 0;
     /// True when frames between live ports are never lost (full rings push

@@ -496,6 +496,16 @@ public:
         return frame_ready(rings_[index_].slots[taken_ & (ring_slots - 1)], taken_);
     }
 
+    bool peek(std::span<const uint8_t> &frame) const override
+    {
+        const slot &s = rings_[index_].slots[taken_ & (ring_slots - 1)];
+        if (!frame_ready(s, taken_)) {
+            return false;
+        }
+        frame = {s.data, s.len <= slot_data_size ? s.len : 0};   // as poll()
+        return true;
+    }
+
     unsigned poll(frame_sink &sink, unsigned budget) override
     {
         ring &r = rings_[index_];
