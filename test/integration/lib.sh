@@ -72,6 +72,25 @@ each_engine() {
     done
 }
 
+# mpi_missing: why this build cannot run MPI jobs (nothing when it can).
+# configure without Open MPI (have_mpi=no from make check) builds no MPI
+# program.
+mpi_missing() {
+    if [ "${have_mpi:-yes}" = no ] || [ ! -x "$top_builddir/test/mpi/mpi_suite" ]; then
+        echo "the MPI test programs were not built (configure found no Open MPI, libopenmpi-dev, or ran --without-mpi)"
+    elif ! command -v mpirun >/dev/null 2>&1; then
+        echo "no mpirun in PATH (openmpi-bin)"
+    fi
+}
+# need_mpi WHAT: a test made of MPI jobs skips as a whole (exit 77) when
+# they cannot run here, saying why.
+need_mpi() {
+    why=$(mpi_missing)
+    [ -z "$why" ] && return 0
+    skip "$1: $why"
+    finish
+}
+
 # owner_of LID: the pid of the process whose port has LID (its SMA's node
 # description ends in "pid N").
 owner_of() {

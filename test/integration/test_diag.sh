@@ -5,6 +5,7 @@
 # lists both, and mlx4x-smpquery prints what each rank's SMA answered over
 # QP0 (portinfo, nodedesc, nodeinfo, guids, pkeys). A LID without a port gets no answer; a bad command line exits 2.
 . "$(dirname "$0")/lib.sh"
+need_mpi "the diagnostics against an MPI job"
 
 bin="$top_builddir/contrib"
 stop=$(mktemp -u)

@@ -5,6 +5,7 @@
 # it does not. Before device addresses carried the fabric's id, UCP chose
 # mlx4x for such a peer, its CM was rejected and the job hung.
 . "$(dirname "$0")/lib.sh"
+need_mpi "MPI jobs across two fabrics"
 
 suite="$top_builddir/test/mpi/mpi_suite"
 # One rank on each fabric (Open MPI's MPMD form: an app context each).

@@ -3,6 +3,7 @@
 # device counters prove the bytes crossed mlx4x (UCX_TLS=mlx4x,self leaves
 # UCP no other inter-process transport; the counters make that visible).
 . "$(dirname "$0")/lib.sh"
+need_mpi "Open MPI jobs over mlx4x"
 
 pp="$top_builddir/contrib/mlx4x-pingpong"
 log=$(mktemp)

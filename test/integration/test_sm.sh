@@ -7,6 +7,7 @@
 # (UCX_MLX4X_SM=y, the default): the first of two MPI processes runs the
 # master; kill -9 of it hands over to the other.
 . "$(dirname "$0")/lib.sh"
+need_mpi "the subnet manager with MPI jobs"
 
 bin="$top_builddir/contrib"
 a=$(mktemp); b=$(mktemp); log=$(mktemp); stop=$(mktemp -u)
