@@ -103,5 +103,6 @@ if [ $rc -ne 0 ] && grep -q "version 1.12.0 but the installed UCX is" "$tmp/buil
 else
     fail "configure with mismatched UCX source (exit $rc)"; tail -n 3 "$tmp/build/out"
 fi
+chmod -R u+w "$tmp"     # the copies of a read-only source tree (make distcheck)
 rm -rf "$tmp"
 finish
