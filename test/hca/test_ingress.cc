@@ -338,10 +338,11 @@ TEST_F(ingress, a_forged_single_copy_request_cannot_turn_a_post_into_another_tra
 
 // The SHARE of a shared single-copy READ lets the requester read the
 // responder's memory: the requester acts on one only from the QP's peer,
-// for a shared READ outstanding at that PSN, whose post the responder
-// marked granted after checking the request. Here the request was lost and
-// the responder never saw it: every SHARE is dropped and counted, nothing
-// copied, and the READ completes once its retry is served.
+// for a shared READ outstanding at that PSN, carrying the share token of
+// its post, which only a responder that read the post (after checking the
+// request) knows. Here the request was lost and the responder never saw
+// it: every SHARE is dropped and counted, nothing copied, and the READ
+// completes once its retry is served.
 TEST_F(ingress, a_read_share_its_responder_did_not_grant_copies_nothing)
 {
     fab.set_direct(1);
@@ -365,8 +366,12 @@ TEST_F(ingress, a_read_share_its_responder_did_not_grant_copies_nothing)
     foreign[7] = 0x77;   // SLID of no connected peer
     inject(foreign);
     inject(grant(ib::psn_add(psn, 1)));   // no READ there
-    inject(grant(psn));   // from the peer, for the READ, but not granted
-    EXPECT_EQ(b.counter(dev::counter::bad_packets), 3u);
+    inject(grant(psn));   // from the peer, for the READ, without a token
+    auto guessed = frame(ib::opcode::x_rdma_read_direct_share, psn, sizeof(ib::x_direct_grant));
+    std::memcpy(guessed.data() + sizeof(ib::lrh) + sizeof(ib::bth), grant(psn).data() +
+                    sizeof(ib::lrh) + sizeof(ib::bth), sizeof(ib::aeth));
+    inject(guessed);   // with a token that is not the post's
+    EXPECT_EQ(b.counter(dev::counter::bad_packets), 4u);
     EXPECT_EQ(b.counter(dev::counter::direct_bytes), 0u);
     EXPECT_EQ(std::count(dst.begin(), dst.end(), 0), long(len));
     ASSERT_TRUE(progress_until([&] { return !b.send_wcs.empty(); }));

@@ -22,6 +22,7 @@
 #include "hca/prm/prm_eqe.h"
 #include "hca/prm/prm_tm.h"
 
+#include <sys/random.h>
 #include <array>
 #include <atomic>
 #include <condition_variable>
@@ -383,7 +384,17 @@ private:
     std::optional<uint32_t> post_direct(qp &q, const engine::send_wqe &w, uint8_t op,
                                         uint32_t psn);
     void     release_direct_post(qp &q, uint32_t index);
-    bool     direct_post_reached(const qp &q, uint32_t index, ib::direct_state at_least) const;
+    const ib::x_direct_post *direct_post_of(const qp &q, uint32_t index) const;
+    bool     direct_post_placed(const qp &q, uint32_t index) const;
+    /// A shared READ's share token (x_direct_post): unpredictable to
+    /// whoever cannot read this process's memory.
+    uint64_t next_share_token()
+    {
+        share_rng_ ^= share_rng_ << 13;
+        share_rng_ ^= share_rng_ >> 7;
+        share_rng_ ^= share_rng_ << 17;
+        return share_rng_ * 0x2545f4914f6cdd1dull | 1;
+    }
     /// Whether single-copy READs go shared (x_rdma_read_direct_shared): the
     /// requester copies half itself, in its progress calls, with a core
     /// that would otherwise wait. Not with the engine thread: that copy
@@ -408,6 +419,7 @@ private:
     }
     void     take_read_share(qp &q, const engine::pkt &p);
     bool     copy_read_share(qp &q, const engine::send_wqe &w, uint32_t share);
+    bool     carries_share_token(const qp &q, uint32_t index, const engine::pkt &p) const;
     bool     gather_payload(qp &q, const engine::send_wqe &w, uint32_t offset,
                             uint32_t len, std::span<const uint8_t> &out);
     status   emit(const tx_packet &p);
@@ -472,11 +484,12 @@ private:
     struct direct_request {
         direct_ranges ranges;
         uint64_t      state_va = 0;   ///< its post's state word, in the requester
+        uint64_t      share_token = 0;
     };
     enum class direct_check { ok, unreachable, not_posted };
     direct_check read_direct_post(const qp &q, const engine::pkt &p, uint32_t dma_len,
                                   direct_request &out);
-    bool mark_direct_post(const qp &q, uint16_t slid, uint64_t state_va, ib::direct_state s);
+    bool send_read_share(qp &q, uint32_t psn, uint64_t share_token);
     void respond_direct_write(qp &q, const engine::pkt &p);
     void respond_direct_read(qp &q, const engine::pkt &p, bool duplicate);
     void refuse_direct(qp &q, uint32_t psn);
@@ -712,6 +725,11 @@ private:
     static constexpr unsigned      quiet_timer_period = 16;   ///< calls per pass when quiet
     std::unique_ptr<fabric::port>  port_;
     direct_chooser                 chooser_;
+    /// State of next_share_token(), seeded from the kernel's entropy.
+    uint64_t                       share_rng_ = [] {
+        uint64_t s = 0;
+        return getrandom(&s, sizeof(s), 0) == sizeof(s) && s ? s : 0x9e3779b97f4a7c15ull;
+    }();
     /// When the last timed transfer completed (finish_timing): the next
     /// one's time on the link starts there if it was already under way.
     /// One for the device, not per QP: transfers on several QPs at once

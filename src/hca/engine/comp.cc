@@ -225,7 +225,7 @@ void device::complete_response(qp &q, const engine::pkt &p)
             return;
         }
         if (p.has(ib::kind_direct) &&
-            !direct_post_reached(q, index, ib::direct_state::placed)) {
+            !direct_post_placed(q, index)) {
             // A single-copy READ's data is in place when the responder has
             // marked its entry so, not when a packet says: this one came
             // before the copy (or from someone else), and is dropped.
@@ -351,9 +351,9 @@ void device::complete(qp &q, const engine::pkt &p)
 /// request (R_Key, rights, bounds) and copies the rest meanwhile, so this
 /// side copies the first read_share() bytes from the responder's memory,
 /// both copies at once on two cores. Noted in the READ's wqe_track for its
-/// REST_RESPONSE. A SHARE for no such READ, or from another port than the
-/// QP's peer (only the responder that checked the R_Key may grant it), is
-/// dropped.
+/// REST_RESPONSE. A SHARE for no such READ, from another port than the
+/// QP's peer, or without the post's share token (only the responder that
+/// read the post, after its R_Key checks, may grant it) is dropped.
 void device::take_read_share(qp &q, const engine::pkt &p)
 {
     uint32_t index = 0;
@@ -362,7 +362,7 @@ void device::take_read_share(qp &q, const engine::pkt &p)
     engine::send_wqe w;
     if (p.slid != q.dlid || !first_psn || *first_psn != p.psn || !t.shared ||
         !engine::decode_send_wqe(q, index, w) || !engine::is_read(w.opcode) ||
-        !direct_post_reached(q, index, ib::direct_state::share_granted)) {
+        !carries_share_token(q, index, p)) {
         count(counter::bad_packets);
         return;
     }
@@ -373,6 +373,19 @@ void device::take_read_share(qp &q, const engine::pkt &p)
     // again unshared at its REST_RESPONSE.
     q.read_share_failed |= !t.share_placed;
     copied_directly_ = t.share_placed;   // the poll ends after it (on_frame)
+}
+
+/// Whether SHARE `p` carries the share token of WQE `index`'s post: only a
+/// responder that read the post (and so checked the request) knows it.
+bool device::carries_share_token(const qp &q, uint32_t index, const engine::pkt &p) const
+{
+    const ib::x_direct_post *post = direct_post_of(q, index);
+    ib::x_direct_grant grant;
+    if (!post || p.payload.size() != sizeof(grant)) {
+        return false;
+    }
+    std::memcpy(&grant, p.payload.data(), sizeof(grant));
+    return grant.share_token.get() == post->share_token;
 }
 
 /// Copies the first `share` bytes of READ `w` from the responder's memory

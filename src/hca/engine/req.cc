@@ -600,6 +600,9 @@ std::optional<uint32_t> device::post_direct(qp &q, const send_wqe &w, uint8_t op
     post.opcode = op;
     post.state  = uint32_t(ib::direct_state::posted);
     post.wqe    = q.cur_wqe;
+    if (op == uint8_t(ib::opcode::x_rdma_read_direct_shared)) {
+        post.share_token = next_share_token();
+    }
     entry = post;   // before the request leaves: the fabric orders the rest
     return slot;
 }
@@ -614,18 +617,23 @@ void device::release_direct_post(qp &q, uint32_t index)
     }
 }
 
-/// Whether the responder marked WQE `index`'s entry `at_least` (its SHARE
-/// granted, its bytes placed): a SHARE or READ response is acted on only
-/// then, as no packet can prove it.
-bool device::direct_post_reached(const qp &q, uint32_t index, ib::direct_state at_least) const
+/// WQE `index`'s post, if it went direct and is outstanding.
+const ib::x_direct_post *device::direct_post_of(const qp &q, uint32_t index) const
 {
     if (!q.direct_posts) {
-        return false;
+        return nullptr;
     }
-    ib::x_direct_post &entry = q.direct_posts[index & (q.direct_slots - 1)];
-    return entry.key == q.direct_key && entry.wqe == index &&
-           std::atomic_ref<uint32_t>(entry.state).load(std::memory_order_acquire) >=
-               uint32_t(at_least);
+    const ib::x_direct_post &entry = q.direct_posts[index & (q.direct_slots - 1)];
+    return entry.key == q.direct_key && entry.wqe == index ? &entry : nullptr;
+}
+
+/// Whether the responder marked WQE `index`'s post placed: a READ response
+/// completes the READ only then, as no packet can prove it.
+bool device::direct_post_placed(const qp &q, uint32_t index) const
+{
+    const ib::x_direct_post *post = direct_post_of(q, index);
+    return post && std::atomic_ref<const uint32_t>(post->state).load(std::memory_order_acquire) ==
+                       uint32_t(ib::direct_state::placed);
 }
 
 /// A message that is one request packet whatever its length: a READ (RETH;

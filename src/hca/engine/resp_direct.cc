@@ -55,19 +55,29 @@ device::direct_check device::read_direct_post(const qp &q, const pkt &p, uint32_
         out.ranges.ranges[i] = {post.segs[i].va.get(), post.segs[i].len.get()};
         total += post.segs[i].len.get();
     }
-    out.state_va = at + offsetof(ib::x_direct_post, state);
+    out.state_va    = at + offsetof(ib::x_direct_post, state);
+    out.share_token = post.share_token;
     return total == dma_len ? direct_check::ok : direct_check::not_posted;
 }
 
-/// Marks a READ's post `s` in the requester's window (its SHARE granted).
-bool device::mark_direct_post(const qp &q, uint16_t slid, uint64_t state_va,
-                              ib::direct_state s)
+/// The SHARE of shared READ `psn`: copy your share now, with the post's
+/// share token as proof that this side checked the request.
+bool device::send_read_share(qp &q, uint32_t psn, uint64_t share_token)
 {
-    uint32_t word = uint32_t(s);
-    fabric::mem_range local{reinterpret_cast<uintptr_t>(&word), sizeof(word)},
-                      remote{state_va, sizeof(word)};
-    return port_->direct_copy({slid, q.peer_direct.pid}, fabric::copy_dir::to_peer,
-                              {&local, 1}, {&remote, 1}) == status::ok;
+    ib::aeth a{};
+    ib::aeth_syndrome::set(a.syn_msn, ack_syndrome);
+    ib::aeth_msn::set(a.syn_msn, q.msn);
+    ib::x_direct_grant grant;
+    grant.share_token.set(share_token);
+    status s = emit({.pkey    = q.pkey,
+                     .opcode  = uint8_t(ib::opcode::x_rdma_read_direct_share),
+                     .dlid    = q.dlid,
+                     .dqpn    = q.remote_qpn,
+                     .psn     = psn,
+                     .ackreq  = false,
+                     .ext     = {reinterpret_cast<const uint8_t *>(&a), sizeof(a)},
+                     .payload = {reinterpret_cast<const uint8_t *>(&grant), sizeof(grant)}});
+    return s == status::ok;
 }
 
 /// A direct request this responder cannot serve (its process may not reach
@@ -154,9 +164,7 @@ void device::respond_direct_read(qp &q, const pkt &p, bool duplicate)
     uint32_t share = p.opcode == uint8_t(ib::opcode::x_rdma_read_direct_shared)
                          ? ib::read_share(len)
                          : 0;
-    if (share && (!mark_direct_post(q, p.slid, to.state_va, ib::direct_state::share_granted) ||
-                  !emit_aeth(q, uint8_t(ib::opcode::x_rdma_read_direct_share), ack_syndrome,
-                             p.psn))) {
+    if (share && !send_read_share(q, p.psn, to.share_token)) {
         share = 0;
     }
     // The rest of the bytes, then the post's state word: one copy, in order.

@@ -118,10 +118,12 @@ static_assert(offsetof(x_atomic_eth, swap_add) == 16);
 /// window its own connection named (QP context, set at INIT2RTR), checks it
 /// against the request (key, PSN, opcode, length) besides the RETH's usual
 /// checks, moves the bytes between its region and the entry's ranges
-/// itself (fabric.h, direct_copy), and marks a READ's entry share_granted
-/// / placed; the requester acts on a SHARE or READ response only when its
-/// own entry says so. So no packet names memory to copy, and none completes
-/// a READ whose data is not there (design-notes, "Trust boundaries").
+/// itself (fabric.h, direct_copy), and marks a READ's entry placed in the
+/// same copy; the requester completes a READ only when its own entry says
+/// so, and copies a shared READ's share only for a SHARE that carries the
+/// entry's share token (which only a reader of the entry knows). So no
+/// packet names memory to copy, and none completes a READ whose data is
+/// not there (design-notes, "Trust boundaries").
 /// Host byte order except the ranges: the window is read only by processes
 /// of the same host.
 struct x_direct_seg {
@@ -136,9 +138,8 @@ constexpr unsigned max_direct_segs = 8;
 
 /// What the responder wrote into an entry (x_direct_post::state).
 enum class direct_state : uint32_t {
-    posted        = 0,   ///< by the requester
-    share_granted = 1,   ///< checked; the requester may copy its share
-    placed        = 2,   ///< the responder's bytes are in place
+    posted = 0,   ///< by the requester
+    placed = 1,   ///< the responder's bytes are in place
 };
 
 struct x_direct_post {
@@ -149,11 +150,20 @@ struct x_direct_post {
     uint16_t reserved;
     uint32_t state;      ///< direct_state, written by the responder
     uint32_t wqe;        ///< the requester's SQ index of the request (its own use)
+    uint64_t share_token;   ///< random; a shared READ's SHARE must carry it
     x_direct_seg segs[max_direct_segs];
 };
-static_assert(sizeof(x_direct_post) == 24 + max_direct_segs * sizeof(x_direct_seg));
+static_assert(sizeof(x_direct_post) == 32 + max_direct_segs * sizeof(x_direct_seg));
 static_assert(offsetof(x_direct_post, state) == 16);
-static_assert(offsetof(x_direct_post, segs) == 24);
+static_assert(offsetof(x_direct_post, share_token) == 24);
+static_assert(offsetof(x_direct_post, segs) == 32);
+
+/// Payload of a SHARE (x_rdma_read_direct_share): the share token the
+/// responder read from the READ's post, proof that it checked the request.
+struct x_direct_grant {
+    be64_split share_token;
+};
+static_assert(sizeof(x_direct_grant) == 8);
 
 /// Payload of a direct request: its entry in the requester's window.
 struct x_direct_ref {
