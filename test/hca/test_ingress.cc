@@ -92,6 +92,23 @@ protected:
     }
     uint32_t expected_psn() { return expected_psn(b); }
 
+    /// A single-copy READ by b of all of `src` (filled with pattern `seed`)
+    /// into `dst`, its request lost on the wire: b waits for an answer
+    /// that a never saw a request for.
+    void post_lost_direct_read(std::vector<uint8_t> &src, std::vector<uint8_t> &dst, uint32_t seed)
+    {
+        fab.set_direct(1);
+        fill_pattern(src.data(), src.size(), seed);
+        auto &sm = a.reg(src.data(), src.size(), all_local);
+        auto &dm = b.reg(dst.data(), dst.size(), all_local);
+        fab.set_faults({.drop_one_in = 1});
+        ASSERT_EQ(b.post_read(uint64_t(seed), dst.data(), uint32_t(dst.size()), dm.lkey(),
+                              reinterpret_cast<uint64_t>(src.data()), sm.rkey()),
+                  status::ok);
+        progress_rounds(1);
+        fab.set_faults({});
+    }
+
     /// `f` with RETH {va, rkey, len} after its BTH.
     static void set_reth(std::vector<uint8_t> &f, uint64_t va, uint32_t rkey, uint32_t len)
     {
@@ -345,18 +362,9 @@ TEST_F(ingress, a_forged_single_copy_request_cannot_turn_a_post_into_another_tra
 // completes once its retry is served.
 TEST_F(ingress, a_read_share_its_responder_did_not_grant_copies_nothing)
 {
-    fab.set_direct(1);
     constexpr uint32_t len = 16 * 1024;
     std::vector<uint8_t> src(len), dst(len, 0);
-    fill_pattern(src.data(), len, 3);
-    auto &sm = a.reg(src.data(), len, all_local);
-    auto &dm = b.reg(dst.data(), len, all_local);
-    fab.set_faults({.drop_one_in = 1});   // the request is lost: b waits
-    ASSERT_EQ(b.post_read(5, dst.data(), len, dm.lkey(),
-                          reinterpret_cast<uint64_t>(src.data()), sm.rkey()),
-              status::ok);
-    progress_rounds(1);
-    fab.set_faults({});
+    ASSERT_NO_FATAL_FAILURE(post_lost_direct_read(src, dst, 3));
     uint32_t psn   = expected_psn(a);   // the READ's
     auto     grant = [&](uint32_t p) {
         return ack_frame(ib::opcode::x_rdma_read_direct_share, p);
@@ -386,18 +394,9 @@ TEST_F(ingress, a_read_share_its_responder_did_not_grant_copies_nothing)
 // its retry is served.
 TEST_F(ingress, a_single_copy_read_response_before_the_copy_completes_nothing)
 {
-    fab.set_direct(1);
     constexpr uint32_t len = 16 * 1024;
     std::vector<uint8_t> src(len), dst(len, 0);
-    fill_pattern(src.data(), len, 4);
-    auto &sm = a.reg(src.data(), len, all_local);
-    auto &dm = b.reg(dst.data(), len, all_local);
-    fab.set_faults({.drop_one_in = 1});
-    ASSERT_EQ(b.post_read(6, dst.data(), len, dm.lkey(),
-                          reinterpret_cast<uint64_t>(src.data()), sm.rkey()),
-              status::ok);
-    progress_rounds(1);
-    fab.set_faults({});
+    ASSERT_NO_FATAL_FAILURE(post_lost_direct_read(src, dst, 4));
     inject(ack_frame(ib::opcode::x_rdma_read_direct_response, expected_psn(a)));
     EXPECT_TRUE(b.send_wcs.empty());
     EXPECT_EQ(b.counter(dev::counter::bad_packets), 1u);

@@ -268,22 +268,27 @@ void context::drain_events_of(bool is_cq, uint32_t number)
     });
 }
 
+namespace {
+/// Moves the oldest of `pending` (as many as fit) into `out`.
+template <class Queue, class T> unsigned take_oldest(Queue &pending, std::span<T> out)
+{
+    unsigned n = unsigned(std::min(out.size(), pending.size()));
+    std::copy_n(pending.begin(), n, out.begin());
+    pending.erase(pending.begin(), pending.begin() + n);
+    return n;
+}
+} // namespace
+
 unsigned context::poll_completion_events(std::span<uint32_t> cqns)
 {
     move_events(~0u, ~0u);
-    unsigned n = unsigned(std::min(cqns.size(), pending_comp_.size()));
-    std::copy_n(pending_comp_.begin(), n, cqns.begin());
-    pending_comp_.erase(pending_comp_.begin(), pending_comp_.begin() + n);
-    return n;
+    return take_oldest(pending_comp_, cqns);
 }
 
 unsigned context::poll_async_events(std::span<async_event> events)
 {
     move_events(~0u, ~0u);
-    unsigned n = unsigned(std::min(events.size(), pending_async_.size()));
-    std::copy_n(pending_async_.begin(), n, events.begin());
-    pending_async_.erase(pending_async_.begin(), pending_async_.begin() + n);
-    return n;
+    return take_oldest(pending_async_, events);
 }
 
 status context::command(prm::cmd_opcode op, uint32_t in_mod, uint64_t in_param,
