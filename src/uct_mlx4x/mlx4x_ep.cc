@@ -242,21 +242,6 @@ ucs_status_t endpoint::signal_tail()
     return post(*this, wr, {}, true);
 }
 
-void endpoint::complete_next(ucs_status_t st)
-{
-    tx_op &o = op(completed++);
-    if (o.signaled) {
-        iface_.tx_credit_return();
-    }
-    if (o.unpack && st == UCS_OK) {
-        o.unpack(o.arg, o.data, o.length);
-    }
-    if (o.comp) {
-        uct_invoke_completion(o.comp, st);
-    }
-    o = tx_op{};
-}
-
 void endpoint::fail(ucs_status_t why)
 {
     if (state_ == ep_state::failed) {

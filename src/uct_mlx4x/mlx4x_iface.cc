@@ -467,6 +467,24 @@ void interface::probe_rndv_receivers()
     rndv_probe_at_ = now + uint64_t(cfg_.timeout * 1e9);
 }
 
+/// An endpoint's oldest outstanding operation completes. Here, beside
+/// poll_send(), whose every completion calls it: in the same file it is
+/// inlined there.
+void endpoint::complete_next(ucs_status_t st)
+{
+    tx_op &o = op(completed++);
+    if (o.signaled) {
+        iface_.tx_credit_return();
+    }
+    if (o.unpack && st == UCS_OK) {
+        o.unpack(o.arg, o.data, o.length);
+    }
+    if (o.comp) {
+        uct_invoke_completion(o.comp, st);
+    }
+    o = tx_op{};
+}
+
 unsigned interface::poll_send()
 {
     if (!send_cq_->ready()) {

@@ -595,7 +595,15 @@ private:
                   std::optional<uint32_t> psn = std::nullopt);
     void responder_error(qp &q, ib::nak_code code);
     bool send_ack(qp &q);
-    void schedule_ack(qp &q);
+    /// The QP owes an ACK: one per QP and slice (flush_acks). Inline: every
+    /// received message calls it, from several files.
+    void schedule_ack(qp &q)
+    {
+        if (!q.ack_pending) {
+            q.ack_pending = true;
+            ack_list_.push_back(q.qpn);
+        }
+    }
     void flush_acks();
 
     // tag matching (tm.cc)

@@ -107,6 +107,7 @@ struct wqe_track {
     bool     rd_atomic = false;   ///< READ or atomic: completes on response
     bool     shared    = false;   ///< a shared single-copy READ (its share ours)
     bool     share_placed = false;   ///< ... whose share this side copied
+    bool     direct = false;   ///< went as a single copy: its post is freed at completion
 };
 static_assert(sizeof(wqe_track) == 12);
 

@@ -73,14 +73,6 @@ bool device::send_ack(qp &q)
     return true;
 }
 
-void device::schedule_ack(qp &q)
-{
-    if (!q.ack_pending) {
-        q.ack_pending = true;
-        ack_list_.push_back(q.qpn);
-    }
-}
-
 /// One ACK per QP per receive batch (ACK coalescing, IBA 9.7.5.1.1 allows
 /// acknowledging several packets with the latest PSN), sent with the
 /// slice's answers (send_answers), which a driver that polls its

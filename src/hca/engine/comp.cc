@@ -510,7 +510,7 @@ void device::retire_acked(qp &q)
 void device::complete_wqe(qp &q, uint32_t index, prm::cqe_syndrome syndrome,
                           bool error)
 {
-    if (q.direct_posts) {
+    if (q.track[index & (q.sq_size() - 1)].direct) {
         release_direct_post(q, index);
     }
     if (!q.dev_sq.empty()) {

@@ -721,8 +721,11 @@ device::single_tx device::send_single_request(qp &q, const send_wqe &w, bool fre
     uint32_t answered = q.cur_offset / q.mtu;
     bool rd_atomic = read || engine::is_atomic(w.opcode);
     q.track[q.cur_wqe & (q.sq_size() - 1)] = {
-        ib::psn_add(psn, ib::psn_mask + 1 - answered), answered + npackets, rd_atomic,
-        op == uint8_t(opcode::x_rdma_read_direct_shared)};
+        .first_psn = ib::psn_add(psn, ib::psn_mask + 1 - answered),
+        .npackets  = answered + npackets,
+        .rd_atomic = rd_atomic,
+        .shared    = op == uint8_t(opcode::x_rdma_read_direct_shared),
+        .direct    = direct};
     if (q.cur_offset == 0) {   // not a READ asked again from its middle
         start_timing(q, w, direct);
     }
