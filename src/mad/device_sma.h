@@ -6,14 +6,14 @@
 // PortState ARMED and ACTIVE), through the same state machine SMPs drive.
 #pragma once
 
-#include "hca/dev/sma_hook.h"
+#include "hca/hw/sma_hook.h"
 #include "mad/sma.h"
 
 #include <memory>
 
 namespace mlx4x::mad {
 
-class device_sma final : public dev::sma_hook {
+class device_sma final : public hw::sma_hook {
 public:
     /// `wait_for_sm`: at link-up the port stays in INIT without a LID
     /// until a subnet manager (mad::subnet_manager) assigns one and brings

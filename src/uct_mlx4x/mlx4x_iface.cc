@@ -313,9 +313,11 @@ interface::~interface()
         auto print = [](const char *name, uint64_t v) {
             std::fprintf(stderr, "%s %llu\n", name, static_cast<unsigned long long>(v));
         };
-        const dev::device &d = ctx().device();
-        for (unsigned c = 0; c < unsigned(dev::counter::count_); ++c) {
-            print(dev::counter_name(dev::counter(c)), d.get(dev::counter(c)));
+        drv::context::counter_values v{};
+        if (ctx().query_counters(v) == status::ok) {
+            for (size_t c = 0; c < v.size(); ++c) {
+                print(prm::counter_name(prm::counter(c)), v[c]);
+            }
         }
         if (tm_) {
             print("tm_recv_posted", tm_->posted);
@@ -382,7 +384,7 @@ unsigned interface::progress()
 {
     // The idle call of a quiet device, in one check: no upkeep owed, no
     // completion, no pending send, nothing for the device
-    // (dev::device::idle_call). event_arm() leaves all of these to
+    // (hw::function::idle_call). event_arm() leaves all of these to
     // progress.
     if (!upkeep_owed_ && !recv_cq_->ready() && !sends_to_complete() && !srq_->has_dropped() &&
         ctx().idle_call()) {
@@ -392,7 +394,7 @@ unsigned interface::progress()
     // the rest of the device's slice (their ACKs, requests, timers) and the
     // interface's upkeep wait for the next call, so an MPI reply, sent once
     // the call returned, waits for none of them and reaches the peer ahead
-    // of the ACK (dev::device::progress_receive; the device's watchdog
+    // of the ACK (hw::function::progress_receive; the device's watchdog
     // sends the ACKs if no next call comes).
     bool     owed = std::exchange(upkeep_owed_, false);
     unsigned n    = owed ? upkeep() : 0;

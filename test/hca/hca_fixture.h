@@ -5,6 +5,7 @@
 #pragma once
 
 #include "hca/base/log.h"
+#include "hca/dev/device.h"
 #include "hca/drv/verbs.h"
 #include "hca/fabric/loopback.h"
 
@@ -17,7 +18,23 @@
 
 namespace mlx4x::test {
 
-/// Device clock the tests advance by hand (dev::clock_fn is a plain
+/// The software device behind a context: tests reach past the driver to
+/// check device-level facts (its port, its cost model).
+inline dev::device &device_of(const drv::context &c)
+{
+    return static_cast<dev::device &>(c.hardware_for_tests());
+}
+
+/// One of the device's counters, read as the driver reads them
+/// (QUERY_IF_STAT).
+inline uint64_t read_counter(drv::context &c, dev::counter which)
+{
+    drv::context::counter_values v{};
+    EXPECT_EQ(c.query_counters(v), status::ok);
+    return v[static_cast<size_t>(which)];
+}
+
+/// Device clock the tests advance by hand (hw::clock_fn is a plain
 /// function pointer), so ACK / RNR timers fire deterministically.
 struct manual_clock {
     static uint64_t now_ns;
@@ -64,7 +81,7 @@ struct endpoint {
     /// Polls both CQs into send_wcs / recv_wcs; returns how many were new.
     unsigned poll();
 
-    uint64_t counter(dev::counter c) const { return ctx->device().get(c); }
+    uint64_t counter(dev::counter c) const { return read_counter(*ctx, c); }
 
     status post_send(uint64_t wr_id, const void *buf, uint32_t len,
                           uint32_t lkey, uint32_t flags = drv::send_signaled);

@@ -363,7 +363,7 @@ TEST_F(shm_test, two_processes_send_1mib_and_write_64kib)
     EXPECT_EQ(wcs[1].wr_id, 2u);
     EXPECT_EQ(wcs[1].status, drv::wc_status::success);
     // Lossless fabric: nothing retransmitted.
-    EXPECT_EQ(s.ctx->device().get(dev::counter::retransmits), 0u);
+    EXPECT_EQ(read_counter(*s.ctx, dev::counter::retransmits), 0u);
 }
 
 /// The child's half of two_processes_read_and_atomics: exposes a 1 MiB
@@ -473,7 +473,7 @@ TEST_F(shm_test, two_processes_read_and_atomics)
     ASSERT_TRUE(got);
     EXPECT_EQ(final_value, 7u);
     EXPECT_EQ(rc, 0);
-    EXPECT_EQ(s.ctx->device().get(dev::counter::retransmits), 0u);
+    EXPECT_EQ(read_counter(*s.ctx, dev::counter::retransmits), 0u);
 }
 
 TEST_F(shm_test, dead_peer_process_ends_in_retry_exc_err)
@@ -698,7 +698,7 @@ TEST_F(shm_test, idle_call_of_a_quiet_device_stops_at_a_waiting_frame)
     EXPECT_TRUE(ctx.idle_call());
     auto tx = (*f)->attach();
     ASSERT_TRUE(tx.ok());
-    fabric::port &rx = *ctx.device().port_for_tests();
+    fabric::port &rx = *device_of(ctx).port_for_tests();
     EXPECT_FALSE(rx.frame_waiting());
     ASSERT_EQ((*tx)->send(frame_to(rx.lid()), {}), status::ok);
     EXPECT_TRUE(rx.frame_waiting());

@@ -29,22 +29,6 @@ uint64_t steady_ns()
 
 } // namespace
 
-const char *counter_name(counter c)
-{
-    static const char *const names[] = {
-        "tx_packets", "rx_packets", "tx_bytes", "rx_bytes", "acks_sent",
-        "naks_sent", "rnr_naks_sent", "retransmits", "duplicates",
-        "bad_packets", "unknown_qp", "pkey_violations", "qkey_violations",
-        "cq_overruns", "eq_overflows", "events", "interrupts", "fabric_busy",
-        "tm_expected_eager", "tm_expected_rndv", "tm_unexpected_eager",
-        "tm_unexpected_rndv", "tm_rndv_done", "tm_list_ops", "tm_syncs",
-        "tm_cancels", "engine_sleeps", "engine_doorbell_wakeups",
-        "direct_writes", "direct_reads", "direct_bytes", "direct_refusals",
-        "blueflame_sends"};
-    static_assert(std::size(names) == static_cast<size_t>(counter::count_));
-    return names[static_cast<unsigned>(c)];
-}
-
 device::device(fabric::fabric &fab, clock_fn clock, std::unique_ptr<sma_hook> sma)
     : fabric_(fab), clock_(clock ? clock : steady_ns), sma_(std::move(sma)),
       mtts_(size_t{1} << limits::log_max_mtt), mpts_(size_t{1} << limits::log_max_mpt),
@@ -89,16 +73,21 @@ void device::mmio_write32(uint32_t offset, uint32_t be_value)
         return;
     }
     auto lock = engine_lock();
-    quiet_    = false;
     if (is_hcr) {
         std::memcpy(reinterpret_cast<uint8_t *>(&hcr_) + (offset - prm::hcr_base),
                     &be_value, sizeof(be_value));
         if (offset == prm::hcr_base + offsetof(prm::hcr, go_opcode) &&
             prm::hcr_go::get(hcr_.go_opcode)) {
+            // A command that changes state may give a QP work: the next
+            // pass looks at every QP. A query leaves a quiet device quiet.
+            if (!prm::is_query(prm::cmd_opcode(prm::hcr_opcode::get(hcr_.go_opcode)))) {
+                quiet_ = false;
+            }
             execute_command();
         }
         return;
     }
+    quiet_ = false;
     if (in_page == prm::uar_cq_doorbell) {
         cq_arm_word_ = byteswap_if_little(be_value);   // latched until the CI
         return;
@@ -178,6 +167,7 @@ cmd_status device::dispatch(cmd_opcode op, uint8_t op_mod,
     case cmd_opcode::close_port: return cmd_close_port(in_mod);
     case cmd_opcode::set_port:   return cmd_set_port(in_mod, op_mod, in_param);
     case cmd_opcode::query_port: return cmd_query_port(in_mod, out_param);
+    case cmd_opcode::query_if_stat: return cmd_query_if_stat(in_mod, out_param);
     case cmd_opcode::mad_ifc:
         return cmd_mad_ifc(in_mod, op_mod, in_param, out_param);
     case cmd_opcode::write_mtt:  return cmd_write_mtt(in_mod, in_param);
@@ -226,6 +216,7 @@ cmd_status device::cmd_query_dev_cap(uint64_t outbox)
     std::memset(o, 0, sizeof(*o));
     o->log_max_qp     = limits::log_max_qp;
     o->log_max_qp_sz  = limits::log_max_qp_sz;
+    o->log_max_srq_sz = limits::log_max_qp_sz;
     o->log_max_cq     = limits::log_max_cq;
     o->log_max_cq_sz  = limits::log_max_cq_sz;
     o->log_max_mpts   = limits::log_max_mpt;
@@ -237,6 +228,20 @@ cmd_status device::cmd_query_dev_cap(uint64_t outbox)
     o->max_sg_rq      = limits::max_sg;
     o->max_desc_sz_sq.set(limits::max_desc_sz);
     o->max_desc_sz_rq.set(limits::max_desc_sz);
+    return cmd_status::ok;
+}
+
+/// The counter set, as mlx4's QUERY_IF_STAT returns an interface's
+/// (prm_counters.h): one set, the port's.
+cmd_status device::cmd_query_if_stat(uint32_t port, uint64_t outbox)
+{
+    if (port != 1) {
+        return cmd_status::bad_index;
+    }
+    auto *o = dma<prm::if_stat_outbox>(outbox);
+    for (size_t c = 0; c < prm::counter_count; ++c) {
+        o->value[c].set(counters_[c]);
+    }
     return cmd_status::ok;
 }
 
@@ -837,3 +842,13 @@ cmd_status device::cmd_query_qp(uint32_t qpn, uint64_t outbox)
 }
 
 } // namespace mlx4x::dev
+
+namespace mlx4x::hw {
+
+std::unique_ptr<function> power_on(fabric::fabric &fab, clock_fn clock,
+                                   std::unique_ptr<sma_hook> sma)
+{
+    return std::make_unique<dev::device>(fab, clock, std::move(sma));
+}
+
+} // namespace mlx4x::hw

@@ -11,13 +11,14 @@
 #include "hca/base/status.h"
 #include "hca/dev/direct_chooser.h"
 #include "hca/dev/objects.h"
-#include "hca/dev/sma_hook.h"
 #include "hca/fabric/fabric.h"
 #include "hca/fabric/shm_producer.h"
+#include "hca/hw/function.h"
 #include "hca/ib/ib_hdr.h"
 #include "hca/ib/ib_opcode.h"
 #include "hca/ib/ib_psn.h"
 #include "hca/prm/prm_cmd.h"
+#include "hca/prm/prm_counters.h"
 #include "hca/prm/prm_cqe.h"
 #include "hca/prm/prm_eqe.h"
 #include "hca/prm/prm_tm.h"
@@ -77,41 +78,16 @@ struct limits {
     static constexpr uint32_t log_max_qp_per_mcg = 6;
 };
 
-enum class counter : unsigned {
-    tx_packets, rx_packets, tx_bytes, rx_bytes, acks_sent, naks_sent,
-    rnr_naks_sent, retransmits, duplicates, bad_packets, unknown_qp,
-    pkey_violations, qkey_violations, cq_overruns, eq_overflows, events,
-    interrupts, fabric_busy,
-    // tag matching (prm_tm.h)
-    tm_expected_eager,    ///< eager messages matched in the device
-    tm_expected_rndv,     ///< rendezvous headers matched in the device
-    tm_unexpected_eager,  ///< tagged eager messages handed to software
-    tm_unexpected_rndv,   ///< rendezvous headers handed to software
-    tm_rndv_done,         ///< device-driven rendezvous reads completed
-    tm_list_ops,          ///< APPEND / REMOVE / NOP executed
-    tm_syncs,             ///< NOPs (unexpected-count syncs)
-    tm_cancels,           ///< REMOVEs that found their tag
-    // engine thread (engine_thread.cc)
-    engine_sleeps,            ///< times the idle thread went to sleep
-    engine_doorbell_wakeups,  ///< times a send doorbell woke it
-    // single-copy RDMA (responder side)
-    direct_writes,    ///< direct WRITEs placed
-    direct_reads,     ///< direct READs placed (duplicates again)
-    direct_bytes,     ///< bytes they moved
-    direct_refusals,  ///< direct requests refused (requester fell back)
-    // send doorbells (cmd.cc)
-    blueflame_sends,  ///< WQEs sent straight from their BlueFlame write
-    count_
-};
-const char *counter_name(counter c);
-
-using clock_fn = uint64_t (*)();   ///< monotonic nanoseconds
+using prm::counter;
+using prm::counter_name;
+using hw::clock_fn;
+using hw::sma_hook;
 
 /// Asks the scheduler for short time slices for the calling thread, so it
 /// preempts a busy core when it wakes (engine_thread.cc).
 void request_short_slices();
 
-class device final : fabric::frame_sink {
+class device final : public hw::function, fabric::frame_sink {
 public:
     /// The device attaches one port to `fab` when INIT_PORT runs. `sma` is
     /// its subnet management agent (MAD_IFC); without one, MAD_IFC fails.
@@ -122,18 +98,18 @@ public:
     device &operator=(const device &) = delete;
 
     // ---- MMIO (BAR0 / UAR) ----
-    void     mmio_write32(uint32_t offset, uint32_t be_value);
+    void     mmio_write32(uint32_t offset, uint32_t be_value) override;
     /// A BlueFlame write (prm_db.h): the WQE in `wqe` to buffer `bf_offset`
     /// of the BF page.
-    void     mmio_write_blueflame(uint32_t bf_offset, std::span<const uint8_t> wqe);
-    uint32_t mmio_read32(uint32_t offset) const;
+    void     mmio_write_blueflame(uint32_t bf_offset, std::span<const uint8_t> wqe) override;
+    uint32_t mmio_read32(uint32_t offset) const override;
 
     /// One time slice: frames received + packets and list operations sent
     /// (0: nothing to do). With the engine thread, the slice runs here too
     /// when the thread is not in one: an application waiting in progress
     /// drives its device at once instead of waiting for the thread's turn
     /// on a core.
-    unsigned progress(unsigned budget);
+    unsigned progress(unsigned budget) override;
     /// The same slice in steps, for a driver that hands completions to its
     /// application in between. progress_receive() takes the frames that
     /// arrived (their completions written); the rest of the slice (their
@@ -145,21 +121,21 @@ public:
     /// until their answers went (port::poll): a peer's timer waits for a
     /// device that has not called again instead of retrying. The engine
     /// thread's slices are whole.
-    unsigned progress_receive(unsigned budget);
+    unsigned progress_receive(unsigned budget) override;
     /// The driver returns to its application with the slice open: the
     /// ACKs it owes wait for the next call, and the ACK watchdog sends them
     /// if that call does not come within a tick (ack_watchdog.cc). Where
     /// there is no watchdog, or READ responses are queued, they go now.
-    void     progress_return();
-    void     progress_finish();
+    void     progress_return() override;
+    void     progress_finish() override;
     /// After progress_finish(): it skipped the slice's passes (quiet_, no
     /// frames), so the device wrote no completion and freed no resource
     /// since the last call.
-    bool     idle_slice() const { return idle_skipped_; }
+    bool     idle_slice() const override { return idle_skipped_; }
     /// A whole stepped call at once when it would be an idle one: a quiet
     /// device, no slice open, no frame waiting, and not the call that runs
     /// the passes (progress_finish()). True: it counted as that call.
-    bool     idle_call()
+    bool     idle_call() override
     {
         driver_in in(*this);
         reclaim_served();
@@ -178,17 +154,17 @@ public:
     /// while there is work (briefly where it shares the application's
     /// cores), then sleeps on the fabric's wake-up line, a send doorbell,
     /// or the timer tick.
-    status start_engine_thread(std::function<bool()> on_start = {});
-    void   stop_engine_thread();
-    bool   engine_threaded() const { return thread_.joinable(); }
+    status start_engine_thread(std::function<bool()> on_start) override;
+    void   stop_engine_thread() override;
+    bool   engine_threaded() const override { return thread_.joinable(); }
 
     // Progress-driven mode, for a driver about to block (interrupt mode):
     // nothing runs the device while its process sleeps, so the fabric's
     // wake-up line must wake the process, and the timers must be kept.
     /// The port's wake-up line; -1 without one (then never block).
-    int  wakeup_fd() const { return port_ ? port_->wakeup_fd() : -1; }
+    int  wakeup_fd() const override { return port_ ? port_->wakeup_fd() : -1; }
     /// Arms it; false when a frame is already waiting.
-    bool arm_wakeup()
+    bool arm_wakeup() override
     {
         driver_in in(*this);
         reclaim_owed_acks();
@@ -196,18 +172,18 @@ public:
     }
     /// Earliest transport timer deadline (the device clock, ns); 0: none.
     /// A packet the fabric pushed back (a full ring) is retried by then too.
-    uint64_t next_timer_ns() const;
+    uint64_t next_timer_ns() const override;
 
     uint64_t get(counter c) const { return counters_[static_cast<unsigned>(c)]; }
     /// The device clock (monotonic ns), which the driver's timers share.
-    uint64_t clock_ns() const { return now(); }
+    uint64_t clock_ns() const override { return now(); }
     /// What large RDMA transfers cost on each path, as measured
     /// (UCX_MLX4X_SINGLE_COPY_THRESH=auto; tests).
     const direct_chooser &transfer_costs() const { return chooser_; }
 
     /// Interrupt routing (the platform's MSI-X table): an EQ whose vector
     /// is `vector` signals `eventfd` when it raises an interrupt. -1: none.
-    void connect_interrupt(uint8_t vector, int eventfd);
+    void connect_interrupt(uint8_t vector, int eventfd) override;
     /// Test hook: the port, to check fabric-level facts.
     fabric::port *port_for_tests() const { return port_.get(); }
 
@@ -222,6 +198,7 @@ private:
     prm::cmd_status cmd_close_port(uint32_t port);
     prm::cmd_status cmd_set_port(uint32_t port, uint8_t op_mod, uint64_t inbox);
     prm::cmd_status cmd_query_port(uint32_t port, uint64_t outbox);
+    prm::cmd_status cmd_query_if_stat(uint32_t port, uint64_t outbox);
     prm::cmd_status cmd_mad_ifc(uint32_t port, uint8_t op_mod, uint64_t inbox,
                                 uint64_t outbox);
     prm::cmd_status cmd_write_mtt(uint32_t count, uint64_t inbox);

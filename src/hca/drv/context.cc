@@ -29,7 +29,7 @@ const char *to_string(wc_status s)
 
 // ---- context ------------------------------------------------------------
 
-context::context(std::unique_ptr<dev::device> d) : dev_(std::move(d)) {}
+context::context(std::unique_ptr<hw::function> d) : dev_(std::move(d)) {}
 
 void *context::mailbox()
 {
@@ -55,6 +55,12 @@ status context::query_dev_cap()
     mpts_.limit  = uint32_t{1} << (o->log_max_mpts & 0x3f);
     mtts_.limit  = uint32_t{1} << (o->log_max_mtts & 0x3f);
     qps_.assign(qpns_.limit, nullptr);
+    caps_.log_max_qp_sz  = o->log_max_qp_sz & 0x1f;
+    caps_.log_max_srq_sz = o->log_max_srq_sz & 0x1f;
+    caps_.log_max_cq_sz  = o->log_max_cq_sz & 0x1f;
+    caps_.max_sg_sq      = o->max_sg_sq;
+    caps_.max_sg_rq      = o->max_sg_rq;
+    caps_.max_desc_sz_sq = o->max_desc_sz_sq.get();
     if (o->log_max_mcg) {
         // C14. The first half of the MCG table is what MGID_HASH indexes,
         // the second the chain entries the driver hands out.
@@ -69,12 +75,24 @@ status context::query_dev_cap()
     return status::ok;
 }
 
-result<std::unique_ptr<context>> context::open(fabric::fabric &fab,
-                                               dev::clock_fn clock,
-                                               std::unique_ptr<dev::sma_hook> sma)
+status context::query_counters(counter_values &out)
 {
-    std::unique_ptr<context> c(new context(
-        std::make_unique<dev::device>(fab, clock, std::move(sma))));
+    if (status s = command(prm::cmd_opcode::query_if_stat, 1, 0, nullptr);
+        s != status::ok) {
+        return s;
+    }
+    const auto *o = static_cast<const prm::if_stat_outbox *>(mailbox());
+    for (size_t c = 0; c < out.size(); ++c) {
+        out[c] = o->value[c].get();
+    }
+    return status::ok;
+}
+
+result<std::unique_ptr<context>> context::open(fabric::fabric &fab,
+                                               hw::clock_fn clock,
+                                               std::unique_ptr<hw::sma_hook> sma)
+{
+    std::unique_ptr<context> c(new context(hw::power_on(fab, clock, std::move(sma))));
     if (!c->mailbox()) {
         return status::no_memory;
     }

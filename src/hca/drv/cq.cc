@@ -18,7 +18,7 @@ result<std::unique_ptr<cq>> cq::create(context &ctx, uint32_t entries, bool shar
     std::unique_ptr<cq> c(new cq(ctx));
     c->shared_poll_ = shared_poll;
     uint32_t log = std::max<uint32_t>(log2_ceil(entries), 1);
-    if (log > dev::limits::log_max_cq_sz) {
+    if (log > ctx.caps().log_max_cq_sz) {   // C7: as QUERY_DEV_CAP said
         return status::invalid_param;
     }
     c->size_ = 1u << log;

@@ -20,12 +20,14 @@ result<std::unique_ptr<qp>> qp::create(context &ctx, uint32_t pd, qp_type type,
                                        cq &send_cq, cq &recv_cq,
                                        const qp_caps &caps, srq *shared_rq)
 {
-    // E46: beyond the device's limits is a clean error, nothing left behind.
-    constexpr uint32_t max_wr = 1u << dev::limits::log_max_qp_sz;
+    // E46: beyond the device's limits (QUERY_DEV_CAP, C7) is a clean
+    // error, nothing left behind.
+    const context::queue_caps &dev_caps = ctx.caps();
+    const uint32_t max_wr = 1u << dev_caps.log_max_qp_sz;
     if (caps.max_send_wr == 0 || caps.max_recv_sge == 0 ||
         caps.max_send_wr > max_wr || caps.max_recv_wr > max_wr ||
-        caps.max_send_sge > dev::limits::max_sg ||
-        caps.max_recv_sge > dev::limits::max_sg) {
+        caps.max_send_sge > dev_caps.max_sg_sq ||
+        caps.max_recv_sge > dev_caps.max_sg_rq) {
         return status::invalid_param;
     }
     bool on_tm_srq = shared_rq && shared_rq->tm_list_size();
@@ -54,7 +56,7 @@ result<std::unique_ptr<qp>> qp::create(context &ctx, uint32_t pd, qp_type type,
     size_t inl    = caps.max_inline + (caps.max_inline / prm::inline_align + 2) *
                                           sizeof(prm::wqe_inline_seg);
     size_t wqe    = std::bit_ceil(std::max<size_t>(64, fixed + std::max(gather, inl)));
-    if (wqe > dev::limits::max_desc_sz) {
+    if (wqe > dev_caps.max_desc_sz_sq) {
         return status::invalid_param;
     }
     q->sq_log_stride_ = uint32_t(std::countr_zero(wqe));

@@ -17,8 +17,9 @@ result<std::unique_ptr<srq>> srq::create(context &ctx, uint32_t pd,
                                          uint32_t max_wr, uint32_t max_sge,
                                          uint32_t tm_list_size)
 {
-    if (max_wr == 0 || max_sge == 0 || max_sge > dev::limits::max_sg ||
-        max_wr >= (1u << dev::limits::log_max_qp_sz) ||
+    // C7: within what QUERY_DEV_CAP reported.
+    if (max_wr == 0 || max_sge == 0 || max_sge > ctx.caps().max_sg_rq ||
+        max_wr >= (1u << ctx.caps().log_max_srq_sz) ||
         tm_list_size > prm::max_tm_list_size) {
         return status::invalid_param;
     }

@@ -5,13 +5,15 @@
 #pragma once
 
 #include "hca/base/status.h"
-#include "hca/dev/device.h"
+#include "hca/hw/function.h"
 #include "hca/fabric/fabric.h"
 #include "hca/ib/ib_mad.h"
 #include "hca/prm/prm_cmd.h"
+#include "hca/prm/prm_counters.h"
 #include "hca/prm/prm_cqe.h"
 #include "hca/prm/prm_ctx.h"
 #include "hca/prm/prm_db.h"
+#include "hca/prm/prm_eqe.h"
 #include "hca/prm/prm_tm.h"
 #include "hca/prm/prm_wqe.h"
 
@@ -78,8 +80,8 @@ public:
     /// UCT layer passes mad::device_sma); without one, MAD_IFC is refused
     /// and query_port() falls back to QUERY_PORT.
     static result<std::unique_ptr<context>>
-    open(fabric::fabric &fab, dev::clock_fn clock = nullptr,
-         std::unique_ptr<dev::sma_hook> sma = nullptr);
+    open(fabric::fabric &fab, hw::clock_fn clock = nullptr,
+         std::unique_ptr<hw::sma_hook> sma = nullptr);
     ~context();
 
     /// Issues one firmware command through the HCR and waits for it.
@@ -117,19 +119,19 @@ public:
     unsigned progress(unsigned budget = 64) { return dev_->progress(budget); }
     /// A slice in steps, completions polled in between: the rest of it at
     /// progress_finish() or the next progress_receive()
-    /// (dev::device::progress_receive).
+    /// (hw::function::progress_receive).
     unsigned progress_receive(unsigned budget) { return dev_->progress_receive(budget); }
     /// Returning to the application after progress_receive() handed it
-    /// completions (dev::device::progress_return).
+    /// completions (hw::function::progress_return).
     void     progress_return() { dev_->progress_return(); }
     void     progress_finish() { dev_->progress_finish(); }
-    /// The slice just finished was idle (dev::device::idle_slice).
+    /// The slice just finished was idle (hw::function::idle_slice).
     bool     idle_slice() const { return dev_->idle_slice(); }
-    /// A progress call with nothing to do, done (dev::device::idle_call).
+    /// A progress call with nothing to do, done (hw::function::idle_call).
     bool     idle_call() { return dev_->idle_call(); }
     /// Lets the device run on a thread of its own as well; progress() then
     /// runs a slice only when the thread is not in one
-    /// (dev::device::start_engine_thread).
+    /// (hw::function::start_engine_thread).
     status start_engine_thread(std::function<bool()> on_start = {})
     {
         return dev_->start_engine_thread(std::move(on_start));
@@ -137,7 +139,7 @@ public:
     /// Back to progress-driven: work in flight continues in progress().
     void stop_engine_thread() { dev_->stop_engine_thread(); }
     bool engine_threaded() const { return dev_->engine_threaded(); }
-    /// For blocking in progress-driven mode (dev::device::wakeup_fd):
+    /// For blocking in progress-driven mode (hw::function::wakeup_fd):
     /// readable when a frame arrived after arm_wakeup().
     int      wakeup_fd() const { return dev_->wakeup_fd(); }
     bool     arm_wakeup() { return dev_->arm_wakeup(); }
@@ -225,7 +227,21 @@ public:
     }
     void register_qp(uint32_t qpn, qp *q) { qps_[qpn] = q; }
 
-    const dev::device &device() const { return *dev_; }
+    /// The device's counters, read through QUERY_IF_STAT (prm_counters.h).
+    using counter_values = std::array<uint64_t, prm::counter_count>;
+    status query_counters(counter_values &out);
+    /// Limits QUERY_DEV_CAP reported (C7): what a queue may ask for.
+    struct queue_caps {
+        uint32_t log_max_qp_sz  = 0;   ///< WQEs per send or receive queue
+        uint32_t log_max_srq_sz = 0;
+        uint32_t log_max_cq_sz  = 0;
+        uint32_t max_sg_sq      = 0;   ///< gather entries per send WQE
+        uint32_t max_sg_rq      = 0;
+        uint32_t max_desc_sz_sq = 0;   ///< bytes per send WQE
+    };
+    const queue_caps &caps() const { return caps_; }
+    /// Tests only: the PCI function itself, to reach the device behind it.
+    hw::function &hardware_for_tests() const { return *dev_; }
 
     // ---- multicast (C14, C51; qp::attach_multicast checks E70) ----
     const multicast_caps &multicast() const { return mcast_caps_; }
@@ -238,7 +254,7 @@ public:
     status detach_multicast(uint32_t qpn, const gid &mgid);
 
 private:
-    explicit context(std::unique_ptr<dev::device> d);
+    explicit context(std::unique_ptr<hw::function> d);
     status query_dev_cap();
     result<port_attr> query_port_cmd();
     status create_eq(event_queue &eq, uint32_t eqn, uint32_t entries,
@@ -262,7 +278,8 @@ private:
     status write_mcg(uint32_t index, const prm::mgm_entry &e);
     result<mcg_position> find_mcg(const gid &mgid);
 
-    std::unique_ptr<dev::device>         dev_;
+    std::unique_ptr<hw::function>        dev_;
+    queue_caps                           caps_;
     std::recursive_mutex                 admin_;
     port_attr                            port_;
     uint32_t                             next_pd_ = 1;

@@ -53,10 +53,28 @@ enum class cmd_opcode : uint16_t {
     sqd2sqd_qp      = 0x038,
     arm_srq         = 0x040,
     query_port      = 0x043,
+    query_if_stat   = 0x054,   ///< the counter set (prm_counters.h)
     read_mcg        = 0x025,
     write_mcg       = 0x026,
     mgid_hash       = 0x027,
 };
+
+/// Commands that only read device state.
+constexpr bool is_query(cmd_opcode op)
+{
+    switch (op) {
+    case cmd_opcode::query_dev_cap: case cmd_opcode::query_fw:
+    case cmd_opcode::query_adapter: case cmd_opcode::query_mpt:
+    case cmd_opcode::read_mtt:      case cmd_opcode::query_cq:
+    case cmd_opcode::query_eq:      case cmd_opcode::query_qp:
+    case cmd_opcode::query_srq:     case cmd_opcode::query_port:
+    case cmd_opcode::query_if_stat: case cmd_opcode::read_mcg:
+    case cmd_opcode::mgid_hash:
+        return true;
+    default:
+        return false;
+    }
+}
 
 /// Firmware command status (HCR word 6 bits 31:24).
 enum class cmd_status : uint8_t {

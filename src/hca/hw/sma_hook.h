@@ -7,7 +7,7 @@
 
 #include <cstdint>
 
-namespace mlx4x::dev {
+namespace mlx4x::hw {
 
 class sma_hook {
 public:
@@ -31,4 +31,4 @@ public:
     virtual bool take_trap(uint8_t *mad_out, uint16_t &dlid) = 0;
 };
 
-} // namespace mlx4x::dev
+} // namespace mlx4x::hw
