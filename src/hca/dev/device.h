@@ -184,6 +184,10 @@ public:
     /// Interrupt routing (the platform's MSI-X table): an EQ whose vector
     /// is `vector` signals `eventfd` when it raises an interrupt. -1: none.
     void connect_interrupt(uint8_t vector, int eventfd) override;
+    /// Test hook: QPs built from now on take the general paths only (no
+    /// send_inline_message, receive_send_only, receive_ack), for the test
+    /// that holds the fast paths to the general path's results.
+    void use_general_paths_for_tests() { fast_paths_ = false; }
     /// Test hook: the port, to check fabric-level facts.
     fabric::port *port_for_tests() const { return port_.get(); }
 
@@ -701,6 +705,7 @@ private:
     /// no MMIO write (doorbell, command) came since: until a frame arrives
     /// or the driver writes, a pass can find nothing but expiring timers
     /// (progress_finish()).
+    bool                           fast_paths_ = true;   ///< use_general_paths_for_tests
     bool                           quiet_ = false;
     unsigned                       quiet_calls_ = 0;     ///< idle calls since the last pass
     /// A packet since the last slice began was pushed back by the fabric

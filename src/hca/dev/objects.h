@@ -210,10 +210,12 @@ struct qp {
     /// What the fast receive paths require of this QP's packets (built
     /// with tx_lrh; device::fast_path_qp): their LRH and BTH words under
     /// engine::fast_rx_lrh_mask / fast_rx_bth_mask, and rx_fast: an RC QP
-    /// whose P_Key is a full member's.
+    /// whose P_Key is a full member's. tx_fast: a connected QP whose WQEs
+    /// may leave by the single-packet path (device::send_inline_message).
     uint64_t     rx_lrh_key = 0;
     uint64_t     rx_bth_key = 0;
     bool         rx_fast = false;
+    bool         tx_fast = false;
 
     uint32_t     rd_atomic_inflight = 0;   ///< READ/atomic WQEs started, not done
     /// The responder refused a single-copy request: packets from now on.

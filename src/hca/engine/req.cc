@@ -187,7 +187,7 @@ bool device::send_one_packet(qp &q)
         }
         return false;
     };
-    if (!ud && !q.sending) {
+    if (q.tx_fast && !q.sending) {
         switch (send_inline_message(q, q.sq_wqe(q.cur_wqe), size_t{1} << q.sq_log_stride)) {
         case single_tx::sent:       return true;
         case single_tx::busy:       return false;
@@ -358,7 +358,8 @@ void device::build_headers(qp &q)
     b.dest_qp.set(q.qpn);
     q.rx_lrh_key = engine::load_wire_word(l) & engine::fast_rx_lrh_mask;
     q.rx_bth_key = engine::load_wire_word(b) & engine::fast_rx_bth_mask;
-    q.rx_fast    = q.st == prm::qp_st::rc && (q.pkey & 0x8000);
+    q.rx_fast    = fast_paths_ && q.st == prm::qp_st::rc && (q.pkey & 0x8000);
+    q.tx_fast    = fast_paths_ && !q.datagram() && q.st != prm::qp_st::tm_cmd;
 }
 
 /// A BlueFlame WQE (prm_db.h), sent from the write itself when it is the
@@ -371,8 +372,8 @@ device::send_blueflame(qp &q, std::span<const uint8_t> wqe)
 {
     // The write is the WQE at cur_wqe only when that is the last one
     // posted: an earlier one still waiting goes first, from the queue.
-    if (q.state != prm::qp_state::rts || q.sending || q.st == prm::qp_st::tm_cmd ||
-        q.datagram() || q.rnr_until || !window_open(q) ||
+    if (q.state != prm::qp_state::rts || q.sending || !q.tx_fast ||
+        q.rnr_until || !window_open(q) ||
         !engine::sq_wqe_ready(q, q.cur_wqe) || engine::sq_wqe_ready(q, q.cur_wqe + 1)) {
         return single_tx::not_single;
     }

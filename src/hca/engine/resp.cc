@@ -408,7 +408,12 @@ void device::respond_write(qp &q, const pkt &p)
     bool imm = p.has(ib::kind_imm);
     if (imm && !recv_available(q)) {
         // WRITE with immediate consumes a receive WQE at its last packet:
-        // RNR NAK that packet; the data before it stays written.
+        // RNR NAK that packet; the data before it stays written, and the
+        // retry resends that packet. A WRITE_ONLY comes again as a first
+        // packet: no write is under way until then.
+        if (first) {
+            q.in_write = false;
+        }
         count(counter::rnr_naks_sent);
         send_nak(q, ib::make_syndrome(ib::ack_class::rnr_nak, q.min_rnr_timer));
         return;

@@ -199,6 +199,9 @@ status loopback_fabric::deliver(uint16_t dlid, std::vector<uint8_t> &&frame)
         return status::no_resource;
     }
     ++sent_;
+    if (record_) {
+        record_->push_back(frame);
+    }
     if (hit(plan_.drop_one_in)) {
         ++dropped_;
         return status::ok;        // lost on the wire: the sender cannot tell

@@ -56,6 +56,9 @@ public:
     /// peer exited after the reachability probe (a shared READ's requester
     /// cannot copy its share). 0: none fail.
     void fail_copies_from_peers_by(uint16_t lid) { from_peer_fails_ = lid; }
+    /// Every frame the fabric takes from now on is appended to `log`
+    /// (nullptr: none), before any fault: what went on the wire.
+    void record_frames(std::vector<std::vector<uint8_t>> *log) { record_ = log; }
     uint64_t frames_sent() const { return sent_; }
     uint64_t frames_dropped() const { return dropped_; }
 
@@ -78,6 +81,7 @@ private:
     uint64_t                                 id_ = uint64_t(std::random_device{}()) << 32 |
                                                    std::random_device{}();
     uint64_t                                 rng_ = 1;
+    std::vector<std::vector<uint8_t>>       *record_ = nullptr;
     std::vector<held_frame>                  held_;
     std::map<uint16_t, std::deque<std::vector<uint8_t>>> queues_;
     /// Per port: frames poll() delivered that the owner has not released;
