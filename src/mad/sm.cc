@@ -5,7 +5,7 @@
 #include "hca/base/private_file.h"
 #include "hca/base/shared_instance.h"
 #include "hca/fabric/shm_fabric.h"
-#include "mad/device_sma.h"
+#include "hca/fw/device_sma.h"
 
 #include <cerrno>
 #include <cstring>

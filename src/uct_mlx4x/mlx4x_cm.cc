@@ -18,7 +18,7 @@
 #include "uct_mlx4x/mlx4x_iface.h"
 #include "hca/base/shared_instance.h"
 #include "hca/fabric/shm_fabric.h"
-#include "mad/device_sma.h"
+#include "hca/fw/device_sma.h"
 #include "mad/ip_cm.h"
 
 extern "C" {

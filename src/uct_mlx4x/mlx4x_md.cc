@@ -6,7 +6,7 @@
 #include "uct_mlx4x/mlx4x_locality.h"
 #include "hca/base/log.h"
 #include "hca/fabric/shm_fabric.h"
-#include "mad/device_sma.h"
+#include "hca/fw/device_sma.h"
 
 #include <mutex>
 #include <utility>

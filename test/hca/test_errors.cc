@@ -371,6 +371,31 @@ TEST_F(post_state, E46_E47_failed_create_leaves_no_number_behind)
     EXPECT_NE((*q1)->qpn(), (*q2)->qpn());
 }
 
+TEST_F(post_state, C7_queue_limits_are_what_query_dev_cap_reported)
+{
+    // The driver sizes nothing from the device's own constants (it cannot
+    // see them): what it allows is what QUERY_DEV_CAP said, and a queue
+    // one step beyond is refused before the device sees a command.
+    a.open(fab);
+    const drv::context::queue_caps &c = a.ctx->caps();
+    EXPECT_EQ(c.log_max_qp_sz, dev::limits::log_max_qp_sz);
+    EXPECT_EQ(c.log_max_srq_sz, dev::limits::log_max_qp_sz);
+    EXPECT_EQ(c.log_max_cq_sz, dev::limits::log_max_cq_sz);
+    EXPECT_EQ(c.max_sg_sq, dev::limits::max_sg);
+    EXPECT_EQ(c.max_sg_rq, dev::limits::max_sg);
+    EXPECT_EQ(c.max_desc_sz_sq, dev::limits::max_desc_sz);
+    EXPECT_EQ(drv::cq::create(*a.ctx, (1u << c.log_max_cq_sz) + 1).error(),
+              status::invalid_param);
+    drv::qp_caps sges;
+    sges.max_send_sge = c.max_sg_sq + 1;
+    EXPECT_EQ(drv::qp::create(*a.ctx, a.pd, drv::qp_type::rc, *a.scq, *a.rcq,
+                              sges).error(),
+              status::invalid_param);
+    EXPECT_EQ(drv::srq::create(*a.ctx, a.pd, 1u << c.log_max_srq_sz, 1).error(),
+              status::invalid_param);
+    EXPECT_TRUE(drv::srq::create(*a.ctx, a.pd, (1u << c.log_max_srq_sz) - 1, 1).ok());
+}
+
 TEST_F(post_state, reset_to_error_on_a_new_qp_is_harmless)
 {
     a.open(fab);

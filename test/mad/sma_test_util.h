@@ -4,7 +4,7 @@
 #pragma once
 
 #include "hca/ib/ib_mad.h"
-#include "mad/sma.h"
+#include "hca/fw/sma.h"
 
 #include <bit>
 #include <cstdint>

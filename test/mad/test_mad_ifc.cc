@@ -8,7 +8,7 @@
 #include "sma_test_util.h"
 #include "hca/drv/verbs.h"
 #include "hca/fabric/loopback.h"
-#include "mad/device_sma.h"
+#include "hca/fw/device_sma.h"
 
 #include <gtest/gtest.h>
 

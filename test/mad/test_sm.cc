@@ -4,7 +4,7 @@
 // master's LID, ports that leave reported gone.
 #include "hca/drv/verbs.h"
 #include "hca/fabric/loopback.h"
-#include "mad/device_sma.h"
+#include "hca/fw/device_sma.h"
 #include "mad/sm.h"
 
 #include <gtest/gtest.h>

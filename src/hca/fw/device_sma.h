@@ -7,7 +7,7 @@
 #pragma once
 
 #include "hca/hw/sma_hook.h"
-#include "mad/sma.h"
+#include "hca/fw/sma.h"
 
 #include <memory>
 

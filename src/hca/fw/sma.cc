@@ -3,7 +3,7 @@
 // checks for a request follows 13.4 and 14.2: management class, response
 // methods, directed-route end-of-path rules (14.2.2.2), versions (13.4.7),
 // M_Key (14.2.4), then method and attribute.
-#include "mad/sma.h"
+#include "hca/fw/sma.h"
 
 #include "hca/base/log.h"
 

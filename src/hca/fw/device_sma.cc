@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: BSD-3-Clause
-#include "mad/device_sma.h"
+#include "hca/fw/device_sma.h"
 
 #include "hca/base/log.h"
 
