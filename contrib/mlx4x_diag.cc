@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: BSD-3-Clause
 #include "mlx4x_diag.h"
 
-#include "mad/device_sma.h"
+#include "hca/fw/device_sma.h"
 
 #include <cinttypes>
 #include <cstring>
