@@ -108,8 +108,11 @@ subnet_manager::sweep_report subnet_manager::sweep(uint16_t max_lid)
         return r;
     }
     std::set<uint16_t> seen;
-    for (const auto &[lid, answer] : smi_->sweep(smp_attr::port_info, max_lid,
-                                                 smi_client::duration(20), 2)) {
+    auto answers = smi_->sweep(smp_attr::port_info, max_lid, smi_client::duration(20), 2);
+    if (smi_->aborted()) {
+        return r;   // shutting down: what it heard is not the subnet
+    }
+    for (const auto &[lid, answer] : answers) {
         if (answer.hdr.status.get() != 0) {
             continue;
         }
@@ -185,7 +188,16 @@ result<std::shared_ptr<sm_service>> sm_service::get(const std::string &fabric_na
         s->fabric_ = f.take();
         // Waiting for answers, it sleeps a millisecond at a time: every
         // wake-up takes a core from a rank (an SMP answer is not urgent).
-        auto nap = [] { std::this_thread::sleep_for(std::chrono::milliseconds(1)); };
+        // A sweep waits 2 x 20 ms for LIDs nobody holds; a service being
+        // closed stops waiting at once, so that closing a device (whose
+        // last user the service may be) does not wait out a sweep.
+        auto nap = [raw = s.get()] {
+            if (raw->stopping_.load(std::memory_order_relaxed)) {
+                return false;
+            }
+            std::this_thread::sleep_for(std::chrono::milliseconds(1));
+            return true;
+        };
         auto sm  = subnet_manager::create(*s->fabric_,
                                           fabric::shm_fabric::path_of(fabric_name, ".sm"), nap);
         if (!sm.ok()) {
@@ -221,6 +233,7 @@ void sm_service::run(std::chrono::milliseconds period)
 
 sm_service::~sm_service()
 {
+    stopping_.store(true, std::memory_order_relaxed);   // ends a sweep's wait
     {
         std::lock_guard g(mu_);
         stop_ = true;

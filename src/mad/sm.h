@@ -21,6 +21,7 @@
 #include "mad/smi_client.h"
 
 #include <chrono>
+#include <atomic>
 #include <condition_variable>
 #include <memory>
 #include <mutex>
@@ -105,6 +106,7 @@ private:
     std::mutex                          mu_;
     std::condition_variable             wake_;
     bool                                stop_ = false;
+    std::atomic<bool>                   stopping_{false};   ///< read by the sweep's naps
 };
 
 } // namespace mlx4x::mad

@@ -24,6 +24,9 @@ smi_client::~smi_client() = default;
 status smi_client::send(uint16_t dlid, const smp &s)
 {
     while (!qp0_->send_slot_free()) {   // a sweep has them all in flight
+        if (aborted_) {
+            return status::canceled;
+        }
         collect(clock::now(), [](uint16_t, const smp &) { return false; });
     }
     return qp0_->send(dlid, 0, 0, std::bit_cast<mad>(s));   // every SMA is at QP0
@@ -34,9 +37,13 @@ void smi_client::collect(clock::time_point until,
 {
     bool done = false;
     do {
+        if (aborted_) {
+            return;
+        }
         unsigned work = ctx_.progress();
-        if (idle_) {
-            idle_();
+        if (idle_ && !idle_()) {
+            aborted_ = true;
+            return;
         }
         qp0_->poll([&](uint16_t slid, const mad &m) {
             ++work;
@@ -78,6 +85,7 @@ std::optional<smp> smi_client::request(uint16_t dlid, smp req, duration timeout,
 {
     uint64_t tid = next_tid_++;
     req.hdr.tid.set(tid);
+    aborted_ = false;
     std::optional<smp> answer;
     for (unsigned t = 0; t < tries && !answer; ++t) {
         if (send(dlid, req) != status::ok) {
@@ -99,6 +107,7 @@ std::map<uint16_t, smp> smi_client::sweep(smp_attr attr, uint16_t max_lid,
 {
     std::map<uint16_t, smp> answers;
     uint64_t tid = next_tid_++;
+    aborted_ = false;
     for (unsigned t = 0; t < tries; ++t) {
         for (uint16_t lid = 1; lid <= max_lid; ++lid) {
             if (answers.count(lid) == 0) {

@@ -20,8 +20,9 @@ namespace mlx4x::mad {
 class smi_client {
 public:
     using duration = std::chrono::milliseconds;
-    /// Called while waiting (e.g. to progress other devices in a test).
-    using idle_fn = std::function<void()>;
+    /// Called while waiting for answers (e.g. to progress other devices in
+    /// a test, or to nap); false: stop waiting, the caller is shutting down.
+    using idle_fn = std::function<bool()>;
 
     /// QP0 on `ctx` (busy if the context has one already).
     static result<std::unique_ptr<smi_client>> create(drv::context &ctx,
@@ -57,6 +58,10 @@ public:
     /// (LID it came from, the SMP); stops early when that returns true.
     void collect(std::chrono::steady_clock::time_point until,
                  const std::function<bool(uint16_t, const smp &)> &on_answer);
+    /// The idle hook said to stop during the last sweep or request: its
+    /// waits returned at once from then on, and sends with no free slot
+    /// failed (status::canceled).
+    bool aborted() const { return aborted_; }
 
 private:
     explicit smi_client(drv::context &ctx, idle_fn idle) : ctx_(ctx), idle_(std::move(idle)) {}
@@ -64,6 +69,7 @@ private:
 
     drv::context           &ctx_;
     idle_fn                 idle_;
+    bool                    aborted_ = false;
     std::unique_ptr<mad_qp> qp0_;
     uint64_t                next_tid_ = 1;
     std::function<void(uint16_t, const smp &)> on_trap_;

@@ -111,7 +111,7 @@ TEST_F(fabric_trust, the_ip_port_space_and_sm_lock_another_user_created_are_refu
     ASSERT_FALSE(ps.ok());
     EXPECT_TRUE(logged("refusing IP port space " + path(".ipcm.v2")));
     fabric::loopback_fabric lo;
-    auto sm = mad::subnet_manager::create(lo, path(".sm"), [] {});
+    auto sm = mad::subnet_manager::create(lo, path(".sm"), [] { return true; });
     ASSERT_FALSE(sm.ok());
     EXPECT_TRUE(logged("refusing SM lock " + path(".sm")));
 }

@@ -801,22 +801,32 @@ TEST_F(shm_test, reads_and_atomics_to_a_target_that_never_calls_are_answered)
 // find its receive queue empty: the driver, away, reposts nothing, and an
 // RNR NAK would cost the sender a go-back-N of its window. The SEND waits
 // in the ring, as for a device nobody runs, until the driver is back.
-TEST_F(shm_test, watchdog_leaves_a_send_without_a_receive_wqe_in_the_ring)
+TEST_F(shm_test, watchdog_leaves_a_driver_slice_of_receive_wqes_and_no_rnr)
 {
+    // The watchdog serving an away driver takes a SEND only while more
+    // than a driver's slice of receive WQEs stays posted: the driver, back,
+    // runs a slice before it reposts, and that slice must find a WQE for
+    // every frame it takes (else RNR NAKs, each a go-back-N of the window).
+    constexpr unsigned reserve = dev::driver_slice_frames;
+    constexpr unsigned msgs    = reserve + 2;
     auto f = shm_fabric::open(name);
     ASSERT_TRUE(f.ok());
+    drv::qp_caps caps;
+    caps.max_send_wr = caps.max_recv_wr = 2 * reserve;
     endpoint a, b;
-    a.open(**f);
-    b.open(**f);
+    a.open(**f, caps);
+    b.open(**f, caps);
     connect_pair(a, b);
-    std::vector<uint8_t> src(64, 7), dst1(64, 0), dst2(64, 0);
-    auto &smr  = a.reg(src.data(), src.size());
-    auto &dmr1 = b.reg(dst1.data(), dst1.size());
-    auto &dmr2 = b.reg(dst2.data(), dst2.size());
-    ASSERT_EQ(b.post_recv(1, dst1.data(), 64, dmr1.lkey()), status::ok);
-    // b's driver is away from here until it posts the second receive.
-    ASSERT_EQ(a.post_send(1, src.data(), 64, smr.lkey()), status::ok);
-    ASSERT_EQ(a.post_send(2, src.data(), 64, smr.lkey()), status::ok);
+    std::vector<uint8_t> src(64, 7), dst(msgs * 64, 0);
+    auto &smr = a.reg(src.data(), src.size());
+    auto &dmr = b.reg(dst.data(), dst.size());
+    for (unsigned i = 0; i < reserve + 1; ++i) {
+        ASSERT_EQ(b.post_recv(i, &dst[i * 64], 64, dmr.lkey()), status::ok);
+    }
+    // b's driver is away from here until it posts the last receive.
+    for (unsigned i = 0; i < msgs; ++i) {
+        ASSERT_EQ(a.post_send(i, src.data(), 64, smr.lkey()), status::ok);
+    }
     auto deadline = clk::now() + std::chrono::seconds(10);
     while (a.send_wcs.empty() && clk::now() < deadline) {
         a.ctx->progress();
@@ -828,20 +838,21 @@ TEST_F(shm_test, watchdog_leaves_a_send_without_a_receive_wqe_in_the_ring)
         a.ctx->progress();
         a.poll();
     }
-    EXPECT_EQ(a.send_wcs.size(), 1u);
-    ASSERT_EQ(b.post_recv(2, dst2.data(), 64, dmr2.lkey()), status::ok);
+    EXPECT_EQ(a.send_wcs.size(), 1u);   // the reserve stays for b's driver
+    ASSERT_EQ(b.post_recv(msgs - 1, &dst[(msgs - 1) * 64], 64, dmr.lkey()), status::ok);
     deadline = clk::now() + std::chrono::seconds(10);
-    while ((a.send_wcs.size() < 2 || b.recv_wcs.size() < 2) && clk::now() < deadline) {
+    while ((a.send_wcs.size() < msgs || b.recv_wcs.size() < msgs) && clk::now() < deadline) {
         b.ctx->progress();
         b.poll();
         a.ctx->progress();
         a.poll();
     }
-    ASSERT_EQ(a.send_wcs.size(), 2u) << dump(a.send_wcs);
-    EXPECT_EQ(a.send_wcs[1].status, drv::wc_status::success);
-    EXPECT_EQ(b.recv_wcs.size(), 2u);
+    ASSERT_EQ(a.send_wcs.size(), msgs) << dump(a.send_wcs);
+    EXPECT_EQ(b.recv_wcs.size(), msgs);
     EXPECT_EQ(b.counter(dev::counter::rnr_naks_sent), 0u);
-    EXPECT_EQ(dst2, src);
+    for (unsigned i = 0; i < msgs; ++i) {
+        EXPECT_EQ(std::memcmp(&dst[i * 64], src.data(), 64), 0) << "message " << i;
+    }
 }
 
 TEST_F(shm_test, sleeping_process_is_woken_by_a_frame_from_another)

@@ -32,7 +32,7 @@ protected:
         ASSERT_TRUE(a.ok() && b.ok());
         a_ = a.take();
         b_ = b.take();
-        auto c = smi_client::create(*a_, [this] { b_->progress(); });
+        auto c = smi_client::create(*a_, [this] { b_->progress(); return true; });
         ASSERT_TRUE(c.ok()) << to_string(c.error());
         client_ = c.take();
     }

@@ -45,9 +45,14 @@ protected:
     subnet_manager &candidate()
     {
         auto s = subnet_manager::create(fab_, lock_path_, [this] {
+            if (stop_waiting_) {
+                ++idle_calls_after_stop_;
+                return false;
+            }
             for (auto &c : ports_) {
                 if (c) c->progress();
             }
+            return true;
         });
         EXPECT_TRUE(s.ok());
         sms_.push_back(s.take());
@@ -79,6 +84,8 @@ protected:
 
     fabric::loopback_fabric                         fab_;
     std::string                                     lock_path_;
+    bool                                            stop_waiting_ = false;
+    unsigned                                        idle_calls_after_stop_ = 0;
     std::vector<std::unique_ptr<drv::context>>      ports_;
     std::vector<std::unique_ptr<subnet_manager>>    sms_;
 };
@@ -127,6 +134,27 @@ TEST_F(sm_test, ports_in_init_are_brought_to_active_with_lid_and_sm_lid)
     EXPECT_NE(port_info_of(p1).lid.get(), port_info_of(p2).lid.get());
     // A second sweep finds nothing to do.
     EXPECT_TRUE(sm.sweep(16).brought_up.empty());
+}
+
+// A master whose idle hook says stop (sm_service's naps, once the service
+// is being closed) ends its sweep at once instead of waiting out 2 x 20 ms
+// for LIDs nobody holds, and reports nothing: a port it did not hear from
+// meanwhile is not gone. (Closing the last device of a process waited for
+// that sweep: about 40 ms per device open and close.)
+TEST_F(sm_test, a_sweep_told_to_stop_waiting_ends_at_once_and_forgets_nothing)
+{
+    port();
+    subnet_manager &sm = candidate();
+    ASSERT_TRUE(sm.try_master());
+    ASSERT_EQ(sm.sweep(16).ports.size(), 2u);   // the port and the SM's own
+    stop_waiting_ = true;
+    subnet_manager::sweep_report r = sm.sweep(16);
+    EXPECT_EQ(idle_calls_after_stop_, 1u);      // asked once, then no more waiting
+    EXPECT_TRUE(r.ports.empty());
+    EXPECT_TRUE(r.gone.empty());
+    stop_waiting_ = false;
+    EXPECT_EQ(sm.sweep(16).ports.size(), 2u);   // and the port is still known
+    EXPECT_TRUE(sm.sweep(16).gone.empty());
 }
 
 // Hand-over: the new master writes its own LID into every port.

@@ -80,6 +80,10 @@ struct limits {
 
 using prm::counter;
 using prm::counter_name;
+
+/// The most frames one slice takes: the watchdog's, the engine thread's,
+/// and the UCT driver's progress budget (mlx4x_iface.cc).
+constexpr unsigned driver_slice_frames = 64;
 using hw::clock_fn;
 using hw::sma_hook;
 
@@ -490,6 +494,7 @@ private:
     uint16_t recv_take(qp &q) { return recv_take(q, srq_of(q)); }
     /// The same, with the caller's srq_of(q): the fast path looks it up once.
     bool     recv_available(const qp &q, const srq *s);
+    uint16_t recv_posted(const qp &q, const srq *s);
     uint16_t recv_take(qp &q, srq *s);
     void     prefetch_next_buffer(const srq &s);
     enum class scatter_result { ok, too_long, protection };
@@ -848,6 +853,15 @@ inline bool device::recv_available(const qp &q, const srq *s)
         return counter_of(q.rq_db) != q.rq_tail;
     }
     return s && counter_of(s->db) != s->consumed;
+}
+
+/// Receive WQEs posted and not yet taken.
+inline uint16_t device::recv_posted(const qp &q, const srq *s)
+{
+    if (!q.has_srq) {
+        return uint16_t(counter_of(q.rq_db) - q.rq_tail);
+    }
+    return s ? uint16_t(counter_of(s->db) - s->consumed) : 0;
 }
 
 /// Takes the next receive WQE (the caller checked recv_available()).
