@@ -273,7 +273,8 @@ void device::serve_while_driver_away()
 
 /// A whole time slice, the last call's rest first (progress_receive()),
 /// taking frames one at a time up to the first that would consume a
-/// receive WQE its queue does not have. The driver, away, reposts none:
+/// receive WQE its queue cannot spare (would_starve()). The driver, away,
+/// reposts none:
 /// the device would RNR-NAK it, each NAK a go-back-N of the sender's window
 /// and a wait of the RNR timer, where a frame left in the ring costs the
 /// sender only a wait (the lossless fabric pushes back, its timer sees the
