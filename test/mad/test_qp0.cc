@@ -6,6 +6,7 @@
 // are not on VL15 are dropped (IBA 7.6.4); QP0 exists once per context.
 // Seeds: C2 (the SMA answers chapter-14 SMPs), E42.
 #include "sma_test_util.h"
+#include "../hca/hca_fixture.h"
 #include "hca/drv/verbs.h"
 #include "hca/fabric/loopback.h"
 #include "hca/fw/device_sma.h"
@@ -111,11 +112,7 @@ TEST_F(qp0, datagram_for_qp0_off_vl15_is_dropped)
     wr.sg      = {&sg, 1};
     wr.ud_ah   = ah->get();
     wr.ud_dqpn = 0;
-    auto bad_packets = [&] {   // as the driver reads them: QUERY_IF_STAT
-        drv::context::counter_values v{};
-        EXPECT_EQ(b_->query_counters(v), status::ok);
-        return v[size_t(prm::counter::bad_packets)];
-    };
+    auto bad_packets = [&] { return mlx4x::test::read_counter(*b_, dev::counter::bad_packets); };
     uint64_t bad_before = bad_packets();
     ASSERT_EQ((*ud)->post_send(wr), status::ok);
     for (int i = 0; i < 20; ++i) {

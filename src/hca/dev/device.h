@@ -178,7 +178,6 @@ public:
     /// A packet the fabric pushed back (a full ring) is retried by then too.
     uint64_t next_timer_ns() const override;
 
-    uint64_t get(counter c) const { return counters_[static_cast<unsigned>(c)]; }
     /// The device clock (monotonic ns), which the driver's timers share.
     uint64_t clock_ns() const override { return now(); }
     /// What large RDMA transfers cost on each path, as measured
