@@ -6,6 +6,8 @@
 #include "hca/base/log.h"
 #include "uct_mlx4x/mlx4x_post.h"
 
+#include <sys/mman.h>
+
 #include <bit>
 #include <cstring>
 #include <random>
@@ -32,13 +34,24 @@ drv::direct_window peer_direct(const mad::cm::peer_info &p)
     return d.window();
 }
 
+void slot_unmapper::operator()(uint8_t *p) const
+{
+    munmap(p, length);
+}
+
 /// `n` bounce or receive slots of `slot_size` bytes, registered once.
 status make_slots(drv::context &ctx, uint32_t pd, slot_area &a, size_t n,
                   size_t slot_size)
 {
+    size_t length = n * slot_size;
+    void  *p = mmap(nullptr, length, PROT_READ | PROT_WRITE,
+                    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) {
+        return status::no_memory;
+    }
     a.slot_size = slot_size;
-    a.mem.assign(n * slot_size, 0);
-    auto r = drv::mr::reg(ctx, pd, a.mem.data(), a.mem.size(), all_access);
+    a.mem = {static_cast<uint8_t *>(p), slot_unmapper{length}};
+    auto r = drv::mr::reg(ctx, pd, a.mem.get(), length, all_access);
     if (!r.ok()) {
         return r.error();
     }

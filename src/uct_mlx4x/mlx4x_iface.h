@@ -219,11 +219,19 @@ private:
 
 
 /// A buffer area registered once: fixed-size slots used as bounce buffers.
+/// Its pages are anonymous memory, zero when first touched: an endpoint's
+/// bounce slots (TX_QUEUE_LEN x SEG_SIZE, 2 MiB by default) and an
+/// interface's receive buffers cost nothing until used. Filling them at
+/// creation took half of the time of 256 connections (page faults).
+struct slot_unmapper {
+    size_t length = 0;
+    void   operator()(uint8_t *p) const;
+};
 struct slot_area {
-    std::vector<uint8_t>     mem;
-    std::unique_ptr<drv::mr> mr;
-    size_t                   slot_size = 0;
-    uint8_t *slot(size_t i) { return mem.data() + i * slot_size; }
+    std::unique_ptr<uint8_t, slot_unmapper> mem;
+    std::unique_ptr<drv::mr>                mr;
+    size_t                                  slot_size = 0;
+    uint8_t *slot(size_t i) { return mem.get() + i * slot_size; }
 };
 
 /// Every access right: the rights of the transport's own buffers and QPs.
