@@ -59,7 +59,8 @@ interface::interface(uct_mlx4x_iface_t *uct, memory_domain &m, const uct_mlx4x_i
 {
 }
 
-status interface::init(const uct_iface_params_t &params)
+/// The interface's settings, each refused with the reason it is wrong.
+status interface::check_config() const
 {
     if (seg_size_ < 64 || seg_size_ > (size_t{1} << 20) || !cfg_.tx_queue_len ||
         !cfg_.rx_queue_len) {
@@ -91,6 +92,14 @@ status interface::init(const uct_iface_params_t &params)
             return status::invalid_param;
         }
     }
+    return status::ok;
+}
+
+status interface::init(const uct_iface_params_t &params)
+{
+    if (status s = check_config(); s != status::ok) {
+        return s;
+    }
     ack_timeout_ = ack_timeout_exponent(cfg_.timeout);
     // AM alignment requests are checked as UCT defines them (an offset
     // without an alignment, or an alignment that is not a power of two, is
@@ -121,9 +130,37 @@ status interface::init(const uct_iface_params_t &params)
         MLX4X_ERROR("UCX_MLX4X_TM_LIST_SIZE must be 1..%u", prm::max_tm_list_size);
         return status::invalid_param;
     }
-    // A buffer for every SRQ entry, the spare's too: each entry keeps its
-    // buffer, so a used one goes back with no WQE to write (repost_rx).
-    // The SRQ's size is a power of two, so the buffers are as many.
+    if (status s = init_receive_queue(tm); s != status::ok) {
+        return s;
+    }
+    if (tm) {
+        if (status s = init_tm(params); s != status::ok) {
+            return s;
+        }
+    }
+    if (status s = listen(); s != status::ok) {
+        return s;
+    }
+    // Probe the inline limit the WQE layout gives for RC sends.
+    drv::qp_caps probe;
+    probe.max_inline = cfg_.max_inline;
+    auto pq = drv::qp::create(ctx(), md_.pd(), drv::qp_type::rc, *send_cq_,
+                              *recv_cq_, probe);
+    if (!pq.ok()) {
+        MLX4X_ERROR("UCX_MLX4X_MAX_INLINE %u is too large", cfg_.max_inline);
+        return pq.error();
+    }
+    max_inline_ = (*pq)->max_inline();
+    return init_events();
+}
+
+/// The shared receive queue every connection receives from (with a tag
+/// list of TM_LIST_SIZE when `tm`), and its buffers, all posted. A buffer
+/// for every SRQ entry, the spare's too: each entry keeps its buffer, so a
+/// used one goes back with no WQE to write (repost_rx). The SRQ's size is
+/// a power of two, so the buffers are as many.
+status interface::init_receive_queue(bool tm)
+{
     uint32_t rx_bufs = std::max(2u, std::bit_ceil(cfg_.rx_queue_len));
     auto sr = drv::srq::create(ctx(), md_.pd(), rx_bufs - 1, 1, tm ? cfg_.tm_list_size : 0);
     if (!sr.ok()) {
@@ -141,29 +178,7 @@ status interface::init(const uct_iface_params_t &params)
         }
     }
     drv::sge spare = rx_sge(rx_bufs - 1);
-    if (status s = srq_->bind_spare(rx_bufs - 1, {&spare, 1}); s != status::ok) {
-        return s;
-    }
-    if (tm) {
-        if (status s = init_tm(params); s != status::ok) {
-            return s;
-        }
-    }
-
-    if (status s = listen(); s != status::ok) {
-        return s;
-    }
-    // Probe the inline limit the WQE layout gives for RC sends.
-    drv::qp_caps probe;
-    probe.max_inline = cfg_.max_inline;
-    auto pq = drv::qp::create(ctx(), md_.pd(), drv::qp_type::rc, *send_cq_,
-                              *recv_cq_, probe);
-    if (!pq.ok()) {
-        MLX4X_ERROR("UCX_MLX4X_MAX_INLINE %u is too large", cfg_.max_inline);
-        return pq.error();
-    }
-    max_inline_ = (*pq)->max_inline();
-    return init_events();
+    return srq_->bind_spare(rx_bufs - 1, {&spare, 1});
 }
 
 // ---- interrupt mode ---------------------------------------------------------

@@ -234,6 +234,13 @@ struct slot_area {
     uint8_t *slot(size_t i) { return mem.get() + i * slot_size; }
 };
 
+/// Atomic operations UCT may post (no result) and fetch: what iface_query
+/// reports and the endpoint accepts.
+constexpr uint64_t atomic_post_ops = UCS_BIT(UCT_ATOMIC_OP_ADD) | UCS_BIT(UCT_ATOMIC_OP_AND) |
+                                     UCS_BIT(UCT_ATOMIC_OP_OR) | UCS_BIT(UCT_ATOMIC_OP_XOR);
+constexpr uint64_t atomic_fetch_ops = atomic_post_ops | UCS_BIT(UCT_ATOMIC_OP_SWAP) |
+                                      UCS_BIT(UCT_ATOMIC_OP_CSWAP);
+
 /// Every access right: the rights of the transport's own buffers and QPs.
 constexpr uint32_t all_access = drv::access_local_write | drv::access_remote_write |
                                 drv::access_remote_read | drv::access_remote_atomic;
@@ -382,6 +389,8 @@ public:
     ucs_status_t tag_recv_cancel(uct_tag_context_t *ctx, bool force);
 
 private:
+    status check_config() const;
+    status init_receive_queue(bool tm);
     unsigned upkeep();      ///< progress() beyond received messages
     unsigned poll_send();   ///< completions handled
     unsigned poll_recv();

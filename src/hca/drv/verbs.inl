@@ -242,14 +242,14 @@ inline status qp::post_send(const send_wr &wr)
     return post_general(wr);
 }
 
-/// Any WR post_small_inline() did not take.
-inline status qp::post_general(const send_wr &wr)
+/// Whether `wr` may be posted now, before a byte of its WQE is written.
+inline status qp::check_send_wr(const send_wr &wr) const
 {
     // C37/E1: posting to a QP that cannot send is an immediate error. In
-    // SQD the WQE waits for SQD2RTS (E3); in ERROR it is flushed (E4).
+    // SQD the WQE waits for SQD2RTS (E3); in SQE / ERROR it is flushed (E4).
     if (state_ != prm::qp_state::rts && state_ != prm::qp_state::sqd &&
         state_ != prm::qp_state::sqer && state_ != prm::qp_state::err) {
-        return status::invalid_param;   // in SQE / ERROR: flushed (E4)
+        return status::invalid_param;
     }
     if (type_ == qp_type::tm_cmd || caps_.device_owned_sq) [[unlikely]] {
         return status::invalid_param;   // not a send queue the driver feeds
@@ -257,92 +257,29 @@ inline status qp::post_general(const send_wr &wr)
     if (sq_outstanding() >= sq_size_) {
         return status::no_resource;   // C62: never overwrite a WQE
     }
-    bool datagram = type_ == qp_type::ud || type_ == qp_type::smi || type_ == qp_type::gsi;
-    if (datagram && wr.opcode != wr_opcode::send &&
-        wr.opcode != wr_opcode::send_imm) {
+    if (datagram() && wr.opcode != wr_opcode::send && wr.opcode != wr_opcode::send_imm) {
         return status::invalid_param;   // E6: UD carries SENDs only
     }
-    bool inl = (wr.flags & send_inline) != 0;
-    if (!inl && wr.sg.size() > caps_.max_send_sge) {
+    if (!(wr.flags & send_inline) && wr.sg.size() > caps_.max_send_sge) {
         return status::invalid_param;
     }
-    uint32_t idx    = sq_head_;
-    uint32_t opmod  = 0;
-    uint8_t *wqe    = sq_slot(idx);
-    size_t   stride = size_t{1} << sq_log_stride_;
-    size_t   off    = sizeof(prm::wqe_ctrl_seg);
+    return status::ok;
+}
 
-    if (datagram) {
-        if (!wr.ud_ah) {
-            return status::invalid_param;
-        }
-        prm::wqe_datagram_seg d{};
-        const ah::attr &av = wr.ud_ah->query();
-        d.port_pd.set(uint32_t(av.port) << 24 | wr.ud_ah->pd());
-        d.dlid.set(av.dlid);
-        d.sl_tclass_flowlabel.set(uint32_t(av.sl) << 28);
-        d.dqpn.set(wr.ud_dqpn);
-        d.qkey.set(wr.ud_qkey);
-        std::memcpy(wqe + off, &d, sizeof(d));
-        off += sizeof(d);
-    } else if (wr.opcode == wr_opcode::bind_mw || wr.opcode == wr_opcode::local_inv) {
-        // C59: bound and invalidated from the send queue, on RC only.
-        bool bind = wr.opcode == wr_opcode::bind_mw;
-        if (!wr.sg.empty() || (bind && (!wr.bind.window || (wr.bind.length && !wr.bind.region)))) {
-            return status::invalid_param;
-        }
-        if (bind) {
-            auto seg = detail::bind_seg(wr.bind, wr.bind.window->next_rkey());
-            std::memcpy(wqe + off, &seg, sizeof(seg));
-        } else {
-            prm::wqe_local_inval_seg seg{};
-            seg.mem_key.set(wr.invalidate_rkey);
-            std::memcpy(wqe + off, &seg, sizeof(seg));
-        }
-        off += sizeof(prm::wqe_bind_seg);
-    } else if (wr.opcode == wr_opcode::nop) {
-        if (!wr.sg.empty() || inl) {
-            return status::invalid_param;   // a control segment only
-        }
-    } else if (wr.opcode != wr_opcode::send && wr.opcode != wr_opcode::send_imm) {
-        prm::wqe_raddr_seg r{};
-        r.raddr.set(wr.remote_addr);
-        r.rkey.set(wr.rkey);
-        std::memcpy(wqe + off, &r, sizeof(r));
-        off += sizeof(r);
-        if (wr.opcode == wr_opcode::masked_atomic_cs ||
-            wr.opcode == wr_opcode::masked_atomic_fa) {
-            // One result buffer of the operand's size (4 or 8 bytes).
-            if (inl || wr.sg.size() != 1 || wr.sg[0].length != wr.atomic_size ||
-                (wr.atomic_size != 4 && wr.atomic_size != 8)) {
-                return status::invalid_param;
-            }
-            prm::wqe_masked_atomic_seg a{};
-            bool cs = wr.opcode == wr_opcode::masked_atomic_cs;
-            a.swap_add.set(cs ? wr.swap : wr.compare_add);
-            a.compare.set(cs ? wr.compare_add : 0);
-            a.swap_add_mask.set(wr.swap_mask);
-            a.compare_mask.set(cs ? wr.compare_mask : 0);
-            std::memcpy(wqe + off, &a, sizeof(a));
-            off += sizeof(a);
-            opmod = wr.atomic_size == 4 ? 2 : 3;
-        } else if (wr.opcode == wr_opcode::atomic_cs || wr.opcode == wr_opcode::atomic_fa) {
-            // C60: atomics on RC only, one 8-byte result buffer.
-            if (inl || wr.sg.size() != 1 || wr.sg[0].length != sizeof(uint64_t)) {
-                return status::invalid_param;
-            }
-            prm::wqe_atomic_seg a{};
-            if (wr.opcode == wr_opcode::atomic_cs) {
-                a.swap_add.set(wr.swap);
-                a.compare.set(wr.compare_add);
-            } else {
-                a.swap_add.set(wr.compare_add);
-            }
-            std::memcpy(wqe + off, &a, sizeof(a));
-            off += sizeof(a);
-        } else if (wr.opcode == wr_opcode::rdma_read && inl) {
-            return status::invalid_param;   // READ data needs a buffer
-        }
+/// Any WR post_small_inline() did not take: control segment, the segments
+/// of its opcode, then its data (inline or gather entries).
+inline status qp::post_general(const send_wr &wr)
+{
+    if (status st = check_send_wr(wr); st != status::ok) {
+        return st;
+    }
+    bool     inl   = (wr.flags & send_inline) != 0;
+    uint32_t idx   = sq_head_;
+    uint32_t opmod = 0;
+    uint8_t *wqe   = sq_slot(idx);
+    size_t   off   = sizeof(prm::wqe_ctrl_seg);
+    if (status st = write_opcode_segs(wr, wqe, off, opmod); st != status::ok) {
+        return st;
     }
     if (inl) {
         size_t total = 0;
@@ -361,13 +298,118 @@ inline status qp::post_general(const send_wr &wr)
             off += sizeof(d);
         }
     }
-    if (off > stride) {
+    if (off > (size_t{1} << sq_log_stride_)) {
         return status::invalid_param;
     }
     if (wr.opcode == wr_opcode::bind_mw) {
         wr.bind.window->rkey_ = wr.bind.window->next_rkey();
     }
     return publish_send(idx, wqe, wr.opcode, wr.flags, wr.imm, wr.wr_id, off, opmod, inl);
+}
+
+/// The segments between the control segment and the data that `wr`'s
+/// opcode needs, written at wqe + off (off moves past them): UD's address
+/// vector, a bind or invalidate, a remote address and an atomic's operands.
+inline status qp::write_opcode_segs(const send_wr &wr, uint8_t *wqe, size_t &off,
+                                    uint32_t &opmod) const
+{
+    bool inl = (wr.flags & send_inline) != 0;
+    if (datagram()) {
+        if (!wr.ud_ah) {
+            return status::invalid_param;
+        }
+        prm::wqe_datagram_seg d{};
+        const ah::attr &av = wr.ud_ah->query();
+        d.port_pd.set(uint32_t(av.port) << 24 | wr.ud_ah->pd());
+        d.dlid.set(av.dlid);
+        d.sl_tclass_flowlabel.set(uint32_t(av.sl) << 28);
+        d.dqpn.set(wr.ud_dqpn);
+        d.qkey.set(wr.ud_qkey);
+        std::memcpy(wqe + off, &d, sizeof(d));
+        off += sizeof(d);
+        return status::ok;
+    }
+    switch (wr.opcode) {
+    case wr_opcode::bind_mw:
+    case wr_opcode::local_inv:
+        return write_window_seg(wr, wqe, off);
+    case wr_opcode::nop:
+        // a control segment only
+        return wr.sg.empty() && !inl ? status::ok : status::invalid_param;
+    case wr_opcode::send:
+    case wr_opcode::send_imm:
+        return status::ok;
+    default:
+        break;
+    }
+    prm::wqe_raddr_seg r{};
+    r.raddr.set(wr.remote_addr);
+    r.rkey.set(wr.rkey);
+    std::memcpy(wqe + off, &r, sizeof(r));
+    off += sizeof(r);
+    if (wr.opcode == wr_opcode::rdma_read && inl) {
+        return status::invalid_param;   // READ data needs a buffer
+    }
+    return write_atomic_seg(wr, wqe, off, opmod);
+}
+
+/// C59: windows are bound and invalidated from the send queue, on RC only.
+inline status qp::write_window_seg(const send_wr &wr, uint8_t *wqe, size_t &off) const
+{
+    bool bind = wr.opcode == wr_opcode::bind_mw;
+    if (!wr.sg.empty() ||
+        (bind && (!wr.bind.window || (wr.bind.length && !wr.bind.region)))) {
+        return status::invalid_param;
+    }
+    if (bind) {
+        auto seg = detail::bind_seg(wr.bind, wr.bind.window->next_rkey());
+        std::memcpy(wqe + off, &seg, sizeof(seg));
+    } else {
+        prm::wqe_local_inval_seg seg{};
+        seg.mem_key.set(wr.invalidate_rkey);
+        std::memcpy(wqe + off, &seg, sizeof(seg));
+    }
+    off += sizeof(prm::wqe_bind_seg);
+    return status::ok;
+}
+
+/// An atomic's operands, after its remote address; nothing for a WRITE or
+/// READ. Each atomic has one result buffer of its operand's size (C60: 8
+/// bytes; masked ones 4 or 8, opmod 2 or 3).
+inline status qp::write_atomic_seg(const send_wr &wr, uint8_t *wqe, size_t &off,
+                                   uint32_t &opmod) const
+{
+    bool inl = (wr.flags & send_inline) != 0;
+    if (wr.opcode == wr_opcode::masked_atomic_cs ||
+        wr.opcode == wr_opcode::masked_atomic_fa) {
+        if (inl || wr.sg.size() != 1 || wr.sg[0].length != wr.atomic_size ||
+            (wr.atomic_size != 4 && wr.atomic_size != 8)) {
+            return status::invalid_param;
+        }
+        prm::wqe_masked_atomic_seg a{};
+        bool cs = wr.opcode == wr_opcode::masked_atomic_cs;
+        a.swap_add.set(cs ? wr.swap : wr.compare_add);
+        a.compare.set(cs ? wr.compare_add : 0);
+        a.swap_add_mask.set(wr.swap_mask);
+        a.compare_mask.set(cs ? wr.compare_mask : 0);
+        std::memcpy(wqe + off, &a, sizeof(a));
+        off += sizeof(a);
+        opmod = wr.atomic_size == 4 ? 2 : 3;
+    } else if (wr.opcode == wr_opcode::atomic_cs || wr.opcode == wr_opcode::atomic_fa) {
+        if (inl || wr.sg.size() != 1 || wr.sg[0].length != sizeof(uint64_t)) {
+            return status::invalid_param;
+        }
+        prm::wqe_atomic_seg a{};
+        if (wr.opcode == wr_opcode::atomic_cs) {
+            a.swap_add.set(wr.swap);
+            a.compare.set(wr.compare_add);
+        } else {
+            a.swap_add.set(wr.compare_add);
+        }
+        std::memcpy(wqe + off, &a, sizeof(a));
+        off += sizeof(a);
+    }
+    return status::ok;
 }
 
 /// The control segment of the WQE at `idx` whose other segments take

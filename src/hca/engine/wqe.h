@@ -132,6 +132,63 @@ template <typename F> bool for_each_data_seg(const send_wqe &w, F &&f)
     return for_each_data_seg(w.segs, w.segs_len, std::forward<F>(f));
 }
 
+/// The remote address segment of an RDMA or atomic WQE at p + off, and an
+/// atomic's operands after it (masked: opmod 0/3 = 8 bytes, 2 = 4 bytes);
+/// false if they do not fit the WQE's `size` or opmod is not one of those.
+inline bool decode_raddr_segs(const uint8_t *p, size_t size, uint32_t opmod, size_t &off,
+                              send_wqe &w)
+{
+    if (off + sizeof(prm::wqe_raddr_seg) > size) return false;
+    prm::wqe_raddr_seg r;
+    std::memcpy(&r, p + off, sizeof(r));
+    w.raddr = r.raddr.get();
+    w.rkey  = r.rkey.get();
+    off += sizeof(r);
+    if (is_masked_atomic(w.opcode)) {
+        if (off + sizeof(prm::wqe_masked_atomic_seg) > size) return false;
+        if (opmod != 0 && opmod != 2 && opmod != 3) return false;
+        prm::wqe_masked_atomic_seg a;
+        std::memcpy(&a, p + off, sizeof(a));
+        w.swap_add      = a.swap_add.get();
+        w.compare       = a.compare.get();
+        w.swap_add_mask = a.swap_add_mask.get();
+        w.compare_mask  = a.compare_mask.get();
+        w.log_size      = opmod ? uint8_t(opmod) : 3;
+        off += sizeof(a);
+    } else if (is_atomic(w.opcode)) {
+        if (off + sizeof(prm::wqe_atomic_seg) > size) return false;
+        prm::wqe_atomic_seg a;
+        std::memcpy(&a, p + off, sizeof(a));
+        w.swap_add = a.swap_add.get();
+        w.compare  = a.compare.get();
+        off += sizeof(a);
+    }
+    return true;
+}
+
+/// Whether the WQE's data is inline or gathered (told by the first
+/// segment's top bit), and its length.
+inline void measure_data(send_wqe &w)
+{
+    uint32_t first = 0;
+    if (w.segs_len >= 4) {
+        std::memcpy(&first, w.segs, 4);
+        first = byteswap_if_little(first);
+    }
+    w.is_inline = w.segs_len >= 4 && (first & prm::inline_seg_flag);
+    w.total_len = 0;
+    if (w.is_inline) {
+        for_each_inline_chunk(w, [&](const uint8_t *, uint32_t n) {
+            w.total_len += n;
+        });
+    } else {
+        for_each_data_seg(w, [&](uint64_t, uint32_t n, uint32_t) {
+            w.total_len += n;
+            return true;
+        });
+    }
+}
+
 /// Decodes the WQE; false if it is malformed (size or segments).
 inline bool decode_send_wqe(const dev::qp &q, uint32_t index, send_wqe &w)
 {
@@ -167,55 +224,14 @@ inline bool decode_send_wqe(const dev::qp &q, uint32_t index, send_wqe &w)
         w.total_len = 0;
         return true;
     } else if (has_raddr(w.opcode)) {
-        if (off + sizeof(prm::wqe_raddr_seg) > size) return false;
-        prm::wqe_raddr_seg r;
-        std::memcpy(&r, p + off, sizeof(r));
-        w.raddr = r.raddr.get();
-        w.rkey  = r.rkey.get();
-        off += sizeof(r);
-        if (is_masked_atomic(w.opcode)) {
-            if (off + sizeof(prm::wqe_masked_atomic_seg) > size) return false;
-            if (opmod != 0 && opmod != 2 && opmod != 3) return false;
-            prm::wqe_masked_atomic_seg a;
-            std::memcpy(&a, p + off, sizeof(a));
-            w.swap_add      = a.swap_add.get();
-            w.compare       = a.compare.get();
-            w.swap_add_mask = a.swap_add_mask.get();
-            w.compare_mask  = a.compare_mask.get();
-            w.log_size      = opmod ? uint8_t(opmod) : 3;
-            off += sizeof(a);
-        } else if (is_atomic(w.opcode)) {
-            if (off + sizeof(prm::wqe_atomic_seg) > size) return false;
-            prm::wqe_atomic_seg a;
-            std::memcpy(&a, p + off, sizeof(a));
-            w.swap_add = a.swap_add.get();
-            w.compare  = a.compare.get();
-            off += sizeof(a);
-        }
+        if (!decode_raddr_segs(p, size, opmod, off, w)) return false;
     } else if (w.opcode != prm::send_opcode::send &&
                w.opcode != prm::send_opcode::send_imm) {
         return false;   // unknown or unsupported opcode
     }
     w.segs     = p + off;
     w.segs_len = size - off;
-    // Inline vs gather is told by the first segment's top bit.
-    uint32_t first = 0;
-    if (w.segs_len >= 4) {
-        std::memcpy(&first, w.segs, 4);
-        first = byteswap_if_little(first);
-    }
-    w.is_inline = w.segs_len >= 4 && (first & prm::inline_seg_flag);
-    w.total_len = 0;
-    if (w.is_inline) {
-        for_each_inline_chunk(w, [&](const uint8_t *, uint32_t n) {
-            w.total_len += n;
-        });
-    } else {
-        for_each_data_seg(w, [&](uint64_t, uint32_t n, uint32_t) {
-            w.total_len += n;
-            return true;
-        });
-    }
+    measure_data(w);
     return true;
 }
 

@@ -215,6 +215,38 @@ result<std::unique_ptr<shm_fabric>> shm_fabric::open(const std::string &name,
 /// Maps /dev/shm/<name>, creating and initialising it when `how` allows and
 /// it is missing, or was left unusable by a creator that died or by another
 /// mlx4x version with nobody attached.
+namespace {
+
+/// A segment someone else created: waits (at most 2 s) until its creator
+/// has sized and initialised it. Returns its magic (0: never initialised)
+/// and, in `size`, its size from the descriptor: the name may point
+/// elsewhere by now.
+uint64_t wait_for_creator(int fd, region_header *h, size_t &size)
+{
+    auto size_of = [fd] {
+        struct stat now {};
+        return fstat(fd, &now) == 0 ? size_t(now.st_size) : size_t(0);
+    };
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+    uint64_t magic = 0;
+    while (true) {
+        if (size_of() >= sizeof(region_header)) {
+            magic = std::atomic_ref<uint64_t>(h->magic).load(std::memory_order_acquire);
+            if (magic != 0) {
+                break;
+            }
+        }
+        if (std::chrono::steady_clock::now() > deadline) {
+            break;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    size = size_of();
+    return magic;
+}
+
+} // namespace
+
 result<shm_fabric::mapping> shm_fabric::map_segment(const std::string &name, open_how how)
 {
     const std::string path = path_of(name);
@@ -247,30 +279,8 @@ result<shm_fabric::mapping> shm_fabric::map_segment(const std::string &name, ope
             init_region(h);
             return m;
         }
-        // Someone else created it: wait (bounded) for initialisation. The
-        // size comes from the descriptor: the name may point elsewhere by
-        // now.
-        auto size_of = [fd] {
-            struct stat now {};
-            return fstat(fd, &now) == 0 ? size_t(now.st_size) : size_t(0);
-        };
-        auto deadline = std::chrono::steady_clock::now() +
-                        std::chrono::seconds(2);
-        uint64_t magic = 0;
-        while (true) {
-            if (size_of() >= sizeof(region_header)) {
-                magic = std::atomic_ref<uint64_t>(h->magic).load(
-                    std::memory_order_acquire);
-                if (magic != 0) {
-                    break;
-                }
-            }
-            if (std::chrono::steady_clock::now() > deadline) {
-                break;
-            }
-            std::this_thread::sleep_for(std::chrono::milliseconds(5));
-        }
-        size_t size = size_of();
+        size_t   size  = 0;
+        uint64_t magic = wait_for_creator(fd, h, size);
         close(fd);
         if (magic == region_magic && size == total_size && layout_matches(h)) {
             return m;

@@ -424,6 +424,87 @@ sma::requested_link_state(const port_info &pi, phys_state down_default) const
     return std::pair{state, phys};
 }
 
+/// The values of a Set(PortInfo) that differ from the attribute's bytes:
+/// each field's "no change" and "all supported" codes resolved.
+struct sma::port_info_values {
+    uint8_t       width, speed, mtu, op_vls;
+    phys_state    down_default;
+    logical_state state;
+    phys_state    phys;
+};
+
+/// Set(PortInfo)'s fields checked against the port (14.2.5.6); nullopt:
+/// one is invalid.
+std::optional<sma::port_info_values> sma::check_port_info(const port_info &pi) const
+{
+    // LIDs must be unicast; 0 is accepted only while nothing is assigned
+    // (a Set that leaves an unconfigured port's LID alone).
+    if ((pi.lid.get() != st_.lid && !ib::is_unicast_lid(pi.lid.get())) ||
+        (pi.sm_lid.get() != st_.sm_lid && !ib::is_unicast_lid(pi.sm_lid.get())))
+        return std::nullopt;
+    const auto width = enabled_value(pi.link_width_enabled, link_width::nop,
+                                     link_width::set_to_supported,
+                                     st_.link_width_enabled,
+                                     st_.link_width_supported);
+    const auto speed = enabled_value(
+        pi_link_speed_enabled::get(pi.speed_active_enabled), link_speed::nop,
+        link_speed::set_to_supported, st_.link_speed_enabled,
+        st_.link_speed_supported);
+    if (!width || !speed)
+        return std::nullopt;
+
+    // NeighborMTU is the active MTU: 256 .. MTUCap.
+    const uint8_t mtu = pi_neighbor_mtu::get(pi.neighbor_mtu_sm_sl);
+    if (mtu < u8(ib_mtu::mtu_256) || mtu > u8(st_.mtu_cap))
+        return std::nullopt;
+
+    // OperationalVLs: 0 = no change, otherwise at most VLCap.
+    uint8_t op_vls = pi_operational_vls::get(pi.op_vls_enforcement);
+    if (op_vls == 0)
+        op_vls = st_.operational_vls;
+    else if (op_vls > st_.vl_cap)
+        return std::nullopt;
+
+    // LinkDownDefaultState: 0 = no change, 1 = Sleep, 2 = Polling.
+    phys_state down_default = st_.link_down_default;
+    switch (pi_link_down_default::get(pi.phys_state_down_default)) {
+    case 0: break;
+    case 1: down_default = phys_state::sleep; break;
+    case 2: down_default = phys_state::polling; break;
+    default: return std::nullopt;
+    }
+    auto link = requested_link_state(pi, down_default);
+    if (!link)
+        return std::nullopt;
+    return port_info_values{*width, *speed, mtu, op_vls, down_default,
+                            link->first, link->second};
+}
+
+/// What a checked Set(PortInfo) changes (port_change bits).
+uint32_t sma::port_info_changes(const port_info &pi, const port_info_values &v) const
+{
+    uint32_t changes = 0;
+    if (pi.lid.get() != st_.lid || pi_lmc::get(pi.protect_lmc) != st_.lmc)
+        changes |= port_change::lid;
+    if (pi.sm_lid.get() != st_.sm_lid ||
+        pi_master_sm_sl::get(pi.neighbor_mtu_sm_sl) != st_.sm_sl)
+        changes |= port_change::sm_lid;
+    if (pi.gid_prefix.get() != st_.gid_prefix)
+        changes |= port_change::gid_prefix;
+    if (pi.m_key.get() != st_.m_key ||
+        pi_m_key_protect_bits::get(pi.protect_lmc) != st_.m_key_protect_bits ||
+        pi.m_key_lease_period.get() != st_.m_key_lease_period)
+        changes |= port_change::m_key;
+    if (v.mtu != u8(st_.neighbor_mtu))
+        changes |= port_change::mtu;
+    if (v.state != st_.state || v.phys != st_.phys)
+        changes |= port_change::state;
+    if (pi_client_reregister::get(pi.client_rereg_subnet_timeout) &&
+        (st_.capability_mask & port_cap::is_client_reregistration_supported))
+        changes |= port_change::client_reregister;
+    return changes;
+}
+
 /// Set(PortInfo), 14.2.5.6. Every field is checked before anything
 /// changes: an invalid value leaves the port as it was and answers with
 /// invalid_value and the current attribute.
@@ -434,97 +515,33 @@ invalid_field sma::set_port_info(const smp &s, bool local, uint32_t &changes,
     if (mod != 0 && mod != st_.port_num)
         return invalid_field::invalid_value;
     const auto pi = load<port_info>(s.data);
-
-    // LIDs must be unicast; 0 is accepted only while nothing is assigned
-    // (a Set that leaves an unconfigured port's LID alone).
-    const uint16_t lid = pi.lid.get();
-    const uint16_t sm_lid = pi.sm_lid.get();
-    if (lid != st_.lid && !ib::is_unicast_lid(lid))
+    const auto v = check_port_info(pi);
+    if (!v)
         return invalid_field::invalid_value;
-    if (sm_lid != st_.sm_lid && !ib::is_unicast_lid(sm_lid))
-        return invalid_field::invalid_value;
-
-    const auto width = enabled_value(pi.link_width_enabled, link_width::nop,
-                                     link_width::set_to_supported,
-                                     st_.link_width_enabled,
-                                     st_.link_width_supported);
-    const auto speed = enabled_value(
-        pi_link_speed_enabled::get(pi.speed_active_enabled), link_speed::nop,
-        link_speed::set_to_supported, st_.link_speed_enabled,
-        st_.link_speed_supported);
-    if (!width || !speed)
-        return invalid_field::invalid_value;
-
-    // NeighborMTU is the active MTU: 256 .. MTUCap.
-    const uint8_t mtu = pi_neighbor_mtu::get(pi.neighbor_mtu_sm_sl);
-    if (mtu < u8(ib_mtu::mtu_256) || mtu > u8(st_.mtu_cap))
-        return invalid_field::invalid_value;
-
-    // OperationalVLs: 0 = no change, otherwise at most VLCap.
-    uint8_t op_vls = pi_operational_vls::get(pi.op_vls_enforcement);
-    if (op_vls == 0)
-        op_vls = st_.operational_vls;
-    else if (op_vls > st_.vl_cap)
-        return invalid_field::invalid_value;
-
-    // LinkDownDefaultState: 0 = no change, 1 = Sleep, 2 = Polling.
-    phys_state down_default = st_.link_down_default;
-    switch (pi_link_down_default::get(pi.phys_state_down_default)) {
-    case 0: break;
-    case 1: down_default = phys_state::sleep; break;
-    case 2: down_default = phys_state::polling; break;
-    default: return invalid_field::invalid_value;
-    }
-
-    auto link = requested_link_state(pi, down_default);
-    if (!link)
-        return invalid_field::invalid_value;
-    auto [state, phys] = *link;
-
-    // All checked: apply.
-    const uint8_t lmc = pi_lmc::get(pi.protect_lmc);
-    const uint8_t sm_sl = pi_master_sm_sl::get(pi.neighbor_mtu_sm_sl);
-    const uint8_t protect = pi_m_key_protect_bits::get(pi.protect_lmc);
-    if (lid != st_.lid || lmc != st_.lmc)
-        changes |= port_change::lid;
-    if (sm_lid != st_.sm_lid || sm_sl != st_.sm_sl)
-        changes |= port_change::sm_lid;
-    if (pi.gid_prefix.get() != st_.gid_prefix)
-        changes |= port_change::gid_prefix;
-    if (pi.m_key.get() != st_.m_key || protect != st_.m_key_protect_bits ||
-        pi.m_key_lease_period.get() != st_.m_key_lease_period)
-        changes |= port_change::m_key;
-    if (mtu != u8(st_.neighbor_mtu))
-        changes |= port_change::mtu;
-    if (state != st_.state || phys != st_.phys)
-        changes |= port_change::state;
-    if (pi_client_reregister::get(pi.client_rereg_subnet_timeout) &&
-        (st_.capability_mask & port_cap::is_client_reregistration_supported))
-        changes |= port_change::client_reregister;
-
+    changes |= port_info_changes(pi, *v);
     // A port disabled by an SMP from the link cannot carry the answer.
-    suppress = !local && phys == phys_state::disabled &&
+    suppress = !local && v->phys == phys_state::disabled &&
                st_.phys != phys_state::disabled;
 
     st_.m_key              = pi.m_key.get();
     st_.gid_prefix         = pi.gid_prefix.get();
-    st_.lid                = lid;
-    st_.sm_lid             = sm_lid;
+    st_.lid                = pi.lid.get();
+    st_.sm_lid             = pi.sm_lid.get();
     st_.m_key_lease_period = pi.m_key_lease_period.get();
-    st_.link_width_enabled = *width;
-    st_.link_speed_enabled = *speed;
-    st_.m_key_protect_bits = protect;
-    st_.lmc                = lmc;
-    st_.neighbor_mtu       = static_cast<ib_mtu>(mtu);
-    st_.sm_sl              = sm_sl;
-    st_.operational_vls    = op_vls;
-    st_.link_down_default  = down_default;
+    st_.link_width_enabled = v->width;
+    st_.link_speed_enabled = v->speed;
+    st_.m_key_protect_bits = pi_m_key_protect_bits::get(pi.protect_lmc);
+    st_.lmc                = pi_lmc::get(pi.protect_lmc);
+    st_.neighbor_mtu       = static_cast<ib_mtu>(v->mtu);
+    st_.sm_sl              = pi_master_sm_sl::get(pi.neighbor_mtu_sm_sl);
+    st_.operational_vls    = v->op_vls;
+    st_.link_down_default  = v->down_default;
     st_.subnet_timeout     = pi_subnet_timeout::get(pi.client_rereg_subnet_timeout);
     st_.m_key_violations   = pi.m_key_violations.get();
     st_.pkey_violations    = pi.pkey_violations.get();
     st_.qkey_violations    = pi.qkey_violations.get();
-    st_.state              = state;
-    st_.phys               = phys;
+    st_.state              = v->state;
+    st_.phys               = v->phys;
     return invalid_field::none;
 }
 

@@ -178,6 +178,9 @@ private:
                            bool &suppress);
     std::optional<std::pair<logical_state, phys_state>>
     requested_link_state(const port_info &pi, phys_state down_default) const;
+    struct port_info_values;
+    std::optional<port_info_values> check_port_info(const port_info &pi) const;
+    uint32_t port_info_changes(const port_info &pi, const port_info_values &v) const;
     invalid_field set_port_info(const smp &s, bool local, uint32_t &changes,
                                 bool &suppress);
     invalid_field set_pkey_table(smp &s, uint32_t &changes);
