@@ -41,8 +41,10 @@ expect_break "an upward include (fabric -> UCT)" hca/fabric/fabric.h \
     '#include "uct_mlx4x/mlx4x_iface.h"' "hca/fabric may not include uct_mlx4x"
 expect_break "the driver including the device" hca/drv/qp.cc \
     '#include "hca/dev/device.h"' "hca/drv may not include hca/dev"
-expect_break "a sideways include (tm -> mad)" tm/tag_list.h \
+expect_break "a sideways include (tm -> mad)" tm/shadow_list.h \
     '#include "mad/sm.h"' "tm may not include mad"
+expect_break "the device including the driver's tag matching" hca/dev/objects.h \
+    '#include "tm/shadow_list.h"' "hca/dev may not include tm"
 # An exception whose include is gone: the list must shrink with the code.
 fresh_copy
 echo 'exception hca/drv/qp.cc hca/dev/device.h' >>"$tree/src/LAYERS"

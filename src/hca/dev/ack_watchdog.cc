@@ -325,10 +325,10 @@ void device::sweep_owed_acks()
     bool all = true;
     for (uint32_t qpn : ack_list_) {
         qp *q = find_qp(qpn);
-        if (!q || !q->ack_pending) {
+        if (!q || !q->resp.ack_pending) {
             continue;
         }
-        if (q->held_nak.set || q->responses_pending()) {
+        if (q->resp.held_nak.set || q->responses_pending()) {
             all = false;
             continue;
         }
@@ -341,7 +341,7 @@ void device::sweep_owed_acks()
             all = false;   // ring full: the driver's next call retries
             continue;
         }
-        q->ack_pending = false;   // sent, or lost on the wire (unreachable)
+        q->resp.ack_pending = false;   // sent, or lost on the wire (unreachable)
         acks_swept_ += s == status::ok;
     }
     if (all) {

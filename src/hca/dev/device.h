@@ -242,7 +242,15 @@ private:
     prm::cmd_status cmd_qp_transition(prm::cmd_opcode op, uint32_t qpn,
                                       uint64_t inbox);
     prm::cmd_status cmd_query_qp(uint32_t qpn, uint64_t outbox);
+    struct qp_resources {
+        cq      *scq = nullptr, *rcq = nullptr;
+        srq     *shared_rq = nullptr;   ///< the SRQ it receives from, if any
+        uint8_t *buf = nullptr;
+    };
+    prm::cmd_status resolve_qp_context(uint32_t qpn, const prm::qp_context &ctx,
+                                       qp_resources &r);
     prm::cmd_status qp_from_reset(qp &q, uint32_t qpn, const prm::qp_context &ctx);
+    void make_device_sq(qp &q, uint32_t sq_log);
     prm::cmd_status qp_to_rtr(qp &q, const prm::qp_context &ctx);
     void            qp_to_rts(qp &q, const prm::qp_context &ctx);
     void            apply_optional(qp &q, const prm::qp_context &ctx,
@@ -347,7 +355,14 @@ private:
     unsigned run_requesters(bool &all_idle);   ///< all_idle: no QP had anything to send
     unsigned run_requester(qp &q);   ///< one QP's burst
     bool     send_one_packet(qp &q);
+    bool     requester_may_send(qp &q);
+    bool     fail_send_wqe(qp &q, prm::cqe_syndrome s);
+    bool     run_local_wqe(qp &q, const engine::send_wqe &w);
+    bool     send_request_packet(qp &q, const engine::send_wqe &w);
+    void     request_packet_sent(qp &q, const engine::send_wqe &w, uint32_t psn,
+                                 bool first, bool last, uint32_t next);
     enum class single_tx { sent, busy, not_single };
+    single_tx try_single_request(qp &q, const engine::send_wqe &w);
     single_tx send_inline_message(qp &q, const uint8_t *wqe, size_t room);
     single_tx send_blueflame(qp &q, std::span<const uint8_t> wqe);
     void      wake_engine_for_doorbell();
@@ -361,6 +376,8 @@ private:
                                      bool ackreq, bool solicited);
     single_tx send_single_request(qp &q, const engine::send_wqe &w, bool fresh,
                                   bool direct);
+    void      single_request_sent(qp &q, const engine::send_wqe &w, uint32_t psn,
+                                  uint32_t npackets, uint8_t op, bool direct, bool fresh);
     bool     use_direct(const qp &q, const engine::send_wqe &w);
     bool     chooser_decides(const qp &q, const engine::send_wqe &w);
     void     start_timing(qp &q, const engine::send_wqe &w, bool direct);
@@ -389,7 +406,7 @@ private:
     /// "Measured reasons in the code").
     bool     shares_direct_reads(const qp &q)
     {
-        return !thread_.joinable() && !q.read_share_failed &&
+        return !thread_.joinable() && !q.req.read_share_failed &&
                slice_now() >= serving_until_ns_;
     }
     /// How long after a copy for a peer this device counts as serving.
@@ -513,7 +530,7 @@ private:
     static constexpr uint8_t ack_syndrome =
         ib::make_syndrome(ib::ack_class::ack, ib::ack_credits_invalid);
     /// The PSN a positive ACK of `q` carries: the last one received in order.
-    static uint32_t ack_psn(const qp &q) { return ib::psn_add(q.epsn, ib::psn_mask); }
+    static uint32_t ack_psn(const qp &q) { return ib::psn_add(q.resp.epsn, ib::psn_mask); }
 
     // ACKs owed across a return to the application, and the device served
     // while its driver is away (ack_watchdog.cc)
@@ -584,8 +601,8 @@ private:
     /// received message calls it, from several files.
     void schedule_ack(qp &q)
     {
-        if (!q.ack_pending) {
-            q.ack_pending = true;
+        if (!q.resp.ack_pending) {
+            q.resp.ack_pending = true;
             ack_list_.push_back(q.qpn);
         }
     }
@@ -611,7 +628,7 @@ private:
                              std::span<const uint8_t> segs, const tm_rndv &what);
     uint32_t tm_dev_sq_room(const qp &q) const
     {
-        return uint32_t(q.dev_sq.size()) - (q.dev_sq_head - q.sq_tail);
+        return uint32_t(q.dev_sq.size()) - (q.dev_sq_head - q.comp.sq_tail);
     }
 
     // memory windows (mw.cc)
@@ -623,8 +640,16 @@ private:
     void     release_windows_of(uint32_t qpn);
 
     // completer (comp.cc)
+    enum class placement { placed, failed, dropped };
+    placement place_read_response(qp &q, const engine::pkt &p, const engine::send_wqe &w,
+                                  uint32_t index, uint32_t first_psn);
+    placement place_atomic_response(qp &q, const engine::pkt &p, const engine::send_wqe &w);
+
     void complete(qp &q, const engine::pkt &p);
     void complete_response(qp &q, const engine::pkt &p);
+    void direct_refused(qp &q, uint32_t psn);
+    bool rnr_naked(qp &q, uint8_t syn, uint32_t psn);
+    bool naked(qp &q, ib::nak_code code, uint32_t psn);
 
     bool advance_acked(qp &q, uint32_t to);
     void retire_acked(qp &q);
@@ -781,178 +806,8 @@ private:
     std::atomic<presence> presence_{presence::out};
 };
 
-// ---- inline: on the path of every small message (req.cc, resp.cc) ----
-
-/// LRH and BTH at the start of frame `f` (`f.len` bytes, its payload after
-/// the extended headers `payload_len`): `l` and `b` with the per-packet
-/// fields filled in. Returns where the extended headers go.
-inline uint8_t *device::write_headers(const fabric::frame_slot &f, const ib::lrh &l,
-                                      const ib::bth &b, uint8_t opcode, size_t payload_len,
-                                      uint32_t psn, bool ackreq, bool solicited)
-{
-    // The headers go into the frame as given, then the per-packet fields
-    // over them there (store_field: patching a stack copy and copying it
-    // whole stalled a third of a small send).
-    std::memcpy(f.data, &l, sizeof(l));
-    std::memcpy(f.data + sizeof(l), &b, sizeof(b));
-    uint8_t *lrh = f.data, *bth = f.data + sizeof(l);
-    // ICRC: not carried on the in-host fabrics (the frame length is
-    // exact), but counted in PktLen as on the wire.
-    store_field(lrh, offsetof(ib::lrh, pkt_len),
-                be16::of(static_cast<uint16_t>(((f.len + ib::icrc_size + 3) / 4) & 0x7ff)));
-    store_field(bth, offsetof(ib::bth, opcode), opcode);
-    store_field(bth, offsetof(ib::bth, se_m_pad_tver),
-                static_cast<uint8_t>(((4 - payload_len % 4) % 4) << 4 |
-                                     (solicited ? ib::bth_se_bit : 0)));
-    be32 apsn = b.apsn;
-    ib::bth_psn::set(apsn, psn);
-    ib::bth_ackreq::set(apsn, ackreq);
-    store_field(bth, offsetof(ib::bth, apsn), apsn);
-    return f.data + sizeof(l) + sizeof(b);
-}
-
-/// The same for an RC packet of `q`, from its prebuilt headers.
-inline uint8_t *device::write_rc_headers(const fabric::frame_slot &f, const qp &q,
-                                         uint8_t opcode, size_t payload_len, uint32_t psn,
-                                         bool ackreq, bool solicited)
-{
-    return write_headers(f, q.tx_lrh, q.tx_bth, opcode, payload_len, psn, ackreq, solicited);
-}
-
-/// Counts what the fabric made of a packet with `payload_bytes` of payload
-/// (sent, or pushed back); returns `s`.
-inline status device::count_tx(status s, size_t payload_bytes)
-{
-    if (s == status::ok) {
-        count(counter::tx_packets);
-        count(counter::tx_bytes, payload_bytes);
-    } else if (s == status::no_resource) {
-        count(counter::fabric_busy);
-        pushed_back_ = true;
-    }
-    return s;
-}
-
-/// The first packet outstanding starts the local ACK timer (IBA 9.7.6.1.1)
-/// from the next slice's clock: no clock read on the sending path (a
-/// quarter of a small send's cycles on a slow core), and a timeout of
-/// milliseconds starts a few microseconds late at most.
-inline void device::start_ack_timer(qp &q)
-{
-    if (!q.timer_deadline) {
-        q.timer_deadline = timer_at_next_slice;
-    }
-}
-
-// ---- inline: the receive path of every small message (resp.cc, comp.cc) ----
-
-inline bool device::recv_available(const qp &q, const srq *s)
-{
-    if (!q.has_srq) {
-        return counter_of(q.rq_db) != q.rq_tail;
-    }
-    return s && counter_of(s->db) != s->consumed;
-}
-
-/// Receive WQEs posted and not yet taken.
-inline uint16_t device::recv_posted(const qp &q, const srq *s)
-{
-    if (!q.has_srq) {
-        return uint16_t(counter_of(q.rq_db) - q.rq_tail);
-    }
-    return s ? uint16_t(counter_of(s->db) - s->consumed) : 0;
-}
-
-/// Takes the next receive WQE (the caller checked recv_available()).
-inline uint16_t device::recv_take(qp &q, srq *sp)
-{
-    if (!q.has_srq) {
-        return q.rq_tail++;
-    }
-    srq &s = *sp;
-    uint16_t index = s.head;
-    prm::wqe_srq_next_seg next;
-    std::memcpy(&next, s.wqe(index), sizeof(next));
-    s.head = next.next_wqe_index.get();
-    ++s.consumed;
-    prefetch_next_buffer(s);
-    uint16_t left = uint16_t(counter_of(s.db) - s.consumed);
-    if (s.limit && left < s.limit) {
-        s.limit = 0;   // one event per arm
-        async_event(prm::eqe_type::srq_limit, s.srqn);
-    }
-    return index;
-}
-
-/// Fetches, for writing, the buffer the SRQ's next WQE names: UCX posts
-/// a queue of 8 KiB buffers (8 MiB by default), so the one a message is
-/// written to was last touched a whole queue ago and is out of the L2. Its
-/// first line comes while the current message is handled (docs/benchmarks.md,
-/// "Measured reasons in the code"). The WQE may not be posted yet: a
-/// prefetch of a stale address costs a fetch, never a fault.
-inline void device::prefetch_next_buffer(const srq &s)
-{
-    prm::wqe_data_seg d;
-    std::memcpy(&d, s.wqe(s.head) + sizeof(prm::wqe_srq_next_seg), sizeof(d));
-    prefetch_for_write(dma<uint8_t>(d.addr.get()));
-}
-
-/// scatter() of a whole message (offset 0) that fits the receive WQE's
-/// first entry, as UCX posts them (one buffer each): that entry's checks
-/// (C53) and one small copy. Anything else goes through scatter().
-inline device::scatter_result device::scatter_whole(qp &q, const srq *s, uint32_t wqe_index,
-                                                    std::span<const uint8_t> data)
-{
-    if (data.empty()) {
-        return scatter_result::ok;   // nothing placed, nothing checked
-    }
-    const uint8_t *segs = s ? s->wqe(wqe_index) + sizeof(prm::wqe_srq_next_seg)
-                            : q.rq_wqe(wqe_index);
-    prm::wqe_data_seg d;
-    std::memcpy(&d, segs, sizeof(d));
-    uint32_t n = d.byte_count.get() & 0x7fffffff;
-    if (d.lkey.get() == prm::invalid_lkey || n < data.size()) {
-        return scatter(q, wqe_index, 0, data);
-    }
-    if (!local_access_ok(q, d.lkey.get(), d.addr.get(), n, true)) {
-        return scatter_result::protection;
-    }
-    copy_small(dma<uint8_t>(d.addr.get()), data.data(), data.size());
-    return scatter_result::ok;
-}
-
-inline uint8_t *device::start_cqe(qp &q, bool is_send, cq *&target)
-{
-    cq *cqp = find_cq(is_send ? q.send_cqn : q.recv_cqn);
-    if (!cqp) {
-        return nullptr;
-    }
-    uint32_t ci = load_be32_acquire(&cqp->db->set_ci) & 0xffffff;
-    uint32_t pi = cqp->producer_index;
-    if (((pi - ci) & 0xffffff) >= cqp->size()) [[unlikely]] {
-        cq_overrun(q, *cqp);
-        return nullptr;
-    }
-    target = cqp;
-    return cqp->buf + size_t(pi & (cqp->size() - 1)) * prm::cqe_stride +
-           prm::cqe_offset_in_entry;
-}
-
-inline void device::finish_cqe(cq &c, uint8_t *entry, uint8_t owner_sr_opcode, bool solicited)
-{
-    uint32_t pi   = c.producer_index;
-    uint8_t  last = static_cast<uint8_t>((owner_sr_opcode & ~prm::cqe_owner_mask) |
-                                        ((pi & c.size()) ? prm::cqe_owner_mask : 0));
-    // Release: the CQE body is visible before its owner bit flips.
-    std::atomic_ref<uint8_t>(entry[sizeof(prm::cqe) - 1]).store(last,
-                                                                std::memory_order_release);
-    c.producer_index = (pi + 1) & 0xffffff;
-    // C66: an armed CQ raises one completion event for the next CQE (or the
-    // next solicited one; error completions count as solicited).
-    bool error = (owner_sr_opcode & prm::cqe_opcode_mask) == prm::cqe_opcode_error;
-    if (c.arm == cq_arm::next || (c.arm == cq_arm::solicited && (solicited || error))) {
-        completion_event(c);
-    }
-}
-
 } // namespace mlx4x::dev
+
+// On the path of every small message: defined where the compiler sees them
+// from every engine file.
+#include "hca/dev/device.inl"

@@ -8,7 +8,7 @@
 #include "hca/prm/prm_ctx.h"
 #include "hca/prm/prm_db.h"
 #include "hca/prm/prm_wqe.h"
-#include "tm/tag_list.h"
+#include "hca/dev/tag_list.h"
 
 #include <cstdint>
 #include <memory>
@@ -72,7 +72,7 @@ struct srq {
     /// the receive buffer each APPEND named.
     struct tag_matching {
         explicit tag_matching(uint32_t size) : list(size), bufs(size) {}
-        tm::tag_list                    list;
+        dev::tag_list                    list;
         std::vector<prm::wqe_data_seg>  bufs;
     };
     std::unique_ptr<tag_matching> tm;
@@ -193,103 +193,111 @@ struct qp {
     bool         has_srq = false;      ///< receives come from SRQ `srqn`
     uint32_t     srqn    = 0;
 
-    // Requester.
-    uint32_t     sq_head = 0;        ///< next WQE not yet started
-    uint32_t     cur_wqe = 0;        ///< WQE being sent
-    uint32_t     cur_offset = 0;     ///< bytes of cur_wqe already sent
-    uint32_t     next_psn = 0;
-    bool         sending = false;    ///< cur_wqe is between first and last
-    std::vector<wqe_track> track;    ///< per SQ slot
-    std::vector<timed_transfer> timing;   ///< per SQ slot
-    bool         timed = false;      ///< a transfer of this QP was ever timed
-    /// LRH and BTH of this QP's packets without the per-packet fields
-    /// (PktLen, opcode, SE/pad, AckReq/PSN): built at every transition
-    /// (device::build_headers), copied by the single-packet path (req.cc).
-    ib::lrh      tx_lrh{};
-    ib::bth      tx_bth{};
-    /// What the fast receive paths require of this QP's packets (built
-    /// with tx_lrh; device::fast_path_qp): their LRH and BTH words under
-    /// engine::fast_rx_lrh_mask / fast_rx_bth_mask, and rx_fast: an RC QP
-    /// whose P_Key is a full member's. tx_fast: a connected QP whose WQEs
-    /// may leave by the single-packet path (device::send_inline_message).
-    uint64_t     rx_lrh_key = 0;
-    uint64_t     rx_bth_key = 0;
-    bool         rx_fast = false;
-    bool         tx_fast = false;
+    /// The three roles of a QP's transport (as rxe's qp->req / resp /
+    /// comp): the requester sends the send queue's WQEs as packets
+    /// (req.cc), the completer retires them as ACKs and responses come
+    /// back (comp.cc), the responder executes what arrives (resp.cc).
+    struct requester {
+        uint32_t     sq_head = 0;        ///< next WQE not yet started
+        uint32_t     cur_wqe = 0;        ///< WQE being sent
+        uint32_t     cur_offset = 0;     ///< bytes of cur_wqe already sent
+        uint32_t     next_psn = 0;
+        bool         sending = false;    ///< cur_wqe is between first and last
+        bool         drained_sent = false;   ///< SQ_DRAINED raised in this SQD
+        std::vector<wqe_track> track;    ///< per SQ slot
+        std::vector<timed_transfer> timing;   ///< per SQ slot
+        bool         timed = false;      ///< a transfer of this QP was ever timed
+        /// LRH and BTH of this QP's packets without the per-packet fields
+        /// (PktLen, opcode, SE/pad, AckReq/PSN): built at every transition
+        /// (device::build_headers), copied by the single-packet path.
+        ib::lrh      tx_lrh{};
+        ib::bth      tx_bth{};
+        /// A connected QP whose WQEs may leave by the single-packet path
+        /// (device::send_inline_message).
+        bool         tx_fast = false;
+        uint32_t     rd_atomic_inflight = 0;   ///< READ/atomic WQEs started, not done
+        /// The responder refused a single-copy request: packets from now on.
+        bool         direct_refused = false;
+        /// Single copy (ib::x_direct_post). This QP's window of posts, in
+        /// the driver's memory: a direct request's entry is its SQ index
+        /// modulo direct_slots, and it is free (key 0) once the request
+        /// completes.
+        ib::x_direct_post *direct_posts = nullptr;
+        uint32_t     direct_slots = 0;
+        uint64_t     direct_key   = 0;
+        /// This side could not copy a shared READ's share: READs go unshared.
+        bool         read_share_failed = false;
+    } req;
 
-    uint32_t     rd_atomic_inflight = 0;   ///< READ/atomic WQEs started, not done
-    /// The responder refused a single-copy request: packets from now on.
-    bool         direct_refused = false;
-    /// Single copy (ib::x_direct_post). This QP's window of posts, in the
-    /// driver's memory: a direct request's entry is its SQ index modulo
-    /// direct_slots, and it is free (key 0) once the request completes.
-    ib::x_direct_post *direct_posts = nullptr;
-    uint32_t     direct_slots = 0;
-    uint64_t     direct_key   = 0;
-    /// The peer QP's window and process, as the connection named them
-    /// (INIT2RTR): all a responder serves a direct request from. key 0:
-    /// none known, direct requests are refused.
-    struct peer_window {
-        int32_t  pid   = 0;
-        uint64_t va    = 0;
-        uint64_t key   = 0;
-        uint32_t slots = 0;
-    } peer_direct;
-    /// This side could not copy a shared READ's share: READs go unshared.
-    bool         read_share_failed = false;
+    struct completer {
+        uint32_t     sq_tail = 0;        ///< oldest WQE not completed
+        uint32_t     acked_psn = 0;      ///< next PSN not yet acknowledged
+        uint64_t     timer_deadline = 0; ///< ns; 0: not armed (or timer_at_next_slice)
+        uint64_t     rnr_until = 0;      ///< ns; requester paused until then
+        uint8_t      retries_left = 7, rnr_left = 7;
+    } comp;
 
-    // Completer.
-    uint32_t     sq_tail = 0;        ///< oldest WQE not completed
-    uint32_t     acked_psn = 0;      ///< next PSN not yet acknowledged
-    uint64_t     timer_deadline = 0; ///< ns; 0: not armed (or timer_at_next_slice)
-    uint64_t     rnr_until = 0;      ///< ns; requester paused until then
-    uint8_t      retries_left = 7, rnr_left = 7;
+    struct responder {
+        uint32_t     epsn = 0;           ///< expected PSN
+        uint32_t     msn  = 0;
+        uint16_t     rq_tail = 0;        ///< receive WQEs consumed
+        bool         in_send  = false;   ///< a multi-packet SEND is in progress
+        bool         in_write = false;   ///< a multi-packet WRITE is in progress
+        uint16_t     recv_wqe = 0;       ///< RQ WQE the current SEND fills
+        uint32_t     recv_offset = 0;
+        uint64_t     write_va = 0;       ///< next address of an RDMA WRITE
+        uint32_t     write_left = 0;
+        uint32_t     write_total = 0;    ///< DMA length of the current WRITE
+        /// Responder resources: a ring of max_dest_rd_atomic entries, the
+        /// newest requests' (older entries are reused), and a FIFO of those
+        /// with responses to send, in the order the requests arrived.
+        std::vector<resp_resource> resources;
+        uint32_t     res_next = 0;       ///< next entry a new request takes
+        std::vector<uint32_t> resp_queue;  ///< entry indices, ring of the same size
+        uint32_t     resp_head = 0, resp_count = 0;
+        bool         nak_sent = false;   ///< one NAK per sequence error
+        bool         comm_est_sent = false;  ///< COMM_EST raised (first RTR packet)
+        bool         ack_pending = false;
+        /// A NAK or single-copy refusal the fabric pushed back, sent again
+        /// with the ACKs: on a lossless fabric nothing else would recover it.
+        struct nak_hold {
+            bool     set = false;
+            uint8_t  opcode = 0, syndrome = 0;
+            uint32_t psn = 0;
+        } held_nak;
+        /// What the fast receive paths require of this QP's packets (built
+        /// with tx_lrh; device::fast_path_qp): their LRH and BTH words under
+        /// engine::fast_rx_lrh_mask / fast_rx_bth_mask, and rx_fast: an RC
+        /// QP whose P_Key is a full member's.
+        uint64_t     rx_lrh_key = 0;
+        uint64_t     rx_bth_key = 0;
+        bool         rx_fast = false;
+        /// The peer QP's window and process, as the connection named them
+        /// (INIT2RTR): all a responder serves a direct request from. key 0:
+        /// none known, direct requests are refused.
+        struct peer_window {
+            int32_t  pid   = 0;
+            uint64_t va    = 0;
+            uint64_t key   = 0;
+            uint32_t slots = 0;
+        } peer_direct;
+        // Tag matching: the SEND in progress goes to posted receive
+        // `tag_index` of the QP's TM SRQ instead of an SRQ WQE.
+        bool         recv_to_tag = false;
+        bool         recv_unexpected = false;   ///< ... or is an unexpected one
+        bool         recv_truncated = false;
+        uint32_t     tag_index = 0;
+        uint64_t     msg_tag = 0;
+        uint32_t     msg_app_ctx = 0;
+    } resp;
 
-    // Responder.
-    uint32_t     epsn = 0;           ///< expected PSN
-    uint32_t     msn  = 0;
-    uint16_t     rq_tail = 0;        ///< receive WQEs consumed
-    bool         in_send  = false;   ///< a multi-packet SEND is in progress
-    bool         in_write = false;   ///< a multi-packet WRITE is in progress
-    uint16_t     recv_wqe = 0;       ///< RQ WQE the current SEND fills
-    uint32_t     recv_offset = 0;
-    uint64_t     write_va = 0;       ///< next address of an RDMA WRITE
-    uint32_t     write_left = 0;
-    uint32_t     write_total = 0;    ///< DMA length of the current WRITE
-    /// Responder resources: a ring of max_dest_rd_atomic entries, the
-    /// newest requests' (older entries are reused), and a FIFO of those with
-    /// responses to send, in the order the requests arrived.
-    std::vector<resp_resource> resources;
-    uint32_t     res_next = 0;       ///< next entry a new request takes
-    std::vector<uint32_t> resp_queue;  ///< entry indices, ring of the same size
-    uint32_t     resp_head = 0, resp_count = 0;
-    bool         nak_sent = false;   ///< one NAK per sequence error
-    bool         comm_est_sent = false;  ///< COMM_EST raised (first RTR packet)
-    bool         drained_sent  = false;  ///< SQ_DRAINED raised in this SQD
-    bool         ack_pending = false;
-    /// A NAK or single-copy refusal the fabric pushed back, sent again with
-    /// the ACKs: on a lossless fabric nothing else would ever recover it.
-    struct nak_hold {
-        bool     set = false;
-        uint8_t  opcode = 0, syndrome = 0;
-        uint32_t psn = 0;
-    } held_nak;
-
-    // Tag matching: the SEND in progress goes to posted receive
-    // `tag_index` of the QP's TM SRQ instead of an SRQ WQE.
-    bool         recv_to_tag = false;
-    bool         recv_unexpected = false;   ///< ... or is an unexpected one
-    bool         recv_truncated = false;
-    uint32_t     tag_index = 0;
-    uint64_t     msg_tag = 0;
-    uint32_t     msg_app_ctx = 0;
     // Device-owned send queue (prm::qpc_tm_dev_sq): ring, producer, and
     // what each of its WQEs is for.
     std::vector<wqe_slot> dev_sq;
     uint32_t     dev_sq_head = 0;
     std::vector<tm_rndv> rndv_ops;
 
-    bool responses_pending() const { return resp_count != 0; }
+    bool responses_pending() const { return resp.resp_count != 0; }
     uint32_t sq_size() const { return 1u << sq_log_size; }
     uint32_t rq_size() const { return 1u << rq_log_size; }
     uint8_t *sq_wqe(uint32_t i) const

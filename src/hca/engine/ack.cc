@@ -32,7 +32,7 @@ void device::write_aeth_frame(const fabric::frame_slot &f, const qp &q, uint8_t 
 {
     ib::aeth a{};
     ib::aeth_syndrome::set(a.syn_msn, syndrome);
-    ib::aeth_msn::set(a.syn_msn, q.msn);
+    ib::aeth_msn::set(a.syn_msn, q.resp.msn);
     uint8_t *ext = write_rc_headers(f, q, opcode, 0, psn, false, false);
     std::memcpy(ext, &a, sizeof(a));
 }
@@ -56,11 +56,11 @@ bool device::emit_aeth(qp &q, uint8_t opcode, uint8_t syndrome, uint32_t psn)
 void device::send_nak(qp &q, uint8_t syndrome, ib::opcode opcode,
                       std::optional<uint32_t> psn)
 {
-    uint32_t at = psn.value_or(q.epsn);
-    if (emit_aeth(q, uint8_t(opcode), syndrome, at) || q.held_nak.set) {
+    uint32_t at = psn.value_or(q.resp.epsn);
+    if (emit_aeth(q, uint8_t(opcode), syndrome, at) || q.resp.held_nak.set) {
         return;
     }
-    q.held_nak = {true, uint8_t(opcode), syndrome, at};
+    q.resp.held_nak = {true, uint8_t(opcode), syndrome, at};
     ack_list_.push_back(q.qpn);
 }
 
@@ -81,14 +81,14 @@ void device::flush_acks()
 {
     std::erase_if(ack_list_, [this](uint32_t qpn) {
         qp *q = find_qp(qpn);
-        if (q && q->held_nak.set) {
-            const qp::nak_hold &n = q->held_nak;
+        if (q && q->resp.held_nak.set) {
+            const qp::responder::nak_hold &n = q->resp.held_nak;
             if (!emit_aeth(*q, n.opcode, n.syndrome, n.psn)) {
                 return false;   // still full
             }
-            q->held_nak.set = false;
+            q->resp.held_nak.set = false;
         }
-        if (!q || !q->ack_pending) {
+        if (!q || !q->resp.ack_pending) {
             return true;
         }
         if (q->responses_pending()) {
@@ -99,7 +99,7 @@ void device::flush_acks()
         if (!send_ack(*q)) {
             return false;   // ring full: keep it for the next round
         }
-        q->ack_pending = false;
+        q->resp.ack_pending = false;
         return true;
     });
 }

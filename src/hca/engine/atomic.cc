@@ -106,8 +106,8 @@ void device::respond_atomic(qp &q, const pkt &p)
     res.kind     = resp_resource::type::atomic;
     res.psn      = p.psn;
     res.npackets = 1;
-    if (q.resp_count == q.resources.size() ||
-        q.resources[q.res_next % q.resources.size()].queued) {
+    if (q.resp.resp_count == q.resp.resources.size() ||
+        q.resp.resources[q.resp.res_next % q.resp.resources.size()].queued) {
         responder_error(q, ib::nak_code::invalid_request);   // depth exceeded
         return;
     }
@@ -115,8 +115,8 @@ void device::respond_atomic(qp &q, const pkt &p)
     res.orig = r.size == 4 ? execute_atomic(static_cast<uint32_t *>(target), r)
                            : execute_atomic(static_cast<uint64_t *>(target), r);
     (void)take_resource(q, res);
-    q.epsn = ib::psn_add(q.epsn, 1);
-    q.msn  = ib::psn_add(q.msn, 1);
+    q.resp.epsn = ib::psn_add(q.resp.epsn, 1);
+    q.resp.msn  = ib::psn_add(q.resp.msn, 1);
 }
 
 /// A duplicate atomic is never executed twice (IBA 9.7.5.1.1): its saved
@@ -126,7 +126,7 @@ void device::replay_atomic(qp &q, uint32_t psn)
 {
     resp_resource *r = find_resource(q, psn);
     if (r && r->kind == resp_resource::type::atomic) {
-        queue_response(q, uint32_t(r - q.resources.data()));
+        queue_response(q, uint32_t(r - q.resp.resources.data()));
     }
 }
 
@@ -135,7 +135,7 @@ status device::send_atomic_ack(qp &q, const resp_resource &r)
     std::array<uint8_t, sizeof(ib::aeth) + sizeof(ib::atomic_ack_eth)> ext;
     ib::aeth a{};
     ib::aeth_syndrome::set(a.syn_msn, ack_syndrome);
-    ib::aeth_msn::set(a.syn_msn, q.msn);
+    ib::aeth_msn::set(a.syn_msn, q.resp.msn);
     ib::atomic_ack_eth ack;
     ack.orig.set(r.orig);
     std::memcpy(ext.data(), &a, sizeof(a));

@@ -137,8 +137,8 @@ unsigned device::finish_slice()
 /// The outstanding READ/atomic WQE whose PSN range holds `psn`, if any.
 static uint32_t *find_rd_atomic(qp &q, uint32_t psn, uint32_t &index)
 {
-    for (uint32_t i = q.sq_tail; i != q.sq_head; ++i) {
-        wqe_track &t = q.track[i & (q.sq_size() - 1)];
+    for (uint32_t i = q.comp.sq_tail; i != q.req.sq_head; ++i) {
+        wqe_track &t = q.req.track[i & (q.sq_size() - 1)];
         int32_t d = ib::psn_diff(psn, t.first_psn);
         if (d >= 0 && uint32_t(d) < t.npackets) {
             index = i;
@@ -166,6 +166,73 @@ static bool read_response_fits(const engine::pkt &p, uint32_t pos, uint32_t npac
            p.payload.size() == (last ? total_len - offset : uint64_t(mtu));
 }
 
+/// A READ response's data into the WQE's buffers (IBA 9.7.5.2.3), or
+/// dropped when it is not the response this PSN of the READ can have.
+device::placement device::place_read_response(qp &q, const engine::pkt &p,
+                                              const engine::send_wqe &w, uint32_t index,
+                                              uint32_t first_psn)
+{
+    if (!p.has(ib::kind_read)) {
+        return placement::dropped;
+    }
+    const wqe_track &t = q.req.track[index & (q.sq_size() - 1)];
+    if (p.opcode == uint8_t(ib::opcode::x_rdma_read_direct_rest_response) &&
+        !t.share_placed) {
+        // The responder placed only the rest and this side's share is
+        // missing (its SHARE lost, or the copy failed): the READ is asked
+        // again at once, with its PSN, and the responder executes it again
+        // as a duplicate (9.7.5.1.1) — unshared after a failed copy
+        // (take_read_share).
+        rewind(q, p.psn);
+        restart_ack_timer(q);
+        return placement::dropped;
+    }
+    if (p.has(ib::kind_direct)) {
+        // A single-copy READ's data is in place when the responder has
+        // marked its entry so, not when a packet says: one that came before
+        // the copy (or from someone else) is dropped.
+        if (!direct_post_placed(q, index)) {
+            count(counter::bad_packets);
+            return placement::dropped;
+        }
+        return placement::placed;
+    }
+    uint32_t pos = uint32_t(ib::psn_diff(p.psn, first_psn));
+    if (!read_response_fits(p, pos, t.npackets, q.mtu, w.total_len)) {
+        // An unexpected response, silently dropped (IBA 9.7.5.2.2 leaves
+        // invalid responses to the requester's timer; rxe's check_ack drops
+        // a MIDDLE or LAST without FIRST too). Placed, a MIDDLE at the
+        // READ's first PSN or a short LAST would complete the READ with
+        // bytes it never got.
+        count(counter::bad_packets);
+        return placement::dropped;
+    }
+    return scatter_segs(q, w.segs, w.segs_len / sizeof(prm::wqe_data_seg), pos * q.mtu,
+                        p.payload) == scatter_result::ok
+               ? placement::placed
+               : placement::failed;
+}
+
+/// An atomic's original value into the WQE's buffer (IBA 9.7.5.2.4), in
+/// host order and as wide as the operand (a 4-byte one came zero-extended).
+device::placement device::place_atomic_response(qp &q, const engine::pkt &p,
+                                                const engine::send_wqe &w)
+{
+    if (!p.has(ib::kind_atomic)) {
+        return placement::dropped;
+    }
+    uint64_t orig   = p.ext<ib::atomic_ack_eth>(ib::hdr_atomic_ack).orig.get();
+    uint32_t orig32 = uint32_t(orig);
+    std::span<const uint8_t> value =
+        w.log_size == 2
+            ? std::span<const uint8_t>{reinterpret_cast<const uint8_t *>(&orig32), 4}
+            : std::span<const uint8_t>{reinterpret_cast<const uint8_t *>(&orig), 8};
+    return scatter_segs(q, w.segs, w.segs_len / sizeof(prm::wqe_data_seg), 0, value) ==
+                   scatter_result::ok
+               ? placement::placed
+               : placement::failed;
+}
+
 /// READ response or atomic ACK (IBA 9.7.5.2.3/4): only the next expected
 /// PSN is accepted; a gap means responses were lost and the request is sent
 /// again from the first missing PSN (go back N).
@@ -176,13 +243,13 @@ void device::complete_response(qp &q, const engine::pkt &p)
     // The first response of a READ/atomic also acknowledges the SENDs and
     // WRITEs before it (9.7.5.2.3): their ACK may be held behind it.
     if (first_psn && p.psn == *first_psn &&
-        ib::psn_diff(*first_psn, q.acked_psn) > 0 &&
+        ib::psn_diff(*first_psn, q.comp.acked_psn) > 0 &&
         !advance_acked(q, *first_psn)) {
         return;   // an earlier READ/atomic lost responses: asked again
     }
-    if (p.psn != q.acked_psn) {
-        if (ib::psn_diff(p.psn, q.acked_psn) > 0 && q.next_psn != q.acked_psn) {
-            rewind(q, q.acked_psn);
+    if (p.psn != q.comp.acked_psn) {
+        if (ib::psn_diff(p.psn, q.comp.acked_psn) > 0 && q.req.next_psn != q.comp.acked_psn) {
+            rewind(q, q.comp.acked_psn);
         }
         return;   // duplicate or out of order: dropped
     }
@@ -194,73 +261,23 @@ void device::complete_response(qp &q, const engine::pkt &p)
     if (!engine::decode_send_wqe(q, index, w)) {
         return;
     }
-    bool placed;
-    if (engine::is_read(w.opcode)) {
-        if (!p.has(ib::kind_read)) {
-            return;
-        }
-        if (p.opcode == uint8_t(ib::opcode::x_rdma_read_direct_rest_response) &&
-            !q.track[index & (q.sq_size() - 1)].share_placed) {
-            // The responder placed only the rest and this side's share is
-            // missing (its SHARE lost, or the copy failed): the READ is
-            // asked again at once, with its PSN, and the responder executes
-            // it again as a duplicate (9.7.5.1.1) — unshared after a failed
-            // copy (take_read_share).
-            rewind(q, p.psn);
-            restart_ack_timer(q);
-            return;
-        }
-        uint32_t pos    = uint32_t(ib::psn_diff(p.psn, *first_psn));
-        uint32_t offset = pos * q.mtu;
-        if (!p.has(ib::kind_direct) &&
-            !read_response_fits(p, pos, q.track[index & (q.sq_size() - 1)].npackets,
-                                q.mtu, w.total_len)) {
-            // Not the response this PSN of the READ can have: an unexpected
-            // response, silently dropped (IBA 9.7.5.2.2 leaves invalid
-            // responses to the requester's timer; rxe's check_ack drops a
-            // MIDDLE or LAST without FIRST too). Placed, a MIDDLE at the
-            // READ's first PSN or a short LAST would complete the READ with
-            // bytes it never got.
-            count(counter::bad_packets);
-            return;
-        }
-        if (p.has(ib::kind_direct) &&
-            !direct_post_placed(q, index)) {
-            // A single-copy READ's data is in place when the responder has
-            // marked its entry so, not when a packet says: this one came
-            // before the copy (or from someone else), and is dropped.
-            count(counter::bad_packets);
-            return;
-        }
-        placed = p.has(ib::kind_direct) ||
-                 scatter_segs(q, w.segs, w.segs_len / sizeof(prm::wqe_data_seg),
-                              offset, p.payload) == scatter_result::ok;
-    } else {
-        if (!p.has(ib::kind_atomic)) {
-            return;
-        }
-        // The original value lands in local memory in host order, as wide
-        // as the operand (a 4-byte one came zero-extended).
-        uint64_t orig = p.ext<ib::atomic_ack_eth>(ib::hdr_atomic_ack).orig.get();
-        uint32_t orig32 = uint32_t(orig);
-        std::span<const uint8_t> value =
-            w.log_size == 2
-                ? std::span<const uint8_t>{reinterpret_cast<const uint8_t *>(&orig32), 4}
-                : std::span<const uint8_t>{reinterpret_cast<const uint8_t *>(&orig), 8};
-        placed = scatter_segs(q, w.segs, w.segs_len / sizeof(prm::wqe_data_seg), 0,
-                              value) == scatter_result::ok;
+    placement placed = engine::is_read(w.opcode)
+                           ? place_read_response(q, p, w, index, *first_psn)
+                           : place_atomic_response(q, p, w);
+    if (placed == placement::dropped) {
+        return;
     }
-    if (!placed) {
-        while (q.sq_tail != index) {
-            complete_wqe(q, q.sq_tail++, prm::cqe_syndrome::wr_flush_err, true);
+    if (placed == placement::failed) {
+        while (q.comp.sq_tail != index) {
+            complete_wqe(q, q.comp.sq_tail++, prm::cqe_syndrome::wr_flush_err, true);
         }
-        complete_wqe(q, q.sq_tail++, prm::cqe_syndrome::local_prot_err, true);
+        complete_wqe(q, q.comp.sq_tail++, prm::cqe_syndrome::local_prot_err, true);
         set_qp_error(q);
         return;
     }
     // A response also acknowledges every request before it (9.7.5.2.3).
-    q.acked_psn    = ib::psn_add(p.psn, 1);
-    q.retries_left = q.retry_cnt;
+    q.comp.acked_psn    = ib::psn_add(p.psn, 1);
+    q.comp.retries_left = q.retry_cnt;
     retire_acked(q);
     restart_ack_timer(q);
 }
@@ -283,7 +300,7 @@ void device::complete(qp &q, const engine::pkt &p)
 
     // Only PSNs of outstanding packets mean anything (IBA 9.7.5.2.1); an
     // ACK for acked_psn - 1 or older is a duplicate, later ones are ghosts.
-    if (ib::psn_diff(psn, q.acked_psn) < 0 || ib::psn_diff(q.next_psn, psn) <= 0) {
+    if (ib::psn_diff(psn, q.comp.acked_psn) < 0 || ib::psn_diff(q.req.next_psn, psn) <= 0) {
         return;
     }
 
@@ -295,56 +312,79 @@ void device::complete(qp &q, const engine::pkt &p)
         return;   // a READ/atomic lost its responses: being asked again
     }
     if (refused) {
-        // The responder cannot reach this process's memory: that message
-        // and everything after it go again, the single copies as ordinary
-        // packets. Their PSNs change, so they count as not started.
-        q.direct_refused = true;
-        rewind(q, psn);
-        for (uint32_t i = q.cur_wqe; i != q.sq_head; ++i) {
-            q.rd_atomic_inflight -= q.track[i & (q.sq_size() - 1)].rd_atomic;
-        }
-        q.sq_head = q.cur_wqe;
-        restart_ack_timer(q);
+        direct_refused(q, psn);
         return;
     }
+    bool go_on;
     switch (cls) {
     case ib::ack_class::ack:
         acknowledged(q);
         return;
     case ib::ack_class::rnr_nak:
-        if (q.rnr_retry != 7) {               // 7 = retry forever (9.7.5.2.8)
-            if (q.rnr_left == 0) {
-                // sq_tail++: it completes here, not again in the flush.
-                complete_wqe(q, q.sq_tail++, prm::cqe_syndrome::rnr_retry_exc_err,
-                             true);
-                set_qp_error(q);
-                return;
-            }
-            --q.rnr_left;
-        }
-        q.rnr_until = now() + rnr_timer_ns(syn & 0x1f);   // at least that long
-        rewind(q, psn);
+        go_on = rnr_naked(q, syn, psn);
         break;
-    case ib::ack_class::nak: {
-        auto code = static_cast<ib::nak_code>(syn & 0x1f);
-        if (code == ib::nak_code::psn_seq_err) {
-            rewind(q, psn);                   // go back N
-            break;
-        }
-        prm::cqe_syndrome s = code == ib::nak_code::remote_access
-                                  ? prm::cqe_syndrome::remote_access_err
-                              : code == ib::nak_code::remote_op_err
-                                  ? prm::cqe_syndrome::remote_op_err
-                                  : prm::cqe_syndrome::remote_inval_req_err;
-        complete_wqe(q, q.sq_tail++, s, true);   // once: not flushed again
-        set_qp_error(q);
-        return;
-    }
+    case ib::ack_class::nak:
+        go_on = naked(q, static_cast<ib::nak_code>(syn & 0x1f), psn);
+        break;
     default:
         count(counter::bad_packets);
         return;
     }
+    if (go_on) {
+        restart_ack_timer(q);
+    }
+}
+
+/// x_direct_refused: the responder cannot reach this process's memory.
+/// That message and everything after it go again, the single copies as
+/// ordinary packets. Their PSNs change, so they count as not started.
+void device::direct_refused(qp &q, uint32_t psn)
+{
+    q.req.direct_refused = true;
+    rewind(q, psn);
+    for (uint32_t i = q.req.cur_wqe; i != q.req.sq_head; ++i) {
+        q.req.rd_atomic_inflight -= q.req.track[i & (q.sq_size() - 1)].rd_atomic;
+    }
+    q.req.sq_head = q.req.cur_wqe;
     restart_ack_timer(q);
+}
+
+/// RNR NAK (IBA 9.7.5.2.8): the message goes again from `psn` after the
+/// timer the syndrome names, unless the RNR retries are spent (7 = retry
+/// for ever). False: the QP failed.
+bool device::rnr_naked(qp &q, uint8_t syn, uint32_t psn)
+{
+    if (q.rnr_retry != 7) {
+        if (q.comp.rnr_left == 0) {
+            // sq_tail++: it completes here, not again in the flush.
+            complete_wqe(q, q.comp.sq_tail++, prm::cqe_syndrome::rnr_retry_exc_err, true);
+            set_qp_error(q);
+            return false;
+        }
+        --q.comp.rnr_left;
+    }
+    q.comp.rnr_until = now() + rnr_timer_ns(syn & 0x1f);   // at least that long
+    rewind(q, psn);
+    return true;
+}
+
+/// NAK (IBA 9.7.5.2.5): a PSN sequence error goes back N; the others
+/// complete the WQE with their error, once (not flushed again), and the QP
+/// fails. False: the QP failed.
+bool device::naked(qp &q, ib::nak_code code, uint32_t psn)
+{
+    if (code == ib::nak_code::psn_seq_err) {
+        rewind(q, psn);
+        return true;
+    }
+    prm::cqe_syndrome s = code == ib::nak_code::remote_access
+                              ? prm::cqe_syndrome::remote_access_err
+                          : code == ib::nak_code::remote_op_err
+                              ? prm::cqe_syndrome::remote_op_err
+                              : prm::cqe_syndrome::remote_inval_req_err;
+    complete_wqe(q, q.comp.sq_tail++, s, true);
+    set_qp_error(q);
+    return false;
 }
 
 /// The SHARE of a shared single-copy READ: the responder checked the
@@ -358,7 +398,7 @@ void device::take_read_share(qp &q, const engine::pkt &p)
 {
     uint32_t index = 0;
     uint32_t *first_psn = find_rd_atomic(q, p.psn, index);
-    wqe_track &t = q.track[index & (q.sq_size() - 1)];
+    wqe_track &t = q.req.track[index & (q.sq_size() - 1)];
     engine::send_wqe w;
     if (p.slid != q.dlid || !first_psn || *first_psn != p.psn || !t.shared ||
         !engine::decode_send_wqe(q, index, w) || !engine::is_read(w.opcode) ||
@@ -371,7 +411,7 @@ void device::take_read_share(qp &q, const engine::pkt &p)
     // A failed copy (the responder's process gone, or no longer reachable)
     // leaves the share to the responder from now on: the READ is asked
     // again unshared at its REST_RESPONSE.
-    q.read_share_failed |= !t.share_placed;
+    q.req.read_share_failed |= !t.share_placed;
     copied_directly_ = t.share_placed;   // the poll ends after it (on_frame)
 }
 
@@ -402,7 +442,7 @@ bool device::copy_read_share(qp &q, const engine::send_wqe &w, uint32_t share)
         uint32_t n = std::min(len, share - done);
         fabric::mem_range local{addr, n}, remote{w.raddr + done, n};
         failed = n && (!local_access_ok(q, lkey, addr, n, true) ||
-                       port_->direct_copy({q.dlid, q.peer_direct.pid},
+                       port_->direct_copy({q.dlid, q.resp.peer_direct.pid},
                                           fabric::copy_dir::from_peer, {&local, 1},
                                           {&remote, 1}) != status::ok);
         done += failed ? 0 : n;
@@ -419,15 +459,15 @@ bool device::copy_read_share(qp &q, const engine::send_wqe &w, uint32_t share)
 /// 9.7.6.1.1); from the slice's clock, a few microseconds early at most.
 void device::restart_ack_timer(qp &q)
 {
-    q.timer_deadline = q.acked_psn == q.next_psn ? 0 : slice_now() + ack_timeout_ns(q);
+    q.comp.timer_deadline = q.comp.acked_psn == q.req.next_psn ? 0 : slice_now() + ack_timeout_ns(q);
 }
 
 /// A positive ACK moved acked_psn: the retry counts start over, and the
 /// ACK timer runs again while packets are still outstanding.
 void device::acknowledged(qp &q)
 {
-    q.retries_left   = q.retry_cnt;
-    q.rnr_left       = q.rnr_retry;
+    q.comp.retries_left   = q.retry_cnt;
+    q.comp.rnr_left       = q.rnr_retry;
     restart_ack_timer(q);
 }
 
@@ -441,51 +481,51 @@ bool device::advance_acked(qp &q, uint32_t to)
 {
     // rd_atomic_inflight counts the READ/atomic WQEs among the outstanding
     // ones: without any, no walk (an ACK per window of small SENDs).
-    for (uint32_t i = q.sq_tail; q.rd_atomic_inflight && i != q.sq_head; ++i) {
-        const wqe_track &t = q.track[i & (q.sq_size() - 1)];
+    for (uint32_t i = q.comp.sq_tail; q.req.rd_atomic_inflight && i != q.req.sq_head; ++i) {
+        const wqe_track &t = q.req.track[i & (q.sq_size() - 1)];
         if (t.rd_atomic && ib::psn_diff(to, t.first_psn) > 0) {
-            if (ib::psn_diff(t.first_psn, q.acked_psn) > 0) {
-                q.acked_psn = t.first_psn;   // earlier WQEs are done
+            if (ib::psn_diff(t.first_psn, q.comp.acked_psn) > 0) {
+                q.comp.acked_psn = t.first_psn;   // earlier WQEs are done
                 retire_acked(q);
             }
-            if (q.next_psn != q.acked_psn) {
-                rewind(q, q.acked_psn);
+            if (q.req.next_psn != q.comp.acked_psn) {
+                rewind(q, q.comp.acked_psn);
             }
             return false;
         }
     }
-    q.acked_psn = to;
+    q.comp.acked_psn = to;
     retire_acked(q);
     return true;
 }
 
 void device::retire_acked(qp &q)
 {
-    while (q.sq_tail != q.sq_head) {
-        const wqe_track &t = q.track[q.sq_tail & (q.sq_size() - 1)];
+    while (q.comp.sq_tail != q.req.sq_head) {
+        const wqe_track &t = q.req.track[q.comp.sq_tail & (q.sq_size() - 1)];
         uint32_t last_psn = ib::psn_add(t.first_psn, t.npackets - 1);
-        if (ib::psn_diff(q.acked_psn, last_psn) <= 0) {
+        if (ib::psn_diff(q.comp.acked_psn, last_psn) <= 0) {
             break;
         }
         if (t.rd_atomic) {
-            --q.rd_atomic_inflight;
+            --q.req.rd_atomic_inflight;
         }
-        if (q.timed) [[unlikely]] {
-            finish_timing(q.timing[q.sq_tail & (q.sq_size() - 1)]);
+        if (q.req.timed) [[unlikely]] {
+            finish_timing(q.req.timing[q.comp.sq_tail & (q.sq_size() - 1)]);
         }
-        complete_wqe(q, q.sq_tail, {}, false);
-        ++q.sq_tail;
+        complete_wqe(q, q.comp.sq_tail, {}, false);
+        ++q.comp.sq_tail;
     }
     // After a rewind, responses can acknowledge WQEs the requester was about
     // to send again: resume at the first one still outstanding instead (a
     // completed WQE's slot belongs to the driver again).
-    if (int32_t(q.cur_wqe - q.sq_tail) < 0) {
-        q.cur_wqe    = q.sq_tail;
-        q.cur_offset = 0;
-        q.sending    = false;
-        q.next_psn   = q.sq_tail != q.sq_head
-                           ? q.track[q.sq_tail & (q.sq_size() - 1)].first_psn
-                           : q.acked_psn;
+    if (int32_t(q.req.cur_wqe - q.comp.sq_tail) < 0) {
+        q.req.cur_wqe    = q.comp.sq_tail;
+        q.req.cur_offset = 0;
+        q.req.sending    = false;
+        q.req.next_psn   = q.comp.sq_tail != q.req.sq_head
+                           ? q.req.track[q.comp.sq_tail & (q.sq_size() - 1)].first_psn
+                           : q.comp.acked_psn;
     }
 }
 
@@ -510,7 +550,7 @@ void device::retire_acked(qp &q)
 void device::complete_wqe(qp &q, uint32_t index, prm::cqe_syndrome syndrome,
                           bool error)
 {
-    if (q.track[index & (q.sq_size() - 1)].direct) {
+    if (q.req.track[index & (q.sq_size() - 1)].direct) {
         release_direct_post(q, index);
     }
     if (!q.dev_sq.empty()) {
@@ -546,8 +586,8 @@ uint64_t device::next_timer_ns() const
     // send it again, or it would sleep for ever on work nobody else can do.
     uint64_t next = pushed_back_ ? now() + pushed_back_retry_ns : 0;
     for (const qp *q : active_qps_) {
-        if (q->timer_deadline && (!next || q->timer_deadline < next)) {
-            next = q->timer_deadline;
+        if (q->comp.timer_deadline && (!next || q->comp.timer_deadline < next)) {
+            next = q->comp.timer_deadline;
         }
     }
     return next;
@@ -558,18 +598,18 @@ bool device::run_timers()
     bool     fired = false;
     uint64_t t = 0;
     for (qp *q : active_qps_) {
-        if (!q->timer_deadline ||
+        if (!q->comp.timer_deadline ||
             (q->state != prm::qp_state::rts && q->state != prm::qp_state::sqd)) {
             continue;
         }
         if (!t) {
             t = slice_now();
         }
-        if (q->timer_deadline == timer_at_next_slice) {
-            q->timer_deadline = t + ack_timeout_ns(*q);
+        if (q->comp.timer_deadline == timer_at_next_slice) {
+            q->comp.timer_deadline = t + ack_timeout_ns(*q);
             continue;
         }
-        if (t < q->timer_deadline) {
+        if (t < q->comp.timer_deadline) {
             continue;
         }
         if (port_->lossless() && port_->peer_alive(q->dlid) &&
@@ -579,21 +619,21 @@ bool device::run_timers()
             // progressing. Wait, do not burn retries. One that took them and
             // did not answer dropped them (its QP is gone: IBA 9.6.1.1):
             // those retries run out as on a lossy link.
-            q->timer_deadline = t + ack_timeout_ns(*q);
+            q->comp.timer_deadline = t + ack_timeout_ns(*q);
             continue;
         }
-        if (q->retries_left == 0) {
+        if (q->comp.retries_left == 0) {
             MLX4X_DEBUG("qp 0x%x: transport retry counter exceeded (lid %d)",
                         q->qpn, q->dlid);
-            complete_wqe(*q, q->sq_tail++,   // once: not flushed again
+            complete_wqe(*q, q->comp.sq_tail++,   // once: not flushed again
                          prm::cqe_syndrome::transport_retry_exc_err, true);
             set_qp_error(*q);
             fired = true;
             continue;
         }
-        --q->retries_left;
-        rewind(*q, q->acked_psn);
-        q->timer_deadline = t + ack_timeout_ns(*q);
+        --q->comp.retries_left;
+        rewind(*q, q->comp.acked_psn);
+        q->comp.timer_deadline = t + ack_timeout_ns(*q);
         fired = true;
     }
     return fired;
@@ -646,17 +686,17 @@ void device::cq_overrun(qp &q, cq &c)
 
 void device::flush_sq(qp &q)
 {
-    while (q.sq_tail != q.sq_head) {
-        complete_wqe(q, q.sq_tail++, prm::cqe_syndrome::wr_flush_err, true);
+    while (q.comp.sq_tail != q.req.sq_head) {
+        complete_wqe(q, q.comp.sq_tail++, prm::cqe_syndrome::wr_flush_err, true);
     }
-    while (engine::sq_wqe_ready(q, q.sq_tail)) {
-        complete_wqe(q, q.sq_tail++, prm::cqe_syndrome::wr_flush_err, true);
+    while (engine::sq_wqe_ready(q, q.comp.sq_tail)) {
+        complete_wqe(q, q.comp.sq_tail++, prm::cqe_syndrome::wr_flush_err, true);
     }
-    q.sq_head = q.cur_wqe = q.sq_tail;
-    q.sending = false;
-    q.rd_atomic_inflight = 0;
-    q.timer_deadline = 0;
-    std::fill(q.timing.begin(), q.timing.end(), timed_transfer{});   // never acknowledged
+    q.req.sq_head = q.req.cur_wqe = q.comp.sq_tail;
+    q.req.sending = false;
+    q.req.rd_atomic_inflight = 0;
+    q.comp.timer_deadline = 0;
+    std::fill(q.req.timing.begin(), q.req.timing.end(), timed_transfer{});   // never acknowledged
 }
 
 void device::flush_all()

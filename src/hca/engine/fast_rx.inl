@@ -22,7 +22,7 @@ namespace mlx4x::dev {
 device::complete_receive(qp &q, const received &m, uint16_t slid, bool has_imm, be32 imm,
                          bool solicited)
 {
-    q.msn     = ib::psn_add(q.msn, 1);
+    q.resp.msn     = ib::psn_add(q.resp.msn, 1);
     cq      *target = nullptr;
     uint8_t *entry  = start_cqe(q, false, target);
     if (!entry) {
@@ -61,9 +61,9 @@ device::complete_receive(qp &q, const received &m, uint16_t slid, bool has_imm, 
 [[gnu::always_inline]] inline qp *device::fast_path_qp(const ib::lrh &l, const ib::bth &b)
 {
     qp *q = find_qp(ib::bth_qpn::get(b.dest_qp));
-    if (!q || !q->rx_fast || q->state != prm::qp_state::rts ||
-        (engine::load_wire_word(l) & engine::fast_rx_lrh_mask) != q->rx_lrh_key ||
-        (engine::load_wire_word(b) & engine::fast_rx_bth_mask) != q->rx_bth_key ||
+    if (!q || !q->resp.rx_fast || q->state != prm::qp_state::rts ||
+        (engine::load_wire_word(l) & engine::fast_rx_lrh_mask) != q->resp.rx_lrh_key ||
+        (engine::load_wire_word(b) & engine::fast_rx_bth_mask) != q->resp.rx_bth_key ||
         ib::is_multicast_lid(l.dlid.get())) {
         return nullptr;
     }
@@ -93,8 +93,8 @@ device::complete_receive(qp &q, const received &m, uint16_t slid, bool has_imm, 
     qp    *q       = fast_path_qp(l, b);
     // A SEND_ONLY inside a SEND or a WRITE is an opcode sequence error,
     // which the general path answers (respond()).
-    if (frame.size() < hdr_len || !q || q->in_send || q->in_write ||
-        ib::bth_psn::get(b.apsn) != q->epsn) {
+    if (frame.size() < hdr_len || !q || q->resp.in_send || q->resp.in_write ||
+        ib::bth_psn::get(b.apsn) != q->resp.epsn) {
         return false;
     }
     std::span<const uint8_t> payload = frame.subspan(hdr_len);
@@ -114,7 +114,7 @@ device::complete_receive(qp &q, const received &m, uint16_t slid, bool has_imm, 
             return false;
         }
         std::memcpy(&h, payload.data(), sizeof(h));
-        if (tm->tm->list.find(h.tag.get()) != tm::tag_list::none) {
+        if (tm->tm->list.find(h.tag.get()) != dev::tag_list::none) {
             return false;
         }
         unexpected = true;
@@ -123,7 +123,7 @@ device::complete_receive(qp &q, const received &m, uint16_t slid, bool has_imm, 
         return false;   // RNR NAK
     }
     count(counter::rx_bytes, payload.size());
-    q->nak_sent = false;
+    q->resp.nak_sent = false;
     uint16_t wqe = recv_take(*q, s);
     if (unexpected) {
         tm->tm->list.note_unexpected();
@@ -132,13 +132,13 @@ device::complete_receive(qp &q, const received &m, uint16_t slid, bool has_imm, 
     // The message is whole: the QP's state of a message under way
     // (in_send, recv_*) stays as it is unless placing it fails.
     if (scatter_result r = scatter_whole(*q, s, wqe, payload); r != scatter_result::ok) {
-        q->recv_wqe        = wqe;
-        q->recv_to_tag     = q->recv_truncated = false;
-        q->recv_unexpected = unexpected;
+        q->resp.recv_wqe        = wqe;
+        q->resp.recv_to_tag     = q->resp.recv_truncated = false;
+        q->resp.recv_unexpected = unexpected;
         fail_receive(*q, r);
         return true;
     }
-    q->epsn = ib::psn_add(q->epsn, 1);
+    q->resp.epsn = ib::psn_add(q->resp.epsn, 1);
     be32 imm_data{};
     if (imm) {
         ib::immdt i;
@@ -174,8 +174,8 @@ device::complete_receive(qp &q, const received &m, uint16_t slid, bool has_imm, 
     }
     qp      *q   = fast_path_qp(l, b);
     uint32_t psn = ib::bth_psn::get(b.apsn);
-    if (!q || q->rd_atomic_inflight || ib::psn_diff(psn, q->acked_psn) < 0 ||
-        ib::psn_diff(q->next_psn, psn) <= 0) {
+    if (!q || q->req.rd_atomic_inflight || ib::psn_diff(psn, q->comp.acked_psn) < 0 ||
+        ib::psn_diff(q->req.next_psn, psn) <= 0) {
         return false;
     }
     (void)advance_acked(*q, ib::psn_add(psn, 1));   // no READ/atomic: cannot stop short

@@ -58,9 +58,9 @@ void device::receive(std::span<const uint8_t> frame)
             complete(*q, *p);
         }
     } else if (q->dlid == p->slid) {
-        if (q->state == prm::qp_state::rtr && !q->comm_est_sent) {
+        if (q->state == prm::qp_state::rtr && !q->resp.comm_est_sent) {
             // IBA 11.6.2: first packet on a QP still in RTR.
-            q->comm_est_sent = true;
+            q->resp.comm_est_sent = true;
             async_event(prm::eqe_type::comm_est, q->qpn);
         }
         respond(*q, *p);

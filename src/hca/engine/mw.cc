@@ -31,7 +31,7 @@ const mpt *device::find_remote(const qp &q, uint32_t rkey) const
 /// a rewind never goes back past it.
 device::local_op device::run_local_op(qp &q, const engine::send_wqe &w)
 {
-    if (q.sq_tail != q.cur_wqe) {
+    if (q.comp.sq_tail != q.req.cur_wqe) {
         return local_op::waiting;
     }
     bool ok;

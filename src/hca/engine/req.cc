@@ -10,7 +10,9 @@
 #include "hca/ib/ib_psn.h"
 
 #include <algorithm>
+#include <array>
 #include <atomic>
+#include <cstring>
 
 namespace mlx4x::dev {
 
@@ -46,6 +48,36 @@ uint8_t rc_opcode(prm::send_opcode op, bool first, bool last)
 uint32_t packets_of(uint32_t len, uint32_t mtu)
 {
     return len == 0 ? 1 : (len + mtu - 1) / mtu;
+}
+
+/// An atomic WQE's request: its AtomicETH (IBA 9.3.4), or the masked
+/// atomics' x_atomic_eth, written to `ext`; returns the header's length.
+size_t atomic_request(const send_wqe &w, uint8_t *ext, uint8_t &op)
+{
+    if (engine::is_masked_atomic(w.opcode)) {
+        ib::x_atomic_eth a{};
+        a.va.set(w.raddr);
+        a.rkey.set(w.rkey);
+        a.log_size = w.log_size;
+        a.swap_add.set(w.swap_add);
+        a.compare.set(w.compare);
+        a.swap_add_mask.set(w.swap_add_mask);
+        a.compare_mask.set(w.compare_mask);
+        std::memcpy(ext, &a, sizeof(a));
+        op = uint8_t(w.opcode == prm::send_opcode::masked_atomic_cs
+                         ? opcode::x_masked_compare_swap
+                         : opcode::x_masked_fetch_add);
+        return sizeof(a);
+    }
+    ib::atomic_eth a;
+    a.va.set(w.raddr);
+    a.rkey.set(w.rkey);
+    a.swap_add.set(w.swap_add);
+    a.compare.set(w.compare);
+    std::memcpy(ext, &a, sizeof(a));
+    op = uint8_t(w.opcode == prm::send_opcode::atomic_cs ? opcode::rc_compare_swap
+                                                         : opcode::rc_fetch_add);
+    return sizeof(a);
 }
 
 } // namespace
@@ -96,7 +128,7 @@ status device::emit(const tx_packet &p)
 /// Whether `q` may send another packet: fewer than max_unacked in flight.
 static bool window_open(const qp &q)
 {
-    return ib::psn_diff(q.next_psn, q.acked_psn) < int32_t(limits::max_unacked);
+    return ib::psn_diff(q.req.next_psn, q.comp.acked_psn) < int32_t(limits::max_unacked);
 }
 
 unsigned device::run_requesters(bool &all_idle)
@@ -106,8 +138,8 @@ unsigned device::run_requesters(bool &all_idle)
         // The common idle case, answered here: an RTS QP with no message
         // under way and no new WQE (the doorbell started the last one). A
         // tag-list command QP takes its WQEs at sq_head (run_tm_command).
-        uint32_t next = q->st == prm::qp_st::tm_cmd ? q->sq_head : q->cur_wqe;
-        if (q->state == prm::qp_state::rts && !q->sending &&
+        uint32_t next = q->st == prm::qp_st::tm_cmd ? q->req.sq_head : q->req.cur_wqe;
+        if (q->state == prm::qp_state::rts && !q->req.sending &&
             !engine::sq_wqe_ready(*q, next)) {
             continue;
         }
@@ -135,220 +167,275 @@ unsigned device::run_requester(qp &q)
     }
     for (; work < burst_per_qp && send_one_packet(q); ++work) {
     }
-    if (q.state == prm::qp_state::sqd && !q.drained_sent && !q.sending &&
-        q.sq_tail == q.sq_head) {
+    if (q.state == prm::qp_state::sqd && !q.req.drained_sent && !q.req.sending &&
+        q.comp.sq_tail == q.req.sq_head) {
         // SQD reached: nothing in flight any more (IBA 11.6.3).
-        q.drained_sent = true;
+        q.req.drained_sent = true;
         async_event(prm::eqe_type::sq_drained, q.qpn);
     }
     return work;
 }
 
-bool device::send_one_packet(qp &q)
+/// Whether q's requester may send a packet now: a message under way or a
+/// WQE posted, in a state that sends (SQD: the message in progress is
+/// finished, no new WQE is started until SQD2RTS, IBA 10.3.1), and on RC
+/// no RNR wait and room in the window.
+bool device::requester_may_send(qp &q)
 {
-    // SQD (send queue drained): the message in progress is finished, no new
-    // WQE is started until SQD2RTS (IBA 10.3.1).
     if (q.state != prm::qp_state::rts &&
-        !(q.state == prm::qp_state::sqd && q.sending)) {
+        !(q.state == prm::qp_state::sqd && q.req.sending)) {
         return false;
     }
-    if (!q.sending && !engine::sq_wqe_ready(q, q.cur_wqe)) {
+    if (!q.req.sending && !engine::sq_wqe_ready(q, q.req.cur_wqe)) {
         return false;   // nothing posted
     }
-    bool ud = q.datagram();
-    if (!ud) {
-        if (q.rnr_until && now() < q.rnr_until) {
+    if (!q.datagram()) {
+        if (q.comp.rnr_until && now() < q.comp.rnr_until) {
             return false;
         }
-        q.rnr_until = 0;
+        q.comp.rnr_until = 0;
         if (!window_open(q)) {
             return false;
         }
     }
+    return true;
+}
 
-    // A local error on cur_wqe: the WQEs before it complete first (flushed),
-    // then cur_wqe with the error, each exactly once and in posting order
-    // (the driver retires up to a CQE's wqe_index).
-    auto fail = [&](prm::cqe_syndrome s) {
-        while (q.sq_tail != q.cur_wqe) {
-            complete_wqe(q, q.sq_tail++, prm::cqe_syndrome::wr_flush_err, true);
-        }
-        complete_wqe(q, q.sq_tail++, s, true);
-        if (int32_t(q.sq_tail - q.sq_head) > 0) {
-            q.sq_head = q.sq_tail;
-        }
+/// A local error on cur_wqe: the WQEs before it complete first (flushed),
+/// then cur_wqe with the error, each exactly once and in posting order (the
+/// driver retires up to a CQE's wqe_index). Returns false (nothing sent).
+bool device::fail_send_wqe(qp &q, prm::cqe_syndrome s)
+{
+    while (q.comp.sq_tail != q.req.cur_wqe) {
+        complete_wqe(q, q.comp.sq_tail++, prm::cqe_syndrome::wr_flush_err, true);
+    }
+    complete_wqe(q, q.comp.sq_tail++, s, true);
+    if (int32_t(q.comp.sq_tail - q.req.sq_head) > 0) {
+        q.req.sq_head = q.comp.sq_tail;
+    }
+    if (q.datagram()) {
+        // IBA 10.3.1: a UD send error stops only the send queue (SQE);
+        // receives go on, SQERR2RTS resumes.
+        q.state = prm::qp_state::sqer;
+        flush_sq(q);
+    } else {
+        set_qp_error(q);
+    }
+    return false;
+}
+
+/// A WQE the HCA carries out itself (a window bind or local invalidate):
+/// done, waiting (fence) or failed. E30: windows are bound on connected
+/// QPs only.
+bool device::run_local_wqe(qp &q, const send_wqe &w)
+{
+    switch (q.datagram() ? local_op::failed : run_local_op(q, w)) {
+    case local_op::waiting: return false;
+    case local_op::failed:  return fail_send_wqe(q, prm::cqe_syndrome::mw_bind_err);
+    case local_op::done:    break;
+    }
+    if (int32_t(q.req.cur_wqe + 1 - q.req.sq_head) > 0) {
+        q.req.sq_head = q.req.cur_wqe + 1;
+    }
+    complete_wqe(q, q.req.cur_wqe, {}, false);
+    q.comp.sq_tail = ++q.req.cur_wqe;
+    return true;
+}
+
+/// A READ/atomic, or a message that goes by single copy, as one request:
+/// sent, busy, or not_single (packets after all). Fence: it waits until
+/// every earlier READ/atomic has completed; the initiator depth bounds
+/// READ/atomic WQEs in flight (IBA 9.5.6).
+device::single_tx device::try_single_request(qp &q, const send_wqe &w)
+{
+    bool fresh     = int32_t(q.req.cur_wqe - q.req.sq_head) >= 0;   // not a resend
+    bool rd_atomic = engine::is_read(w.opcode) || engine::is_atomic(w.opcode);
+    if (fresh && ((w.fence && q.req.rd_atomic_inflight) ||
+                  (rd_atomic && q.req.rd_atomic_inflight >= q.max_rd_atomic))) {
+        return single_tx::busy;
+    }
+    // A READ asked again from its middle goes as packets.
+    bool direct = q.req.cur_offset == 0 && use_direct(q, w);
+    if (!rd_atomic && !direct) {
+        return single_tx::not_single;
+    }
+    return send_single_request(q, w, fresh, direct);
+}
+
+namespace {
+
+/// The transport headers after the BTH of one request packet, and where it
+/// goes: DETH on UD (IBA 9.8.3), RETH on an RC WRITE's first packet
+/// (9.3.3), ImmDt on the packet that carries the immediate.
+struct request_headers {
+    uint8_t  op;
+    uint16_t dlid;
+    uint32_t dqpn;
+    std::array<uint8_t, sizeof(ib::deth) + sizeof(ib::reth) + sizeof(ib::immdt)> ext;
+    size_t   ext_len = 0;
+
+    request_headers(const dev::qp &q, const send_wqe &w, bool first, bool last)
+        : dlid(q.dlid), dqpn(q.remote_qpn)
+    {
         if (q.datagram()) {
-            // IBA 10.3.1: a UD send error stops only the send queue (SQE);
-            // receives go on, SQERR2RTS resumes.
-            q.state = prm::qp_state::sqer;
-            flush_sq(q);
+            op = static_cast<uint8_t>(w.opcode == prm::send_opcode::send_imm
+                                              ? opcode::ud_send_only_imm
+                                              : opcode::ud_send_only);
+            ib::deth d;
+            // IBA 10.2.5: a Q_Key with the high bit set means "use the QP's".
+            d.qkey.set((w.ud_qkey & 0x80000000u) ? q.qkey : w.ud_qkey);
+            d.src_qp.set(q.qpn);
+            append(&d, sizeof(d));
+            dlid = w.ud_dlid;
+            dqpn = w.ud_dqpn;
         } else {
-            set_qp_error(q);
+            op = rc_opcode(w.opcode, first, last);
+            if (first && ib::info(op).hdrs & ib::hdr_reth) {
+                ib::reth r;
+                r.va.set(w.raddr);
+                r.rkey.set(w.rkey);
+                r.dma_len.set(w.total_len);
+                append(&r, sizeof(r));
+            }
         }
+        if (ib::info(op).hdrs & ib::hdr_immdt) {
+            append(&w.imm, sizeof(w.imm));
+        }
+    }
+    void append(const void *h, size_t len)
+    {
+        std::memcpy(ext.data() + ext_len, h, len);
+        ext_len += len;
+    }
+};
+
+} // namespace
+
+/// One packet of q's send queue, if it may send one: the fast path for a
+/// whole inline message, a local WQE, a single request, else the next
+/// packet of the current message (segmented at the path MTU).
+bool device::send_one_packet(qp &q)
+{
+    if (!requester_may_send(q)) {
         return false;
-    };
-    if (q.tx_fast && !q.sending) {
-        switch (send_inline_message(q, q.sq_wqe(q.cur_wqe), size_t{1} << q.sq_log_stride)) {
+    }
+    if (q.req.tx_fast && !q.req.sending) {
+        switch (send_inline_message(q, q.sq_wqe(q.req.cur_wqe), size_t{1} << q.sq_log_stride)) {
         case single_tx::sent:       return true;
         case single_tx::busy:       return false;
         case single_tx::not_single: break;
         }
     }
     send_wqe w;
-    if (!engine::decode_send_wqe(q, q.cur_wqe, w)) {
-        return fail(prm::cqe_syndrome::local_qp_op_err);
+    if (!engine::decode_send_wqe(q, q.req.cur_wqe, w)) {
+        return fail_send_wqe(q, prm::cqe_syndrome::local_qp_op_err);
     }
-    if (engine::is_local_op(w.opcode) && !q.sending) {
-        // E30: windows are bound on connected QPs only.
-        switch (ud ? local_op::failed : run_local_op(q, w)) {
-        case local_op::waiting: return false;
-        case local_op::failed:  return fail(prm::cqe_syndrome::mw_bind_err);
-        case local_op::done:    break;
-        }
-        if (int32_t(q.cur_wqe + 1 - q.sq_head) > 0) {
-            q.sq_head = q.cur_wqe + 1;
-        }
-        complete_wqe(q, q.cur_wqe, {}, false);
-        q.sq_tail = ++q.cur_wqe;
-        return true;
+    if (engine::is_local_op(w.opcode) && !q.req.sending) {
+        return run_local_wqe(q, w);
     }
-    if (!ud && !q.sending) {
-        bool fresh = int32_t(q.cur_wqe - q.sq_head) >= 0;   // not a resend
-        bool rd_atomic = engine::is_read(w.opcode) || engine::is_atomic(w.opcode);
-        // Fence: wait until every earlier READ/atomic has completed. The
-        // initiator depth bounds READ/atomic WQEs in flight (IBA 9.5.6).
-        if (fresh && ((w.fence && q.rd_atomic_inflight) ||
-                      (rd_atomic && q.rd_atomic_inflight >= q.max_rd_atomic))) {
-            return false;
-        }
-        // A READ asked again from its middle goes as packets.
-        bool direct = q.cur_offset == 0 && use_direct(q, w);
-        if (rd_atomic || direct) {
-            switch (send_single_request(q, w, fresh, direct)) {
-            case single_tx::sent:       return true;
-            case single_tx::busy:       return false;
-            case single_tx::not_single: break;   // its ranges failed a check: packets
-            }
+    if (!q.datagram() && !q.req.sending) {
+        switch (try_single_request(q, w)) {
+        case single_tx::sent:       return true;
+        case single_tx::busy:       return false;
+        case single_tx::not_single: break;   // its ranges failed a check: packets
         }
     }
+    return send_request_packet(q, w);
+}
+
+/// The next packet of the message of WQE cur_wqe, from cur_offset.
+bool device::send_request_packet(qp &q, const send_wqe &w)
+{
+    bool     ud     = q.datagram();
     uint32_t mtu    = ud ? limits::mtu : q.mtu;
-    uint32_t offset = q.cur_offset;
+    uint32_t offset = q.req.cur_offset;
     uint32_t chunk  = std::min(mtu, w.total_len - offset);
     bool     first  = offset == 0;
     bool     last   = offset + chunk == w.total_len;
     if (ud && !last) {
-        return fail(prm::cqe_syndrome::local_length_err);
+        return fail_send_wqe(q, prm::cqe_syndrome::local_length_err);
     }
     if (ud && w.ud_port != 1) {
-        return fail(prm::cqe_syndrome::local_qp_op_err);   // E23: no such port
+        return fail_send_wqe(q, prm::cqe_syndrome::local_qp_op_err);   // E23: no such port
     }
     if (ud && w.ud_pd != q.pd) {
-        return fail(prm::cqe_syndrome::local_prot_err);    // E24: AV of another PD
+        return fail_send_wqe(q, prm::cqe_syndrome::local_prot_err);    // E24: AV of another PD
     }
 
     // Payload: straight from the inline data or the single gather entry
     // when possible, otherwise staged.
     std::span<const uint8_t> payload;
     if (!gather_payload(q, w, offset, chunk, payload)) {
-        return fail(prm::cqe_syndrome::local_prot_err);
+        return fail_send_wqe(q, prm::cqe_syndrome::local_prot_err);
     }
-
-    std::array<uint8_t, sizeof(ib::deth) + sizeof(ib::reth) + sizeof(ib::immdt)> ext;
-    size_t ext_len = 0;
-    uint8_t op;
-    uint16_t dlid = q.dlid;
-    uint32_t dqpn = q.remote_qpn;
-    if (ud) {
-        op = static_cast<uint8_t>(w.opcode == prm::send_opcode::send_imm
-                                      ? opcode::ud_send_only_imm
-                                      : opcode::ud_send_only);
-        ib::deth d;
-        // IBA 10.2.5: a Q_Key with the high bit set means "use the QP's".
-        d.qkey.set((w.ud_qkey & 0x80000000u) ? q.qkey : w.ud_qkey);
-        d.src_qp.set(q.qpn);
-        std::memcpy(ext.data(), &d, sizeof(d));
-        ext_len = sizeof(d);
-        dlid    = w.ud_dlid;
-        dqpn    = w.ud_dqpn;
-    } else {
-        op = rc_opcode(w.opcode, first, last);
-        if (first && ib::info(op).hdrs & ib::hdr_reth) {
-            ib::reth r;
-            r.va.set(w.raddr);
-            r.rkey.set(w.rkey);
-            r.dma_len.set(w.total_len);
-            std::memcpy(ext.data(), &r, sizeof(r));
-            ext_len = sizeof(r);
-        }
-    }
-    if (ib::info(op).hdrs & ib::hdr_immdt) {
-        std::memcpy(ext.data() + ext_len, &w.imm, sizeof(w.imm));
-        ext_len += sizeof(w.imm);
-    }
-
-    uint32_t psn    = ud ? 0 : q.next_psn;
-    bool     ackreq = !ud && (last || ib::psn_diff(q.next_psn, q.acked_psn) ==
+    request_headers h(q, w, first, last);
+    uint32_t psn    = ud ? 0 : q.req.next_psn;
+    bool     ackreq = !ud && (last || ib::psn_diff(q.req.next_psn, q.comp.acked_psn) ==
                                           int32_t(limits::max_unacked / 2));
     status s = emit({.pkey    = q.pkey,
-                     .opcode  = op,
-                     .dlid    = dlid,
-                     .dqpn    = dqpn,
+                     .opcode  = h.op,
+                     .dlid    = h.dlid,
+                     .dqpn    = h.dqpn,
                      .psn     = psn,
                      .ackreq  = ackreq,
                      .solicited = last && w.solicited,
                      .vl      = uint8_t(q.st == prm::qp_st::mlx && q.qpn == 0 ? 15 : 0),
-                     .ext     = {ext.data(), ext_len},
+                     .ext     = {h.ext.data(), h.ext_len},
                      .payload = payload});
     if (s == status::no_resource) {
         return false;   // back-pressure: same packet next time
     }
     // status::unreachable: treated as lost on the wire; the ACK timer
     // decides what happens to an RC QP, a UD datagram is simply gone.
-
     if (ud) {
-        q.sq_head = q.cur_wqe + 1;
-        complete_wqe(q, q.cur_wqe, {}, false);
-        q.sq_tail = ++q.cur_wqe;
-        return true;
-    }
-    if (first) {
-        q.track[q.cur_wqe & (q.sq_size() - 1)] = {psn,
-                                                  packets_of(w.total_len, mtu)};
-        if (!ud) {
-            start_timing(q, w, false);
-        }
-        // sq_head is the next WQE not yet started: the WQE being sent is
-        // outstanding from its first packet on, so rewind() and the error
-        // paths see it.
-        if (int32_t(q.cur_wqe + 1 - q.sq_head) > 0) {
-            q.sq_head = q.cur_wqe + 1;
-        }
-    }
-    q.next_psn = ib::psn_add(q.next_psn, 1);
-    start_ack_timer(q);
-    if (last) {
-        q.sending    = false;
-        q.cur_offset = 0;
-        ++q.cur_wqe;
-        if (int32_t(q.cur_wqe - q.sq_head) > 0) {
-            q.sq_head = q.cur_wqe;
-        }
+        q.req.sq_head = q.req.cur_wqe + 1;
+        complete_wqe(q, q.req.cur_wqe, {}, false);
+        q.comp.sq_tail = ++q.req.cur_wqe;
     } else {
-        q.sending    = true;
-        q.cur_offset = offset + chunk;
+        request_packet_sent(q, w, psn, first, last, offset + chunk);
     }
     return true;
 }
 
+/// An RC request packet left: the WQE is outstanding from its first
+/// packet on (tracked for the responses and rewind()), the PSN moves on,
+/// the ACK timer runs, and the message is done or continues at `next`.
+void device::request_packet_sent(qp &q, const send_wqe &w, uint32_t psn, bool first,
+                                 bool last, uint32_t next)
+{
+    if (first) {
+        q.req.track[q.req.cur_wqe & (q.sq_size() - 1)] = {psn, packets_of(w.total_len, q.mtu)};
+        start_timing(q, w, false);
+        // sq_head is the next WQE not yet started, so rewind() and the
+        // error paths see the one being sent.
+        if (int32_t(q.req.cur_wqe + 1 - q.req.sq_head) > 0) {
+            q.req.sq_head = q.req.cur_wqe + 1;
+        }
+    }
+    q.req.next_psn = ib::psn_add(q.req.next_psn, 1);
+    start_ack_timer(q);
+    if (last) {
+        q.req.sending    = false;
+        q.req.cur_offset = 0;
+        ++q.req.cur_wqe;
+        if (int32_t(q.req.cur_wqe - q.req.sq_head) > 0) {
+            q.req.sq_head = q.req.cur_wqe;
+        }
+    } else {
+        q.req.sending    = true;
+        q.req.cur_offset = next;
+    }
+}
+
 void device::build_headers(qp &q)
 {
-    q.tx_lrh = {};
-    q.tx_lrh.sl_lnh = ib::lnh_iba_local;
-    q.tx_lrh.dlid.set(q.dlid);
-    q.tx_lrh.slid.set(port_ ? port_->lid() : 0);
-    q.tx_bth = {};
-    q.tx_bth.pkey.set(q.pkey);
-    q.tx_bth.dest_qp.set(q.remote_qpn & ib::psn_mask);
+    q.req.tx_lrh = {};
+    q.req.tx_lrh.sl_lnh = ib::lnh_iba_local;
+    q.req.tx_lrh.dlid.set(q.dlid);
+    q.req.tx_lrh.slid.set(port_ ? port_->lid() : 0);
+    q.req.tx_bth = {};
+    q.req.tx_bth.pkey.set(q.pkey);
+    q.req.tx_bth.dest_qp.set(q.remote_qpn & ib::psn_mask);
 
     ib::lrh l{};   // VL 0, LVer 0, no GRH, from the peer's port
     l.sl_lnh = ib::lnh_iba_local;
@@ -356,10 +443,10 @@ void device::build_headers(qp &q)
     ib::bth b{};   // TVer 0, the QP's partition, to this QP
     b.pkey.set(q.pkey);
     b.dest_qp.set(q.qpn);
-    q.rx_lrh_key = engine::load_wire_word(l) & engine::fast_rx_lrh_mask;
-    q.rx_bth_key = engine::load_wire_word(b) & engine::fast_rx_bth_mask;
-    q.rx_fast    = fast_paths_ && q.st == prm::qp_st::rc && (q.pkey & 0x8000);
-    q.tx_fast    = fast_paths_ && !q.datagram() && q.st != prm::qp_st::tm_cmd;
+    q.resp.rx_lrh_key = engine::load_wire_word(l) & engine::fast_rx_lrh_mask;
+    q.resp.rx_bth_key = engine::load_wire_word(b) & engine::fast_rx_bth_mask;
+    q.resp.rx_fast    = fast_paths_ && q.st == prm::qp_st::rc && (q.pkey & 0x8000);
+    q.req.tx_fast    = fast_paths_ && !q.datagram() && q.st != prm::qp_st::tm_cmd;
 }
 
 /// A BlueFlame WQE (prm_db.h), sent from the write itself when it is the
@@ -372,9 +459,9 @@ device::send_blueflame(qp &q, std::span<const uint8_t> wqe)
 {
     // The write is the WQE at cur_wqe only when that is the last one
     // posted: an earlier one still waiting goes first, from the queue.
-    if (q.state != prm::qp_state::rts || q.sending || !q.tx_fast ||
-        q.rnr_until || !window_open(q) ||
-        !engine::sq_wqe_ready(q, q.cur_wqe) || engine::sq_wqe_ready(q, q.cur_wqe + 1)) {
+    if (q.state != prm::qp_state::rts || q.req.sending || !q.req.tx_fast ||
+        q.comp.rnr_until || !window_open(q) ||
+        !engine::sq_wqe_ready(q, q.req.cur_wqe) || engine::sq_wqe_ready(q, q.req.cur_wqe + 1)) {
         return single_tx::not_single;
     }
     return send_inline_message(q, wqe.data(), wqe.size());
@@ -387,7 +474,10 @@ device::send_blueflame(qp &q, std::span<const uint8_t> wqe)
 /// ring with the QP's prebuilt headers. The caller checked what every
 /// packet needs (state, a WQE posted, window, RNR pause). not_single: any
 /// other WQE, or one whose checks fail, for the general path, which decodes
-/// it fully and reports what is wrong with it.
+/// it fully and reports what is wrong with it. Longer than 80 lines on
+/// purpose: the path of every small message, inlined into both callers and
+/// read top to bottom against the general path it must equal
+/// (test/hca/test_paths.cc).
 [[gnu::always_inline]] inline device::single_tx
 device::send_inline_message(qp &q, const uint8_t *wqe, size_t room)
 {
@@ -398,7 +488,7 @@ device::send_inline_message(qp &q, const uint8_t *wqe, size_t room)
     if (!write && !imm && op != prm::send_opcode::send) {
         return single_tx::not_single;
     }
-    if ((ctrl.fence_size & prm::ctrl_fence) && q.rd_atomic_inflight) {
+    if ((ctrl.fence_size & prm::ctrl_fence) && q.req.rd_atomic_inflight) {
         return single_tx::not_single;   // the general path waits
     }
     size_t size = size_t(ctrl.fence_size & prm::ctrl_ds_mask) * prm::seg_size;
@@ -435,7 +525,7 @@ device::send_inline_message(qp &q, const uint8_t *wqe, size_t room)
                      (imm ? sizeof(ib::immdt) : 0);
     fabric::frame_slot f;
     status   s   = reserve_frame(q.dlid, hdr_len + len, f);
-    uint32_t psn = q.next_psn;
+    uint32_t psn = q.req.next_psn;
     if (s == status::ok) {
         bool solicited = (ctrl.srcrb_flags.get() & prm::ctrl_solicited) != 0;
         // AckReq: the message's last packet.
@@ -469,13 +559,13 @@ device::send_inline_message(qp &q, const uint8_t *wqe, size_t room)
     }
     // status::unreachable: lost on the wire, as in emit()'s callers.
 
-    q.track[q.cur_wqe & (q.sq_size() - 1)] = {psn, 1};
-    q.next_psn = ib::psn_add(psn, 1);
+    q.req.track[q.req.cur_wqe & (q.sq_size() - 1)] = {psn, 1};
+    q.req.next_psn = ib::psn_add(psn, 1);
     start_ack_timer(q);
-    q.cur_offset = 0;
-    ++q.cur_wqe;
-    if (int32_t(q.cur_wqe - q.sq_head) > 0) {
-        q.sq_head = q.cur_wqe;
+    q.req.cur_offset = 0;
+    ++q.req.cur_wqe;
+    if (int32_t(q.req.cur_wqe - q.req.sq_head) > 0) {
+        q.req.sq_head = q.req.cur_wqe;
     }
     return single_tx::sent;
 }
@@ -510,133 +600,6 @@ void device::mmio_write_blueflame(uint32_t bf_offset, std::span<const uint8_t> w
     wake_engine_for_doorbell();
 }
 
-namespace {
-/// An RDMA WRITE or READ of more than a packet: what may go as one copy.
-bool may_go_direct(const qp &q, const send_wqe &w)
-{
-    return !w.is_inline && w.total_len > q.mtu &&
-           (w.opcode == prm::send_opcode::rdma_write || engine::is_read(w.opcode));
-}
-} // namespace
-
-/// Whether the chooser decides the path of WQE `w`: a transfer in
-/// [direct_try_min, direct_min) of its QP's peer.
-bool device::chooser_decides(const qp &q, const send_wqe &w)
-{
-    if (!may_go_direct(q, w)) {
-        return false;   // the common small message: no call into the port
-    }
-    uint64_t try_min = port_->direct_try_min(q.dlid);
-    return try_min && w.total_len >= try_min && w.total_len < port_->direct_min(q.dlid);
-}
-
-/// Whether WQE `w` goes as one single-copy request: an RDMA WRITE or READ
-/// of more than a packet, to a port whose process the fabric reaches, of
-/// at least the fabric's direct_min() — or, from its direct_try_min(),
-/// where single copy measured faster than packets (direct_chooser).
-bool device::use_direct(const qp &q, const send_wqe &w)
-{
-    if (q.direct_refused || !may_go_direct(q, w)) {
-        return false;
-    }
-    uint64_t min = port_->direct_min(q.dlid);
-    if (min && w.total_len >= min) {
-        return true;
-    }
-    return chooser_decides(q, w) &&
-           chooser_.choose(w.total_len, now()) == direct_chooser::path::direct;
-}
-
-/// WQE `w`, whose first packet or request just went, is timed when the
-/// chooser decided its path: finish_timing() gives the chooser its cost.
-void device::start_timing(qp &q, const send_wqe &w, bool direct)
-{
-    if (!chooser_decides(q, w)) {
-        return;
-    }
-    uint64_t t = now();
-    q.timing[q.cur_wqe & (q.sq_size() - 1)] = {t, w.total_len, direct};
-    q.timed = true;
-    chooser_.started(w.total_len, direct ? direct_chooser::path::direct
-                                         : direct_chooser::path::packets, t);
-}
-
-/// Posts the current WQE `w` as request `op` at `psn` in the QP's window
-/// (ib::x_direct_post): its gather (WRITE) or scatter (READ) entries, each
-/// checked as the packet path checks it (C53 / IBA 10.6.3: L_Key valid, of
-/// the QP's PD, covering the range; local write for a READ's target).
-/// Returns the entry's slot; nullopt when the WQE goes as packets instead:
-/// no window on either side, more ranges than an entry holds, a failed
-/// check (the packet path reports it), or the slot still an older
-/// outstanding request's.
-std::optional<uint32_t> device::post_direct(qp &q, const send_wqe &w, uint8_t op,
-                                            uint32_t psn)
-{
-    if (!q.direct_posts || !q.peer_direct.key) {
-        return std::nullopt;
-    }
-    uint32_t slot = q.cur_wqe & (q.direct_slots - 1);
-    ib::x_direct_post &entry = q.direct_posts[slot];
-    if (entry.key && entry.wqe != q.cur_wqe) {
-        return std::nullopt;
-    }
-    bool read = engine::is_read(w.opcode);
-    ib::x_direct_post post{};
-    uint64_t total = 0;
-    bool all = engine::for_each_data_seg(w, [&](uint64_t addr, uint32_t n, uint32_t lkey) {
-        if (!local_access_ok(q, lkey, addr, n, read) || post.nsegs == ib::max_direct_segs) {
-            return false;
-        }
-        ib::x_direct_seg &s = post.segs[post.nsegs++];
-        s.va.set(addr);
-        s.len.set(n);
-        total += n;
-        return true;
-    });
-    if (!all || total != w.total_len) {
-        return std::nullopt;
-    }
-    post.key    = q.direct_key;
-    post.psn    = psn;
-    post.opcode = op;
-    post.state  = uint32_t(ib::direct_state::posted);
-    post.wqe    = q.cur_wqe;
-    if (op == uint8_t(ib::opcode::x_rdma_read_direct_shared)) {
-        post.share_token = next_share_token();
-    }
-    entry = post;   // before the request leaves: the fabric orders the rest
-    return slot;
-}
-
-/// WQE `index` completed: its entry (if it went direct) is free, and a
-/// duplicate of its request finds nothing to serve.
-void device::release_direct_post(qp &q, uint32_t index)
-{
-    ib::x_direct_post &entry = q.direct_posts[index & (q.direct_slots - 1)];
-    if (entry.key && entry.wqe == index) {
-        std::atomic_ref<uint64_t>(entry.key).store(0, std::memory_order_release);
-    }
-}
-
-/// WQE `index`'s post, if it went direct and is outstanding.
-const ib::x_direct_post *device::direct_post_of(const qp &q, uint32_t index) const
-{
-    if (!q.direct_posts) {
-        return nullptr;
-    }
-    const ib::x_direct_post &entry = q.direct_posts[index & (q.direct_slots - 1)];
-    return entry.key == q.direct_key && entry.wqe == index ? &entry : nullptr;
-}
-
-/// Whether the responder marked WQE `index`'s post placed: a READ response
-/// completes the READ only then, as no packet can prove it.
-bool device::direct_post_placed(const qp &q, uint32_t index) const
-{
-    const ib::x_direct_post *post = direct_post_of(q, index);
-    return post && std::atomic_ref<const uint32_t>(post->state).load(std::memory_order_acquire) ==
-                       uint32_t(ib::direct_state::placed);
-}
-
 /// A message that is one request packet whatever its length: a READ (RETH;
 /// it uses one PSN per response packet), an atomic (AtomicETH, one PSN), or,
 /// with `direct` (use_direct()), a single-copy WRITE or READ (one PSN).
@@ -645,7 +608,7 @@ bool device::direct_post_placed(const qp &q, uint32_t index) const
 device::single_tx device::send_single_request(qp &q, const send_wqe &w, bool fresh,
                                                bool direct)
 {
-    uint32_t psn = q.next_psn;
+    uint32_t psn = q.req.next_psn;
     uint32_t npackets = 1;
     std::array<uint8_t, sizeof(ib::x_atomic_eth)> ext;
     size_t   ext_len;
@@ -654,7 +617,7 @@ device::single_tx device::send_single_request(qp &q, const send_wqe &w, bool fre
     size_t   ref_len = 0;
     bool     read  = engine::is_read(w.opcode);
     if (read || w.opcode == prm::send_opcode::rdma_write) {
-        uint32_t done = q.cur_offset;
+        uint32_t done = q.req.cur_offset;
         uint32_t len  = w.total_len - done;
         ib::reth r;
         r.va.set(w.raddr + done);
@@ -679,31 +642,8 @@ device::single_tx device::send_single_request(qp &q, const send_wqe &w, bool fre
         } else {
             return single_tx::not_single;   // a WRITE that goes as packets
         }
-    } else if (engine::is_masked_atomic(w.opcode)) {
-        ib::x_atomic_eth a{};
-        a.va.set(w.raddr);
-        a.rkey.set(w.rkey);
-        a.log_size = w.log_size;
-        a.swap_add.set(w.swap_add);
-        a.compare.set(w.compare);
-        a.swap_add_mask.set(w.swap_add_mask);
-        a.compare_mask.set(w.compare_mask);
-        std::memcpy(ext.data(), &a, sizeof(a));
-        ext_len  = sizeof(a);
-        op       = uint8_t(w.opcode == prm::send_opcode::masked_atomic_cs
-                               ? opcode::x_masked_compare_swap
-                               : opcode::x_masked_fetch_add);
     } else {
-        ib::atomic_eth a;
-        a.va.set(w.raddr);
-        a.rkey.set(w.rkey);
-        a.swap_add.set(w.swap_add);
-        a.compare.set(w.compare);
-        std::memcpy(ext.data(), &a, sizeof(a));
-        ext_len  = sizeof(a);
-        op       = uint8_t(w.opcode == prm::send_opcode::atomic_cs
-                               ? opcode::rc_compare_swap
-                               : opcode::rc_fetch_add);
+        ext_len = atomic_request(w, ext.data(), op);
     }
     status s = emit({.pkey    = q.pkey,
                      .opcode  = op,
@@ -716,30 +656,39 @@ device::single_tx device::send_single_request(qp &q, const send_wqe &w, bool fre
     if (s == status::no_resource) {
         return single_tx::busy;
     }
+    single_request_sent(q, w, psn, npackets, op, direct, fresh);
+    return single_tx::sent;
+}
+
+/// A READ, atomic or single-copy request left: its WQE is tracked until
+/// the response (the PSNs it takes, whether it is one the initiator depth
+/// counts), and the send queue moves to the next WQE.
+void device::single_request_sent(qp &q, const send_wqe &w, uint32_t psn,
+                                 uint32_t npackets, uint8_t op, bool direct, bool fresh)
+{
     // The WQE's PSNs: a READ asked again from its middle keeps those of the
     // part already answered; anything sent again from its start (after a
     // rewind, or as packets after a refused single copy) takes new ones.
-    uint32_t answered = q.cur_offset / q.mtu;
-    bool rd_atomic = read || engine::is_atomic(w.opcode);
-    q.track[q.cur_wqe & (q.sq_size() - 1)] = {
+    uint32_t answered  = q.req.cur_offset / q.mtu;
+    bool     rd_atomic = engine::is_read(w.opcode) || engine::is_atomic(w.opcode);
+    q.req.track[q.req.cur_wqe & (q.sq_size() - 1)] = {
         .first_psn = ib::psn_add(psn, ib::psn_mask + 1 - answered),
         .npackets  = answered + npackets,
         .rd_atomic = rd_atomic,
         .shared    = op == uint8_t(opcode::x_rdma_read_direct_shared),
         .direct    = direct};
-    if (q.cur_offset == 0) {   // not a READ asked again from its middle
+    if (q.req.cur_offset == 0) {   // not a READ asked again from its middle
         start_timing(q, w, direct);
     }
-    if (int32_t(q.cur_wqe + 1 - q.sq_head) > 0) {
-        q.sq_head = q.cur_wqe + 1;
+    if (int32_t(q.req.cur_wqe + 1 - q.req.sq_head) > 0) {
+        q.req.sq_head = q.req.cur_wqe + 1;
     }
-    q.rd_atomic_inflight += fresh && rd_atomic;
-    q.next_psn   = ib::psn_add(psn, npackets);
-    q.cur_offset = 0;
-    q.sending    = false;
-    ++q.cur_wqe;
+    q.req.rd_atomic_inflight += fresh && rd_atomic;
+    q.req.next_psn   = ib::psn_add(psn, npackets);
+    q.req.cur_offset = 0;
+    q.req.sending    = false;
+    ++q.req.cur_wqe;
     start_ack_timer(q);
-    return single_tx::sent;
 }
 
 bool device::gather_payload(qp &q, const send_wqe &w, uint32_t offset,
@@ -791,18 +740,18 @@ uint64_t device::ack_timeout_ns(const qp &q) const
 
 void device::rewind(qp &q, uint32_t psn)
 {
-    for (uint32_t i = q.sq_tail; i != q.sq_head; ++i) {
-        const wqe_track &t = q.track[i & (q.sq_size() - 1)];
+    for (uint32_t i = q.comp.sq_tail; i != q.req.sq_head; ++i) {
+        const wqe_track &t = q.req.track[i & (q.sq_size() - 1)];
         int32_t d = ib::psn_diff(psn, t.first_psn);
         if (d >= 0 && uint32_t(d) < t.npackets) {
-            if (ib::psn_diff(q.next_psn, psn) > 0) {
-                count(counter::retransmits, uint32_t(ib::psn_diff(q.next_psn, psn)));
+            if (ib::psn_diff(q.req.next_psn, psn) > 0) {
+                count(counter::retransmits, uint32_t(ib::psn_diff(q.req.next_psn, psn)));
             }
-            q.cur_wqe    = i;
-            q.cur_offset = uint32_t(d) * q.mtu;
+            q.req.cur_wqe    = i;
+            q.req.cur_offset = uint32_t(d) * q.mtu;
             // A READ is re-requested from that PSN by a fresh request packet.
-            q.sending    = d > 0 && !t.rd_atomic;
-            q.next_psn   = psn;
+            q.req.sending    = d > 0 && !t.rd_atomic;
+            q.req.next_psn   = psn;
             return;
         }
     }

@@ -17,7 +17,7 @@ using engine::pkt;
 
 void device::respond(qp &q, const pkt &p)
 {
-    int32_t d = ib::psn_diff(p.psn, q.epsn);
+    int32_t d = ib::psn_diff(p.psn, q.resp.epsn);
     if (d < 0) {
         // Duplicate (IBA 9.7.5.1.1): a READ is executed again, an atomic
         // answered from its saved result, anything else acknowledged again.
@@ -40,16 +40,16 @@ void device::respond(qp &q, const pkt &p)
     }
     if (d > 0) {
         // Sequence error: NAK once, then drop until the expected PSN shows up.
-        if (!q.nak_sent) {
-            q.nak_sent = true;
+        if (!q.resp.nak_sent) {
+            q.resp.nak_sent = true;
             count(counter::naks_sent);
             send_nak(q, ib::make_syndrome(ib::ack_class::nak,
                                           uint8_t(ib::nak_code::psn_seq_err)));
         }
         return;
     }
-    q.nak_sent = false;
-    if ((q.in_send || q.in_write) && !continues_message(q, p)) [[unlikely]] {
+    q.resp.nak_sent = false;
+    if ((q.resp.in_send || q.resp.in_write) && !continues_message(q, p)) [[unlikely]] {
         // Opcode sequence error, an Invalid Request (IBA 9.7.5.2.2; rxe's
         // check_op_seq): while a multi-packet SEND or WRITE is under way
         // only its own MIDDLE or LAST may come. A new message of another
@@ -81,7 +81,7 @@ void device::respond(qp &q, const pkt &p)
 /// or WRITE: only a MIDDLE or LAST of that message's kind.
 bool device::continues_message(const qp &q, const pkt &p)
 {
-    uint16_t kind = q.in_send ? ib::kind_send : ib::kind_write;
+    uint16_t kind = q.resp.in_send ? ib::kind_send : ib::kind_write;
     return p.has(kind) && !p.has(ib::kind_first) && !p.has(ib::kind_direct);
 }
 
@@ -112,31 +112,31 @@ const mpt *device::check_rkey(const qp &q, uint32_t rkey, uint64_t va,
 /// negotiated depth (every entry still has responses to send).
 bool device::take_resource(qp &q, const resp_resource &r)
 {
-    uint32_t idx = q.res_next % q.resources.size();
-    if (q.resp_count == q.resources.size() || q.resources[idx].queued) {
+    uint32_t idx = q.resp.res_next % q.resp.resources.size();
+    if (q.resp.resp_count == q.resp.resources.size() || q.resp.resources[idx].queued) {
         return false;
     }
-    q.resources[idx] = r;
-    ++q.res_next;
+    q.resp.resources[idx] = r;
+    ++q.resp.res_next;
     queue_response(q, idx);
     return true;
 }
 
 void device::queue_response(qp &q, uint32_t idx)
 {
-    resp_resource &r = q.resources[idx];
+    resp_resource &r = q.resp.resources[idx];
     if (r.queued) {
         return;   // already on its way
     }
     r.queued = true;
-    q.resp_queue[(q.resp_head + q.resp_count++) % q.resp_queue.size()] = idx;
+    q.resp.resp_queue[(q.resp.resp_head + q.resp.resp_count++) % q.resp.resp_queue.size()] = idx;
     responses_queued_ = true;
 }
 
 /// The resource whose request (or READ response range) holds `psn`.
 resp_resource *device::find_resource(qp &q, uint32_t psn)
 {
-    for (resp_resource &r : q.resources) {
+    for (resp_resource &r : q.resp.resources) {
         int32_t d = ib::psn_diff(psn, r.psn);
         if (r.npackets && d >= 0 && uint32_t(d) < r.npackets) {
             return &r;
@@ -169,8 +169,8 @@ void device::accept_read(qp &q, const resp_resource &res)
         responder_error(q, ib::nak_code::invalid_request);   // depth exceeded
         return;
     }
-    q.epsn = ib::psn_add(q.epsn, res.npackets);
-    q.msn  = ib::psn_add(q.msn, 1);
+    q.resp.epsn = ib::psn_add(q.resp.epsn, res.npackets);
+    q.resp.msn  = ib::psn_add(q.resp.msn, 1);
 }
 
 void device::respond_read(qp &q, const pkt &p, bool duplicate)
@@ -193,7 +193,7 @@ void device::respond_read(qp &q, const pkt &p, bool duplicate)
         res->len  = len;
         res->sent = 0;
         res->npackets = npackets;
-        queue_response(q, uint32_t(res - q.resources.data()));
+        queue_response(q, uint32_t(res - q.resp.resources.data()));
         return;
     }
     resp_resource res;
@@ -228,12 +228,12 @@ unsigned device::run_responders()
 
 bool device::send_response_packet(qp &q)
 {
-    uint32_t idx = q.resp_queue[q.resp_head];
-    resp_resource &r = q.resources[idx];
+    uint32_t idx = q.resp.resp_queue[q.resp.resp_head];
+    resp_resource &r = q.resp.resources[idx];
     auto done = [&] {
         r.queued    = false;
-        q.resp_head = (q.resp_head + 1) % q.resp_queue.size();
-        --q.resp_count;
+        q.resp.resp_head = (q.resp.resp_head + 1) % q.resp.resp_queue.size();
+        --q.resp.resp_count;
     };
     if (r.kind == resp_resource::type::atomic) {
         if (send_atomic_ack(q, r) == status::no_resource) {
@@ -253,7 +253,7 @@ bool device::send_response_packet(qp &q)
     }
     ib::aeth a{};
     ib::aeth_syndrome::set(a.syn_msn, ack_syndrome);
-    ib::aeth_msn::set(a.syn_msn, q.msn);
+    ib::aeth_msn::set(a.syn_msn, q.resp.msn);
     // READ response packet: FIRST/MIDDLE/LAST carry MTU bytes, AETH on the
     // first and last (IBA 9.4.4). The region is looked up again per packet:
     // it may have been deregistered since the request.
@@ -298,7 +298,7 @@ bool device::send_response_packet(qp &q)
 void device::respond_send(qp &q, const pkt &p)
 {
     bool first = p.has(ib::kind_first), last = p.has(ib::kind_last);
-    if (first == q.in_send) {
+    if (first == q.resp.in_send) {
         responder_error(q, ib::nak_code::invalid_request);   // opcode sequence
         return;
     }
@@ -308,7 +308,7 @@ void device::respond_send(qp &q, const pkt &p)
         if (tm && !tm_first_packet(q, *tm, p, last)) {
             return;
         }
-        if (q.recv_to_tag) {
+        if (q.resp.recv_to_tag) {
             data = data.subspan(sizeof(ib::tmh));   // only the data is placed
         } else if (!recv_available(q)) {
             // IBA 9.7.5.2.8: no receive WQE -> RNR NAK, PSN not consumed.
@@ -316,51 +316,51 @@ void device::respond_send(qp &q, const pkt &p)
             send_nak(q, ib::make_syndrome(ib::ack_class::rnr_nak, q.min_rnr_timer));
             return;
         } else {
-            q.recv_wqe = recv_take(q);
-            if (q.recv_unexpected) {
+            q.resp.recv_wqe = recv_take(q);
+            if (q.resp.recv_unexpected) {
                 tm->tm->list.note_unexpected();
                 count(p.payload[0] == uint8_t(ib::tmh_opcode::rndv)
                           ? counter::tm_unexpected_rndv
                           : counter::tm_unexpected_eager);
             }
         }
-        q.recv_offset = 0;
-        q.in_send     = true;
+        q.resp.recv_offset = 0;
+        q.resp.in_send     = true;
     }
-    if (q.recv_to_tag) {
+    if (q.resp.recv_to_tag) {
         bool failed = tm_scatter(q, data) != scatter_result::ok;
-        q.recv_offset += uint32_t(data.size());
+        q.resp.recv_offset += uint32_t(data.size());
         if (failed) {
             tm_complete_eager(q, p, true);
             responder_error(q, ib::nak_code::invalid_request);
             return;
         }
-        q.epsn = ib::psn_add(q.epsn, 1);
+        q.resp.epsn = ib::psn_add(q.resp.epsn, 1);
         if (last) {
-            q.in_send = false;
-            q.msn     = ib::psn_add(q.msn, 1);
+            q.resp.in_send = false;
+            q.resp.msn     = ib::psn_add(q.resp.msn, 1);
             tm_complete_eager(q, p, false);
         }
         schedule_ack(q);
         return;
     }
-    if (scatter_result r = scatter(q, q.recv_wqe, q.recv_offset, p.payload);
+    if (scatter_result r = scatter(q, q.resp.recv_wqe, q.resp.recv_offset, p.payload);
         r != scatter_result::ok) {
         fail_receive(q, r);
         return;
     }
-    q.recv_offset += uint32_t(p.payload.size());
-    q.epsn = ib::psn_add(q.epsn, 1);
+    q.resp.recv_offset += uint32_t(p.payload.size());
+    q.resp.epsn = ib::psn_add(q.resp.epsn, 1);
     if (last) {
         bool has_imm = p.has(ib::kind_imm);
         be32 imm{};
         if (has_imm) {
             imm = p.ext<ib::immdt>(ib::hdr_immdt).imm;
         }
-        q.in_send = false;
-        complete_receive(q, {q.recv_wqe, q.recv_offset, q.recv_unexpected}, p.slid, has_imm,
+        q.resp.in_send = false;
+        complete_receive(q, {q.resp.recv_wqe, q.resp.recv_offset, q.resp.recv_unexpected}, p.slid, has_imm,
                          imm, ib::bth_solicited(p.bth));
-        q.recv_unexpected = false;
+        q.resp.recv_unexpected = false;
     }
     schedule_ack(q);
 }
@@ -373,7 +373,7 @@ void device::respond_send(qp &q, const pkt &p)
 void device::fail_receive(qp &q, scatter_result r)
 {
     bool too_long = r == scatter_result::too_long;
-    write_err_cqe(q, q.recv_wqe,
+    write_err_cqe(q, q.resp.recv_wqe,
                   too_long ? prm::cqe_syndrome::local_length_err
                            : prm::cqe_syndrome::local_prot_err,
                   false);
@@ -385,7 +385,7 @@ void device::fail_receive(qp &q, scatter_result r)
 void device::respond_write(qp &q, const pkt &p)
 {
     bool first = p.has(ib::kind_first), last = p.has(ib::kind_last);
-    if (first == q.in_write) {
+    if (first == q.resp.in_write) {
         responder_error(q, ib::nak_code::invalid_request);
         return;
     }
@@ -396,12 +396,12 @@ void device::respond_write(qp &q, const pkt &p)
             responder_error(q, ib::nak_code::remote_access);
             return;
         }
-        q.write_va    = r.va.get();
-        q.write_left  = r.dma_len.get();
-        q.write_total = r.dma_len.get();
-        q.in_write    = true;
+        q.resp.write_va    = r.va.get();
+        q.resp.write_left  = r.dma_len.get();
+        q.resp.write_total = r.dma_len.get();
+        q.resp.in_write    = true;
     }
-    if (p.payload.size() > q.write_left || (last && p.payload.size() != q.write_left)) {
+    if (p.payload.size() > q.resp.write_left || (last && p.payload.size() != q.resp.write_left)) {
         responder_error(q, ib::nak_code::invalid_request);   // length mismatch
         return;
     }
@@ -412,7 +412,7 @@ void device::respond_write(qp &q, const pkt &p)
         // retry resends that packet. A WRITE_ONLY comes again as a first
         // packet: no write is under way until then.
         if (first) {
-            q.in_write = false;
+            q.resp.in_write = false;
         }
         count(counter::rnr_naks_sent);
         send_nak(q, ib::make_syndrome(ib::ack_class::rnr_nak, q.min_rnr_timer));
@@ -422,19 +422,19 @@ void device::respond_write(qp &q, const pkt &p)
         // A zero-length WRITE names no memory: its VA may be anything,
         // NULL included (its R_Key and VA are not checked, check_rkey), and
         // memcpy(NULL, ..., 0) is undefined behaviour all the same.
-        std::memcpy(reinterpret_cast<void *>(static_cast<uintptr_t>(q.write_va)),
+        std::memcpy(reinterpret_cast<void *>(static_cast<uintptr_t>(q.resp.write_va)),
                     p.payload.data(), p.payload.size());
     }
-    q.write_va   += p.payload.size();
-    q.write_left -= uint32_t(p.payload.size());
-    q.epsn = ib::psn_add(q.epsn, 1);
+    q.resp.write_va   += p.payload.size();
+    q.resp.write_left -= uint32_t(p.payload.size());
+    q.resp.epsn = ib::psn_add(q.resp.epsn, 1);
     if (last) {
-        q.in_write = false;
-        q.msn      = ib::psn_add(q.msn, 1);
+        q.resp.in_write = false;
+        q.resp.msn      = ib::psn_add(q.resp.msn, 1);
         if (imm) {
             prm::cqe c{};
             c.vlan_my_qpn.set(q.qpn);
-            c.byte_cnt.set(q.write_total);
+            c.byte_cnt.set(q.resp.write_total);
             c.wqe_index.set(recv_take(q));
             c.g_mlpath_rqpn.set(q.remote_qpn);
             c.rlid.set(p.slid);

@@ -24,7 +24,7 @@ using engine::pkt;
 device::direct_check device::read_direct_post(const qp &q, const pkt &p, uint32_t dma_len,
                                               direct_request &out)
 {
-    const qp::peer_window &peer = q.peer_direct;
+    const qp::responder::peer_window &peer = q.resp.peer_direct;
     if (!peer.key) {
         return direct_check::unreachable;   // the connection named no window
     }
@@ -66,7 +66,7 @@ bool device::send_read_share(qp &q, uint32_t psn, uint64_t share_token)
 {
     ib::aeth a{};
     ib::aeth_syndrome::set(a.syn_msn, ack_syndrome);
-    ib::aeth_msn::set(a.syn_msn, q.msn);
+    ib::aeth_msn::set(a.syn_msn, q.resp.msn);
     ib::x_direct_grant grant;
     grant.share_token.set(share_token);
     status s = emit({.pkey    = q.pkey,
@@ -86,7 +86,7 @@ bool device::send_read_share(qp &q, uint32_t psn, uint64_t share_token)
 void device::refuse_direct(qp &q, uint32_t psn)
 {
     count(counter::direct_refusals);
-    q.nak_sent = true;
+    q.resp.nak_sent = true;
     send_nak(q, ack_syndrome, ib::opcode::x_direct_refused, psn);
 }
 
@@ -95,7 +95,7 @@ void device::refuse_direct(qp &q, uint32_t psn)
 /// then the requester's bytes are copied straight into the region.
 void device::respond_direct_write(qp &q, const pkt &p)
 {
-    if (q.in_write || q.in_send) {
+    if (q.resp.in_write || q.resp.in_send) {
         responder_error(q, ib::nak_code::invalid_request);   // opcode sequence
         return;
     }
@@ -117,7 +117,7 @@ void device::respond_direct_write(qp &q, const pkt &p)
         return;
     }
     fabric::mem_range region{r.va.get(), len};
-    if (len && port_->direct_copy({p.slid, q.peer_direct.pid}, fabric::copy_dir::from_peer,
+    if (len && port_->direct_copy({p.slid, q.resp.peer_direct.pid}, fabric::copy_dir::from_peer,
                                   {&region, 1}, from.ranges.span()) != status::ok) {
         refuse_direct(q, p.psn);
         return;
@@ -125,8 +125,8 @@ void device::respond_direct_write(qp &q, const pkt &p)
     count(counter::direct_writes);
     count(counter::direct_bytes, len);
     served_copy(len);
-    q.epsn = ib::psn_add(q.epsn, 1);
-    q.msn  = ib::psn_add(q.msn, 1);
+    q.resp.epsn = ib::psn_add(q.resp.epsn, 1);
+    q.resp.msn  = ib::psn_add(q.resp.msn, 1);
     schedule_ack(q);
 }
 
@@ -174,7 +174,7 @@ void device::respond_direct_read(qp &q, const pkt &p, bool duplicate)
     std::array<fabric::mem_range, 2> local{{{r->va.get() + share, len - share},
                                             {reinterpret_cast<uintptr_t>(&placed),
                                              sizeof(placed)}}};
-    if (port_->direct_copy({p.slid, q.peer_direct.pid}, fabric::copy_dir::to_peer, local,
+    if (port_->direct_copy({p.slid, q.resp.peer_direct.pid}, fabric::copy_dir::to_peer, local,
                            rest.span()) != status::ok) {
         if (!duplicate) {
             refuse_direct(q, p.psn);
@@ -186,7 +186,7 @@ void device::respond_direct_read(qp &q, const pkt &p, bool duplicate)
     served_copy(len);
     if (duplicate) {
         old->rest_only = share != 0;
-        queue_response(q, uint32_t(old - q.resources.data()));
+        queue_response(q, uint32_t(old - q.resp.resources.data()));
         return;
     }
     resp_resource res;
@@ -198,7 +198,7 @@ void device::respond_direct_read(qp &q, const pkt &p, bool duplicate)
     res.va        = r->va.get();
     res.len       = len;
     accept_read(q, res);
-    if (q.resp_count == 1) {
+    if (q.resp.resp_count == 1) {
         // The data is in place: answered now, when no earlier response
         // waits, rather than after the slice's other frames. A requester
         // keeps up to 16 READs in flight; answered at the end of the slice,

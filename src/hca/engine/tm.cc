@@ -37,10 +37,10 @@ uint32_t buffer_length(const prm::wqe_data_seg &d)
 /// Executes the next list operation WQE of command QP `q`, if posted.
 bool device::run_tm_command(qp &q)
 {
-    if (q.state != prm::qp_state::rts || !engine::sq_wqe_ready(q, q.sq_head)) {
+    if (q.state != prm::qp_state::rts || !engine::sq_wqe_ready(q, q.req.sq_head)) {
         return false;
     }
-    uint32_t index = q.sq_head++;
+    uint32_t index = q.req.sq_head++;
     const uint8_t *w = q.sq_wqe(index);
     prm::wqe_ctrl_seg ctrl;
     std::memcpy(&ctrl, w, sizeof(ctrl));
@@ -50,12 +50,12 @@ bool device::run_tm_command(qp &q)
     if (opcode != prm::send_opcode::tag_matching || !s || !s->tm ||
         size < sizeof(ctrl) + sizeof(prm::wqe_tm_seg)) {
         write_err_cqe(q, uint16_t(index), prm::cqe_syndrome::local_qp_op_err, true);
-        q.sq_tail = q.sq_head;
+        q.comp.sq_tail = q.req.sq_head;
         return true;
     }
     prm::wqe_tm_seg t;
     std::memcpy(&t, w + sizeof(ctrl), sizeof(t));
-    tm::tag_list &list = s->tm->list;
+    dev::tag_list &list = s->tm->list;
     uint32_t sw = (t.flags & prm::tm_flag_sw_cnt)
                       ? widen_sw_count(list.hw_unexpected(), t.sw_cnt.get())
                       : list.sw_unexpected();
@@ -96,7 +96,7 @@ bool device::run_tm_command(qp &q)
         result = tm_list_result::bad_index;
         break;
     }
-    q.sq_tail = q.sq_head;
+    q.comp.sq_tail = q.req.sq_head;
     bool report = (ctrl.srcrb_flags.get() & prm::ctrl_cq_update) ||
                   (t.flags & prm::tm_flag_cqe_req);
     if (report) {
@@ -122,7 +122,7 @@ bool device::run_tm_command(qp &q)
 /// rendezvous header the device now serves itself).
 bool device::tm_first_packet(qp &q, srq &s, const engine::pkt &p, bool last)
 {
-    q.recv_to_tag = q.recv_unexpected = q.recv_truncated = false;
+    q.resp.recv_to_tag = q.resp.recv_unexpected = q.resp.recv_truncated = false;
     auto op = p.payload.empty() ? ib::tmh_opcode::no_tag
                                 : static_cast<ib::tmh_opcode>(p.payload[0]);
     if (op != ib::tmh_opcode::eager && op != ib::tmh_opcode::rndv) {
@@ -141,7 +141,7 @@ bool device::tm_first_packet(qp &q, srq &s, const engine::pkt &p, bool last)
         // The device serves a rendezvous only on a QP whose send queue it
         // owns (qpc_tm_dev_sq); on one the driver sends on, the header goes
         // to software as unexpected, which fetches the data itself.
-        q.recv_unexpected = true;
+        q.resp.recv_unexpected = true;
         return true;
     }
     if (rndv && tm_dev_sq_room(q) < 2) {
@@ -154,15 +154,15 @@ bool device::tm_first_packet(qp &q, srq &s, const engine::pkt &p, bool last)
     std::memcpy(&h, p.payload.data(), sizeof(h));
     auto m = s.tm->list.match(h.tag.get());
     if (!m) {
-        q.recv_unexpected = true;   // into an SRQ WQE, counted when taken
+        q.resp.recv_unexpected = true;   // into an SRQ WQE, counted when taken
         return true;
     }
-    q.tag_index   = m->first;
-    q.msg_tag     = h.tag.get();
-    q.msg_app_ctx = h.app_ctx.get();
+    q.resp.tag_index   = m->first;
+    q.resp.msg_tag     = h.tag.get();
+    q.resp.msg_app_ctx = h.app_ctx.get();
     if (!rndv) {
         count(counter::tm_expected_eager);
-        q.recv_to_tag = true;
+        q.resp.recv_to_tag = true;
         return true;
     }
     count(counter::tm_expected_rndv);
@@ -170,8 +170,8 @@ bool device::tm_first_packet(qp &q, srq &s, const engine::pkt &p, bool last)
     std::memcpy(&r, p.payload.data() + sizeof(h), sizeof(r));
     tm_start_rndv(q, s, m->first, h, r);
     // The rendezvous header is consumed like a complete SEND.
-    q.epsn = ib::psn_add(q.epsn, 1);
-    q.msn  = ib::psn_add(q.msn, 1);
+    q.resp.epsn = ib::psn_add(q.resp.epsn, 1);
+    q.resp.msn  = ib::psn_add(q.resp.msn, 1);
     schedule_ack(q);
     return false;
 }
@@ -180,18 +180,18 @@ bool device::tm_first_packet(qp &q, srq &s, const engine::pkt &p, bool last)
 /// Data beyond the buffer is dropped and reported as truncation.
 device::scatter_result device::tm_scatter(qp &q, std::span<const uint8_t> data)
 {
-    const prm::wqe_data_seg &b = srqs_[q.srqn].tm->bufs[q.tag_index];
+    const prm::wqe_data_seg &b = srqs_[q.srqn].tm->bufs[q.resp.tag_index];
     uint32_t cap = buffer_length(b);
-    size_t   fit = q.recv_offset >= cap
-                       ? 0 : std::min<size_t>(cap - q.recv_offset, data.size());
+    size_t   fit = q.resp.recv_offset >= cap
+                       ? 0 : std::min<size_t>(cap - q.resp.recv_offset, data.size());
     if (fit < data.size()) {
-        q.recv_truncated = true;
+        q.resp.recv_truncated = true;
     }
     if (fit == 0) {
         return scatter_result::ok;
     }
     return scatter_segs(q, reinterpret_cast<const uint8_t *>(&b), 1,
-                        q.recv_offset, data.first(fit));
+                        q.resp.recv_offset, data.first(fit));
 }
 
 /// The last packet of a matched eager message is in (or it failed).
@@ -199,21 +199,21 @@ void device::tm_complete_eager(qp &q, const engine::pkt &p, bool failed)
 {
     prm::cqe c{};
     c.vlan_my_qpn.set(q.qpn);
-    c.byte_cnt.set(q.recv_offset);
+    c.byte_cnt.set(q.resp.recv_offset);
     c.g_mlpath_rqpn.set(q.remote_qpn);
     c.rlid.set(p.slid);
     prm::tm_cqe x{};
-    x.tag.set(q.msg_tag);
-    x.app_ctx.set(q.msg_app_ctx);
-    x.index.set(q.tag_index);
-    x.flags = uint8_t((q.recv_truncated ? prm::tm_cqe_truncated : 0) |
+    x.tag.set(q.resp.msg_tag);
+    x.app_ctx.set(q.resp.msg_app_ctx);
+    x.index.set(q.resp.tag_index);
+    x.flags = uint8_t((q.resp.recv_truncated ? prm::tm_cqe_truncated : 0) |
                       (failed ? prm::tm_cqe_failed : 0));
     if (p.has(ib::kind_imm)) {
         c.immed_rss_invalid.raw = p.ext<ib::immdt>(ib::hdr_immdt).imm.raw;
         x.flags |= prm::tm_cqe_with_imm;
     }
     c.owner_sr_opcode = uint8_t(prm::tm_cqe_opcode::expected);
-    q.recv_to_tag = false;
+    q.resp.recv_to_tag = false;
     write_cqe(q, false, c, ib::bth_solicited(p.bth), &x);
 }
 

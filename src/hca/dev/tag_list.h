@@ -24,7 +24,7 @@
 #include <utility>
 #include <vector>
 
-namespace mlx4x::tm {
+namespace mlx4x::dev {
 
 /// One posted receive, as the device holds it.
 struct tag_entry {
@@ -111,4 +111,4 @@ private:
     uint32_t hw_unexpected_ = 0, sw_unexpected_ = 0;
 };
 
-} // namespace mlx4x::tm
+} // namespace mlx4x::dev

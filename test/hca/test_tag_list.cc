@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// The device's posted-tag list (src/tm/tag_list.h): matching order and
+// The device's posted-tag list (src/hca/dev/tag_list.h): matching order and
 // masks (seed 002 TM2), consumption, removal racing a match (E64), and the
 // unexpected-count sync that keeps a receive posted during an unexpected
 // hand-off from overtaking it (TM9, E63).
-#include "tm/tag_list.h"
+#include "hca/dev/tag_list.h"
 
 #include <gtest/gtest.h>
 
@@ -11,7 +11,7 @@
 #include <random>
 #include <vector>
 
-namespace mlx4x::tm {
+namespace mlx4x::dev {
 namespace {
 
 constexpr uint64_t exact = ~uint64_t{0};
@@ -209,4 +209,4 @@ TEST(tag_list, TM2_random_operations_agree_with_a_reference_list)
 }
 
 } // namespace
-} // namespace mlx4x::tm
+} // namespace mlx4x::dev

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // List operations of the device's posted-tag list; match() stays inline.
-#include "tm/tag_list.h"
+#include "hca/dev/tag_list.h"
 
-namespace mlx4x::tm {
+namespace mlx4x::dev {
 
 status tag_list::append(uint32_t index, const tag_entry &e,
                         uint32_t sw_unexpected)
@@ -57,4 +57,4 @@ void tag_list::unlink(uint32_t i)
     --posted_;
 }
 
-} // namespace mlx4x::tm
+} // namespace mlx4x::dev
