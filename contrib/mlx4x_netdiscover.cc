@@ -4,6 +4,7 @@
 // is a CA reached LID-routed from this tool's QP0 (a NodeInfo sweep, then
 // NodeDescription). The tool's own port is named in the header only.
 #include "mlx4x_diag.h"
+#include "tool_options.h"
 
 #include <cinttypes>
 #include <cstring>
@@ -11,8 +12,11 @@
 
 using namespace mlx4x;
 
-int main(int argc, char **)
+int main(int argc, char **argv)
 {
+    tools::answer_help_and_version(argc, argv, "mlx4x-netdiscover", "mlx4x-netdiscover",
+        "Discovers every port on the fabric by SMPs and prints the topology as\n"
+        "ibnetdiscover does (one CA per mlx4x port). See mlx4x-netdiscover(1).");
     constexpr const char *prog = "mlx4x-netdiscover";
     if (argc > 1) {
         std::fprintf(stderr, "usage: %s\n", prog);

@@ -18,6 +18,7 @@
 // verb::atomic (one-sided latency; make_wr() is where its operand goes).
 #include "hca/drv/verbs.h"
 #include "hca/fabric/shm_fabric.h"
+#include "tool_options.h"
 
 #include <algorithm>
 #include <arpa/inet.h>
@@ -211,6 +212,7 @@ void usage(FILE *f)
         "                         (default 30; 0 waits forever)\n"
         "  -F                     accepted for perftest compatibility (no effect)\n"
         "  -h, --help             this text\n"
+        "  -V, --version          the version\n"
         "\n"
         "Both processes must use the same fabric ($UCX_MLX4X_FABRIC, default\n"
         "mlx4x-fabric-<uid>); HOST must be this host (localhost or 127.0.0.1).\n",
@@ -249,13 +251,14 @@ options parse(int argc, char **argv)
         {"ib-port", required_argument, nullptr, 'i'},
         {"timeout", required_argument, nullptr, 'T'},
         {"help", no_argument, nullptr, 'h'},
+        {"version", no_argument, nullptr, 'V'},
         {nullptr, 0, nullptr, 0},
     };
     options     o;
     const char *test_name = nullptr;
     bool        size_set  = false;
     opterr = 0;
-    for (int c; (c = getopt_long(argc, argv, ":t:s:an:p:r:Q:I:m:d:i:T:Fh",
+    for (int c; (c = getopt_long(argc, argv, ":t:s:an:p:r:Q:I:m:d:i:T:FhV",
                                  longopts, nullptr)) != -1;) {
         switch (c) {
         case 't': test_name = optarg; break;
@@ -291,6 +294,7 @@ options parse(int argc, char **argv)
         }
         case 'F': break;
         case 'h': usage(stdout); std::exit(0);
+        case 'V': mlx4x::tools::print_version("mlx4x-perftest"); std::exit(0);
         case ':': throw fatal{format("option '%s' needs a value", argv[optind - 1]), 2};
         default:
             throw fatal{format("unknown option '%s' (see %s --help)", argv[optind - 1], prog), 2};

@@ -5,6 +5,8 @@
  *
  *   mpirun -np 2 contrib/mlx4x-run contrib/mlx4x-pingpong [max_bytes]
  */
+#include "mlx4x_config.h"
+
 #include <mpi.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -41,7 +43,25 @@ static int check(const unsigned char *b, size_t n, int iter)
 int main(int argc, char **argv)
 {
     int rank, nranks, errors = 0;
-    size_t max = argc > 1 ? strtoull(argv[1], NULL, 0) : (4u << 20);
+    /* --help and --version before MPI starts (no launcher needed). */
+    for (int i = 1; i < argc; ++i) {
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            printf("usage: mpirun -np 2 mlx4x-run mlx4x-pingpong [max_bytes]\n\n"
+                   "2-rank MPI ping-pong and streaming bandwidth from 1 byte to max_bytes\n"
+                   "(default 4 MiB), every received byte checked. See mlx4x-pingpong(1).\n");
+            return 0;
+        }
+        if (!strcmp(argv[i], "--version") || !strcmp(argv[i], "-V")) {
+            printf("mlx4x-pingpong (mlx4x) %s\n", PACKAGE_VERSION);
+            return 0;
+        }
+    }
+    char  *end = NULL;
+    size_t max = argc > 1 ? strtoull(argv[1], &end, 0) : (4u << 20);
+    if (argc > 2 || (argc > 1 && (end == argv[1] || *end))) {
+        fprintf(stderr, "usage: mpirun -np 2 mlx4x-run mlx4x-pingpong [max_bytes]\n");
+        return 2;
+    }
 
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);

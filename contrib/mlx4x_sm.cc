@@ -11,6 +11,7 @@
 // "trap T from lid N".
 #include "hca/fabric/shm_fabric.h"
 #include "mad/sm.h"
+#include "tool_options.h"
 
 #include <atomic>
 #include <chrono>
@@ -38,6 +39,11 @@ int usage()
 
 int main(int argc, char **argv)
 {
+    mlx4x::tools::answer_help_and_version(argc, argv, "mlx4x-sm",
+        "mlx4x-sm [--once] [--sweep-ms N]",
+        "Runs a subnet manager candidate on the fabric: elected master, it\n"
+        "sweeps the ports every N ms (default 500), assigns LIDs and brings\n"
+        "them to ACTIVE; --once: one sweep, then exit. See mlx4x-sm(1).");
     bool once = false;
     int  sweep_ms = 200;
     for (int i = 1; i < argc; ++i) {

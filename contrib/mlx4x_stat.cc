@@ -6,6 +6,7 @@
 //
 //   mlx4x-stat [-l]      -l: the LIDs only, one per line
 #include "mlx4x_diag.h"
+#include "tool_options.h"
 
 #include <cstring>
 
@@ -13,6 +14,10 @@ using namespace mlx4x;
 
 int main(int argc, char **argv)
 {
+    tools::answer_help_and_version(argc, argv, "mlx4x-stat", "mlx4x-stat [-l]",
+        "Prints every mlx4x port on the fabric as ibstat prints a host's CA ports\n"
+        "(state, LID, SM LID, GUIDs, rate, MTU); -l: their LIDs only. See\n"
+        "mlx4x-stat(1).");
     constexpr const char *prog = "mlx4x-stat";
     bool lids_only = argc > 1 && std::strcmp(argv[1], "-l") == 0;
     if (argc > 2 || (argc == 2 && !lids_only)) {

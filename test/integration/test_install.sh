@@ -72,7 +72,10 @@ fi
 
 # Exactly the expected files, all the installing user's.
 expected="bin/mlx4x-netdiscover bin/mlx4x-perftest bin/mlx4x-run bin/mlx4x-sm
-bin/mlx4x-smpquery bin/mlx4x-stat lib/ucx/libuct_mlx4x.so"
+bin/mlx4x-smpquery bin/mlx4x-stat lib/ucx/libuct_mlx4x.so
+share/man/man1/mlx4x-netdiscover.1 share/man/man1/mlx4x-perftest.1
+share/man/man1/mlx4x-pingpong.1 share/man/man1/mlx4x-run.1 share/man/man1/mlx4x-sm.1
+share/man/man1/mlx4x-smpquery.1 share/man/man1/mlx4x-stat.1 share/man/man7/mlx4x.7"
 [ -x "$top_builddir/contrib/mlx4x-pingpong" ] && [ "${have_mpi:-yes}" != no ] &&
     expected="$expected bin/mlx4x-pingpong"
 expected=$(echo $expected | tr ' ' '\n' | sort)
@@ -106,9 +109,33 @@ if [ $rc -eq 0 ] && echo "$out" | grep -A3 "Transport: mlx4x" | grep -q "Device:
 else
     fail "installed mlx4x-run ucx_info -d (exit $rc)"; echo "$out" | tail -n 5
 fi
-out=$(run_installed timeout 60 mlx4x-stat --help 2>&1); rc=$?
-[ $rc -ne 127 ] && [ $rc -ne 126 ] && ok "installed mlx4x-stat runs (exit $rc)" \
-    || fail "installed mlx4x-stat does not run (exit $rc): $out"
+# Every installed program answers --help (its usage, exit 0) and
+# --version ("NAME (mlx4x) VERSION") before it looks for a fabric, and has
+# a manual page that man renders without a warning.
+for tool in $(cd "$prefix/bin" && ls); do
+    out=$(run_installed timeout 60 "$tool" --help 2>&1); rc=$?
+    case $rc:$out in
+        0:[Uu]sage:*) ok "installed $tool --help: $(echo "$out" | head -n 1)" ;;
+        *) fail "installed $tool --help (exit $rc): $out" ;;
+    esac
+    out=$(run_installed timeout 60 "$tool" --version 2>&1)
+    [ "$out" = "$tool (mlx4x) $(makevar VERSION)" ] \
+        && ok "installed $tool --version: $out" || fail "installed $tool --version: $out"
+    page="$prefix/share/man/man1/$tool.1"
+    if [ ! -f "$page" ]; then
+        fail "$tool has no manual page"
+    elif warn=$(LC_ALL=C.UTF-8 groff -man -ww -z "$page" 2>&1) && [ -z "$warn" ]; then
+        ok "man $tool renders without warnings"
+    else
+        fail "man $tool: $warn"
+    fi
+done
+page="$prefix/share/man/man7/mlx4x.7"
+if [ -f "$page" ] && warn=$(LC_ALL=C.UTF-8 groff -man -ww -z "$page" 2>&1) && [ -z "$warn" ]; then
+    ok "man 7 mlx4x renders without warnings"
+else
+    fail "man 7 mlx4x: ${warn:-missing}"
+fi
 
 if out=$(make_as_user uninstall prefix="$prefix" $over 2>&1); then
     ok "make uninstall as $who"
