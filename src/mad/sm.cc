@@ -3,7 +3,6 @@
 
 #include "hca/base/log.h"
 #include "hca/base/private_file.h"
-#include "hca/base/shared_instance.h"
 #include "hca/fabric/shm_fabric.h"
 #include "hca/fw/device_sma.h"
 
@@ -175,38 +174,35 @@ bool subnet_manager::bring_up(uint16_t lid, const smp &port_info_resp)
 
 // ---- sm_service -----------------------------------------------------------
 
-result<std::shared_ptr<sm_service>> sm_service::get(const std::string &fabric_name,
-                                                    std::chrono::milliseconds period)
+result<std::shared_ptr<sm_service>> sm_service::start(const std::string &fabric_name,
+                                                      std::chrono::milliseconds period)
 {
-    static shared_instance<sm_service> shared;
-    return shared.get([&]() -> result<std::shared_ptr<sm_service>> {
-        auto s = std::make_shared<sm_service>();
-        auto f = fabric::shm_fabric::open(fabric_name);
-        if (!f.ok()) {
-            return f.error();
+    auto s = std::make_shared<sm_service>();
+    auto f = fabric::shm_fabric::open(fabric_name);
+    if (!f.ok()) {
+        return f.error();
+    }
+    s->fabric_ = f.take();
+    // Waiting for answers, it sleeps a millisecond at a time: every
+    // wake-up takes a core from a rank (an SMP answer is not urgent).
+    // A sweep waits 2 x 20 ms for LIDs nobody holds; a service being
+    // closed stops waiting at once, so that closing a device (whose
+    // last user the service may be) does not wait out a sweep.
+    auto nap = [raw = s.get()] {
+        if (raw->stopping_.load(std::memory_order_relaxed)) {
+            return false;
         }
-        s->fabric_ = f.take();
-        // Waiting for answers, it sleeps a millisecond at a time: every
-        // wake-up takes a core from a rank (an SMP answer is not urgent).
-        // A sweep waits 2 x 20 ms for LIDs nobody holds; a service being
-        // closed stops waiting at once, so that closing a device (whose
-        // last user the service may be) does not wait out a sweep.
-        auto nap = [raw = s.get()] {
-            if (raw->stopping_.load(std::memory_order_relaxed)) {
-                return false;
-            }
-            std::this_thread::sleep_for(std::chrono::milliseconds(1));
-            return true;
-        };
-        auto sm  = subnet_manager::create(*s->fabric_,
-                                          fabric::shm_fabric::path_of(fabric_name, ".sm"), nap);
-        if (!sm.ok()) {
-            return sm.error();
-        }
-        s->sm_ = sm.take();
-        s->thread_ = std::thread([raw = s.get(), period] { raw->run(period); });
-        return s;
-    });
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        return true;
+    };
+    auto sm  = subnet_manager::create(*s->fabric_,
+                                      fabric::shm_fabric::path_of(fabric_name, ".sm"), nap);
+    if (!sm.ok()) {
+        return sm.error();
+    }
+    s->sm_ = sm.take();
+    s->thread_ = std::thread([raw = s.get(), period] { raw->run(period); });
+    return s;
 }
 
 void sm_service::run(std::chrono::milliseconds period)

@@ -82,15 +82,16 @@ private:
     std::vector<sweep_report::trap> traps_;   ///< since the last report
 };
 
-/// A process's SM candidate on the shm fabric, shared by everything in the
-/// process that asks for it (UCT memory domains): a thread that tries for
-/// mastership every `period` and sweeps while it is the master. So the
-/// first process of a fabric is its master ("the first port up"), and when
-/// that process exits another one, or a standalone mlx4x-sm, takes over.
+/// An SM candidate on the shm fabric `fabric_name`: a thread that tries
+/// for mastership every `period` and sweeps while it is the master. A
+/// process runs one per fabric (uct::fabric_node shares it among the
+/// process's memory domains), so the first process of a fabric is its
+/// master ("the first port up"), and when that process exits another one,
+/// or a standalone mlx4x-sm, takes over.
 class sm_service {
 public:
-    static result<std::shared_ptr<sm_service>> get(const std::string &fabric_name,
-                                                   std::chrono::milliseconds period);
+    static result<std::shared_ptr<sm_service>> start(const std::string &fabric_name,
+                                                     std::chrono::milliseconds period);
     ~sm_service();   // stops the thread; a master lets go of the fabric
 
     sm_service() = default;

@@ -16,7 +16,7 @@
 // for a CM).
 #include "uct_mlx4x/mlx4x_boundary.h"
 #include "uct_mlx4x/mlx4x_iface.h"
-#include "hca/base/shared_instance.h"
+#include "uct_mlx4x/mlx4x_node.h"
 #include "hca/fabric/shm_fabric.h"
 #include "hca/fw/device_sma.h"
 #include "mad/ip_cm.h"
@@ -65,7 +65,7 @@ uct_cm_remote_data_t remote_data(std::span<const uint8_t> pd, const cm_priv_hdr 
 /// The process's CM HCA and its connection manager thread.
 class cm_device {
 public:
-    static result<std::shared_ptr<cm_device>> get(const std::string &fabric_name);
+    static result<std::shared_ptr<cm_device>> open(const std::string &fabric_name);
     mad::ip::connection_manager &manager() { return *mgr_; }
     device_addr address() const
     {
@@ -81,36 +81,38 @@ private:
     std::unique_ptr<mad::ip::connection_manager>  mgr_;
 };
 
-result<std::shared_ptr<cm_device>> cm_device::get(const std::string &fabric_name)
+result<std::shared_ptr<cm_device>> cm_device::open(const std::string &fabric_name)
 {
-    static shared_instance<cm_device> shared;
-    return shared.get([&]() -> result<std::shared_ptr<cm_device>> {
-        auto d = std::make_shared<cm_device>();
-        auto f = fabric::shm_fabric::open(fabric_name);
-        if (!f.ok()) {
-            return f.error();
-        }
-        d->fabric_ = f.take();
-        auto c = drv::context::open(*d->fabric_, nullptr, std::make_unique<mad::device_sma>());
-        if (!c.ok()) {
-            return c.error();
-        }
-        d->ctx_ = c.take();
-        auto p = mad::ip::port_space::open(fabric_name);
-        if (!p.ok()) {
-            return p.error();
-        }
-        d->ports_ = p.take();
-        auto m = mad::ip::connection_manager::create(*d->ctx_, *d->ports_);
-        if (!m.ok()) {
-            return m.error();
-        }
-        d->mgr_ = m.take();
-        if (status s = d->mgr_->start_thread(); s != status::ok) {
-            return s;
-        }
-        return d;
-    });
+    auto d = std::make_shared<cm_device>();
+    auto f = fabric::shm_fabric::open(fabric_name);
+    if (!f.ok()) {
+        return f.error();
+    }
+    d->fabric_ = f.take();
+    auto c = drv::context::open(*d->fabric_, nullptr, std::make_unique<mad::device_sma>());
+    if (!c.ok()) {
+        return c.error();
+    }
+    d->ctx_ = c.take();
+    auto p = mad::ip::port_space::open(fabric_name);
+    if (!p.ok()) {
+        return p.error();
+    }
+    d->ports_ = p.take();
+    auto m = mad::ip::connection_manager::create(*d->ctx_, *d->ports_);
+    if (!m.ok()) {
+        return m.error();
+    }
+    d->mgr_ = m.take();
+    if (status s = d->mgr_->start_thread(); s != status::ok) {
+        return s;
+    }
+    return d;
+}
+
+result<std::shared_ptr<cm_device>> open_cm_device(const std::string &fabric_name)
+{
+    return cm_device::open(fabric_name);
 }
 
 class cm_listener;
@@ -145,6 +147,7 @@ private:
 
     uct_mlx4x_cm_t                   *uct_;
     std::unique_ptr<mad::ip::channel> ch_;
+    std::shared_ptr<fabric_node>      node_;   ///< keeps dev_ findable by other CMs
     std::shared_ptr<cm_device>        dev_;
     bool                              watching_ = false;
 };
@@ -258,12 +261,14 @@ cm::~cm()
 result<mad::ip::connection_manager *> cm::manager()
 {
     if (!dev_) {
-        auto md = memory_domain::any_open();
-        auto d  = cm_device::get(md ? md->fabric_name : fabric::shm_fabric::default_name());
+        auto md   = memory_domain::any_open();
+        auto node = fabric_node::of(md ? md->fabric_name : fabric::shm_fabric::default_name());
+        auto d    = node->cm_device();
         if (!d.ok()) {
             return d.error();
         }
-        dev_ = d.take();
+        node_ = std::move(node);
+        dev_  = d.take();
     }
     return &dev_->manager();
 }

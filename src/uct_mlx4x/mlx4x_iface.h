@@ -6,6 +6,7 @@
 
 #include "uct_mlx4x/mlx4x_abi.h"
 #include "uct_mlx4x/mlx4x_conn.h"
+#include "uct_mlx4x/mlx4x_node.h"
 #include "hca/drv/verbs.h"
 #include "hca/ib/ib_tm.h"
 #include "mad/sm.h"
@@ -212,6 +213,7 @@ private:
     std::unique_ptr<drv::mr>        dma_mr_;
     ucs_rcache_t                   *rcache_ = nullptr;
     std::unique_ptr<mad::cm::agent> cm_;           ///< before ctx_ goes
+    std::shared_ptr<fabric_node>     node_;        ///< keeps sm_ findable by other domains
     std::shared_ptr<mad::sm_service> sm_;          ///< the process's SM candidate
     uint32_t                        next_service_ = 0;
     std::vector<interface *>        ifaces_;

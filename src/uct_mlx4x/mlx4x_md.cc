@@ -80,9 +80,11 @@ memory_domain::open(const options &o)
     if (o.subnet_manager) {
         // Without it the fabric still works (each port activates itself):
         // a failure is worth a warning, not a refused device.
-        auto sm = mad::sm_service::get(m->fabric_name_, std::chrono::milliseconds(500));
+        auto node = fabric_node::of(m->fabric_name_);
+        auto sm   = node->sm_service(std::chrono::milliseconds(500));
         if (sm.ok()) {
-            m->sm_ = sm.take();
+            m->node_ = std::move(node);
+            m->sm_   = sm.take();
         } else {
             MLX4X_WARN("no subnet manager candidate: %s", to_string(sm.error()));
         }

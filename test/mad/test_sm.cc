@@ -253,7 +253,7 @@ TEST(sm_service, runs_at_nice_19)
     }
     std::string name = "mlx4x-sm-service-test-" + std::to_string(getpid());
     {
-        auto s = sm_service::get(name, std::chrono::milliseconds(20));
+        auto s = sm_service::start(name, std::chrono::milliseconds(20));
         ASSERT_TRUE(s.ok());
         bool background = false;
         for (int i = 0; i < 200 && !background; ++i) {
