@@ -356,6 +356,7 @@ private:
     unsigned run_requester(qp &q);   ///< one QP's burst
     bool     send_one_packet(qp &q);
     bool     requester_may_send(qp &q);
+    void     complete_with_error(qp &q, uint32_t index, prm::cqe_syndrome s);
     bool     fail_send_wqe(qp &q, prm::cqe_syndrome s);
     bool     run_local_wqe(qp &q, const engine::send_wqe &w);
     bool     send_request_packet(qp &q, const engine::send_wqe &w);

@@ -268,10 +268,7 @@ void device::complete_response(qp &q, const engine::pkt &p)
         return;
     }
     if (placed == placement::failed) {
-        while (q.comp.sq_tail != index) {
-            complete_wqe(q, q.comp.sq_tail++, prm::cqe_syndrome::wr_flush_err, true);
-        }
-        complete_wqe(q, q.comp.sq_tail++, prm::cqe_syndrome::local_prot_err, true);
+        complete_with_error(q, index, prm::cqe_syndrome::local_prot_err);
         set_qp_error(q);
         return;
     }

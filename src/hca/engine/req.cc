@@ -201,15 +201,22 @@ bool device::requester_may_send(qp &q)
     return true;
 }
 
-/// A local error on cur_wqe: the WQEs before it complete first (flushed),
-/// then cur_wqe with the error, each exactly once and in posting order (the
-/// driver retires up to a CQE's wqe_index). Returns false (nothing sent).
-bool device::fail_send_wqe(qp &q, prm::cqe_syndrome s)
+/// The WQEs before `index` complete first (flushed), then `index` with
+/// error `s`, each exactly once and in posting order (the driver retires up
+/// to a CQE's wqe_index).
+void device::complete_with_error(qp &q, uint32_t index, prm::cqe_syndrome s)
 {
-    while (q.comp.sq_tail != q.req.cur_wqe) {
+    while (q.comp.sq_tail != index) {
         complete_wqe(q, q.comp.sq_tail++, prm::cqe_syndrome::wr_flush_err, true);
     }
     complete_wqe(q, q.comp.sq_tail++, s, true);
+}
+
+/// A local error on cur_wqe (complete_with_error), then the queue stops.
+/// Returns false (nothing sent).
+bool device::fail_send_wqe(qp &q, prm::cqe_syndrome s)
+{
+    complete_with_error(q, q.req.cur_wqe, s);
     if (int32_t(q.comp.sq_tail - q.req.sq_head) > 0) {
         q.req.sq_head = q.comp.sq_tail;
     }
