@@ -28,11 +28,6 @@ using namespace shm;
 
 namespace {
 
-bool owner_alive(const port_entry &e)
-{
-    return process_alive(e.pid, e.start_time);
-}
-
 /// Abstract-namespace address of a port's wake-up socket. Abstract names
 /// have no owner or mode, so it is named by the fabric's random id, which
 /// only processes that can open the segment know: nobody else can take the
@@ -72,97 +67,11 @@ private:
     pthread_mutex_t *m_;
 };
 
-port_entry *ports(region_header *h)
-{
-    return reinterpret_cast<port_entry *>(reinterpret_cast<char *>(h) +
-                                          h->ports_offset);
-}
-ring *rings(region_header *h)
-{
-    return reinterpret_cast<ring *>(reinterpret_cast<char *>(h) +
-                                    h->rings_offset);
-}
-
-/// Whether a port of the fabric has a live owner (entries of dead ones do
-/// not count: they are reclaimed).
-bool any_live_port(region_header *h)
-{
-    port_entry *tab = ports(h);
-    for (uint32_t i = 0; i < max_ports; ++i) {
-        if (tab[i].state.load(std::memory_order_acquire) !=
-                static_cast<uint32_t>(port_state::free) &&
-            owner_alive(tab[i])) {
-            return true;
-        }
-    }
-    return false;
-}
-
 /// The ring's slot at `pos` holds a published frame. Acquire pairs with
 /// the producer's release of the frame bytes.
 bool frame_ready(const slot &s, uint64_t pos)
 {
     return s.seq.load(std::memory_order_acquire) == pos + 1;
-}
-
-void init_region(region_header *h)
-{
-    h->version      = region_version;
-    h->header_size  = sizeof(region_header);
-    h->total_size   = total_size;
-    h->max_ports    = max_ports;
-    h->ring_slots   = ring_slots;
-    h->slot_size    = sizeof(slot);
-    h->ports_offset = shm::ports_offset;
-    h->rings_offset = shm::rings_offset;
-    h->next_guid    = 1;
-    if (getrandom(h->fabric_id, sizeof(h->fabric_id), 0) != sizeof(h->fabric_id)) {
-        // No entropy source: still unique enough to tell fabrics apart.
-        h->fabric_id[0] = uint64_t(getpid()) << 32 ^ uint64_t(time(nullptr));
-        h->fabric_id[1] = uint64_t(std::chrono::steady_clock::now().time_since_epoch().count());
-    }
-    pthread_mutexattr_t a;
-    pthread_mutexattr_init(&a);
-    pthread_mutexattr_setpshared(&a, PTHREAD_PROCESS_SHARED);
-    pthread_mutexattr_setrobust(&a, PTHREAD_MUTEX_ROBUST);
-    pthread_mutex_init(&h->lock, &a);
-    pthread_mutexattr_destroy(&a);
-    // Publish: a reader that sees the magic sees an initialised header.
-    std::atomic_ref<uint64_t>(h->magic).store(region_magic,
-                                              std::memory_order_release);
-}
-
-bool layout_matches(const region_header *h)
-{
-    return h->version == region_version &&
-           h->header_size == sizeof(region_header) &&
-           h->total_size == total_size && h->max_ports == max_ports &&
-           h->ring_slots == ring_slots && h->slot_size == sizeof(slot) &&
-           h->ports_offset == shm::ports_offset &&
-           h->rings_offset == shm::rings_offset;
-}
-
-/// Whether a segment of an older layout version has no live port owner.
-/// Versions 2 and up keep the header's fields and the 64-byte port entry
-/// with state, pid and start time; nothing beyond the file is read. A newer
-/// version's segment is never judged (its layout is unknown here).
-bool nobody_attached(const region_header *h, size_t file_size)
-{
-    if (h->version < 2 || h->version >= region_version || h->max_ports == 0 ||
-        h->ports_offset > file_size ||
-        h->max_ports > (file_size - h->ports_offset) / sizeof(port_entry)) {
-        return false;   // not a layout we can judge: leave it alone
-    }
-    const auto *tab = reinterpret_cast<const port_entry *>(
-        reinterpret_cast<const char *>(h) + h->ports_offset);
-    for (uint32_t i = 0; i < h->max_ports; ++i) {
-        if (tab[i].state.load(std::memory_order_acquire) !=
-                static_cast<uint32_t>(port_state::free) &&
-            owner_alive(tab[i])) {
-            return false;
-        }
-    }
-    return true;
 }
 
 } // namespace

@@ -110,4 +110,28 @@ constexpr size_t rings_offset =
     align_up(ports_offset + max_ports * sizeof(port_entry), 4096);
 constexpr size_t total_size = rings_offset + max_ports * sizeof(ring);
 
+inline port_entry *ports(region_header *h)
+{
+    return reinterpret_cast<port_entry *>(reinterpret_cast<char *>(h) +
+                                          h->ports_offset);
+}
+inline ring *rings(region_header *h)
+{
+    return reinterpret_cast<ring *>(reinterpret_cast<char *>(h) +
+                                    h->rings_offset);
+}
+
+/// A new segment's header: geometry, a random fabric id, the robust
+/// process-shared mutex, and last the magic (release) that publishes it.
+void init_region(region_header *h);
+/// Whether a segment has this build's layout.
+bool layout_matches(const region_header *h);
+/// Whether the port entry's owner (pid and start time) still runs.
+bool owner_alive(const port_entry &e);
+/// Whether a port of the fabric has a live owner (entries of dead ones do
+/// not count: they are reclaimed).
+bool any_live_port(region_header *h);
+/// Whether a segment of an older layout version has no live port owner.
+bool nobody_attached(const region_header *h, size_t file_size);
+
 } // namespace mlx4x::fabric::shm
