@@ -164,6 +164,9 @@ constexpr uint64_t pushed_back_retry_ns = 50'000;
 /// a 64-byte boundary, so the ring is aligned like a host one).
 struct alignas(64) wqe_slot { uint8_t bytes[64]; };
 
+/// What a responder is in the middle of (qp::responder::in_message).
+enum class resp_message : uint8_t { none, send, write };
+
 struct qp {
     bool         valid = false;
     uint32_t     qpn   = 0;
@@ -241,8 +244,10 @@ struct qp {
         uint32_t     epsn = 0;           ///< expected PSN
         uint32_t     msn  = 0;
         uint16_t     rq_tail = 0;        ///< receive WQEs consumed
-        bool         in_send  = false;   ///< a multi-packet SEND is in progress
-        bool         in_write = false;   ///< a multi-packet WRITE is in progress
+        /// The multi-packet message under way, if any: between its FIRST
+        /// and its LAST only its own MIDDLEs and LAST may come (IBA
+        /// 9.7.5.2.2's opcode sequence; rxe's check_op_seq).
+        resp_message in_message = resp_message::none;
         uint16_t     recv_wqe = 0;       ///< RQ WQE the current SEND fills
         uint32_t     recv_offset = 0;
         uint64_t     write_va = 0;       ///< next address of an RDMA WRITE

@@ -93,7 +93,7 @@ device::complete_receive(qp &q, const received &m, uint16_t slid, bool has_imm, 
     qp    *q       = fast_path_qp(l, b);
     // A SEND_ONLY inside a SEND or a WRITE is an opcode sequence error,
     // which the general path answers (respond()).
-    if (frame.size() < hdr_len || !q || q->resp.in_send || q->resp.in_write ||
+    if (frame.size() < hdr_len || !q || q->resp.in_message != resp_message::none ||
         ib::bth_psn::get(b.apsn) != q->resp.epsn) {
         return false;
     }
@@ -130,7 +130,7 @@ device::complete_receive(qp &q, const received &m, uint16_t slid, bool has_imm, 
         count(counter::tm_unexpected_eager);
     }
     // The message is whole: the QP's state of a message under way
-    // (in_send, recv_*) stays as it is unless placing it fails.
+    // (in_message, recv_*) stays as it is unless placing it fails.
     if (scatter_result r = scatter_whole(*q, s, wqe, payload); r != scatter_result::ok) {
         q->resp.recv_wqe        = wqe;
         q->resp.recv_to_tag     = q->resp.recv_truncated = false;

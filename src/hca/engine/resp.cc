@@ -49,7 +49,7 @@ void device::respond(qp &q, const pkt &p)
         return;
     }
     q.resp.nak_sent = false;
-    if ((q.resp.in_send || q.resp.in_write) && !continues_message(q, p)) [[unlikely]] {
+    if (q.resp.in_message != resp_message::none && !continues_message(q, p)) [[unlikely]] {
         // Opcode sequence error, an Invalid Request (IBA 9.7.5.2.2; rxe's
         // check_op_seq): while a multi-packet SEND or WRITE is under way
         // only its own MIDDLE or LAST may come. A new message of another
@@ -81,7 +81,7 @@ void device::respond(qp &q, const pkt &p)
 /// or WRITE: only a MIDDLE or LAST of that message's kind.
 bool device::continues_message(const qp &q, const pkt &p)
 {
-    uint16_t kind = q.resp.in_send ? ib::kind_send : ib::kind_write;
+    uint16_t kind = q.resp.in_message == resp_message::send ? ib::kind_send : ib::kind_write;
     return p.has(kind) && !p.has(ib::kind_first) && !p.has(ib::kind_direct);
 }
 
@@ -298,7 +298,7 @@ bool device::send_response_packet(qp &q)
 void device::respond_send(qp &q, const pkt &p)
 {
     bool first = p.has(ib::kind_first), last = p.has(ib::kind_last);
-    if (first == q.resp.in_send) {
+    if (first == (q.resp.in_message == resp_message::send)) {
         responder_error(q, ib::nak_code::invalid_request);   // opcode sequence
         return;
     }
@@ -325,7 +325,7 @@ void device::respond_send(qp &q, const pkt &p)
             }
         }
         q.resp.recv_offset = 0;
-        q.resp.in_send     = true;
+        q.resp.in_message  = resp_message::send;
     }
     if (q.resp.recv_to_tag) {
         bool failed = tm_scatter(q, data) != scatter_result::ok;
@@ -337,7 +337,7 @@ void device::respond_send(qp &q, const pkt &p)
         }
         q.resp.epsn = ib::psn_add(q.resp.epsn, 1);
         if (last) {
-            q.resp.in_send = false;
+            q.resp.in_message = resp_message::none;
             q.resp.msn     = ib::psn_add(q.resp.msn, 1);
             tm_complete_eager(q, p, false);
         }
@@ -357,7 +357,7 @@ void device::respond_send(qp &q, const pkt &p)
         if (has_imm) {
             imm = p.ext<ib::immdt>(ib::hdr_immdt).imm;
         }
-        q.resp.in_send = false;
+        q.resp.in_message = resp_message::none;
         complete_receive(q, {q.resp.recv_wqe, q.resp.recv_offset, q.resp.recv_unexpected}, p.slid, has_imm,
                          imm, ib::bth_solicited(p.bth));
         q.resp.recv_unexpected = false;
@@ -385,7 +385,7 @@ void device::fail_receive(qp &q, scatter_result r)
 void device::respond_write(qp &q, const pkt &p)
 {
     bool first = p.has(ib::kind_first), last = p.has(ib::kind_last);
-    if (first == q.resp.in_write) {
+    if (first == (q.resp.in_message == resp_message::write)) {
         responder_error(q, ib::nak_code::invalid_request);
         return;
     }
@@ -399,7 +399,7 @@ void device::respond_write(qp &q, const pkt &p)
         q.resp.write_va    = r.va.get();
         q.resp.write_left  = r.dma_len.get();
         q.resp.write_total = r.dma_len.get();
-        q.resp.in_write    = true;
+        q.resp.in_message  = resp_message::write;
     }
     if (p.payload.size() > q.resp.write_left || (last && p.payload.size() != q.resp.write_left)) {
         responder_error(q, ib::nak_code::invalid_request);   // length mismatch
@@ -412,7 +412,7 @@ void device::respond_write(qp &q, const pkt &p)
         // retry resends that packet. A WRITE_ONLY comes again as a first
         // packet: no write is under way until then.
         if (first) {
-            q.resp.in_write = false;
+            q.resp.in_message = resp_message::none;
         }
         count(counter::rnr_naks_sent);
         send_nak(q, ib::make_syndrome(ib::ack_class::rnr_nak, q.min_rnr_timer));
@@ -429,7 +429,7 @@ void device::respond_write(qp &q, const pkt &p)
     q.resp.write_left -= uint32_t(p.payload.size());
     q.resp.epsn = ib::psn_add(q.resp.epsn, 1);
     if (last) {
-        q.resp.in_write = false;
+        q.resp.in_message = resp_message::none;
         q.resp.msn      = ib::psn_add(q.resp.msn, 1);
         if (imm) {
             prm::cqe c{};

@@ -95,7 +95,7 @@ void device::refuse_direct(qp &q, uint32_t psn)
 /// then the requester's bytes are copied straight into the region.
 void device::respond_direct_write(qp &q, const pkt &p)
 {
-    if (q.resp.in_write || q.resp.in_send) {
+    if (q.resp.in_message != resp_message::none) {
         responder_error(q, ib::nak_code::invalid_request);   // opcode sequence
         return;
     }
