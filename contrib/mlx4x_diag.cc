@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: BSD-3-Clause
 #include "mlx4x_diag.h"
+#include "mlx4x_config.h"
 
 #include "hca/fw/device_sma.h"
 
@@ -249,19 +250,36 @@ void print_pkeys(FILE *out, uint16_t lid, const smp &a)
     std::fprintf(out, "%u pkeys in use in this block\n", used);
 }
 
-void print_ca(FILE *out, uint16_t lid, const smp &n, const smp &p, const std::string &desc)
+std::string ca_name(uint16_t lid)
+{
+    return "mlx4x_" + std::to_string(lid);
+}
+
+uint64_t port_guid(const smp &n)
+{
+    return attr<node_info>(n).port_guid.get();
+}
+
+void print_ca(FILE *out, uint16_t lid, const smp &n, const smp &p, const std::string &desc,
+              bool ports)
 {
     auto ni = attr<node_info>(n);
     auto pi = attr<port_info>(p);
     uint8_t w = pi.link_width_active;
     uint8_t s = pi_link_speed_active::get(pi.speed_active_enabled);
-    std::fprintf(out, "CA 'mlx4x_0' (lid %u: %s)\n", lid, desc.c_str());
+    bool    sm = pi.sm_lid.get() == lid;
+    std::fprintf(out, "CA '%s' (%s%s)\n", ca_name(lid).c_str(), desc.c_str(),
+                 sm ? ", subnet manager" : "");
     std::fprintf(out, "\tCA type: MT%u\n", unsigned(ni.device_id.get()));
     std::fprintf(out, "\tNumber of ports: %u\n", unsigned(ni.num_ports));
+    std::fprintf(out, "\tFirmware version: %s\n", PACKAGE_VERSION);
     std::fprintf(out, "\tHardware version: %u\n", unsigned(ni.revision.get()));
     std::fprintf(out, "\tNode GUID: %s\n", hex(ni.node_guid.get(), 16).c_str());
     std::fprintf(out, "\tSystem image GUID: %s\n",
                  hex(ni.system_image_guid.get(), 16).c_str());
+    if (!ports) {
+        return;
+    }
     std::fprintf(out, "\tPort %u:\n", unsigned(node_info_local_port::get(ni.port_vendor)));
     std::fprintf(out, "\t\tState: %s\n", port_state_name(pi_port_state::get(pi.speed_sup_state)));
     std::fprintf(out, "\t\tPhysical state: %s\n",

@@ -42,10 +42,18 @@ void print_node_desc(FILE *out, const mad::smp &answer);
 void print_guid_info(FILE *out, uint16_t lid, const mad::smp &answer);
 void print_pkeys(FILE *out, uint16_t lid, const mad::smp &answer);
 
-/// ibstat's block for one CA port, from its NodeInfo, PortInfo and
-/// NodeDescription answers.
+/// The name a port's CA goes by in the tools: every mlx4x process is one
+/// CA of one port, named after its LID ("mlx4x_<lid>"), which is what
+/// mlx4x-smpquery takes.
+std::string ca_name(uint16_t lid);
+/// The port GUID a NodeInfo answer carries.
+uint64_t port_guid(const mad::smp &node_info);
+
+/// ibstat's block for one CA, from its port's NodeInfo, PortInfo and
+/// NodeDescription answers; with `ports`, the port's block too. The master
+/// SM's own port (its LID is the SM LID it reports) is labelled.
 void print_ca(FILE *out, uint16_t lid, const mad::smp &node_info,
-              const mad::smp &port_info, const std::string &desc);
+              const mad::smp &port_info, const std::string &desc, bool ports = true);
 
 /// "Active", "Initialize", ... as infiniband-diags spells PortState.
 const char *port_state_name(uint8_t state);

@@ -30,7 +30,7 @@ int main(int argc, char **argv)
     tools::answer_help_and_version(argc, argv, "mlx4x-smpquery",
         "mlx4x-smpquery nodeinfo|portinfo|nodedesc|guids|pkeys <lid> [block]",
         "Sends one SMP (Get) to the port at <lid> and prints the answer as\n"
-        "infiniband-diags' smpquery does. Take the LID from mlx4x-stat. See\n"
+        "infiniband-diags' smpquery does. Take the LID from mlx4x-stat --lids.\nSee "
         "mlx4x-smpquery(1).");
     if (argc < 3) {
         return usage();

@@ -35,11 +35,36 @@ active=$(echo "$stat" | grep -c 'State: Active')
     || fail "mlx4x-stat (exit $rc, $active ports Active)"
 [ "$(echo "$sm" | wc -l)" -eq 1 ] && [ "$sm" != 0 ] \
     && ok "mlx4x-stat: every port has SM lid $sm" || fail "SM lids: '$(echo $sm)'"
-all=$("$bin/mlx4x-stat" -l)
+all=$("$bin/mlx4x-stat" --lids)
 lids=$(echo "$all" | grep -vx "$sm")
 [ "$(echo "$all" | wc -l)" -eq 3 ] && [ "$(echo "$lids" | wc -l)" -eq 2 ] \
-    && ok "mlx4x-stat -l: LIDs $(echo $all) (SM $sm, ranks $(echo $lids))" \
-    || fail "mlx4x-stat -l: '$all'"
+    && ok "mlx4x-stat --lids: LIDs $(echo $all) (SM $sm, ranks $(echo $lids))" \
+    || fail "mlx4x-stat --lids: '$all'"
+# ibstat's options: -l names the CAs after their LIDs, -p lists the port
+# GUIDs the full view shows, -s leaves the port out; a CA argument (name
+# or LID) shows that CA alone, the master SM's port labelled; port 2 and a
+# malformed CA are errors.
+names=$("$bin/mlx4x-stat" -l)
+[ "$names" = "$(for l in $all; do echo "mlx4x_$l"; done)" ] \
+    && ok "mlx4x-stat -l: CA names $(echo $names)" || fail "mlx4x-stat -l: '$names'"
+guids=$("$bin/mlx4x-stat" -p)
+shown=0
+for g in $guids; do echo "$stat" | grep -q "Port GUID: $g\$" && shown=$((shown + 1)); done
+[ "$shown" -eq 3 ] && ok "mlx4x-stat -p: the 3 port GUIDs of the full view" \
+    || fail "mlx4x-stat -p: '$(echo $guids)'"
+short=$("$bin/mlx4x-stat" -s)
+[ "$(echo "$short" | grep -c "^CA 'mlx4x_")" -eq 3 ] && ! echo "$short" | grep -q 'Port 1:' &&
+    echo "$short" | grep -q 'Firmware version: ' \
+    && ok "mlx4x-stat -s: 3 CAs, firmware version, no port blocks" || fail "mlx4x-stat -s: $short"
+one=$("$bin/mlx4x-stat" "mlx4x_$sm" 1); rc=$?
+[ $rc -eq 0 ] && [ "$(echo "$one" | grep -c "^CA '")" -eq 1 ] &&
+    echo "$one" | grep -q "^CA 'mlx4x_$sm' (.* pid [0-9]*, subnet manager)\$" \
+    && ok "mlx4x-stat mlx4x_$sm 1: that CA alone, labelled subnet manager" \
+    || fail "mlx4x-stat mlx4x_$sm 1 (exit $rc): $one"
+"$bin/mlx4x-stat" "$sm" 2 >/dev/null 2>&1; rc1=$?
+"$bin/mlx4x-stat" mlx4x_x >/dev/null 2>&1; rc2=$?
+[ $rc1 -eq 1 ] && [ $rc2 -eq 2 ] && ok "mlx4x-stat: port 2 exits 1, a malformed CA 2" \
+    || fail "mlx4x-stat: port 2 exit $rc1, malformed CA exit $rc2"
 sm_pid=$(owner_of "$sm")
 rank_pids=$(for lid in $lids; do owner_of "$lid"; done)
 echo "$rank_pids" | grep -qx "$sm_pid" \

@@ -54,7 +54,7 @@ lid_a=$(sed -n 's/.*master lid //p' "$a")
     || fail "lid $lid_a is not the first SM's port"
 sm_lid_everywhere "$lid_a" && ok "both ranks' ports: SM lid $lid_a (the master's)" \
     || fail "SM lid $lid_a not in both ranks' PortInfo"
-rank_lids=$("$bin/mlx4x-stat" -l | grep -vx "$lid_a" | tr '\n' ' ')
+rank_lids=$("$bin/mlx4x-stat" --lids | grep -vx "$lid_a" | tr '\n' ' ')
 
 kill -9 $sma
 wait_for "$b" 'master lid' 10 && ok "kill -9 of the master: hand-over ($(grep 'master lid' "$b"))" \
