@@ -113,6 +113,25 @@ out=$("$bin/mlx4x-smpquery" nodeinfo 250 2>&1); rc=$?
     && ok "no port at lid 250: 'no answer', exit 1" || fail "lid 250 (exit $rc): $out"
 "$bin/mlx4x-smpquery" bogus 1 >/dev/null 2>&1; rc=$?
 [ $rc -eq 2 ] && ok "unknown query: usage, exit 2" || fail "unknown query (exit $rc)"
+# smpquery's aliases and options: PI with a port number and -t give what
+# portinfo gave; a P_Key block past the table is the SMA's error status
+# (exit 1), not "no answer"; port 2 of a one-port CA likewise.
+alias_pi=$("$bin/mlx4x-smpquery" -t 500 PI "$lid" 1); rc=$?
+[ $rc -eq 0 ] && [ "$alias_pi" = "$("$bin/mlx4x-smpquery" portinfo "$lid" 1)" ] \
+    && ok "mlx4x-smpquery -t 500 PI $lid 1: as portinfo $lid 1" || fail "PI $lid 1 (exit $rc)"
+[ "$("$bin/mlx4x-smpquery" ND "$lid")" = "$("$bin/mlx4x-smpquery" nodedesc "$lid")" ] &&
+    [ "$("$bin/mlx4x-smpquery" NI "$lid")" = "$ni" ] \
+    && ok "mlx4x-smpquery NI/ND: as nodeinfo/nodedesc" || fail "mlx4x-smpquery NI/ND"
+out=$("$bin/mlx4x-smpquery" PKeys "$lid" 9999 2>&1); rc=$?
+[ $rc -eq 1 ] && echo "$out" | grep -q 'answered with MAD status 0x' \
+    && ok "pkeys block 9999: $(echo "$out" | sed 's/.*: //'), exit 1" || fail "pkeys 9999 (exit $rc): $out"
+out=$("$bin/mlx4x-smpquery" portinfo "$lid" 2 2>&1); rc=$?
+[ $rc -eq 1 ] && echo "$out" | grep -q 'answered with MAD status 0x' \
+    && ok "portinfo port 2: the SMA's error status, exit 1" || fail "portinfo $lid 2 (exit $rc): $out"
+"$bin/mlx4x-smpquery" -t 0 NI "$lid" >/dev/null 2>&1; rc1=$?
+"$bin/mlx4x-smpquery" NI "$lid" 1x >/dev/null 2>&1; rc2=$?
+[ $rc1 -eq 2 ] && [ $rc2 -eq 2 ] && ok "mlx4x-smpquery: -t 0 and a malformed modifier exit 2" \
+    || fail "mlx4x-smpquery: -t 0 exit $rc1, modifier 1x exit $rc2"
 
 touch "$stop"
 wait $job; rc=$?
