@@ -255,6 +255,14 @@ std::string ca_name(uint16_t lid)
     return "mlx4x_" + std::to_string(lid);
 }
 
+std::string active_link(const smp &p)
+{
+    auto pi = attr<port_info>(p);
+    uint8_t s = pi_link_speed_active::get(pi.speed_active_enabled);
+    return std::to_string(width_lanes(pi.link_width_active)) + "x " +
+           (s == link_speed::qdr ? "QDR" : s == link_speed::ddr ? "DDR" : "SDR");
+}
+
 uint64_t port_guid(const smp &n)
 {
     return attr<node_info>(n).port_guid.get();

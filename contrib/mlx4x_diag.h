@@ -46,6 +46,8 @@ void print_pkeys(FILE *out, uint16_t lid, const mad::smp &answer);
 /// CA of one port, named after its LID ("mlx4x_<lid>"), which is what
 /// mlx4x-smpquery takes.
 std::string ca_name(uint16_t lid);
+/// A PortInfo answer's active link as ibnetdiscover -p prints it: "4x QDR".
+std::string active_link(const mad::smp &port_info);
 /// The port GUID a NodeInfo answer carries.
 uint64_t port_guid(const mad::smp &node_info);
 

@@ -79,6 +79,22 @@ for lid in $lids; do
 done
 [ $rc -eq 0 ] && [ $found -eq 2 ] && echo "$disc" | grep -q '; 3 CA ports found' \
     && ok "mlx4x-netdiscover lists both ranks' ports (and the SM's)" || fail "mlx4x-netdiscover (exit $rc)"
+# ibnetdiscover's reports: -l and -H a line per node (all CAs here), -p a
+# line per port with its LID and active link; -s tells its progress on
+# stderr; -g is accepted (no switches to group).
+nodes=$("$bin/mlx4x-netdiscover" -l)
+[ "$(echo "$nodes" | grep -c '^Ca	: 0x[0-9a-f]\{16\} ports 1 ".* pid [0-9]*"$')" -eq 3 ] &&
+    [ "$("$bin/mlx4x-netdiscover" -H)" = "$nodes" ] \
+    && ok "mlx4x-netdiscover -l / -H: the 3 CAs, a line each" || fail "mlx4x-netdiscover -l: $nodes"
+plist=$("$bin/mlx4x-netdiscover" -p -g)
+pl=0
+for l in $all; do echo "$plist" | grep -q "^CA  *$l  *1 0x[0-9a-f]\{16\} 4x " && pl=$((pl + 1)); done
+[ $pl -eq 3 ] && ok "mlx4x-netdiscover -p -g: each port with its LID and 4x link" \
+    || fail "mlx4x-netdiscover -p: $plist"
+progress=$("$bin/mlx4x-netdiscover" -s 2>&1 >/dev/null)
+echo "$progress" | grep -q 'NodeInfo sweep' && [ "$(echo "$progress" | grep -c ': lid ')" -eq 3 ] \
+    && ok "mlx4x-netdiscover -s: the sweep and each CA found, on stderr" \
+    || fail "mlx4x-netdiscover -s: $progress"
 
 for lid in $lids; do
     pi=$("$bin/mlx4x-smpquery" portinfo "$lid"); rc=$?
