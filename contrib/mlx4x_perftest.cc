@@ -4,8 +4,8 @@
 // tools (ib_send_lat, ib_write_bw, ...): same banner, same result columns,
 // same measurement method.
 //
-//   server:  mlx4x-perftest -t write_bw [-s SIZE | -a] [-n ITERS] [-p PORT]
-//   client:  mlx4x-perftest -t write_bw [same options] localhost
+//   server:  mlx4x_write_bw [-s SIZE | -a] [-n ITERS] [-p PORT]   (or mlx4x-perftest --test=write_bw ...)
+//   client:  mlx4x_write_bw [same options] localhost
 //
 // Each process opens its own drv::context on the shm fabric
 // ($UCX_MLX4X_FABRIC or mlx4x-fabric-<uid>); (lid, qpn, psn, buffer address,
@@ -100,7 +100,7 @@ enum class verb : uint8_t { send, write, read, atomic };
 enum class kind : uint8_t { lat, bw };
 
 struct test_desc {
-    const char *name;    ///< -t NAME
+    const char *name;    ///< --test=NAME, or the program mlx4x_NAME
     const char *title;   ///< perftest's banner name of the verb
     verb        v;
     kind        k;
@@ -188,19 +188,20 @@ void usage(FILE *f)
 {
     std::fprintf(f,
         "Usage:\n"
-        "  %s -t TEST [options]          start a server and wait for a client\n"
-        "  %s -t TEST [options] HOST     connect to the server on HOST (localhost)\n"
+        "  mlx4x_TEST [options]                start a server and wait for a client\n"
+        "  mlx4x_TEST [options] HOST           connect to the server on HOST (localhost)\n"
+        "  %s --test=TEST [options] [HOST]  the same\n"
         "\n"
-        "Tests: send_lat send_bw write_lat write_bw read_lat read_bw atomic_lat\n"
-        "       (read_* and atomic_lat need RDMA READ / atomics in the driver)\n"
+        "Tests: send_lat send_bw write_lat write_bw read_lat read_bw atomic_lat, each\n"
+        "       also installed as mlx4x_TEST (as perftest's ib_send_lat, ...)\n"
         "\n"
         "Options (as perftest's, both sides must agree on the test, size and iterations):\n"
-        "  -t, --test=TEST        test to run (required)\n"
+        "      --test=TEST        test to run (required unless the program's name says)\n"
         "  -s, --size=BYTES       message size (default 2 for latency, 65536 for bw)\n"
         "  -a, --all              run sizes 2 .. 8388608, powers of two\n"
         "  -n, --iters=N          iterations (default 1000 latency, 5000 bw)\n"
         "  -p, --port=PORT        TCP port of the out-of-band exchange (default %u)\n"
-        "      --tx-depth=N       outstanding send WQEs in bw tests (default %u)\n"
+        "  -t, --tx-depth=N       outstanding send WQEs in bw tests (default %u)\n"
         "  -r, --rx-depth=N       posted receives in send tests (default %u)\n"
         "  -Q, --cq-mod=N         signal one send WQE in N in bw tests (default %u)\n"
         "  -I, --inline_size=B    inline messages up to B bytes (default 236 send_lat,\n"
@@ -208,7 +209,9 @@ void usage(FILE *f)
         "  -m, --mtu=BYTES        path MTU 256..4096 (default the port's)\n"
         "  -d, --ib-dev=DEV       device (only %s)\n"
         "  -i, --ib-port=PORT     port (only 1)\n"
-        "  -T, --timeout=SEC      give up after SEC seconds without progress\n"
+        "  -T, --tos=N            type of service 0..255: accepted, no effect (the\n"
+        "                         fabric's packets carry no GRH)\n"
+        "      --timeout=SEC      give up after SEC seconds without progress\n"
         "                         (default 30; 0 waits forever)\n"
         "  -F                     accepted for perftest compatibility (no effect)\n"
         "  -h, --help             this text\n"
@@ -216,7 +219,7 @@ void usage(FILE *f)
         "\n"
         "Both processes must use the same fabric ($UCX_MLX4X_FABRIC, default\n"
         "mlx4x-fabric-<uid>); HOST must be this host (localhost or 127.0.0.1).\n",
-        prog, prog, unsigned(def_port), def_tx_bw, def_rx_send, def_cq_mod,
+        prog, unsigned(def_port), def_tx_bw, def_rx_send, def_cq_mod,
         device_name);
 }
 
@@ -235,38 +238,42 @@ uint64_t parse_num(const char *opt, const char *arg, uint64_t lo, uint64_t hi)
 
 options parse(int argc, char **argv)
 {
-    enum { opt_tx_depth = 1000 };
+    enum { opt_test = 1000, opt_timeout };
     static const option longopts[] = {
-        {"test", required_argument, nullptr, 't'},
+        {"test", required_argument, nullptr, opt_test},
         {"size", required_argument, nullptr, 's'},
         {"all", no_argument, nullptr, 'a'},
         {"iters", required_argument, nullptr, 'n'},
         {"port", required_argument, nullptr, 'p'},
-        {"tx-depth", required_argument, nullptr, opt_tx_depth},
+        {"tx-depth", required_argument, nullptr, 't'},
+        {"tos", required_argument, nullptr, 'T'},
         {"rx-depth", required_argument, nullptr, 'r'},
         {"cq-mod", required_argument, nullptr, 'Q'},
         {"inline_size", required_argument, nullptr, 'I'},
         {"mtu", required_argument, nullptr, 'm'},
         {"ib-dev", required_argument, nullptr, 'd'},
         {"ib-port", required_argument, nullptr, 'i'},
-        {"timeout", required_argument, nullptr, 'T'},
+        {"timeout", required_argument, nullptr, opt_timeout},
         {"help", no_argument, nullptr, 'h'},
         {"version", no_argument, nullptr, 'V'},
         {nullptr, 0, nullptr, 0},
     };
     options     o;
-    const char *test_name = nullptr;
+    // Installed as mlx4x_send_lat, ... the program's name is the test.
+    const char *base      = std::strrchr(argv[0], '/') ? std::strrchr(argv[0], '/') + 1 : argv[0];
+    const char *test_name = std::strncmp(base, "mlx4x_", 6) == 0 ? base + 6 : nullptr;
     bool        size_set  = false;
     opterr = 0;
     for (int c; (c = getopt_long(argc, argv, ":t:s:an:p:r:Q:I:m:d:i:T:FhV",
                                  longopts, nullptr)) != -1;) {
         switch (c) {
-        case 't': test_name = optarg; break;
+        case opt_test: test_name = optarg; break;
         case 's': o.size = parse_num("size", optarg, 1, max_size); size_set = true; break;
         case 'a': o.all = true; break;
         case 'n': o.iters = parse_num("iterations", optarg, min_iters, max_iters); break;
         case 'p': o.port = uint16_t(parse_num("port", optarg, 1, 65535)); break;
-        case opt_tx_depth: o.tx_depth = uint32_t(parse_num("tx depth", optarg, 1, max_tx)); break;
+        case 't': o.tx_depth = uint32_t(parse_num("tx depth", optarg, 1, max_tx)); break;
+        case 'T': (void)parse_num("tos", optarg, 0, 255); break;
         case 'r': o.rx_depth = uint32_t(parse_num("rx depth", optarg, 1, max_rx)); break;
         case 'Q': o.cq_mod = uint32_t(parse_num("cq moderation", optarg, 1, max_cq_mod)); break;
         case 'I': o.inline_size = int(parse_num("inline size", optarg, 0, 912)); break;
@@ -284,7 +291,7 @@ options parse(int argc, char **argv)
             }
             break;
         case 'i': (void)parse_num("ib port", optarg, 1, 1); break;
-        case 'T': {
+        case opt_timeout: {
             char *end = nullptr;
             o.timeout = std::strtod(optarg, &end);
             if (end == optarg || *end || !(o.timeout >= 0) || o.timeout > 1e6) {
@@ -294,7 +301,7 @@ options parse(int argc, char **argv)
         }
         case 'F': break;
         case 'h': usage(stdout); std::exit(0);
-        case 'V': mlx4x::tools::print_version("mlx4x-perftest"); std::exit(0);
+        case 'V': mlx4x::tools::print_version(base); std::exit(0);
         case ':': throw fatal{format("option '%s' needs a value", argv[optind - 1]), 2};
         default:
             throw fatal{format("unknown option '%s' (see %s --help)", argv[optind - 1], prog), 2};
@@ -307,8 +314,9 @@ options parse(int argc, char **argv)
         throw fatal{format("unexpected argument '%s'", argv[optind]), 2};
     }
     if (!test_name) {
-        throw fatal{format("no test given: -t send_lat|send_bw|write_lat|write_bw|"
-                           "read_lat|read_bw|atomic_lat (see %s --help)", prog), 2};
+        throw fatal{format("no test given: --test=send_lat|send_bw|write_lat|write_bw|"
+                           "read_lat|read_bw|atomic_lat, or run it as mlx4x_send_lat, ... "
+                           "(see %s --help)", prog), 2};
     }
     o.test = find_test(test_name);
     if (!o.test) {
@@ -400,7 +408,7 @@ public:
             last_ = t;
         } else if (limit_ns_ && t - last_ > limit_ns_) {
             throw fatal{format("timed out: nothing happened for %.0f s while "
-                               "waiting for %s (-T sets the limit)",
+                               "waiting for %s (--timeout sets the limit)",
                                double(limit_ns_) / 1e9, what)};
         }
         if (fd_ >= 0 && t - last_peer_ > 10'000'000) {
@@ -456,7 +464,7 @@ fd_guard accept_client(uint16_t port, double timeout)
             uint64_t t = now_ns();
             if (t >= deadline) {
                 throw fatal{format("no client connected to 127.0.0.1:%u within %.0f s "
-                                   "(-T sets the limit)", unsigned(port), timeout)};
+                                   "(--timeout sets the limit)", unsigned(port), timeout)};
             }
             ms = int(std::min<uint64_t>((deadline - t) / 1'000'000 + 1, 1000));
         }

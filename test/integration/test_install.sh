@@ -76,6 +76,9 @@ bin/mlx4x-smpquery bin/mlx4x-stat lib/ucx/libuct_mlx4x.so
 share/man/man1/mlx4x-netdiscover.1 share/man/man1/mlx4x-perftest.1
 share/man/man1/mlx4x-pingpong.1 share/man/man1/mlx4x-run.1 share/man/man1/mlx4x-sm.1
 share/man/man1/mlx4x-smpquery.1 share/man/man1/mlx4x-stat.1 share/man/man7/mlx4x.7"
+for t in send_lat send_bw write_lat write_bw read_lat read_bw atomic_lat; do
+    expected="$expected bin/mlx4x_$t share/man/man1/mlx4x_$t.1"
+done
 [ -x "$top_builddir/contrib/mlx4x-pingpong" ] && [ "${have_mpi:-yes}" != no ] &&
     expected="$expected bin/mlx4x-pingpong"
 expected=$(echo $expected | tr ' ' '\n' | sort)
@@ -121,10 +124,12 @@ for tool in $(cd "$prefix/bin" && ls); do
     out=$(run_installed timeout 60 "$tool" --version 2>&1)
     [ "$out" = "$tool (mlx4x) $(makevar VERSION)" ] \
         && ok "installed $tool --version: $out" || fail "installed $tool --version: $out"
+    # From man's directory, as man reads it: a page may be a .so link.
     page="$prefix/share/man/man1/$tool.1"
     if [ ! -f "$page" ]; then
         fail "$tool has no manual page"
-    elif warn=$(LC_ALL=C.UTF-8 groff -man -ww -z "$page" 2>&1) && [ -z "$warn" ]; then
+    elif warn=$(cd "$prefix/share/man" && LC_ALL=C.UTF-8 groff -man -ww -z "man1/$tool.1" 2>&1) &&
+         [ -z "$warn" ]; then
         ok "man $tool renders without warnings"
     else
         fail "man $tool: $warn"

@@ -56,11 +56,19 @@ bw_lines() {
               exit bad }' "$f"
 }
 
-# start_server OUT ARGS...: starts a server in the background ($srv), and
-# waits until it listens.
+# Each test is also a program of its own name (mlx4x_send_lat, ... as
+# make install links them, perftest's ib_send_lat, ...): the pairs run
+# those; the error checks below run mlx4x-perftest --test=TEST.
+links=$(mktemp -d)
+for t in send_lat send_bw write_lat write_bw read_lat read_bw atomic_lat; do
+    ln -s "$PT" "$links/mlx4x_$t"
+done
+
+# start_server OUT PROGRAM ARGS...: starts a server in the background
+# ($srv), and waits until it listens.
 start_server() {
     o=$1; shift
-    timeout "$pair_t" "$PT" "$@" >"$o" 2>&1 &
+    timeout "$pair_t" "$@" >"$o" 2>&1 &
     srv=$!
     i=0
     while [ $i -lt 100 ] && ! grep -q 'Waiting for client' "$o" 2>/dev/null; do
@@ -81,8 +89,9 @@ verbs_pair() {
     fi
     port=$(next_port)
     out=$(mktemp)
-    start_server "$out.srv" -t "$test" $sz -n "$iters" -p "$port" -T 20 "$@"
-    timeout "$pair_t" "$PT" -t "$test" $sz -n "$iters" -p "$port" -T 20 "$@" localhost >"$out" 2>&1
+    start_server "$out.srv" "$links/mlx4x_$test" $sz -n "$iters" -p "$port" --timeout=20 "$@"
+    timeout "$pair_t" "$links/mlx4x_$test" $sz -n "$iters" -p "$port" --timeout=20 "$@" \
+        localhost >"$out" 2>&1
     crc=$?
     wait $srv
     src=$?
@@ -135,7 +144,7 @@ verbs_pair "send_bw 8"           60 send_bw   5000 8
 verbs_pair "send_bw 64 KiB"      60 send_bw   2000 65536
 verbs_pair "write_bw 64 KiB"     60 write_bw  2000 65536
 verbs_pair "write_bw 1 MiB"      60 write_bw  200  1048576
-verbs_pair "write_bw 64 KiB, tx depth 16, cq mod 4" 60 write_bw 1000 65536 --tx-depth=16 -Q 4
+verbs_pair "write_bw 64 KiB, -t (tx depth) 16, cq mod 4, -T (tos) 0" 60 write_bw 1000 65536 -t 16 -Q 4 -T 0
 verbs_pair "read_lat 2"          60 read_lat  1000 2
 verbs_pair "read_lat 64 KiB"     60 read_lat  200  65536
 verbs_pair "read_bw 64 KiB"      60 read_bw   2000 65536
@@ -156,21 +165,23 @@ expect_error() {
     fi
 }
 
-expect_error "unknown test"       "unknown test 'foo'"   "$PT" -t foo
+expect_error "unknown test"       "unknown test 'foo'"   "$PT" --test=foo
 expect_error "no test"            "no test given"        "$PT"
-expect_error "bad size"           "invalid size"         "$PT" -t send_lat -s 0
-expect_error "remote host"        "not this host"        "$PT" -t send_lat 198.51.100.77
+expect_error "bad size"           "invalid size"         "$PT" --test=send_lat -s 0
+expect_error "bad tx depth (-t)"  "invalid tx depth"     "$PT" --test=send_bw -t 0
+expect_error "bad tos (-T)"       "invalid tos '256'"    "$links/mlx4x_send_lat" -T 256
+expect_error "remote host"        "not this host"        "$PT" --test=send_lat 198.51.100.77
 expect_error "no server"          "cannot connect to localhost" \
-    "$PT" -t send_lat -T 1 -p "$(next_port)" localhost
-expect_error "no client"          "no client connected"  "$PT" -t send_lat -T 1 -p "$(next_port)"
+    "$PT" --test=send_lat --timeout=1 -p "$(next_port)" localhost
+expect_error "no client"          "no client connected"  "$PT" --test=send_lat --timeout=1 -p "$(next_port)"
 
 # Both sides of a mismatched pair fail and name the difference.
 port=$(next_port)
 out=$(mktemp)
 pair_t=20
-start_server "$out.srv" -t send_lat -p "$port" -T 5
+start_server "$out.srv" "$PT" --test=send_lat -p "$port" --timeout=5
 expect_error "mismatched test (client)" "the server runs send_lat, this side write_lat" \
-    "$PT" -t write_lat -p "$port" -T 5 localhost
+    "$PT" --test=write_lat -p "$port" --timeout=5 localhost
 wait $srv
 src=$?
 if [ $src -ne 0 ] && grep -q "the client runs write_lat, this side send_lat" "$out.srv"; then
@@ -179,4 +190,5 @@ else
     fail "mismatched test (server): exit $src"; tail -n 3 "$out.srv"
 fi
 rm -f "$out" "$out.srv"
+rm -rf "$links"
 finish
