@@ -20,8 +20,8 @@ namespace {
 
 constexpr const char *prog = "mlx4x-smpquery";
 constexpr const char *synopsis =
-    "mlx4x-smpquery [-t ms] nodeinfo|NI|portinfo|PI|nodedesc|ND|guids|GI|pkeys|PKeys "
-    "<lid> [modifier]";
+    "mlx4x-smpquery [-t ms] [-G] nodeinfo|NI|portinfo|PI|nodedesc|ND|guids|GI|pkeys|PKeys "
+    "<lid>|<port guid> [modifier]";
 
 int usage(const char *why)
 {
@@ -63,17 +63,25 @@ int main(int argc, char **argv)
         "Sends one SMP (Get) to the port at <lid> and prints the answer as\n"
         "infiniband-diags' smpquery does. The modifier is the port number for\n"
         "portinfo (1), the block for guids and pkeys (0). -t: how long to wait\n"
-        "for each of 3 tries (ms, default 300). Take the LID from\n"
-        "mlx4x-stat --lids. See mlx4x-smpquery(1).");
+        "for each of 3 tries (ms, default 300). -G: the port is named by its port\n"
+        "GUID (mlx4x-stat -p) instead of its LID (mlx4x-stat --lids). See\n"
+        "mlx4x-smpquery(1).");
     int arg = 1;
     unsigned long timeout_ms = 300;
-    if (arg < argc && std::strcmp(argv[arg], "-t") == 0) {
-        auto t = arg + 1 < argc ? number(argv[arg + 1]) : std::nullopt;
-        if (!t || *t == 0 || *t > 60000) {
-            return usage("-t needs a time in ms (1..60000)");
+    bool by_guid = false;
+    for (; arg < argc && argv[arg][0] == '-'; ++arg) {
+        if (std::strcmp(argv[arg], "-G") == 0) {
+            by_guid = true;
+        } else if (std::strcmp(argv[arg], "-t") == 0) {
+            auto t = arg + 1 < argc ? number(argv[arg + 1]) : std::nullopt;
+            if (!t || *t == 0 || *t > 60000) {
+                return usage("-t needs a time in ms (1..60000)");
+            }
+            timeout_ms = *t;
+            ++arg;
+        } else {
+            return usage((std::string("unknown option ") + argv[arg]).c_str());
         }
-        timeout_ms = *t;
-        arg += 2;
     }
     if (argc - arg < 2 || argc - arg > 3) {
         return usage("a query and a LID");
@@ -88,8 +96,9 @@ int main(int argc, char **argv)
         return usage((std::string("unknown query ") + argv[arg]).c_str());
     }
     auto lid = number(argv[arg + 1]);
-    if (!lid || !ib::is_unicast_lid(*lid)) {
-        return usage((std::string("not a unicast LID: ") + argv[arg + 1]).c_str());
+    if (!lid || (!by_guid && !ib::is_unicast_lid(*lid))) {
+        return usage((std::string(by_guid ? "not a port GUID: " : "not a unicast LID: ") +
+                      argv[arg + 1]).c_str());
     }
     auto modifier = argc - arg == 3 ? number(argv[arg + 2]) : std::optional<unsigned long>(0);
     if (!modifier || *modifier > 0xffff) {
@@ -98,6 +107,21 @@ int main(int argc, char **argv)
     auto s = diag::session::open(prog);
     if (!s) {
         return 1;
+    }
+    if (by_guid) {
+        // The port that answers NodeInfo with this port GUID (a sweep).
+        uint64_t guid = *lid;
+        lid.reset();
+        for (const auto &[l, node] : s->ports()) {
+            if (diag::port_guid(node) == guid) {
+                lid = l;
+            }
+        }
+        if (!lid) {
+            std::fprintf(stderr, "%s: no port with GUID 0x%016llx on the fabric\n", prog,
+                         static_cast<unsigned long long>(guid));
+            return 1;
+        }
     }
     auto answer = s->smi().get(uint16_t(*lid), q->attr, uint32_t(*modifier),
                                std::chrono::milliseconds(timeout_ms));

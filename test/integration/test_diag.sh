@@ -144,6 +144,12 @@ out=$("$bin/mlx4x-smpquery" PKeys "$lid" 9999 2>&1); rc=$?
 out=$("$bin/mlx4x-smpquery" portinfo "$lid" 2 2>&1); rc=$?
 [ $rc -eq 1 ] && echo "$out" | grep -q 'answered with MAD status 0x' \
     && ok "portinfo port 2: the SMA's error status, exit 1" || fail "portinfo $lid 2 (exit $rc): $out"
+# -G names the port by its port GUID (as mlx4x-stat -p lists them).
+[ "$("$bin/mlx4x-smpquery" -G NI "$pg")" = "$ni" ] \
+    && ok "mlx4x-smpquery -G NI $pg: as NI $lid" || fail "mlx4x-smpquery -G NI $pg"
+out=$("$bin/mlx4x-smpquery" -G NI 0x1234 2>&1); rc=$?
+[ $rc -eq 1 ] && echo "$out" | grep -q 'no port with GUID 0x0000000000001234' \
+    && ok "mlx4x-smpquery -G of an unknown GUID: exit 1" || fail "-G 0x1234 (exit $rc): $out"
 "$bin/mlx4x-smpquery" -t 0 NI "$lid" >/dev/null 2>&1; rc1=$?
 "$bin/mlx4x-smpquery" NI "$lid" 1x >/dev/null 2>&1; rc2=$?
 [ $rc1 -eq 2 ] && [ $rc2 -eq 2 ] && ok "mlx4x-smpquery: -t 0 and a malformed modifier exit 2" \
