@@ -179,6 +179,8 @@ struct options {
     int              inline_size = -1;
     uint32_t         mtu      = 0;    ///< 0: the port's
     double           timeout  = 30;   ///< seconds without progress; 0: none
+    bool             gbits    = false;   ///< --report_gbits: bandwidth in Gb/s
+    bool             no_peak  = false;   ///< -N: no peak bandwidth (0.00)
 
     bool client() const { return !server.empty(); }
     bool lat() const { return test->k == kind::lat; }
@@ -213,6 +215,8 @@ void usage(FILE *f)
         "                         fabric's packets carry no GRH)\n"
         "      --timeout=SEC      give up after SEC seconds without progress\n"
         "                         (default 30; 0 waits forever)\n"
+        "  -N, --noPeak           no peak bandwidth (printed 0.00)\n"
+        "      --report_gbits     bandwidth in Gb/s instead of MB/s (2^20 bytes)\n"
         "  -F                     accepted for perftest compatibility (no effect)\n"
         "  -h, --help             this text\n"
         "  -V, --version          the version\n"
@@ -238,7 +242,7 @@ uint64_t parse_num(const char *opt, const char *arg, uint64_t lo, uint64_t hi)
 
 options parse(int argc, char **argv)
 {
-    enum { opt_test = 1000, opt_timeout };
+    enum { opt_test = 1000, opt_timeout, opt_gbits };
     static const option longopts[] = {
         {"test", required_argument, nullptr, opt_test},
         {"size", required_argument, nullptr, 's'},
@@ -254,6 +258,8 @@ options parse(int argc, char **argv)
         {"ib-dev", required_argument, nullptr, 'd'},
         {"ib-port", required_argument, nullptr, 'i'},
         {"timeout", required_argument, nullptr, opt_timeout},
+        {"noPeak", no_argument, nullptr, 'N'},
+        {"report_gbits", no_argument, nullptr, opt_gbits},
         {"help", no_argument, nullptr, 'h'},
         {"version", no_argument, nullptr, 'V'},
         {nullptr, 0, nullptr, 0},
@@ -264,7 +270,7 @@ options parse(int argc, char **argv)
     const char *test_name = std::strncmp(base, "mlx4x_", 6) == 0 ? base + 6 : nullptr;
     bool        size_set  = false;
     opterr = 0;
-    for (int c; (c = getopt_long(argc, argv, ":t:s:an:p:r:Q:I:m:d:i:T:FhV",
+    for (int c; (c = getopt_long(argc, argv, ":t:s:an:p:r:Q:I:m:d:i:T:NFhV",
                                  longopts, nullptr)) != -1;) {
         switch (c) {
         case opt_test: test_name = optarg; break;
@@ -299,6 +305,8 @@ options parse(int argc, char **argv)
             }
             break;
         }
+        case 'N': o.no_peak = true; break;
+        case opt_gbits: o.gbits = true; break;
         case 'F': break;
         case 'h': usage(stdout); std::exit(0);
         case 'V': mlx4x::tools::print_version(base); std::exit(0);
@@ -586,7 +594,7 @@ public:
             sizes.push_back(o_.size);
         }
         if (reports()) {
-            std::printf("%s\n", o_.lat() ? lat_header : bw_header);
+            std::printf("%s\n", o_.lat() ? lat_header : o_.gbits ? bw_header_gbits : bw_header);
         }
         for (uint64_t s : sizes) {
             run_size(s);
@@ -1088,6 +1096,10 @@ private:
         " #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]";
     static constexpr const char *bw_cols[] = {
         "#bytes", "#iterations", "BW peak[MB/sec]", "BW average[MB/sec]", "MsgRate[Mpps]"};
+    static constexpr const char *bw_header_gbits =
+        " #bytes     #iterations    BW peak[Gb/sec]    BW average[Gb/sec]   MsgRate[Mpps]";
+    static constexpr const char *bw_cols_gbits[] = {
+        "#bytes", "#iterations", "BW peak[Gb/sec]", "BW average[Gb/sec]", "MsgRate[Mpps]"};
 
     /// Prints the cells left-aligned under their header columns.
     static void print_row(std::string_view header, std::span<const char *const> cols,
@@ -1133,17 +1145,24 @@ private:
                    format("%.2f", stdev), format("%.2f", pct(0.99)), format("%.2f", pct(0.999))});
     }
 
-    void print_bw(uint64_t size, double peak_mbs, double avg_mbs, double mpps)
+    /// Bandwidths in bytes per second, printed in perftest's MB/s (2^20
+    /// bytes) or, with --report_gbits, its Gb/s (10^9 bits).
+    void print_bw(uint64_t size, double peak_bps, double avg_bps, double mpps)
     {
-        print_row(bw_header, bw_cols,
-                  {std::to_string(size), std::to_string(o_.iters), format("%.2f", peak_mbs),
-                   format("%.2f", avg_mbs), format("%.6f", mpps)});
+        auto unit = [&](double bps) {
+            return o_.gbits ? bps * 8 / 1e9 : bps / (1024.0 * 1024.0);
+        };
+        print_row(o_.gbits ? bw_header_gbits : bw_header,
+                  o_.gbits ? std::span<const char *const>(bw_cols_gbits)
+                           : std::span<const char *const>(bw_cols),
+                  {std::to_string(size), std::to_string(o_.iters),
+                   format("%.2f", o_.no_peak ? 0.0 : unit(peak_bps)),
+                   format("%.2f", unit(avg_bps)), format("%.6f", mpps)});
     }
 
     void report_bw_client(uint64_t size)
     {
         const uint64_t iters = o_.iters;
-        const double   mb    = 1024.0 * 1024.0;   // perftest's MB
         double total = double(tcompleted_[iters - 1] - tposted_[0]) / 1e9;
         // Peak as perftest: the best (completion_j - post_i) / (j - i + 1)
         // over the completions that were stamped (signalled WQEs). The
@@ -1151,7 +1170,7 @@ private:
         uint64_t signalled = iters / o_.cq_mod + 1;
         uint64_t step      = std::max<uint64_t>(1, signalled * iters / 50'000'000);
         double   best      = total / double(iters);
-        for (uint64_t j = 0; j < iters; ++j) {
+        for (uint64_t j = 0; j < iters && !o_.no_peak; ++j) {
             if (!tcompleted_[j]) {
                 continue;
             }
@@ -1160,7 +1179,7 @@ private:
                 best     = std::min(best, t);
             }
         }
-        print_bw(size, double(size) / best / mb, double(size) * double(iters) / total / mb,
+        print_bw(size, double(size) / best, double(size) * double(iters) / total,
                  double(iters) / total / 1e6);
     }
 
@@ -1168,13 +1187,12 @@ private:
     // (perftest's receiver reports 0.00 there too).
     void report_bw_server(uint64_t size)
     {
-        const double mb    = 1024.0 * 1024.0;
-        double       total = double(last_recv_ns_ - first_recv_ns_) / 1e9;
+        double total = double(last_recv_ns_ - first_recv_ns_) / 1e9;
         if (total <= 0) {
             total = 1e-9;
         }
         double iters = double(o_.iters);
-        print_bw(size, 0.0, double(size) * iters / total / mb, iters / total / 1e6);
+        print_bw(size, 0.0, double(size) * iters / total, iters / total / 1e6);
     }
 
     const options &o_;

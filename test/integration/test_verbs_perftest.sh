@@ -165,6 +165,26 @@ expect_error() {
     fi
 }
 
+# --report_gbits -N: perftest's Gb/s columns (10^9 bits), the peak not
+# computed (0.00), the average what the message rate says.
+port=$(next_port)
+out=$(mktemp)
+pair_t=60
+start_server "$out.srv" "$links/mlx4x_write_bw" -s 65536 -n 2000 -p "$port" --timeout=20 \
+    --report_gbits -N
+timeout 60 "$links/mlx4x_write_bw" -s 65536 -n 2000 -p "$port" --timeout=20 --report_gbits -N \
+    localhost >"$out" 2>&1
+crc=$?
+wait $srv
+if [ $crc -eq 0 ] && grep -q 'BW peak\[Gb/sec\]    BW average\[Gb/sec\]' "$out" &&
+   awk '$1 == 65536 { ok = $3 == "0.00" && $4 > 0 && ($4 - $5 * 65536 * 8 / 1000) ^ 2 < ($4 / 100) ^ 2 }
+        END { exit !ok }' "$out"; then
+    ok "write_bw --report_gbits -N: $(awk '$1 == 65536 { print $4 " Gb/s, peak " $3 }' "$out")"
+else
+    fail "write_bw --report_gbits -N (client exit $crc)"; cat "$out"
+fi
+rm -f "$out" "$out.srv"
+
 expect_error "unknown test"       "unknown test 'foo'"   "$PT" --test=foo
 expect_error "no test"            "no test given"        "$PT"
 expect_error "bad size"           "invalid size"         "$PT" --test=send_lat -s 0
