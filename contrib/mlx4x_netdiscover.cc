@@ -59,11 +59,9 @@ int main(int argc, char **argv)
             continue;
         }
         if (next == report::topology || r != report::topology) {
-            std::fprintf(stderr, "%s: %s\nusage: %s\n", prog,
-                         next == report::topology ? ("unknown option " + o).c_str()
-                                                  : "one of -l, -H, -p",
-                         synopsis);
-            return 2;
+            return tools::usage_error(prog, next == report::topology ? "unknown option " + o
+                                                                     : "one of -l, -H, -p",
+                                      synopsis);
         }
         r = next;
     }

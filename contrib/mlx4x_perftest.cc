@@ -266,7 +266,8 @@ options parse(int argc, char **argv)
     };
     options     o;
     // Installed as mlx4x_send_lat, ... the program's name is the test.
-    const char *base      = std::strrchr(argv[0], '/') ? std::strrchr(argv[0], '/') + 1 : argv[0];
+    const char *slash     = std::strrchr(argv[0], '/');
+    const char *base      = slash ? slash + 1 : argv[0];
     const char *test_name = std::strncmp(base, "mlx4x_", 6) == 0 ? base + 6 : nullptr;
     bool        size_set  = false;
     opterr = 0;

@@ -23,10 +23,9 @@ constexpr const char *synopsis =
     "mlx4x-smpquery [-t ms] [-G] nodeinfo|NI|portinfo|PI|nodedesc|ND|guids|GI|pkeys|PKeys "
     "<lid>|<port guid> [modifier]";
 
-int usage(const char *why)
+int usage(const std::string &why)
 {
-    std::fprintf(stderr, "%s: %s\nusage: %s\n", prog, why, synopsis);
-    return 2;
+    return tools::usage_error(prog, why, synopsis);
 }
 
 /// A whole number argument, or nullopt.
@@ -80,7 +79,7 @@ int main(int argc, char **argv)
             timeout_ms = *t;
             ++arg;
         } else {
-            return usage((std::string("unknown option ") + argv[arg]).c_str());
+            return usage(std::string("unknown option ") + argv[arg]);
         }
     }
     if (argc - arg < 2 || argc - arg > 3) {
@@ -93,16 +92,16 @@ int main(int argc, char **argv)
         }
     }
     if (!q) {
-        return usage((std::string("unknown query ") + argv[arg]).c_str());
+        return usage(std::string("unknown query ") + argv[arg]);
     }
     auto lid = number(argv[arg + 1]);
     if (!lid || (!by_guid && !ib::is_unicast_lid(*lid))) {
-        return usage((std::string(by_guid ? "not a port GUID: " : "not a unicast LID: ") +
-                      argv[arg + 1]).c_str());
+        return usage(std::string(by_guid ? "not a port GUID: " : "not a unicast LID: ") +
+                     argv[arg + 1]);
     }
     auto modifier = argc - arg == 3 ? number(argv[arg + 2]) : std::optional<unsigned long>(0);
     if (!modifier || *modifier > 0xffff) {
-        return usage((std::string("not a modifier: ") + argv[arg + 2]).c_str());
+        return usage(std::string("not a modifier: ") + argv[arg + 2]);
     }
     auto s = diag::session::open(prog);
     if (!s) {

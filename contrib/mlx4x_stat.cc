@@ -11,6 +11,7 @@
 #include <cinttypes>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <optional>
 #include <string>
 
@@ -24,10 +25,9 @@ constexpr const char *synopsis = "mlx4x-stat [-l | -s | -p | --lids] [CA [port]]
 /// What to print of each CA (ibstat's options).
 enum class view { full, ca_names, short_ca, port_guids, lids };
 
-int usage_error(const char *why)
+int usage_error(const std::string &why)
 {
-    std::fprintf(stderr, "%s: %s\nusage: %s\n", prog, why, synopsis);
-    return 2;
+    return tools::usage_error(prog, why, synopsis);
 }
 
 /// A CA argument: its name ("mlx4x_<lid>", as -l lists them) or a LID.
@@ -64,7 +64,7 @@ int main(int argc, char **argv)
         view next = o == "-l" ? view::ca_names : o == "-s" ? view::short_ca
                   : o == "-p" ? view::port_guids : o == "--lids" ? view::lids : view::full;
         if (next == view::full) {
-            return usage_error(("unknown option " + o).c_str());
+            return usage_error("unknown option " + o);
         }
         if (v != view::full) {
             return usage_error("one of -l, -s, -p, --lids");
@@ -74,7 +74,7 @@ int main(int argc, char **argv)
     if (arg < argc) {
         only = lid_of_ca(argv[arg]);
         if (!only) {
-            return usage_error((std::string("not a CA name or LID: ") + argv[arg]).c_str());
+            return usage_error(std::string("not a CA name or LID: ") + argv[arg]);
         }
         ++arg;
     }
@@ -89,15 +89,20 @@ int main(int argc, char **argv)
     if (!s) {
         return 1;
     }
-    auto ports = s->ports();
+    std::map<uint16_t, mad::smp> ports;
     if (only) {
-        std::erase_if(ports, [&](const auto &p) { return p.first != *only; });
+        // One CA: its own NodeInfo, not a sweep of every LID.
+        auto ni = *only == s->own_lid() ? std::nullopt
+                                        : s->smi().get(*only, mad::smp_attr::node_info);
+        if (ni && ni->hdr.status.get() == 0) {
+            ports.emplace(*only, *ni);
+        }
         if (ports.empty()) {
             std::fprintf(stderr, "%s: no CA %s on fabric %s\n", prog,
                          diag::ca_name(*only).c_str(), fabric::shm_fabric::default_name().c_str());
             return 1;
         }
-    } else if (ports.empty()) {
+    } else if (ports = s->ports(); ports.empty()) {
         std::fprintf(stderr, "%s: no mlx4x port is up on fabric %s\n", prog,
                      fabric::shm_fabric::default_name().c_str());
         return 1;

@@ -9,12 +9,21 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 
 namespace mlx4x::tools {
 
 inline void print_version(const char *name)
 {
     std::printf("%s (mlx4x) %s\n", name, PACKAGE_VERSION);
+}
+
+/// A command-line error: "NAME: why" and the usage line on stderr. Returns
+/// 2, the exit status of a usage error.
+inline int usage_error(const char *name, const std::string &why, const char *usage)
+{
+    std::fprintf(stderr, "%s: %s\nusage: %s\n", name, why.c_str(), usage);
+    return 2;
 }
 
 /// `usage`: the synopsis lines; `about`: what the tool does, and where its

@@ -61,6 +61,9 @@ one=$("$bin/mlx4x-stat" "mlx4x_$sm" 1); rc=$?
     echo "$one" | grep -q "^CA 'mlx4x_$sm' (.* pid [0-9]*, subnet manager)\$" \
     && ok "mlx4x-stat mlx4x_$sm 1: that CA alone, labelled subnet manager" \
     || fail "mlx4x-stat mlx4x_$sm 1 (exit $rc): $one"
+out=$("$bin/mlx4x-stat" mlx4x_250 2>&1); rc=$?
+[ $rc -eq 1 ] && echo "$out" | grep -q 'no CA mlx4x_250' \
+    && ok "mlx4x-stat mlx4x_250 (no such port): 'no CA', exit 1" || fail "mlx4x-stat mlx4x_250 (exit $rc): $out"
 "$bin/mlx4x-stat" "$sm" 2 >/dev/null 2>&1; rc1=$?
 "$bin/mlx4x-stat" mlx4x_x >/dev/null 2>&1; rc2=$?
 [ $rc1 -eq 1 ] && [ $rc2 -eq 2 ] && ok "mlx4x-stat: port 2 exits 1, a malformed CA 2" \
