@@ -46,7 +46,7 @@ namespace {
 /// UCX_MLX4X_SINGLE_COPY_THRESH=auto: single copy from 2 MiB (where it also
 /// leaves the receiver nothing to do, so rendezvous overlaps computation:
 /// design-notes.md), and from 64 KiB whichever of single copy and packets
-/// the device measures faster (dev::direct_chooser).
+/// the device measures faster (engine::direct_chooser).
 constexpr uint64_t single_copy_always_from = uint64_t{2} << 20;
 constexpr uint64_t single_copy_try_from    = uint64_t{64} << 10;
 

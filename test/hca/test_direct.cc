@@ -386,7 +386,7 @@ TEST_F(direct, in_the_measured_range_both_paths_are_timed_then_the_cheaper_taken
     std::vector<uint8_t> src(len), dst(len);
     auto &sm = a.reg(src.data(), len, all_local);
     auto &dm = b.reg(dst.data(), len, all_local);
-    const dev::direct_chooser &costs = device_of(*a.ctx).transfer_costs();
+    const engine::direct_chooser &costs = device_of(*a.ctx).transfer_costs();
     auto one_write = [&](int i) {
         fill_pattern(src.data(), len, 40 + i);
         a.send_wcs.clear();
@@ -397,7 +397,7 @@ TEST_F(direct, in_the_measured_range_both_paths_are_timed_then_the_cheaper_taken
         expect_all_succeeded();
         ASSERT_EQ(check_pattern(dst.data(), len, 40 + i), -1) << "write " << i;
     };
-    using path = dev::direct_chooser::path;
+    using path = engine::direct_chooser::path;
     int i = 0;
     while (!costs.ps_per_byte(len, path::packets) && i < 200) {
         one_write(i++);

@@ -1,15 +1,15 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// dev::direct_chooser (UCX_MLX4X_SINGLE_COPY_THRESH=auto): which of packets
+// engine::direct_chooser (UCX_MLX4X_SINGLE_COPY_THRESH=auto): which of packets
 // and single copy a large RDMA transfer takes, from what each path cost in
 // its last epoch of transfers. Pure logic with a hand-driven clock.
-#include "hca/dev/direct_chooser.h"
+#include "hca/engine/direct_chooser.h"
 
 #include <gtest/gtest.h>
 
 namespace mlx4x::test {
 namespace {
 
-using dev::direct_chooser;
+using engine::direct_chooser;
 using path = direct_chooser::path;
 
 constexpr uint64_t mib = 1 << 20;

@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// The device's posted-tag list (src/hca/dev/tag_list.h): matching order and
+// The device's posted-tag list (src/hca/core/tag_list.h): matching order and
 // masks (seed 002 TM2), consumption, removal racing a match (E64), and the
 // unexpected-count sync that keeps a receive posted during an unexpected
 // hand-off from overtaking it (TM9, E63).
-#include "hca/dev/tag_list.h"
+#include "hca/core/tag_list.h"
 
 #include <gtest/gtest.h>
 

@@ -74,14 +74,14 @@ void device::progress_return()
     }
     driver_in in(*this);
     reclaim_served();
-    if (!slice_open_ || !port_) {
+    if (!slice_open_ || !hca_.port_) {
         return;
     }
-    if (ack_list_.empty() && !responses_queued_) {
-        port_->release();   // nothing owed for these frames
+    if (!resp_.acks_owed() && !resp_.responses_queued()) {
+        hca_.port_->release();   // nothing owed for these frames
         return;
     }
-    if (responses_queued_ || !start_ack_watchdog()) {
+    if (resp_.responses_queued() || !start_ack_watchdog()) {
         // READ responses are data the peer waits for, not a mere ACK; and
         // without a watchdog nothing would send the ACKs if the driver did
         // not call again.
@@ -105,8 +105,8 @@ void device::take_back_owed_acks()
         }
     }
     if (s == owed::swept) {
-        count(counter::acks_sent, acks_swept_);
-        count(counter::tx_packets, acks_swept_);
+        hca_.count(counter::acks_sent, acks_swept_);
+        hca_.count(counter::tx_packets, acks_swept_);
         acks_swept_ = 0;
     }
 }
@@ -132,7 +132,7 @@ bool device::start_ack_watchdog()
     if (watchdog_.joinable()) {
         return true;
     }
-    if (thread_.joinable() || !port_ || !port_->sends_concurrently()) {
+    if (thread_.joinable() || !hca_.port_ || !hca_.port_->sends_concurrently()) {
         return false;
     }
     try {
@@ -222,8 +222,8 @@ bool device::take_from_away_driver()
         return false;
     }
     if (s == owed::swept) {   // what take_back_owed_acks() would count
-        count(counter::acks_sent, acks_swept_);
-        count(counter::tx_packets, acks_swept_);
+        hca_.count(counter::acks_sent, acks_swept_);
+        hca_.count(counter::tx_packets, acks_swept_);
         acks_swept_ = 0;
     }
     return true;
@@ -247,8 +247,8 @@ void device::serve_while_driver_away()
         }
         // Armed while the device is ours (the port's consumer state); a
         // frame already waiting: no sleep, the next slice takes it.
-        bool sleep   = !driver_back() && port_ && port_->arm_wakeup();
-        int  fd      = port_ ? port_->wakeup_fd() : -1;
+        bool sleep   = !driver_back() && hca_.port_ && hca_.port_->arm_wakeup();
+        int  fd      = hca_.port_ ? hca_.port_->wakeup_fd() : -1;
         bool blocked = intake_blocked_;
         owed_.store(owed::parked, std::memory_order_release);
         if (driver_back() || watchdog_stop_.load(std::memory_order_relaxed)) {
@@ -282,12 +282,12 @@ void device::serve_while_driver_away()
 /// behind it on the ring wait with it.
 unsigned device::serve_slice()
 {
-    slice_now_ = 0;
+    hca_.slice_now_ = 0;
     unsigned n = slice_open_ ? finish_slice() : 0;
     intake_blocked_ = false;
-    for (unsigned i = 0; i < 64 && port_; ++i) {
+    for (unsigned i = 0; i < 64 && hca_.port_; ++i) {
         std::span<const uint8_t> f;
-        if (!port_->peek(f)) {
+        if (!hca_.port_->peek(f)) {
             break;
         }
         if (would_starve(f)) {
@@ -312,40 +312,16 @@ bool device::would_starve(std::span<const uint8_t> frame)
                 p->has(ib::kind_write | ib::kind_imm | ib::kind_last))) {
         return false;
     }
-    qp *q = find_qp(p->dest_qp);
-    return q && recv_posted(*q, srq_of(*q)) <= driver_slice_frames;
+    qp *q = hca_.find_qp(p->dest_qp);
+    return q && hca_.recv_posted(*q, hca_.srq_of(*q)) <= driver_slice_frames;
 }
 
-/// On the watchdog's thread, owning the responder's state: what
-/// flush_acks() would send, for the QPs that owe a plain ACK. A held NAK
-/// or READ responses stay for the driver's next call, and so do the
-/// frames then.
+/// On the watchdog's thread, owning the responder's state: the plain
+/// ACKs the responder owes (responder::sweep_plain_acks()).
 void device::sweep_owed_acks()
 {
-    bool all = true;
-    for (uint32_t qpn : ack_list_) {
-        qp *q = find_qp(qpn);
-        if (!q || !q->resp.ack_pending) {
-            continue;
-        }
-        if (q->resp.held_nak.set || q->responses_pending()) {
-            all = false;
-            continue;
-        }
-        std::array<uint8_t, aeth_frame_len> frame;
-        fabric::frame_slot f{frame.data(), frame.size(), 0, q->dlid};
-        write_aeth_frame(f, *q, uint8_t(ib::opcode::rc_acknowledge), ack_syndrome,
-                         ack_psn(*q));
-        status s = port_->send_concurrent(frame);
-        if (s == status::no_resource) {
-            all = false;   // ring full: the driver's next call retries
-            continue;
-        }
-        q->resp.ack_pending = false;   // sent, or lost on the wire (unreachable)
-        acks_swept_ += s == status::ok;
-    }
-    if (all) {
-        port_->release();
+    if (resp_.sweep_plain_acks(acks_swept_)) {
+        hca_.port_->release();
     }
 }
 

@@ -16,119 +16,8 @@ namespace mlx4x::dev {
 using prm::cmd_opcode;
 using prm::cmd_status;
 
-namespace {
-
-uint64_t steady_ns()
-{
-    return static_cast<uint64_t>(
-        std::chrono::duration_cast<std::chrono::nanoseconds>(
-            std::chrono::steady_clock::now().time_since_epoch())
-            .count());
-}
 
 
-} // namespace
-
-device::device(fabric::fabric &fab, clock_fn clock, std::unique_ptr<sma_hook> sma)
-    : fabric_(fab), clock_(clock ? clock : steady_ns), sma_(std::move(sma)),
-      mtts_(size_t{1} << limits::log_max_mtt), mpts_(size_t{1} << limits::log_max_mpt),
-      cqs_(size_t{1} << limits::log_max_cq), eqs_(32),
-      srqs_(size_t{1} << limits::log_max_srq), mcg_(size_t{1} << limits::log_max_mcg),
-      qps_(size_t{1} << limits::log_max_qp)
-{
-    interrupt_fds_.fill(-1);
-}
-
-device::~device()
-{
-    stop_engine_thread();
-    stop_ack_watchdog();
-    if (port_ && slice_open_) {
-        (void)send_answers();   // the last call's ACKs (progress_receive)
-    }
-}
-
-// ---- MMIO -----------------------------------------------------------------
-
-void device::mmio_write32(uint32_t offset, uint32_t be_value)
-{
-    driver_in in(*this);
-    reclaim_owed_acks();
-    uint32_t in_page = offset & (prm::uar_page_size - 1);
-    bool     is_hcr  = offset >= prm::hcr_base &&
-                  offset < prm::hcr_base + sizeof(prm::hcr);
-    if (!is_hcr && in_page == prm::uar_send_doorbell) {
-        // Send doorbell: qpn << 8. Like hardware, the device starts on the
-        // doorbell: the QP's requester runs now (under the device lock when
-        // the engine thread runs), so a posted message leaves, and a tag
-        // list operation is in force, before the post returns.
-        {
-            auto lock = engine_lock();
-            quiet_    = false;   // the next pass looks at every QP (progress_finish)
-            if (qp *q = find_qp(byteswap_if_little(be_value) >> 8)) {
-                run_requester(*q);
-            }
-        }
-        wake_engine_for_doorbell();
-        return;
-    }
-    auto lock = engine_lock();
-    if (is_hcr) {
-        std::memcpy(reinterpret_cast<uint8_t *>(&hcr_) + (offset - prm::hcr_base),
-                    &be_value, sizeof(be_value));
-        if (offset == prm::hcr_base + offsetof(prm::hcr, go_opcode) &&
-            prm::hcr_go::get(hcr_.go_opcode)) {
-            // A command that changes state may give a QP work: the next
-            // pass looks at every QP. A query leaves a quiet device quiet.
-            if (!prm::is_query(prm::cmd_opcode(prm::hcr_opcode::get(hcr_.go_opcode)))) {
-                quiet_ = false;
-            }
-            execute_command();
-        }
-        return;
-    }
-    quiet_ = false;
-    if (in_page == prm::uar_cq_doorbell) {
-        cq_arm_word_ = byteswap_if_little(be_value);   // latched until the CI
-        return;
-    }
-    if (in_page == prm::uar_cq_doorbell + 4) {
-        cq_doorbell(cq_arm_word_, byteswap_if_little(be_value));
-        return;
-    }
-    if (in_page >= 0x800 && in_page < 0x820 && offset >= prm::uar_page_size) {
-        uint32_t eqn = (offset / prm::uar_page_size - 1) * 4 + (in_page - 0x800) / 8;
-        eq_doorbell(eqn, byteswap_if_little(be_value));
-        return;
-    }
-}
-
-void device::wake_engine_for_doorbell()
-{
-    if (!thread_.joinable()) {
-        return;
-    }
-    // The rest of a long message is the thread's: a sleeping one is woken
-    // (Dekker with engine_sleep(): it sees the WQE or we see the flag).
-    std::atomic_thread_fence(std::memory_order_seq_cst);
-    if (engine_sleeping_.load(std::memory_order_relaxed) &&
-        engine_sleeping_.exchange(false)) {
-        count(counter::engine_doorbell_wakeups);
-        uint64_t one = 1;
-        (void)!write(doorbell_fd_, &one, sizeof(one));
-    }
-}
-
-uint32_t device::mmio_read32(uint32_t offset) const
-{
-    if (offset >= prm::hcr_base && offset + 4 <= prm::hcr_base + sizeof(prm::hcr)) {
-        uint32_t v;
-        std::memcpy(&v, reinterpret_cast<const uint8_t *>(&hcr_) +
-                            (offset - prm::hcr_base), sizeof(v));
-        return v;
-    }
-    return 0;
-}
 
 void device::execute_command()
 {
@@ -147,7 +36,7 @@ cmd_status device::dispatch(cmd_opcode op, uint8_t op_mod,
                             uint32_t in_mod, uint64_t in_param,
                             uint64_t &out_param)
 {
-    if (!hca_up_ && op != cmd_opcode::init_hca &&
+    if (!hca_.hca_up_ && op != cmd_opcode::init_hca &&
         op != cmd_opcode::query_dev_cap && op != cmd_opcode::query_fw) {
         return cmd_status::bad_sys_state;
     }
@@ -157,11 +46,11 @@ cmd_status device::dispatch(cmd_opcode op, uint8_t op_mod,
         return cmd_status::ok;
     case cmd_opcode::query_dev_cap: return cmd_query_dev_cap(out_param);
     case cmd_opcode::init_hca:
-        hca_up_ = true;
+        hca_.hca_up_ = true;
         return cmd_status::ok;
     case cmd_opcode::close_hca:
-        set_port(nullptr);
-        hca_up_ = false;
+        hca_.set_port(nullptr);
+        hca_.hca_up_ = false;
         return cmd_status::ok;
     case cmd_opcode::init_port:  return cmd_init_port(in_mod);
     case cmd_opcode::close_port: return cmd_close_port(in_mod);
@@ -240,7 +129,7 @@ cmd_status device::cmd_query_if_stat(uint32_t port, uint64_t outbox)
     }
     auto *o = dma<prm::if_stat_outbox>(outbox);
     for (size_t c = 0; c < prm::counter_count; ++c) {
-        o->value[c].set(counters_[c]);
+        o->value[c].set(hca_.counters_[c]);
     }
     return cmd_status::ok;
 }
@@ -251,21 +140,21 @@ cmd_status device::cmd_init_port(uint32_t port)
     if (port != 1) {
         return cmd_status::bad_index;
     }
-    if (port_) {
+    if (hca_.port_) {
         return cmd_status::ok;
     }
-    auto p = fabric_.attach();
+    auto p = hca_.fabric_.attach();
     if (!p.ok()) {
         return cmd_status::internal_err;
     }
-    set_port(p.take());
-    for (const auto &[mlid, qpns] : mcast_members_) {
-        (void)port_->join_multicast(mlid);   // groups attached before
+    hca_.set_port(p.take());
+    for (const auto &[mlid, qpns] : hca_.mcast_members_) {
+        (void)hca_.port_->join_multicast(mlid);   // groups attached before
     }
-    if (sma_) {
-        sma_->port_up(port_->lid(), port_->port_guid());
+    if (hca_.sma_) {
+        hca_.sma_->port_up(hca_.port_->lid(), hca_.port_->port_guid());
     }
-    async_event(prm::eqe_type::port_change, port << 28, prm::port_change_active);
+    hca_.async_event(prm::eqe_type::port_change, port << 28, prm::port_change_active);
     return cmd_status::ok;
 }
 
@@ -274,14 +163,14 @@ cmd_status device::cmd_set_port(uint32_t port, uint8_t op_mod, uint64_t inbox)
     if (port != 1) {
         return cmd_status::bad_index;
     }
-    if (op_mod != 0 || !sma_) {   // op_mod 0: an IB port's settings
+    if (op_mod != 0 || !hca_.sma_) {   // op_mod 0: an IB port's settings
         return cmd_status::bad_op;
     }
     const auto *in = dma<prm::set_port_ib_inbox>(inbox);
-    if (!sma_->set_port(in->capability_mask.get(), in->reset_qkey_violations & 1)) {
+    if (!hca_.sma_->set_port(in->capability_mask.get(), in->reset_qkey_violations & 1)) {
         return cmd_status::bad_res_state;   // port not up
     }
-    send_traps();   // trap 144 for a new CapabilityMask
+    resp_.send_traps();   // trap 144 for a new CapabilityMask
     return cmd_status::ok;
 }
 
@@ -290,12 +179,12 @@ cmd_status device::cmd_close_port(uint32_t port)
     if (port != 1) {
         return cmd_status::bad_index;
     }
-    if (port_) {
-        set_port(nullptr);
-        if (sma_) {
-            sma_->port_down();
+    if (hca_.port_) {
+        hca_.set_port(nullptr);
+        if (hca_.sma_) {
+            hca_.sma_->port_down();
         }
-        async_event(prm::eqe_type::port_change, port << 28,
+        hca_.async_event(prm::eqe_type::port_change, port << 28,
                     prm::port_change_down);
     }
     return cmd_status::ok;
@@ -308,13 +197,13 @@ cmd_status device::cmd_query_port(uint32_t port, uint64_t outbox)
     }
     auto *o = dma<prm::query_port_outbox>(outbox);
     std::memset(o, 0, sizeof(*o));
-    o->state      = port_ ? 4 : 1;   // IBA PortState ACTIVE / DOWN
+    o->state      = hca_.port_ ? 4 : 1;   // IBA PortState ACTIVE / DOWN
     o->max_mtu    = 5;               // IBA MTU enum: 4096
     o->active_mtu = 5;
-    if (port_) {
-        o->lid.set(port_->lid());
-        o->port_guid.set(port_->port_guid());
-        o->node_guid.set(port_->port_guid() & ~uint64_t{0xff});
+    if (hca_.port_) {
+        o->lid.set(hca_.port_->lid());
+        o->port_guid.set(hca_.port_->port_guid());
+        o->node_guid.set(hca_.port_->port_guid() & ~uint64_t{0xff});
     }
     return cmd_status::ok;
 }
@@ -327,7 +216,7 @@ cmd_status device::cmd_mad_ifc(uint32_t port, uint8_t op_mod, uint64_t inbox,
     if (port != 1) {
         return cmd_status::bad_index;
     }
-    if (!sma_) {
+    if (!hca_.sma_) {
         return cmd_status::bad_op;
     }
     // The request is copied first: a driver may hand overlapping boxes.
@@ -335,8 +224,8 @@ cmd_status device::cmd_mad_ifc(uint32_t port, uint8_t op_mod, uint64_t inbox,
     std::memcpy(request.data(), dma<const uint8_t>(inbox), request.size());
     auto *out = dma<uint8_t>(outbox);
     std::memset(out, 0, prm::mad_ifc_box_size);
-    (void)sma_->process(request.data(), out, op_mod & prm::mad_ifc_ignore_m_key);
-    send_traps();   // a local Set may queue one too
+    (void)hca_.sma_->process(request.data(), out, op_mod & prm::mad_ifc_ignore_m_key);
+    resp_.send_traps();   // a local Set may queue one too
     return cmd_status::ok;
 }
 
@@ -347,11 +236,11 @@ cmd_status device::cmd_write_mtt(uint32_t count, uint64_t inbox)
     const auto *in = dma<prm::write_mtt_inbox>(inbox);
     uint64_t first = in->mtt_offset.get() / sizeof(uint64_t);
     if (count == 0 || count > (prm::mailbox_size - 16) / 8 ||
-        first + count > mtts_.size()) {
+        first + count > hca_.mtts_.size()) {
         return cmd_status::bad_param;
     }
     for (uint32_t i = 0; i < count; ++i) {
-        mtts_[first + i] = in->entries[i].get();
+        hca_.mtts_[first + i] = in->entries[i].get();
     }
     return cmd_status::ok;
 }
@@ -360,22 +249,22 @@ cmd_status device::cmd_write_mtt(uint32_t count, uint64_t inbox)
 uint8_t *device::mtt_buffer(uint8_t addr_h, uint32_t addr_l) const
 {
     uint64_t idx = ((uint64_t{addr_h} << 32) | addr_l) / sizeof(uint64_t);
-    if (idx >= mtts_.size() || !(mtts_[idx] & prm::mtt_flag_present)) {
+    if (idx >= hca_.mtts_.size() || !(hca_.mtts_[idx] & prm::mtt_flag_present)) {
         return nullptr;
     }
-    return dma<uint8_t>(mtts_[idx] & ~prm::mtt_flag_present);
+    return dma<uint8_t>(hca_.mtts_[idx] & ~prm::mtt_flag_present);
 }
 
 cmd_status device::cmd_sw2hw_mpt(uint32_t index, uint64_t inbox)
 {
-    if (index >= mpts_.size()) {
+    if (index >= hca_.mpts_.size()) {
         return cmd_status::bad_index;
     }
-    if (mpts_[index].valid) {
+    if (hca_.mpts_[index].valid) {
         return cmd_status::bad_res_state;
     }
     const auto *e = dma<prm::mpt_entry>(inbox);
-    mpt &m   = mpts_[index];
+    mpt &m   = hca_.mpts_[index];
     m.key    = e->key.get();
     if (prm::mkey_index(m.key) != index) {
         return cmd_status::bad_param;
@@ -403,20 +292,20 @@ cmd_status device::cmd_sw2hw_mpt(uint32_t index, uint64_t inbox)
 
 cmd_status device::cmd_hw2sw_mpt(uint32_t index)
 {
-    if (index >= mpts_.size() || !mpts_[index].valid) {
+    if (index >= hca_.mpts_.size() || !hca_.mpts_[index].valid) {
         return cmd_status::bad_index;
     }
-    unbind(mpts_[index]);   // (a region: nothing; its windows die with it)
-    mpts_[index] = mpt{};
+    req_.unbind(hca_.mpts_[index]);   // (a region: nothing; its windows die with it)
+    hca_.mpts_[index] = mpt{};
     return cmd_status::ok;
 }
 
 cmd_status device::cmd_query_mpt(uint32_t index, uint64_t outbox)
 {
-    if (index >= mpts_.size() || !mpts_[index].valid) {
+    if (index >= hca_.mpts_.size() || !hca_.mpts_[index].valid) {
         return cmd_status::bad_index;
     }
-    const mpt &m = mpts_[index];
+    const mpt &m = hca_.mpts_[index];
     auto *e = dma<prm::mpt_entry>(outbox);
     *e = prm::mpt_entry{};
     e->flags.set(m.flags | (m.window ? 0 : prm::mpt_flag_region));
@@ -443,10 +332,10 @@ cmd_status device::cmd_query_adapter(uint64_t outbox)
 
 cmd_status device::cmd_sw2hw_cq(uint32_t cqn, uint64_t inbox)
 {
-    if (cqn >= cqs_.size()) {
+    if (cqn >= hca_.cqs_.size()) {
         return cmd_status::bad_index;
     }
-    if (cqs_[cqn].valid) {
+    if (hca_.cqs_[cqn].valid) {
         return cmd_status::bad_res_state;
     }
     const auto *ctx = dma<prm::cq_context>(inbox);
@@ -454,7 +343,7 @@ cmd_status device::cmd_sw2hw_cq(uint32_t cqn, uint64_t inbox)
     if (log_size > limits::log_max_cq_sz) {
         return cmd_status::bad_size;
     }
-    cq &c  = cqs_[cqn];
+    cq &c  = hca_.cqs_[cqn];
     c      = cq{};
     c.cqn  = cqn;
     c.buf  = mtt_buffer(ctx->mtt_base_addr_h, ctx->mtt_base_addr_l.get());
@@ -472,7 +361,7 @@ cmd_status device::cmd_sw2hw_cq(uint32_t cqn, uint64_t inbox)
 
 cmd_status device::cmd_hw2sw_cq(uint32_t cqn)
 {
-    cq *c = find_cq(cqn);
+    cq *c = hca_.find_cq(cqn);
     if (!c) {
         return cmd_status::bad_index;
     }
@@ -485,7 +374,7 @@ cmd_status device::cmd_hw2sw_cq(uint32_t cqn)
 
 cmd_status device::cmd_query_cq(uint32_t cqn, uint64_t outbox)
 {
-    cq *c = find_cq(cqn);
+    cq *c = hca_.find_cq(cqn);
     if (!c) {
         return cmd_status::bad_index;
     }
@@ -504,7 +393,7 @@ cmd_status device::cmd_query_cq(uint32_t cqn, uint64_t outbox)
 /// untouched (E16).
 cmd_status device::cmd_resize_cq(uint32_t cqn, uint64_t inbox)
 {
-    cq *c = find_cq(cqn);
+    cq *c = hca_.find_cq(cqn);
     if (!c) {
         return cmd_status::bad_index;
     }

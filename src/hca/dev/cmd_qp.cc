@@ -80,19 +80,19 @@ cmd_status device::cmd_qp_transition(cmd_opcode op, uint32_t qpn,
                                      uint64_t inbox)
 {
     const transition *t = find_transition(op);
-    if (qpn >= qps_.size() || !t) {
+    if (qpn >= hca_.qps_.size() || !t) {
         return cmd_status::bad_index;
     }
-    if (!qps_[qpn]) {
-        qps_[qpn] = std::make_unique<qp>();
+    if (!hca_.qps_[qpn]) {
+        hca_.qps_[qpn] = std::make_unique<qp>();
     }
-    qp &q = *qps_[qpn];
+    qp &q = *hca_.qps_[qpn];
     S from = q.valid ? q.state : S::rst;
     if (!(t->from_mask & bit(from))) {
         return cmd_status::bad_qp_state;   // QP left unchanged
     }
     if (t->to == S::err) {
-        set_qp_error(q);
+        comp_.set_qp_error(q);
         return cmd_status::ok;
     }
     if (t->to == S::rst) {
@@ -117,7 +117,7 @@ cmd_status device::cmd_qp_transition(cmd_opcode op, uint32_t qpn,
     }
     apply_optional(q, ctx, mb->optpar.get());
     q.state = t->to;
-    build_headers(q);
+    req_.build_headers(q);
     return cmd_status::ok;
 }
 
@@ -131,11 +131,11 @@ cmd_status device::resolve_qp_context(uint32_t qpn, const prm::qp_context &ctx,
                                       qp_resources &r)
 {
     auto st = static_cast<prm::qp_st>(prm::qpc_st::get(ctx.flags));
-    r.scq   = find_cq(ctx.cqn_send.get() & 0xffffff);
-    r.rcq   = find_cq(ctx.cqn_recv.get() & 0xffffff);
+    r.scq   = hca_.find_cq(ctx.cqn_send.get() & 0xffffff);
+    r.rcq   = hca_.find_cq(ctx.cqn_recv.get() & 0xffffff);
     r.buf   = mtt_buffer(ctx.mtt_base_addr_h, ctx.mtt_base_addr_l.get());
     uint32_t srqn = ctx.srqn.get();
-    r.shared_rq = (srqn & prm::qpc_srq_enable) ? find_srq(srqn & 0xffffff) : nullptr;
+    r.shared_rq = (srqn & prm::qpc_srq_enable) ? hca_.find_srq(srqn & 0xffffff) : nullptr;
     if ((srqn & prm::qpc_srq_enable) &&
         (!r.shared_rq || r.shared_rq->pd != (ctx.pd.get() & 0xffffff))) {
         return cmd_status::bad_param;   // SRQ unknown or of another PD
@@ -160,7 +160,7 @@ cmd_status device::resolve_qp_context(uint32_t qpn, const prm::qp_context &ctx,
         !r.scq || !r.rcq || !r.buf ||
         ((ctx.sq_size_stride >> 3) & 0xf) > limits::log_max_qp_sz ||
         ((ctx.rq_size_stride >> 3) & 0xf) > limits::log_max_qp_sz ||
-        pkey_index >= pkey_table_.size() || !pkey_table_[pkey_index]) {
+        pkey_index >= hca_.pkey_table_.size() || !hca_.pkey_table_[pkey_index]) {
         return cmd_status::bad_param;
     }
     return cmd_status::ok;
@@ -178,7 +178,7 @@ cmd_status device::qp_from_reset(qp &q, uint32_t qpn, const prm::qp_context &ctx
     q.qpn           = qpn;
     q.st            = static_cast<prm::qp_st>(prm::qpc_st::get(ctx.flags));
     q.pd            = ctx.pd.get() & 0xffffff;
-    q.pkey          = pkey_table_[ctx.pri_path.pkey_index];
+    q.pkey          = hca_.pkey_table_[ctx.pri_path.pkey_index];
     q.send_cqn      = r.scq->cqn;
     q.recv_cqn      = r.rcq->cqn;
     q.sq_log_size   = sq_log;
@@ -210,7 +210,7 @@ cmd_status device::qp_from_reset(qp &q, uint32_t qpn, const prm::qp_context &ctx
     q.req.timed = false;
     ++r.scq->bound_qps;
     ++r.rcq->bound_qps;
-    active_qps_.push_back(&q);
+    hca_.active_qps_.push_back(&q);
     return cmd_status::ok;
 }
 
@@ -293,28 +293,28 @@ void device::apply_optional(qp &q, const prm::qp_context &ctx, uint32_t optpar)
 
 void device::qp_to_reset(qp &q)
 {
-    if (q.resp.ack_pending && port_) {
+    if (q.resp.ack_pending && hca_.port_) {
         // What it received was answered by the time the driver could see
         // it (progress_receive): its ACK, owed until the next call, goes
         // before the QP.
-        (void)send_ack(q);
+        (void)resp_.send_ack(q);
     }
     if (q.valid) {
         // mlx4 keeps the CQEs already written (C40, see docs): only the
         // QP's state goes.
-        if (cq *c = find_cq(q.send_cqn)) --c->bound_qps;
-        if (cq *c = find_cq(q.recv_cqn)) --c->bound_qps;
-        if (srq *s = q.has_srq ? find_srq(q.srqn) : nullptr) --s->attached_qps;
-        std::erase(active_qps_, &q);
-        std::erase(ack_list_, q.qpn);
-        release_windows_of(q.qpn);
+        if (cq *c = hca_.find_cq(q.send_cqn)) --c->bound_qps;
+        if (cq *c = hca_.find_cq(q.recv_cqn)) --c->bound_qps;
+        if (srq *s = q.has_srq ? hca_.find_srq(q.srqn) : nullptr) --s->attached_qps;
+        std::erase(hca_.active_qps_, &q);
+        resp_.forget_acks_of(q.qpn);
+        req_.release_windows_of(q.qpn);
     }
     q = qp{};
 }
 
 cmd_status device::cmd_query_qp(uint32_t qpn, uint64_t outbox)
 {
-    qp *q = find_qp(qpn);
+    qp *q = hca_.find_qp(qpn);
     auto *mb = dma<prm::qp_modify_mailbox>(outbox);
     std::memset(mb, 0, sizeof(*mb));
     prm::qp_context &ctx = mb->context;

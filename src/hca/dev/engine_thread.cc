@@ -76,6 +76,7 @@ status device::start_engine_thread(std::function<bool()> on_start)
     // Work the driver started so far is the thread's from now on: take the
     // lock before the thread exists so nothing runs twice.
     std::lock_guard g(engine_mu_);
+    hca_.threaded_ = true;
     thread_ = std::thread([this, on_start = std::move(on_start)] {
         engine_loop(on_start);
     });
@@ -91,6 +92,7 @@ void device::stop_engine_thread()
     uint64_t one = 1;
     (void)!write(doorbell_fd_, &one, sizeof(one));
     thread_.join();
+    hca_.threaded_ = false;
     close(doorbell_fd_);
     doorbell_fd_ = -1;
 }
@@ -134,8 +136,8 @@ void device::engine_sleep()
     int wake_fd = -1;
     {
         std::lock_guard g(engine_mu_);
-        if (port_ && port_->arm_wakeup()) {
-            wake_fd = port_->wakeup_fd();
+        if (hca_.port_ && hca_.port_->arm_wakeup()) {
+            wake_fd = hca_.port_->wakeup_fd();
         }
     }
     bool frames_armed = wake_fd >= 0;
@@ -143,7 +145,7 @@ void device::engine_sleep()
     // by this slice; then there is no sleeping.
     unsigned n = run_slice();
     if (n == 0 && !engine_stop_.load(std::memory_order_relaxed)) {
-        count(counter::engine_sleeps);
+        hca_.count(counter::engine_sleeps);
         pollfd fds[2] = {{doorbell_fd_, POLLIN, 0}, {wake_fd, POLLIN, 0}};
         // Without a wake-up line (loopback fabric) only a short nap.
         (void)poll(fds, 2, frames_armed ? tick_ms : 0);

@@ -24,22 +24,17 @@ void device::connect_interrupt(uint8_t vector, int eventfd)
     driver_in in(*this);
     reclaim_owed_acks();
     auto lock = engine_lock();
-    if (vector < interrupt_fds_.size()) {
-        interrupt_fds_[vector] = eventfd;
+    if (vector < hca_.interrupt_fds_.size()) {
+        hca_.interrupt_fds_[vector] = eventfd;
     }
-}
-
-eq *device::find_eq(uint32_t eqn)
-{
-    return eqn < eqs_.size() && eqs_[eqn].valid ? &eqs_[eqn] : nullptr;
 }
 
 cmd_status device::cmd_sw2hw_eq(uint32_t eqn, uint64_t inbox)
 {
-    if (eqn >= eqs_.size()) {
+    if (eqn >= hca_.eqs_.size()) {
         return cmd_status::bad_index;
     }
-    if (eqs_[eqn].valid) {
+    if (hca_.eqs_[eqn].valid) {
         return cmd_status::bad_res_state;
     }
     const auto *ctx = dma<prm::eq_context>(inbox);
@@ -48,7 +43,7 @@ cmd_status device::cmd_sw2hw_eq(uint32_t eqn, uint64_t inbox)
     if (!buf || log_size > max_log_eq_size) {
         return cmd_status::bad_param;
     }
-    eq &e            = eqs_[eqn];
+    eq &e            = hca_.eqs_[eqn];
     e                = eq{};
     e.valid          = true;
     e.eqn            = eqn;
@@ -62,11 +57,11 @@ cmd_status device::cmd_sw2hw_eq(uint32_t eqn, uint64_t inbox)
 
 cmd_status device::cmd_hw2sw_eq(uint32_t eqn)
 {
-    eq *e = find_eq(eqn);
+    eq *e = hca_.find_eq(eqn);
     if (!e) {
         return cmd_status::bad_index;
     }
-    for (const cq &c : cqs_) {
+    for (const cq &c : hca_.cqs_) {
         if (c.valid && c.comp_eqn == eqn) {
             return cmd_status::resource_busy;   // CQs still report to it
         }
@@ -79,7 +74,7 @@ cmd_status device::cmd_hw2sw_eq(uint32_t eqn)
 /// unmaps them.
 cmd_status device::cmd_map_eq(uint32_t eqn, uint8_t op_mod, uint64_t mask)
 {
-    eq *e = find_eq(eqn);
+    eq *e = hca_.find_eq(eqn);
     if (!e || op_mod > 1) {
         return cmd_status::bad_param;
     }
@@ -89,7 +84,7 @@ cmd_status device::cmd_map_eq(uint32_t eqn, uint8_t op_mod, uint64_t mask)
 
 cmd_status device::cmd_query_eq(uint32_t eqn, uint64_t outbox)
 {
-    eq *e = find_eq(eqn);
+    eq *e = hca_.find_eq(eqn);
     if (!e) {
         return cmd_status::bad_index;
     }
@@ -102,86 +97,13 @@ cmd_status device::cmd_query_eq(uint32_t eqn, uint64_t outbox)
     return cmd_status::ok;
 }
 
-void device::post_eqe(eq &e, const prm::eqe &ev)
-{
-    if (catastrophic_) {
-        return;
-    }
-    uint32_t pi = e.producer_index;
-    if (((pi - e.consumer_index) & 0xffffff) >= e.size()) {
-        MLX4X_ERROR("eq %u overflow", e.eqn);
-        count(counter::eq_overflows);
-        catastrophic_error();   // E12: the HCA cannot report events any more
-        return;
-    }
-    uint8_t *entry = e.buf + size_t(pi & (e.size() - 1)) * prm::eqe_size;
-    std::memcpy(entry, &ev, sizeof(ev) - 1);
-    uint8_t owner = (pi & e.size()) ? prm::eqe_owner_mask : 0;
-    // Release: the EQE body is visible before its owner bit.
-    std::atomic_ref<uint8_t>(entry[sizeof(ev) - 1]).store(owner,
-                                                          std::memory_order_release);
-    e.producer_index = (pi + 1) & 0xffffff;
-    count(counter::events);
-    if (e.armed) {
-        interrupt(e);
-    }
-}
-
-/// One-shot: the EQ must be armed again through its doorbell (C68).
-void device::interrupt(eq &e)
-{
-    e.armed = false;
-    count(counter::interrupts);
-    int fd = e.intr < interrupt_fds_.size() ? interrupt_fds_[e.intr] : -1;
-    if (fd >= 0) {
-        uint64_t one = 1;
-        (void)!write(fd, &one, sizeof(one));
-    }
-}
-
-void device::async_event(prm::eqe_type type, uint32_t number, uint8_t subtype)
-{
-    uint64_t type_bit = uint64_t{1} << uint8_t(type);
-    for (eq &e : eqs_) {
-        if (!e.valid || !(e.event_mask & type_bit)) {
-            continue;
-        }
-        prm::eqe ev{};
-        ev.type    = uint8_t(type);
-        ev.subtype = subtype;
-        if (type == prm::eqe_type::port_change) {
-            ev.data2.set(number);
-        } else {
-            ev.number.set(number & 0xffffff);
-            if (type == prm::eqe_type::cq_error) {
-                ev.data2.set(subtype);
-            }
-        }
-        post_eqe(e, ev);
-        return;   // one EQ per event type
-    }
-}
-
-void device::completion_event(cq &c)
-{
-    c.arm = cq_arm::none;   // one event per arm
-    eq *e = find_eq(c.comp_eqn);
-    if (!e) {
-        return;
-    }
-    prm::eqe ev{};
-    ev.type = uint8_t(prm::eqe_type::completion);
-    ev.number.set(c.cqn);
-    post_eqe(*e, ev);
-}
-
 /// CQ arm doorbell: word0 = sequence | command | cqn, then the consumer
 /// index the driver has reached. A CQE already past that index raises the
 /// event at once (mlx4 semantics), so "poll until empty, arm" loses nothing
 /// that arrived in between (E15).
 void device::cq_doorbell(uint32_t word0, uint32_t ci)
 {
-    cq *c = find_cq(word0 & 0xffffff);
+    cq *c = hca_.find_cq(word0 & 0xffffff);
     if (!c) {
         return;   // E22: a doorbell for nothing is ignored
     }
@@ -190,13 +112,13 @@ void device::cq_doorbell(uint32_t word0, uint32_t ci)
              : cmd == prm::cq_db_req_not_sol ? cq_arm::solicited
                                              : cq_arm::none;
     if (c->arm != cq_arm::none && ((c->producer_index - ci) & 0xffffff) != 0) {
-        completion_event(*c);
+        hca_.completion_event(*c);
     }
 }
 
 void device::eq_doorbell(uint32_t eqn, uint32_t value)
 {
-    eq *e = find_eq(eqn);
+    eq *e = hca_.find_eq(eqn);
     if (!e) {
         return;
     }
@@ -204,20 +126,7 @@ void device::eq_doorbell(uint32_t eqn, uint32_t value)
     if (value & prm::eq_doorbell_req_not) {
         e->armed = true;
         if (e->producer_index != e->consumer_index) {
-            interrupt(*e);   // events are waiting already
-        }
-    }
-}
-
-/// E12: local catastrophic error. Every QP goes to ERROR (outstanding work
-/// is flushed) and nothing more is reported; progress() takes the port down
-/// (not here: this can run inside the port's own receive loop).
-void device::catastrophic_error()
-{
-    catastrophic_ = true;
-    for (qp *q : active_qps_) {
-        if (q->state != prm::qp_state::err) {
-            set_qp_error(*q);
+            hca_.interrupt(*e);   // events are waiting already
         }
     }
 }

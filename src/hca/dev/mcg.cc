@@ -34,27 +34,27 @@ cmd_status device::cmd_mgid_hash(uint64_t inbox, uint64_t &hash)
 
 cmd_status device::cmd_read_mcg(uint32_t index, uint64_t outbox)
 {
-    if (index >= mcg_.size()) {
+    if (index >= hca_.mcg_.size()) {
         return cmd_status::bad_index;
     }
-    std::memcpy(dma<void>(outbox), &mcg_[index], sizeof(prm::mgm_entry));
+    std::memcpy(dma<void>(outbox), &hca_.mcg_[index], sizeof(prm::mgm_entry));
     return cmd_status::ok;
 }
 
 cmd_status device::cmd_write_mcg(uint32_t index, uint64_t inbox)
 {
-    if (index >= mcg_.size()) {
+    if (index >= hca_.mcg_.size()) {
         return cmd_status::bad_index;
     }
     prm::mgm_entry e;
     std::memcpy(&e, dma<void>(inbox), sizeof(e));
     uint32_t members = e.members_count.get() & prm::mgm_qpn_mask;
     uint32_t next    = e.next_gid_index.get() >> prm::mgm_next_shift;
-    if (members > (1u << limits::log_max_qp_per_mcg) || next >= mcg_.size() ||
+    if (members > (1u << limits::log_max_qp_per_mcg) || next >= hca_.mcg_.size() ||
         (members && !ib::is_multicast_lid(e.mlid.get()))) {
         return cmd_status::bad_param;
     }
-    mcg_[index] = e;
+    hca_.mcg_[index] = e;
     update_multicast();
     return cmd_status::ok;
 }
@@ -64,57 +64,25 @@ cmd_status device::cmd_write_mcg(uint32_t index, uint64_t inbox)
 void device::update_multicast()
 {
     std::map<uint16_t, std::vector<uint32_t>> members;
-    for (const prm::mgm_entry &e : mcg_) {
+    for (const prm::mgm_entry &e : hca_.mcg_) {
         uint32_t n = e.members_count.get() & prm::mgm_qpn_mask;
         for (uint32_t i = 0; i < n; ++i) {
             members[e.mlid.get()].push_back(e.qp[i].get() & prm::mgm_qpn_mask);
         }
     }
-    if (port_) {
-        for (const auto &[mlid, qpns] : mcast_members_) {
+    if (hca_.port_) {
+        for (const auto &[mlid, qpns] : hca_.mcast_members_) {
             if (!members.count(mlid)) {
-                port_->leave_multicast(mlid);
+                hca_.port_->leave_multicast(mlid);
             }
         }
         for (const auto &[mlid, qpns] : members) {
-            if (!mcast_members_.count(mlid)) {
-                (void)port_->join_multicast(mlid);
+            if (!hca_.mcast_members_.count(mlid)) {
+                (void)hca_.port_->join_multicast(mlid);
             }
         }
     }
-    mcast_members_ = std::move(members);
-}
-
-/// A multicast packet (IBA 10.5.2.3: UD only, BTH DestQP 0xFFFFFF) goes to
-/// every attached QP that admits it, each with its own Q_Key check.
-void device::receive_multicast(const engine::pkt &p)
-{
-    auto it = mcast_members_.find(p.dlid);
-    if (!(p.info->kind & ib::kind_ud) || p.dest_qp != ib::multicast_qpn ||
-        it == mcast_members_.end()) {
-        count(counter::bad_packets);
-        return;
-    }
-    for (uint32_t qpn : it->second) {
-        if (qp *q = find_qp(qpn); q && admits(*q, p)) {
-            respond_ud(*q, p);
-        }
-    }
-}
-
-/// The fabric sends a multicast frame to the other member ports only; the
-/// sending HCA delivers it to its own attached QPs (mlx4 without
-/// multicast loopback blocking).
-void device::loop_back_multicast(std::span<const uint8_t> hdr,
-                                 std::span<const uint8_t> payload)
-{
-    if (!mcast_members_.count(fabric::frame_dlid(hdr)) ||
-        hdr.size() + payload.size() > loopback_frame_.size()) {
-        return;
-    }
-    std::memcpy(loopback_frame_.data(), hdr.data(), hdr.size());
-    std::memcpy(loopback_frame_.data() + hdr.size(), payload.data(), payload.size());
-    (void)on_frame({loopback_frame_.data(), hdr.size() + payload.size()});
+    hca_.mcast_members_ = std::move(members);
 }
 
 } // namespace mlx4x::dev

@@ -16,10 +16,10 @@ using prm::cmd_status;
 
 cmd_status device::cmd_sw2hw_srq(uint32_t srqn, uint64_t inbox)
 {
-    if (srqn >= srqs_.size()) {
+    if (srqn >= hca_.srqs_.size()) {
         return cmd_status::bad_index;
     }
-    if (srqs_[srqn].valid) {
+    if (hca_.srqs_[srqn].valid) {
         return cmd_status::bad_res_state;
     }
     const auto *ctx = dma<prm::srq_context>(inbox);
@@ -28,7 +28,7 @@ cmd_status device::cmd_sw2hw_srq(uint32_t srqn, uint64_t inbox)
     if (!buf || log_size > limits::log_max_qp_sz || !ctx->db_rec_addr.get()) {
         return cmd_status::bad_param;
     }
-    srq &s      = srqs_[srqn];
+    srq &s      = hca_.srqs_[srqn];
     s           = srq{};
     s.valid     = true;
     s.srqn      = srqn;
@@ -51,7 +51,7 @@ cmd_status device::cmd_sw2hw_srq(uint32_t srqn, uint64_t inbox)
 
 cmd_status device::cmd_hw2sw_srq(uint32_t srqn)
 {
-    srq *s = find_srq(srqn);
+    srq *s = hca_.find_srq(srqn);
     if (!s) {
         return cmd_status::bad_index;
     }
@@ -64,7 +64,7 @@ cmd_status device::cmd_hw2sw_srq(uint32_t srqn)
 
 cmd_status device::cmd_query_srq(uint32_t srqn, uint64_t outbox)
 {
-    srq *s = find_srq(srqn);
+    srq *s = hca_.find_srq(srqn);
     if (!s) {
         return cmd_status::bad_index;
     }
@@ -81,59 +81,12 @@ cmd_status device::cmd_query_srq(uint32_t srqn, uint64_t outbox)
 /// ARM_SRQ: in_param is the limit; 0 disarms.
 cmd_status device::cmd_arm_srq(uint32_t srqn, uint64_t limit)
 {
-    srq *s = find_srq(srqn);
+    srq *s = hca_.find_srq(srqn);
     if (!s || limit > s->size()) {
         return cmd_status::bad_param;
     }
     s->limit = uint16_t(limit);
     return cmd_status::ok;
-}
-
-/// Writes `data` at byte `offset` of the buffers a list of data segments
-/// names, checking each entry's L_Key, PD, local write right and bounds
-/// (E26, E27). A receive list may end early with the invalid L_Key.
-device::scatter_result device::scatter_segs(const qp &q, const uint8_t *segs,
-                                            size_t nseg, uint32_t offset,
-                                            std::span<const uint8_t> data)
-{
-    uint32_t pos  = 0;
-    size_t   done = 0;
-    for (size_t i = 0; i < nseg && done < data.size(); ++i) {
-        prm::wqe_data_seg d;
-        std::memcpy(&d, segs + i * sizeof(d), sizeof(d));
-        if (d.lkey.get() == prm::invalid_lkey) {
-            break;
-        }
-        uint32_t n    = d.byte_count.get() & 0x7fffffff;
-        uint64_t addr = d.addr.get();
-        if (pos + n > offset + done) {
-            if (!local_access_ok(q, d.lkey.get(), addr, n, true)) {
-                return scatter_result::protection;
-            }
-            uint32_t from = uint32_t(offset + done - pos);
-            size_t   cnt  = std::min<size_t>(n - from, data.size() - done);
-            std::memcpy(dma<uint8_t>(addr) + from, data.data() + done, cnt);
-            done += cnt;
-        }
-        pos += n;
-    }
-    return done == data.size() ? scatter_result::ok : scatter_result::too_long;
-}
-
-/// Receive WQE `wqe_index` of the QP's RQ or SRQ.
-device::scatter_result device::scatter(qp &q, uint32_t wqe_index,
-                                       uint32_t offset,
-                                       std::span<const uint8_t> data)
-{
-    if (q.has_srq) {
-        const srq &s = srqs_[q.srqn];
-        size_t bytes = (size_t{1} << s.log_stride) - sizeof(prm::wqe_srq_next_seg);
-        return scatter_segs(q, s.wqe(wqe_index) + sizeof(prm::wqe_srq_next_seg),
-                            bytes / sizeof(prm::wqe_data_seg), offset, data);
-    }
-    return scatter_segs(q, q.rq_wqe(wqe_index),
-                        (size_t{1} << q.rq_log_stride) / sizeof(prm::wqe_data_seg),
-                        offset, data);
 }
 
 } // namespace mlx4x::dev

@@ -2,16 +2,17 @@
 // Atomics at the responder (IBA 9.4.5, 9.7.5.1.4): compare-and-swap and
 // fetch-and-add, 4- and 8-byte masked ones (mlx4x extension), executed once
 // and replayed from the responder resource for a duplicate.
-#include "hca/dev/device.h"
+#include "hca/engine/responder.h"
+#include "hca/engine/egress.h"
+#include "hca/engine/completer.h"
 #include "hca/engine/pkt.h"
 #include "hca/ib/ib_psn.h"
 
 #include <atomic>
 #include <cstring>
 
-namespace mlx4x::dev {
+namespace mlx4x::engine {
 
-using engine::pkt;
 
 namespace {
 
@@ -87,7 +88,7 @@ template <typename T> uint64_t execute_atomic(T *target, const atomic_req &r)
 
 } // namespace
 
-void device::respond_atomic(qp &q, const pkt &p)
+void responder::respond_atomic(qp &q, const pkt &p)
 {
     const atomic_req r = decode_atomic(p);
     if (r.size == 0) {
@@ -122,7 +123,7 @@ void device::respond_atomic(qp &q, const pkt &p)
 /// A duplicate atomic is never executed twice (IBA 9.7.5.1.1): its saved
 /// result is sent again if the responder still holds it (the requester
 /// keeps at most as many atomics in flight as there are resources).
-void device::replay_atomic(qp &q, uint32_t psn)
+void responder::replay_atomic(qp &q, uint32_t psn)
 {
     resp_resource *r = find_resource(q, psn);
     if (r && r->kind == resp_resource::type::atomic) {
@@ -130,7 +131,7 @@ void device::replay_atomic(qp &q, uint32_t psn)
     }
 }
 
-status device::send_atomic_ack(qp &q, const resp_resource &r)
+status responder::send_atomic_ack(qp &q, const resp_resource &r)
 {
     std::array<uint8_t, sizeof(ib::aeth) + sizeof(ib::atomic_ack_eth)> ext;
     ib::aeth a{};
@@ -140,7 +141,7 @@ status device::send_atomic_ack(qp &q, const resp_resource &r)
     ack.orig.set(r.orig);
     std::memcpy(ext.data(), &a, sizeof(a));
     std::memcpy(ext.data() + sizeof(a), &ack, sizeof(ack));
-    return emit({.pkey    = q.pkey,
+    return out_.emit({.pkey    = q.pkey,
                      .opcode  = uint8_t(ib::opcode::rc_atomic_acknowledge),
                  .dlid    = q.dlid,
                  .dqpn    = q.remote_qpn,
@@ -150,4 +151,4 @@ status device::send_atomic_ack(qp &q, const resp_resource &r)
                  .payload = {}});
 }
 
-} // namespace mlx4x::dev
+} // namespace mlx4x::engine

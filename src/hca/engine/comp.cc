@@ -2,7 +2,10 @@
 // Completer: ACK / NAK / RNR NAK handling (IBA 9.7.5.2), the local ACK
 // timer with retry counting (9.7.6.1.3), CQE generation, error flushing,
 // and the device's progress loop.
-#include "hca/dev/device.h"
+#include "hca/engine/completer.h"
+#include "hca/engine/requester.h"
+#include "hca/engine/tag_matcher.h"
+#include "hca/engine/responder.h"
 #include "hca/base/log.h"
 #include "hca/engine/pkt.h"
 #include "hca/engine/wqe.h"
@@ -11,7 +14,7 @@
 #include <algorithm>
 #include <atomic>
 
-namespace mlx4x::dev {
+namespace mlx4x::engine {
 
 namespace {
 
@@ -26,113 +29,6 @@ uint64_t rnr_timer_ns(uint8_t field)
 }
 
 } // namespace
-
-unsigned device::progress(unsigned budget)
-{
-    driver_in in(*this);
-    if (!thread_.joinable()) {
-        return run(budget);
-    }
-    std::unique_lock g(engine_mu_, std::try_to_lock);
-    return g.owns_lock() ? run(budget) : 0;
-}
-
-unsigned device::progress_receive(unsigned budget)
-{
-    if (thread_.joinable()) {
-        return progress(budget);
-    }
-    driver_in in(*this);
-    reclaim_owed_acks();
-    slice_now_ = 0;   // the timers read the clock afresh, once
-    if (slice_open_) {
-        (void)finish_slice();   // the last call's
-    }
-    return take_frames(budget);
-}
-
-void device::progress_finish()
-{
-    idle_skipped_ = false;
-    if (thread_.joinable()) {
-        return;
-    }
-    driver_in in(*this);
-    reclaim_served();
-    if (!slice_open_) {
-        return;
-    }
-    // A quiet device that took no frames has nothing for the requester
-    // and responder passes; only a timer may have expired, and the ACK
-    // timeout is milliseconds. So an idle progress loop runs the pass
-    // every quiet_timer_period-th call instead of walking every QP twice
-    // and reading the clock each time (~290 of an idle call's ~540
-    // instructions; the idle loop's length is part of every message's
-    // latency: a message waits half of it on average).
-    if (slice_frames_ == 0 && skip_idle_pass()) {
-        slice_open_ = false;
-        return;
-    }
-    (void)finish_slice();
-}
-
-unsigned device::run(unsigned budget)
-{
-    reclaim_owed_acks();
-    slice_now_ = 0;
-    unsigned n = take_frames(budget);
-    return n + finish_slice();
-}
-
-unsigned device::take_frames(unsigned budget)
-{
-    if (!port_) {
-        if (catastrophic_) {
-            flush_all();   // work posted after the failure completes flushed
-        }
-        return 0;
-    }
-    unsigned n = port_->poll(*this, budget);
-    if (catastrophic_) {
-        set_port(nullptr);   // E12: the HCA is out of service
-        flush_all();
-        return n;
-    }
-    slice_open_   = true;
-    slice_frames_ = n;
-    return n;
-}
-
-/// What peers wait for: READ responses and atomic ACKs, and the slice's
-/// coalesced ACKs. Then the slice's frames are answered and their room goes
-/// back to the fabric (port::release), also when an answer waits for room
-/// in a full ring: two devices holding frames for each other's full rings
-/// would never drain them.
-unsigned device::send_answers()
-{
-    unsigned n = run_responders();
-    if (!ack_list_.empty()) {
-        flush_acks();
-    }
-    port_->release();
-    return n;
-}
-
-unsigned device::finish_slice()
-{
-    slice_open_ = false;
-    if (!port_) {
-        return 0;
-    }
-    pushed_back_ = false;   // this slice's sends say again
-    unsigned n = send_answers();
-    bool requesters_idle = true;
-    n += run_requesters(requesters_idle);
-    bool fired = run_timers();
-    quiet_       = requesters_idle && !fired && !responses_queued_ && ack_list_.empty();
-    quiet_calls_ = 0;
-    return n;
-}
 
 /// The outstanding READ/atomic WQE whose PSN range holds `psn`, if any.
 static uint32_t *find_rd_atomic(qp &q, uint32_t psn, uint32_t &index)
@@ -154,7 +50,7 @@ static uint32_t *find_rd_atomic(qp &q, uint32_t psn, uint32_t &index)
 /// or MIDDLE before it, with a full MTU; a MIDDLE or LAST only after an
 /// earlier packet of the READ. A FIRST may come at any PSN: the responder
 /// answers a READ asked again from its middle from there (9.7.4.1.4).
-static bool read_response_fits(const engine::pkt &p, uint32_t pos, uint32_t npackets,
+static bool read_response_fits(const pkt &p, uint32_t pos, uint32_t npackets,
                                uint32_t mtu, uint32_t total_len)
 {
     bool last = pos + 1 == npackets;
@@ -168,8 +64,8 @@ static bool read_response_fits(const engine::pkt &p, uint32_t pos, uint32_t npac
 
 /// A READ response's data into the WQE's buffers (IBA 9.7.5.2.3), or
 /// dropped when it is not the response this PSN of the READ can have.
-device::placement device::place_read_response(qp &q, const engine::pkt &p,
-                                              const engine::send_wqe &w, uint32_t index,
+completer::placement completer::place_read_response(qp &q, const pkt &p,
+                                              const send_wqe &w, uint32_t index,
                                               uint32_t first_psn)
 {
     if (!p.has(ib::kind_read)) {
@@ -183,7 +79,7 @@ device::placement device::place_read_response(qp &q, const engine::pkt &p,
         // again at once, with its PSN, and the responder executes it again
         // as a duplicate (9.7.5.1.1) — unshared after a failed copy
         // (take_read_share).
-        rewind(q, p.psn);
+        req_.rewind(q, p.psn);
         restart_ack_timer(q);
         return placement::dropped;
     }
@@ -191,8 +87,8 @@ device::placement device::place_read_response(qp &q, const engine::pkt &p,
         // A single-copy READ's data is in place when the responder has
         // marked its entry so, not when a packet says: one that came before
         // the copy (or from someone else) is dropped.
-        if (!direct_post_placed(q, index)) {
-            count(counter::bad_packets);
+        if (!req_.direct_post_placed(q, index)) {
+            hca_.count(counter::bad_packets);
             return placement::dropped;
         }
         return placement::placed;
@@ -204,19 +100,19 @@ device::placement device::place_read_response(qp &q, const engine::pkt &p,
         // a MIDDLE or LAST without FIRST too). Placed, a MIDDLE at the
         // READ's first PSN or a short LAST would complete the READ with
         // bytes it never got.
-        count(counter::bad_packets);
+        hca_.count(counter::bad_packets);
         return placement::dropped;
     }
-    return scatter_segs(q, w.segs, w.segs_len / sizeof(prm::wqe_data_seg), pos * q.mtu,
-                        p.payload) == scatter_result::ok
+    return hca_.scatter_segs(q, w.segs, w.segs_len / sizeof(prm::wqe_data_seg), pos * q.mtu,
+                        p.payload) == dev::scatter_result::ok
                ? placement::placed
                : placement::failed;
 }
 
 /// An atomic's original value into the WQE's buffer (IBA 9.7.5.2.4), in
 /// host order and as wide as the operand (a 4-byte one came zero-extended).
-device::placement device::place_atomic_response(qp &q, const engine::pkt &p,
-                                                const engine::send_wqe &w)
+completer::placement completer::place_atomic_response(qp &q, const pkt &p,
+                                                const send_wqe &w)
 {
     if (!p.has(ib::kind_atomic)) {
         return placement::dropped;
@@ -227,8 +123,8 @@ device::placement device::place_atomic_response(qp &q, const engine::pkt &p,
         w.log_size == 2
             ? std::span<const uint8_t>{reinterpret_cast<const uint8_t *>(&orig32), 4}
             : std::span<const uint8_t>{reinterpret_cast<const uint8_t *>(&orig), 8};
-    return scatter_segs(q, w.segs, w.segs_len / sizeof(prm::wqe_data_seg), 0, value) ==
-                   scatter_result::ok
+    return hca_.scatter_segs(q, w.segs, w.segs_len / sizeof(prm::wqe_data_seg), 0, value) ==
+                   dev::scatter_result::ok
                ? placement::placed
                : placement::failed;
 }
@@ -236,7 +132,7 @@ device::placement device::place_atomic_response(qp &q, const engine::pkt &p,
 /// READ response or atomic ACK (IBA 9.7.5.2.3/4): only the next expected
 /// PSN is accepted; a gap means responses were lost and the request is sent
 /// again from the first missing PSN (go back N).
-void device::complete_response(qp &q, const engine::pkt &p)
+void completer::complete_response(qp &q, const pkt &p)
 {
     uint32_t index = 0;
     uint32_t *first_psn = find_rd_atomic(q, p.psn, index);
@@ -249,26 +145,26 @@ void device::complete_response(qp &q, const engine::pkt &p)
     }
     if (p.psn != q.comp.acked_psn) {
         if (ib::psn_diff(p.psn, q.comp.acked_psn) > 0 && q.req.next_psn != q.comp.acked_psn) {
-            rewind(q, q.comp.acked_psn);
+            req_.rewind(q, q.comp.acked_psn);
         }
         return;   // duplicate or out of order: dropped
     }
     if (!first_psn) {
-        count(counter::bad_packets);   // a response to no READ/atomic
+        hca_.count(counter::bad_packets);   // a response to no READ/atomic
         return;
     }
-    engine::send_wqe w;
-    if (!engine::decode_send_wqe(q, index, w)) {
+    send_wqe w;
+    if (!decode_send_wqe(q, index, w)) {
         return;
     }
-    placement placed = engine::is_read(w.opcode)
+    placement placed = is_read(w.opcode)
                            ? place_read_response(q, p, w, index, *first_psn)
                            : place_atomic_response(q, p, w);
     if (placed == placement::dropped) {
         return;
     }
     if (placed == placement::failed) {
-        complete_with_error(q, index, prm::cqe_syndrome::local_prot_err);
+        req_.complete_with_error(q, index, prm::cqe_syndrome::local_prot_err);
         set_qp_error(q);
         return;
     }
@@ -279,7 +175,7 @@ void device::complete_response(qp &q, const engine::pkt &p)
     restart_ack_timer(q);
 }
 
-void device::complete(qp &q, const engine::pkt &p)
+void completer::complete(qp &q, const pkt &p)
 {
     if (p.opcode == uint8_t(ib::opcode::x_rdma_read_direct_share)) {
         take_read_share(q, p);
@@ -324,7 +220,7 @@ void device::complete(qp &q, const engine::pkt &p)
         go_on = naked(q, static_cast<ib::nak_code>(syn & 0x1f), psn);
         break;
     default:
-        count(counter::bad_packets);
+        hca_.count(counter::bad_packets);
         return;
     }
     if (go_on) {
@@ -335,10 +231,10 @@ void device::complete(qp &q, const engine::pkt &p)
 /// x_direct_refused: the responder cannot reach this process's memory.
 /// That message and everything after it go again, the single copies as
 /// ordinary packets. Their PSNs change, so they count as not started.
-void device::direct_refused(qp &q, uint32_t psn)
+void completer::direct_refused(qp &q, uint32_t psn)
 {
     q.req.direct_refused = true;
-    rewind(q, psn);
+    req_.rewind(q, psn);
     for (uint32_t i = q.req.cur_wqe; i != q.req.sq_head; ++i) {
         q.req.rd_atomic_inflight -= q.req.track[i & (q.sq_size() - 1)].rd_atomic;
     }
@@ -349,7 +245,7 @@ void device::direct_refused(qp &q, uint32_t psn)
 /// RNR NAK (IBA 9.7.5.2.8): the message goes again from `psn` after the
 /// timer the syndrome names, unless the RNR retries are spent (7 = retry
 /// for ever). False: the QP failed.
-bool device::rnr_naked(qp &q, uint8_t syn, uint32_t psn)
+bool completer::rnr_naked(qp &q, uint8_t syn, uint32_t psn)
 {
     if (q.rnr_retry != 7) {
         if (q.comp.rnr_left == 0) {
@@ -360,18 +256,18 @@ bool device::rnr_naked(qp &q, uint8_t syn, uint32_t psn)
         }
         --q.comp.rnr_left;
     }
-    q.comp.rnr_until = now() + rnr_timer_ns(syn & 0x1f);   // at least that long
-    rewind(q, psn);
+    q.comp.rnr_until = hca_.now() + rnr_timer_ns(syn & 0x1f);   // at least that long
+    req_.rewind(q, psn);
     return true;
 }
 
 /// NAK (IBA 9.7.5.2.5): a PSN sequence error goes back N; the others
 /// complete the WQE with their error, once (not flushed again), and the QP
 /// fails. False: the QP failed.
-bool device::naked(qp &q, ib::nak_code code, uint32_t psn)
+bool completer::naked(qp &q, ib::nak_code code, uint32_t psn)
 {
     if (code == ib::nak_code::psn_seq_err) {
-        rewind(q, psn);
+        req_.rewind(q, psn);
         return true;
     }
     prm::cqe_syndrome s = code == ib::nak_code::remote_access
@@ -391,16 +287,16 @@ bool device::naked(qp &q, ib::nak_code code, uint32_t psn)
 /// REST_RESPONSE. A SHARE for no such READ, from another port than the
 /// QP's peer, or without the post's share token (only the responder that
 /// read the post, after its R_Key checks, may grant it) is dropped.
-void device::take_read_share(qp &q, const engine::pkt &p)
+void completer::take_read_share(qp &q, const pkt &p)
 {
     uint32_t index = 0;
     uint32_t *first_psn = find_rd_atomic(q, p.psn, index);
     wqe_track &t = q.req.track[index & (q.sq_size() - 1)];
-    engine::send_wqe w;
+    send_wqe w;
     if (p.slid != q.dlid || !first_psn || *first_psn != p.psn || !t.shared ||
-        !engine::decode_send_wqe(q, index, w) || !engine::is_read(w.opcode) ||
+        !decode_send_wqe(q, index, w) || !is_read(w.opcode) ||
         !carries_share_token(q, index, p)) {
-        count(counter::bad_packets);
+        hca_.count(counter::bad_packets);
         return;
     }
     uint32_t share = ib::read_share(w.total_len);
@@ -409,14 +305,14 @@ void device::take_read_share(qp &q, const engine::pkt &p)
     // leaves the share to the responder from now on: the READ is asked
     // again unshared at its REST_RESPONSE.
     q.req.read_share_failed |= !t.share_placed;
-    copied_directly_ = t.share_placed;   // the poll ends after it (on_frame)
+    hca_.copied_directly_ = t.share_placed;   // the poll ends after it (on_frame)
 }
 
 /// Whether SHARE `p` carries the share token of WQE `index`'s post: only a
 /// responder that read the post (and so checked the request) knows it.
-bool device::carries_share_token(const qp &q, uint32_t index, const engine::pkt &p) const
+bool completer::carries_share_token(const qp &q, uint32_t index, const pkt &p) const
 {
-    const ib::x_direct_post *post = direct_post_of(q, index);
+    const ib::x_direct_post *post = req_.direct_post_of(q, index);
     ib::x_direct_grant grant;
     if (!post || p.payload.size() != sizeof(grant)) {
         return false;
@@ -428,18 +324,18 @@ bool device::carries_share_token(const qp &q, uint32_t index, const engine::pkt 
 /// Copies the first `share` bytes of READ `w` from the responder's memory
 /// into its scatter list, each entry checked as for packets (C53: L_Key,
 /// PD, bounds, local write).
-bool device::copy_read_share(qp &q, const engine::send_wqe &w, uint32_t share)
+bool completer::copy_read_share(qp &q, const send_wqe &w, uint32_t share)
 {
     uint32_t done   = 0;
     bool     failed = false;
-    engine::for_each_data_seg(w, [&](uint64_t addr, uint32_t len, uint32_t lkey) {
+    for_each_data_seg(w, [&](uint64_t addr, uint32_t len, uint32_t lkey) {
         if (done == share) {
             return false;
         }
         uint32_t n = std::min(len, share - done);
         fabric::mem_range local{addr, n}, remote{w.raddr + done, n};
-        failed = n && (!local_access_ok(q, lkey, addr, n, true) ||
-                       port_->direct_copy({q.dlid, q.resp.peer_direct.pid},
+        failed = n && (!hca_.local_access_ok(q, lkey, addr, n, true) ||
+                       hca_.port_->direct_copy({q.dlid, q.resp.peer_direct.pid},
                                           fabric::copy_dir::from_peer, {&local, 1},
                                           {&remote, 1}) != status::ok);
         done += failed ? 0 : n;
@@ -448,20 +344,20 @@ bool device::copy_read_share(qp &q, const engine::send_wqe &w, uint32_t share)
     if (failed) {
         return false;
     }
-    count(counter::direct_bytes, done);
+    hca_.count(counter::direct_bytes, done);
     return done == share;
 }
 
 /// The local ACK timer runs while packets wait for their ACK (IBA
 /// 9.7.6.1.1); from the slice's clock, a few microseconds early at most.
-void device::restart_ack_timer(qp &q)
+void completer::restart_ack_timer(qp &q)
 {
-    q.comp.timer_deadline = q.comp.acked_psn == q.req.next_psn ? 0 : slice_now() + ack_timeout_ns(q);
+    q.comp.timer_deadline = q.comp.acked_psn == q.req.next_psn ? 0 : hca_.slice_now() + req_.ack_timeout_ns(q);
 }
 
 /// A positive ACK moved acked_psn: the retry counts start over, and the
 /// ACK timer runs again while packets are still outstanding.
-void device::acknowledged(qp &q)
+void completer::acknowledged(qp &q)
 {
     q.comp.retries_left   = q.retry_cnt;
     q.comp.rnr_left       = q.rnr_retry;
@@ -474,7 +370,7 @@ void device::acknowledged(qp &q)
 /// responder answers requests in order), so acked_psn stops at the first
 /// missing response and the requester asks again from there (implied NAK,
 /// IBA 9.7.5.2.6). Returns false in that case.
-bool device::advance_acked(qp &q, uint32_t to)
+bool completer::advance_acked(qp &q, uint32_t to)
 {
     // rd_atomic_inflight counts the READ/atomic WQEs among the outstanding
     // ones: without any, no walk (an ACK per window of small SENDs).
@@ -486,7 +382,7 @@ bool device::advance_acked(qp &q, uint32_t to)
                 retire_acked(q);
             }
             if (q.req.next_psn != q.comp.acked_psn) {
-                rewind(q, q.comp.acked_psn);
+                req_.rewind(q, q.comp.acked_psn);
             }
             return false;
         }
@@ -496,7 +392,7 @@ bool device::advance_acked(qp &q, uint32_t to)
     return true;
 }
 
-void device::retire_acked(qp &q)
+void completer::retire_acked(qp &q)
 {
     while (q.comp.sq_tail != q.req.sq_head) {
         const wqe_track &t = q.req.track[q.comp.sq_tail & (q.sq_size() - 1)];
@@ -508,7 +404,7 @@ void device::retire_acked(qp &q)
             --q.req.rd_atomic_inflight;
         }
         if (q.req.timed) [[unlikely]] {
-            finish_timing(q.req.timing[q.comp.sq_tail & (q.sq_size() - 1)]);
+            req_.finish_timing(q.req.timing[q.comp.sq_tail & (q.sq_size() - 1)]);
         }
         complete_wqe(q, q.comp.sq_tail, {}, false);
         ++q.comp.sq_tail;
@@ -530,12 +426,12 @@ void device::retire_acked(qp &q)
 /// timed (start_timing), its time on the link — from its start or, if it
 /// was under way when the one before ended, from that one's end — goes to
 /// the chooser. The slot's entry is cleared for the WQE that reuses it.
-[[gnu::noinline]] void device::finish_timing(timed_transfer &t)
+[[gnu::noinline]] void requester::finish_timing(timed_transfer &t)
 {
     if (!t.since) {
         return;
     }
-    uint64_t end   = now();
+    uint64_t end   = hca_.now();
     uint64_t begin = std::max(t.since, timed_done_ns_);
     timed_done_ns_ = end;
     chooser_.record(t.len, t.direct ? direct_chooser::path::direct
@@ -544,14 +440,14 @@ void device::retire_acked(qp &q)
     t = {};
 }
 
-void device::complete_wqe(qp &q, uint32_t index, prm::cqe_syndrome syndrome,
+void completer::complete_wqe(qp &q, uint32_t index, prm::cqe_syndrome syndrome,
                           bool error)
 {
     if (q.req.track[index & (q.sq_size() - 1)].direct) {
-        release_direct_post(q, index);
+        req_.release_direct_post(q, index);
     }
     if (!q.dev_sq.empty()) {
-        tm_dev_wqe_done(q, index, error);   // the device's own WQEs: no CQE
+        tm_.tm_dev_wqe_done(q, index, error);   // the device's own WQEs: no CQE
         return;
     }
     prm::wqe_ctrl_seg ctrl = prm::load_ctrl_seg(q.sq_wqe(index));
@@ -560,63 +456,43 @@ void device::complete_wqe(qp &q, uint32_t index, prm::cqe_syndrome syndrome,
         return;   // unsignalled: retired by the next signalled CQE (C64)
     }
     if (error) {
-        write_err_cqe(q, uint16_t(index), syndrome, true);
+        hca_.write_err_cqe(q, uint16_t(index), syndrome, true);
         return;
     }
     prm::cqe c{};
     c.vlan_my_qpn.set(q.qpn);
     c.wqe_index.set(uint16_t(index));
     c.owner_sr_opcode = uint8_t(prm::cqe_is_send_mask | opcode);
-    write_cqe(q, true, c);
+    hca_.write_cqe(q, true, c);
 }
 
-uint64_t device::next_timer_ns() const
-{
-    // The driver's call: the device may be the watchdog's meanwhile.
-    auto     &self = const_cast<device &>(*this);
-    driver_in in(self);
-    self.reclaim_owed_acks();
-    // A full ring gives no sign when it has room again: the ring's owner
-    // releases frames without telling their senders. A process that sleeps
-    // with a packet pushed back (and so, often, with sends waiting in the
-    // send queue behind it and requests in UCX's pending queue) is woken to
-    // send it again, or it would sleep for ever on work nobody else can do.
-    uint64_t next = pushed_back_ ? now() + pushed_back_retry_ns : 0;
-    for (const qp *q : active_qps_) {
-        if (q->comp.timer_deadline && (!next || q->comp.timer_deadline < next)) {
-            next = q->comp.timer_deadline;
-        }
-    }
-    return next;
-}
-
-bool device::run_timers()
+bool completer::run_timers()
 {
     bool     fired = false;
     uint64_t t = 0;
-    for (qp *q : active_qps_) {
+    for (qp *q : hca_.active_qps_) {
         if (!q->comp.timer_deadline ||
             (q->state != prm::qp_state::rts && q->state != prm::qp_state::sqd)) {
             continue;
         }
         if (!t) {
-            t = slice_now();
+            t = hca_.slice_now();
         }
         if (q->comp.timer_deadline == timer_at_next_slice) {
-            q->comp.timer_deadline = t + ack_timeout_ns(*q);
+            q->comp.timer_deadline = t + req_.ack_timeout_ns(*q);
             continue;
         }
         if (t < q->comp.timer_deadline) {
             continue;
         }
-        if (port_->lossless() && port_->peer_alive(q->dlid) &&
-            !port_->delivered(q->dlid)) {
+        if (hca_.port_->lossless() && hca_.port_->peer_alive(q->dlid) &&
+            !hca_.port_->delivered(q->dlid)) {
             // Nothing is lost between live ports of a lossless fabric; a
             // peer that has not even taken our packets is just not
             // progressing. Wait, do not burn retries. One that took them and
             // did not answer dropped them (its QP is gone: IBA 9.6.1.1):
             // those retries run out as on a lossy link.
-            q->comp.timer_deadline = t + ack_timeout_ns(*q);
+            q->comp.timer_deadline = t + req_.ack_timeout_ns(*q);
             continue;
         }
         if (q->comp.retries_left == 0) {
@@ -629,64 +505,19 @@ bool device::run_timers()
             continue;
         }
         --q->comp.retries_left;
-        rewind(*q, q->comp.acked_psn);
-        q->comp.timer_deadline = t + ack_timeout_ns(*q);
+        req_.rewind(*q, q->comp.acked_psn);
+        q->comp.timer_deadline = t + req_.ack_timeout_ns(*q);
         fired = true;
     }
     return fired;
 }
 
-void device::write_err_cqe(qp &q, uint16_t wqe_index,
-                           prm::cqe_syndrome syndrome, bool is_send)
-{
-    prm::err_cqe e{};
-    e.vlan_my_qpn.set(q.qpn);
-    e.wqe_index.set(wqe_index);
-    e.syndrome        = uint8_t(syndrome);
-    e.owner_sr_opcode = uint8_t((is_send ? prm::cqe_is_send_mask : 0) |
-                                prm::cqe_opcode_error);
-    prm::cqe c;
-    static_assert(sizeof(c) == sizeof(e));
-    std::memcpy(&c, &e, sizeof(c));
-    write_cqe(q, is_send, c);
-}
-
-void device::write_cqe(qp &q, bool is_send, const prm::cqe &c, bool solicited,
-                       const prm::tm_cqe *tm)
-{
-    cq      *target = nullptr;
-    uint8_t *entry  = start_cqe(q, is_send, target);
-    if (!entry) {
-        return;
-    }
-    if (tm) {
-        std::memcpy(entry - prm::cqe_offset_in_entry, tm, sizeof(*tm));
-    }
-    std::memcpy(entry, &c, sizeof(c) - 1);
-    finish_cqe(*target, entry, c.owner_sr_opcode, solicited);
-}
-
-/// CQ overrun (IBA 11.4.2.1, E13): the CQE is lost, a CQ error event is
-/// raised and the QP that caused it goes to ERROR. CQEs already in the CQ
-/// stay readable.
-void device::cq_overrun(qp &q, cq &c)
-{
-    if (c.overruns++ == 0) {
-        MLX4X_ERROR("cq 0x%x overrun", c.cqn);
-        async_event(prm::eqe_type::cq_error, c.cqn, prm::cq_error_overflow);
-    }
-    count(counter::cq_overruns);
-    if (q.state != prm::qp_state::err) {
-        set_qp_error(q);
-    }
-}
-
-void device::flush_sq(qp &q)
+void completer::flush_sq(qp &q)
 {
     while (q.comp.sq_tail != q.req.sq_head) {
         complete_wqe(q, q.comp.sq_tail++, prm::cqe_syndrome::wr_flush_err, true);
     }
-    while (engine::sq_wqe_ready(q, q.comp.sq_tail)) {
+    while (sq_wqe_ready(q, q.comp.sq_tail)) {
         complete_wqe(q, q.comp.sq_tail++, prm::cqe_syndrome::wr_flush_err, true);
     }
     q.req.sq_head = q.req.cur_wqe = q.comp.sq_tail;
@@ -696,26 +527,26 @@ void device::flush_sq(qp &q)
     std::fill(q.req.timing.begin(), q.req.timing.end(), timed_transfer{});   // never acknowledged
 }
 
-void device::flush_all()
+void completer::flush_all()
 {
-    for (qp *q : active_qps_) {
+    for (qp *q : hca_.active_qps_) {
         flush_queues(*q);
     }
 }
 
-void device::set_qp_error(qp &q)
+void completer::set_qp_error(qp &q)
 {
     q.state = prm::qp_state::err;
     flush_queues(q);
     if (q.has_srq) {
         // IBA 11.6.3.4: a QP on an SRQ that fails will take no more WQEs.
-        async_event(prm::eqe_type::srq_qp_last_wqe, q.qpn);
+        hca_.async_event(prm::eqe_type::srq_qp_last_wqe, q.qpn);
     }
 }
 
 /// In ERROR every outstanding and newly posted WQE completes with
 /// WR_FLUSH_ERR, with its wr_id (IBA 10.3.1, C40).
-void device::flush_queues(qp &q)
+void completer::flush_queues(qp &q)
 {
     if (!q.valid) {
         return;   // RESET -> ERROR before RST2INIT: no queues yet
@@ -723,10 +554,10 @@ void device::flush_queues(qp &q)
     flush_sq(q);
     if (q.rq_db) {
         // The SRQ's WQEs belong to the SRQ, not to a failed QP.
-        while (!q.has_srq && recv_available(q)) {
-            write_err_cqe(q, recv_take(q), prm::cqe_syndrome::wr_flush_err, false);
+        while (!q.has_srq && hca_.recv_available(q)) {
+            hca_.write_err_cqe(q, hca_.recv_take(q), prm::cqe_syndrome::wr_flush_err, false);
         }
     }
 }
 
-} // namespace mlx4x::dev
+} // namespace mlx4x::engine

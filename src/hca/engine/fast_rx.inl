@@ -5,7 +5,9 @@
 // (respond_send, resp.cc) shares. Inlined into both, hence a header.
 #pragma once
 
-#include "hca/dev/device.h"
+#include "hca/engine/ingress.h"
+#include "hca/engine/responder.h"
+#include "hca/engine/completer.h"
 #include "hca/engine/pkt.h"
 #include "hca/ib/ib_psn.h"
 #include "hca/ib/ib_tm.h"
@@ -13,18 +15,18 @@
 
 #include <cstring>
 
-namespace mlx4x::dev {
+namespace mlx4x::engine {
 
 /// The last packet of a SEND is placed: the message counts (MSN) and its
 /// receive WQE completes. The caller ends the message's state in the QP
 /// (the single-packet path never sets it).
 [[gnu::always_inline]] inline void
-device::complete_receive(qp &q, const received &m, uint16_t slid, bool has_imm, be32 imm,
+responder::complete_receive(qp &q, const received &m, uint16_t slid, bool has_imm, be32 imm,
                          bool solicited)
 {
     q.resp.msn     = ib::psn_add(q.resp.msn, 1);
     cq      *target = nullptr;
-    uint8_t *entry  = start_cqe(q, false, target);
+    uint8_t *entry  = hca_.start_cqe(q, false, target);
     if (!entry) {
         return;
     }
@@ -49,7 +51,7 @@ device::complete_receive(qp &q, const received &m, uint16_t slid, bool has_imm, 
                     uint8_t(has_imm ? prm::tm_cqe_with_imm : 0));
         opcode            = uint8_t(prm::tm_cqe_opcode::unexpected);
     }
-    finish_cqe(*target, entry, opcode, solicited);
+    hca_.finish_cqe(*target, entry, opcode, solicited);
 }
 
 /// The QP a packet with headers `l`, `b` goes to when it may take a fast
@@ -58,12 +60,12 @@ device::complete_receive(qp &q, const received &m, uint16_t slid, bool has_imm, 
 /// valid base headers (the checks of on_frame() and admits() that such a
 /// packet needs; all but state and DLID in the two words build_headers()
 /// prepared). nullptr: the general path decides.
-[[gnu::always_inline]] inline qp *device::fast_path_qp(const ib::lrh &l, const ib::bth &b)
+[[gnu::always_inline]] inline qp *ingress::fast_path_qp(const ib::lrh &l, const ib::bth &b)
 {
-    qp *q = find_qp(ib::bth_qpn::get(b.dest_qp));
+    qp *q = hca_.find_qp(ib::bth_qpn::get(b.dest_qp));
     if (!q || !q->resp.rx_fast || q->state != prm::qp_state::rts ||
-        (engine::load_wire_word(l) & engine::fast_rx_lrh_mask) != q->resp.rx_lrh_key ||
-        (engine::load_wire_word(b) & engine::fast_rx_bth_mask) != q->resp.rx_bth_key ||
+        (load_wire_word(l) & fast_rx_lrh_mask) != q->resp.rx_lrh_key ||
+        (load_wire_word(b) & fast_rx_bth_mask) != q->resp.rx_bth_key ||
         ib::is_multicast_lid(l.dlid.get())) {
         return nullptr;
     }
@@ -76,7 +78,7 @@ device::complete_receive(qp &q, const received &m, uint16_t slid, bool has_imm, 
 /// receive WQE waiting. Each condition is one the general path checks (IBA
 /// 9.6.1 header checks, 9.7.5.1 sequence, 9.7.5.2.8 RNR); false leaves the
 /// packet untouched to that path, which also answers every error.
-[[gnu::always_inline]] inline bool device::receive_send_only(std::span<const uint8_t> frame)
+[[gnu::always_inline]] inline bool ingress::receive_send_only(std::span<const uint8_t> frame)
 {
     ib::lrh l;
     ib::bth b;
@@ -102,7 +104,7 @@ device::complete_receive(qp &q, const received &m, uint16_t slid, bool has_imm, 
     // lands in an SRQ WQE like an untagged one (tm_first_packet()'s rule);
     // a matching one, a rendezvous or a malformed header goes the general
     // way.
-    srq *s          = srq_of(*q);   // looked up once for the whole path
+    srq *s          = hca_.srq_of(*q);   // looked up once for the whole path
     srq *tm         = s && s->tm && !payload.empty() ? s : nullptr;
     bool unexpected = false;
     if (tm && payload[0] == uint8_t(ib::tmh_opcode::rndv)) {
@@ -119,23 +121,23 @@ device::complete_receive(qp &q, const received &m, uint16_t slid, bool has_imm, 
         }
         unexpected = true;
     }
-    if (!recv_available(*q, s)) {
+    if (!hca_.recv_available(*q, s)) {
         return false;   // RNR NAK
     }
-    count(counter::rx_bytes, payload.size());
+    hca_.count(counter::rx_bytes, payload.size());
     q->resp.nak_sent = false;
-    uint16_t wqe = recv_take(*q, s);
+    uint16_t wqe = hca_.recv_take(*q, s);
     if (unexpected) {
         tm->tm->list.note_unexpected();
-        count(counter::tm_unexpected_eager);
+        hca_.count(counter::tm_unexpected_eager);
     }
     // The message is whole: the QP's state of a message under way
     // (in_message, recv_*) stays as it is unless placing it fails.
-    if (scatter_result r = scatter_whole(*q, s, wqe, payload); r != scatter_result::ok) {
+    if (dev::scatter_result r = hca_.scatter_whole(*q, s, wqe, payload); r != dev::scatter_result::ok) {
         q->resp.recv_wqe        = wqe;
         q->resp.recv_to_tag     = q->resp.recv_truncated = false;
         q->resp.recv_unexpected = unexpected;
-        fail_receive(*q, r);
+        resp_.fail_receive(*q, r);
         return true;
     }
     q->resp.epsn = ib::psn_add(q->resp.epsn, 1);
@@ -145,9 +147,9 @@ device::complete_receive(qp &q, const received &m, uint16_t slid, bool has_imm, 
         std::memcpy(&i, frame.data() + sizeof(l) + sizeof(b), sizeof(i));
         imm_data = i.imm;
     }
-    complete_receive(*q, {wqe, uint32_t(payload.size()), unexpected}, l.slid.get(), imm,
+    resp_.complete_receive(*q, {wqe, uint32_t(payload.size()), unexpected}, l.slid.get(), imm,
                      imm_data, (b.se_m_pad_tver & ib::bth_se_bit) != 0);
-    schedule_ack(*q);
+    resp_.schedule_ack(*q);
     return true;
 }
 
@@ -156,7 +158,7 @@ device::complete_receive(qp &q, const received &m, uint16_t slid, bool has_imm, 
 /// outstanding, from its peer's port, of its partition (full member). Each
 /// condition is one on_frame(), admits() or complete() checks; false leaves
 /// the packet untouched to that path (NAKs, duplicates, responses).
-[[gnu::always_inline]] inline bool device::receive_ack(std::span<const uint8_t> frame)
+[[gnu::always_inline]] inline bool ingress::receive_ack(std::span<const uint8_t> frame)
 {
     ib::lrh  l;
     ib::bth  b;
@@ -178,9 +180,9 @@ device::complete_receive(qp &q, const received &m, uint16_t slid, bool has_imm, 
         ib::psn_diff(q->req.next_psn, psn) <= 0) {
         return false;
     }
-    (void)advance_acked(*q, ib::psn_add(psn, 1));   // no READ/atomic: cannot stop short
-    acknowledged(*q);
+    (void)comp_.advance_acked(*q, ib::psn_add(psn, 1));   // no READ/atomic: cannot stop short
+    comp_.acknowledged(*q);
     return true;
 }
 
-} // namespace mlx4x::dev
+} // namespace mlx4x::engine

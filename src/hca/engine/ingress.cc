@@ -2,97 +2,115 @@
 // Ingress: every frame the port delivers is parsed and checked once
 // (IBA 9.6: LRH, BTH, P_Key, QP and its state, source) and handed to the
 // responder, the completer, or the datagram path.
-#include "hca/dev/device.h"
+#include "hca/engine/ingress.h"
+#include "hca/engine/responder.h"
+#include "hca/engine/completer.h"
 #include "hca/engine/pkt.h"
 #include "hca/engine/fast_rx.inl"
 #include "hca/ib/ib_psn.h"
 
-namespace mlx4x::dev {
+namespace mlx4x::engine {
 
-using engine::pkt;
 
-bool device::on_frame(std::span<const uint8_t> frame)
+bool ingress::on_frame(std::span<const uint8_t> frame)
 {
-    count(counter::rx_packets);
+    hca_.count(counter::rx_packets);
     if (receive_send_only(frame) || receive_ack(frame)) {
         return true;
     }
     receive(frame);
-    return !std::exchange(copied_directly_, false);
+    return !std::exchange(hca_.copied_directly_, false);
 }
 
 /// Every frame the fast paths leave: parsed, then checked and answered as
 /// IBA says.
-void device::receive(std::span<const uint8_t> frame)
+void ingress::receive(std::span<const uint8_t> frame)
 {
-    std::optional<pkt> p = engine::parse(frame);
+    std::optional<pkt> p = parse(frame);
     if (!p) {
-        count(counter::bad_packets);   // malformed: silently dropped (9.6)
+        hca_.count(counter::bad_packets);   // malformed: silently dropped (9.6)
         return;
     }
-    count(counter::rx_bytes, p->payload.size());
+    hca_.count(counter::rx_bytes, p->payload.size());
     if (p->dest_qp == 0) {
-        receive_smp(*p);   // QP0: no P_Key or Q_Key check (IBA 9.6.1.1)
+        resp_.receive_smp(*p);   // QP0: no P_Key or Q_Key check (IBA 9.6.1.1)
         return;
     }
     if (p->vl == 15) {
-        count(counter::bad_packets);   // VL15 carries only QP0 traffic (7.6.4)
+        hca_.count(counter::bad_packets);   // VL15 carries only QP0 traffic (7.6.4)
         return;
     }
     if (ib::is_multicast_lid(p->dlid)) {
         receive_multicast(*p);
         return;
     }
-    qp *q = find_qp(p->dest_qp);
+    qp *q = hca_.find_qp(p->dest_qp);
     if (!q) {
-        count(counter::unknown_qp);
+        hca_.count(counter::unknown_qp);
         return;
     }
     if (!admits(*q, *p)) {
         return;
     }
     if (p->info->kind & ib::kind_ud) {
-        respond_ud(*q, *p);
+        resp_.respond_ud(*q, *p);
     } else if (p->info->kind & ib::kind_response) {
         if (q->state == prm::qp_state::rts || q->state == prm::qp_state::sqd) {
-            complete(*q, *p);
+            comp_.complete(*q, *p);
         }
     } else if (q->dlid == p->slid) {
         if (q->state == prm::qp_state::rtr && !q->resp.comm_est_sent) {
             // IBA 11.6.2: first packet on a QP still in RTR.
             q->resp.comm_est_sent = true;
-            async_event(prm::eqe_type::comm_est, q->qpn);
+            hca_.async_event(prm::eqe_type::comm_est, q->qpn);
         }
-        respond(*q, *p);
+        resp_.respond(*q, *p);
     } else {
-        count(counter::bad_packets);   // RC packet from a foreign port
+        hca_.count(counter::bad_packets);   // RC packet from a foreign port
     }
 }
 
 /// Whether QP `q` takes packet `p` at all (IBA 9.6.1 header checks):
 /// violations are dropped silently and counted.
-bool device::admits(const qp &q, const pkt &p)
+bool ingress::admits(const qp &q, const pkt &p)
 {
     if (q.st == prm::qp_st::tm_cmd ||
         (q.state != prm::qp_state::rtr && q.state != prm::qp_state::rts &&
          q.state != prm::qp_state::sqd && q.state != prm::qp_state::sqer)) {
         // Not receiving, or a TM command QP (never on the wire).
-        count(counter::unknown_qp);
+        hca_.count(counter::unknown_qp);
         return false;
     }
     // P_Key check (IBA 9.6.1.1, 10.9.3; E41): same partition, and not two
     // limited members.
     if ((p.pkey & 0x7fff) != (q.pkey & 0x7fff) || !((p.pkey | q.pkey) & 0x8000)) {
-        count(counter::pkey_violations);
-        if (sma_) sma_->count_violation(false);
+        hca_.count(counter::pkey_violations);
+        if (hca_.sma_) hca_.sma_->count_violation(false);
         return false;
     }
     bool is_ud = (p.info->kind & ib::kind_ud) != 0;
     if (is_ud != q.datagram()) {   // UD or QP1 (QP0 never gets here)
-        count(counter::bad_packets);   // transport mismatch (9.6.1.4)
+        hca_.count(counter::bad_packets);   // transport mismatch (9.6.1.4)
         return false;
     }
     return true;
 }
 
-} // namespace mlx4x::dev
+/// A multicast packet (IBA 10.5.2.3: UD only, BTH DestQP 0xFFFFFF) goes to
+/// every attached QP that admits it, each with its own Q_Key check.
+void ingress::receive_multicast(const pkt &p)
+{
+    auto it = hca_.mcast_members_.find(p.dlid);
+    if (!(p.info->kind & ib::kind_ud) || p.dest_qp != ib::multicast_qpn ||
+        it == hca_.mcast_members_.end()) {
+        hca_.count(counter::bad_packets);
+        return;
+    }
+    for (uint32_t qpn : it->second) {
+        if (qp *q = hca_.find_qp(qpn); q && admits(*q, p)) {
+            resp_.respond_ud(*q, p);
+        }
+    }
+}
+
+} // namespace mlx4x::engine

@@ -3,33 +3,18 @@
 // invalidate are send WQEs the requester carries out itself, in order with
 // the rest of the send queue, and remote accesses through a window's R_Key
 // are checked against the window and the region it is bound to.
-#include "hca/dev/device.h"
+#include "hca/engine/requester.h"
+#include "hca/engine/completer.h"
 #include "hca/engine/wqe.h"
 
 #include <cstring>
 
-namespace mlx4x::dev {
-
-const mpt *device::find_remote(const qp &q, uint32_t rkey) const
-{
-    const mpt *m = find_mpt(rkey);
-    if (!m || !m->window) {
-        return m;
-    }
-    // A window reaches memory only while it is bound (E31), to this QP if
-    // it is type 2, and while its region still exists and covers it: a
-    // deregistered or shrunk region takes its windows' access with it.
-    if (!m->bound || (m->window_type == 2 && m->bound_qpn != q.qpn)) {
-        return nullptr;
-    }
-    const mpt *region = find_region(m->region_key);
-    return region && region->covers(m->start, m->length) ? m : nullptr;
-}
+namespace mlx4x::engine {
 
 /// Runs a bind or invalidate once every earlier WQE has completed (the
 /// conservative ordering IBA 10.6.7.2 allows), so its CQE is in order and
 /// a rewind never goes back past it.
-device::local_op device::run_local_op(qp &q, const engine::send_wqe &w)
+requester::local_op requester::run_local_op(qp &q, const send_wqe &w)
 {
     if (q.comp.sq_tail != q.req.cur_wqe) {
         return local_op::waiting;
@@ -51,14 +36,14 @@ device::local_op device::run_local_op(qp &q, const engine::send_wqe &w)
 
 /// IBA 10.6.7.2 / 11.4.1.1 (Bind Memory Window). False: a rule is broken,
 /// which the caller reports as a Memory Window Bind Error (E30).
-bool device::bind_window(qp &q, const prm::wqe_bind_seg &b)
+bool requester::bind_window(qp &q, const prm::wqe_bind_seg &b)
 {
     uint32_t new_rkey = b.new_rkey.get();
     uint32_t index    = prm::mkey_index(new_rkey);
-    if (index >= mpts_.size()) {
+    if (index >= hca_.mpts_.size()) {
         return false;
     }
-    mpt &w = mpts_[index];
+    mpt &w = hca_.mpts_[index];
     bool type2 = (b.flags2.get() & prm::bind_type_2) != 0;
     if (!w.valid || !w.window || w.pd != q.pd || (w.window_type == 2) != type2 ||
         (type2 && w.bound) || new_rkey == w.key ||
@@ -75,7 +60,7 @@ bool device::bind_window(qp &q, const prm::wqe_bind_seg &b)
                      ((flags1 & prm::bind_perm_atomic) ? prm::mpt_perm_atomic : 0);
     const mpt *region = nullptr;
     if (len != 0) {
-        region = find_region(b.lkey.get());
+        region = hca_.find_region(b.lkey.get());
         // The region: same PD, bind rights, covering the window; remote
         // write or atomic through the window needs local write on it.
         bool needs_local_write = perms & (prm::mpt_perm_remote_write | prm::mpt_perm_atomic);
@@ -86,7 +71,7 @@ bool device::bind_window(qp &q, const prm::wqe_bind_seg &b)
         }
     }
     if (type2 && len) {
-        ++type2_bound_;   // (a bound type 2 window was refused above)
+        ++hca_.type2_bound_;   // (a bound type 2 window was refused above)
     }
     // Length 0 unbinds (E31): the window keeps only its new R_Key.
     w.key        = new_rkey;
@@ -101,10 +86,10 @@ bool device::bind_window(qp &q, const prm::wqe_bind_seg &b)
 
 /// IBA 10.6.7.2.4 (Local Invalidate): a type 2 window bound to this QP
 /// becomes free. False for anything else (a memory management error).
-bool device::invalidate_window(qp &q, uint32_t key)
+bool requester::invalidate_window(qp &q, uint32_t key)
 {
     uint32_t index = prm::mkey_index(key);
-    mpt *w = index < mpts_.size() ? &mpts_[index] : nullptr;
+    mpt *w = index < hca_.mpts_.size() ? &hca_.mpts_[index] : nullptr;
     if (!w || !w->valid || !w->window || w->key != key || w->window_type != 2 ||
         !w->bound || w->bound_qpn != q.qpn) {
         return false;
@@ -113,10 +98,10 @@ bool device::invalidate_window(qp &q, uint32_t key)
     return true;
 }
 
-void device::unbind(mpt &w)
+void requester::unbind(mpt &w)
 {
     if (w.window_type == 2 && w.bound) {
-        --type2_bound_;
+        --hca_.type2_bound_;
     }
     w.bound = false;
     w.start = w.length = 0;
@@ -126,10 +111,10 @@ void device::unbind(mpt &w)
 
 /// A QP leaving the fabric frees the type 2 windows bound to it, so a
 /// later owner of its number inherits no access.
-void device::release_windows_of(uint32_t qpn)
+void requester::release_windows_of(uint32_t qpn)
 {
-    for (mpt &m : mpts_) {
-        if (type2_bound_ == 0) {
+    for (mpt &m : hca_.mpts_) {
+        if (hca_.type2_bound_ == 0) {
             return;
         }
         if (m.valid && m.window && m.window_type == 2 && m.bound && m.bound_qpn == qpn) {
@@ -138,4 +123,4 @@ void device::release_windows_of(uint32_t qpn)
     }
 }
 
-} // namespace mlx4x::dev
+} // namespace mlx4x::engine

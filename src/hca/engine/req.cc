@@ -3,7 +3,10 @@
 // PSN per packet), keeps a window of unacknowledged packets, and rewinds
 // for retransmission (go-back-N, IBA 9.7.4.1).
 #include "hca/base/copy.h"
-#include "hca/dev/device.h"
+#include "hca/engine/requester.h"
+#include "hca/engine/completer.h"
+#include "hca/engine/tag_matcher.h"
+#include "hca/engine/egress.h"
 #include "hca/engine/pkt.h"
 #include "hca/engine/wqe.h"
 #include "hca/ib/ib_opcode.h"
@@ -14,9 +17,8 @@
 #include <atomic>
 #include <cstring>
 
-namespace mlx4x::dev {
+namespace mlx4x::engine {
 
-using engine::send_wqe;
 using ib::opcode;
 
 namespace {
@@ -54,7 +56,7 @@ uint32_t packets_of(uint32_t len, uint32_t mtu)
 /// atomics' x_atomic_eth, written to `ext`; returns the header's length.
 size_t atomic_request(const send_wqe &w, uint8_t *ext, uint8_t &op)
 {
-    if (engine::is_masked_atomic(w.opcode)) {
+    if (is_masked_atomic(w.opcode)) {
         ib::x_atomic_eth a{};
         a.va.set(w.raddr);
         a.rkey.set(w.rkey);
@@ -82,65 +84,22 @@ size_t atomic_request(const send_wqe &w, uint8_t *ext, uint8_t &op)
 
 } // namespace
 
-status device::emit(const tx_packet &p)
-{
-    std::span<const uint8_t> ext = p.ext, payload = p.payload;
-    size_t hdr_len = sizeof(ib::lrh) + sizeof(ib::bth) + ext.size();
-    size_t len     = hdr_len + payload.size();
-    bool   multicast = ib::is_multicast_lid(p.dlid);
-    // Unicast frames are written in place (the destination's ring); a
-    // multicast one is staged, since the fabric copies it to each member.
-    std::array<uint8_t, sizeof(ib::lrh) + sizeof(ib::bth) + 32> staged;
-    fabric::frame_slot f{staged.data(), hdr_len};
-    if (!multicast) {
-        if (status s = reserve_frame(p.dlid, len, f); s != status::ok) {
-            return count_tx(s, 0);
-        }
-    }
-
-    ib::lrh l{};
-    l.vl_lver = uint8_t(p.vl << 4);
-    l.sl_lnh  = ib::lnh_iba_local;
-    l.dlid.set(p.dlid);
-    l.slid.set(port_->lid());
-    ib::bth b{};
-    b.pkey.set(p.pkey);
-    b.dest_qp.set(p.dqpn & ib::psn_mask);
-    f.len = len;   // PktLen counts the whole frame, staged or not
-    uint8_t *at = write_headers(f, l, b, p.opcode, payload.size(), p.psn, p.ackreq,
-                                p.solicited);
-    std::memcpy(at, ext.data(), ext.size());
-    status s;
-    if (multicast) {
-        s = port_->send({f.data, hdr_len}, payload);
-        if (s == status::ok) {
-            loop_back_multicast({f.data, hdr_len}, payload);
-        }
-    } else {
-        if (!payload.empty()) {
-            std::memcpy(f.data + hdr_len, payload.data(), payload.size());
-        }
-        s = commit_frame(f);
-    }
-    return count_tx(s, payload.size());
-}
-
 /// Whether `q` may send another packet: fewer than max_unacked in flight.
 static bool window_open(const qp &q)
 {
     return ib::psn_diff(q.req.next_psn, q.comp.acked_psn) < int32_t(limits::max_unacked);
 }
 
-unsigned device::run_requesters(bool &all_idle)
+unsigned requester::run_requesters(bool &all_idle)
 {
     unsigned work = 0;
-    for (qp *q : active_qps_) {
+    for (qp *q : hca_.active_qps_) {
         // The common idle case, answered here: an RTS QP with no message
         // under way and no new WQE (the doorbell started the last one). A
         // tag-list command QP takes its WQEs at sq_head (run_tm_command).
         uint32_t next = q->st == prm::qp_st::tm_cmd ? q->req.sq_head : q->req.cur_wqe;
         if (q->state == prm::qp_state::rts && !q->req.sending &&
-            !engine::sq_wqe_ready(*q, next)) {
+            !sq_wqe_ready(*q, next)) {
             continue;
         }
         all_idle = false;
@@ -149,19 +108,19 @@ unsigned device::run_requesters(bool &all_idle)
     return work;
 }
 
-unsigned device::run_requester(qp &q)
+unsigned requester::run_requester(qp &q)
 {
     if (q.state == prm::qp_state::err) {
-        flush_queues(q);   // WQEs posted in ERROR complete as flushed
+        comp_.flush_queues(q);   // WQEs posted in ERROR complete as flushed
         return 0;
     }
     if (q.state == prm::qp_state::sqer) {
-        flush_sq(q);       // and in SQE, those of the send queue (E4)
+        comp_.flush_sq(q);       // and in SQE, those of the send queue (E4)
         return 0;
     }
     unsigned work = 0;
     if (q.st == prm::qp_st::tm_cmd) {
-        for (; work < burst_per_qp && run_tm_command(q); ++work) {
+        for (; work < burst_per_qp && tm_.run_tm_command(q); ++work) {
         }
         return work;
     }
@@ -171,7 +130,7 @@ unsigned device::run_requester(qp &q)
         q.comp.sq_tail == q.req.sq_head) {
         // SQD reached: nothing in flight any more (IBA 11.6.3).
         q.req.drained_sent = true;
-        async_event(prm::eqe_type::sq_drained, q.qpn);
+        hca_.async_event(prm::eqe_type::sq_drained, q.qpn);
     }
     return work;
 }
@@ -180,17 +139,17 @@ unsigned device::run_requester(qp &q)
 /// WQE posted, in a state that sends (SQD: the message in progress is
 /// finished, no new WQE is started until SQD2RTS, IBA 10.3.1), and on RC
 /// no RNR wait and room in the window.
-bool device::requester_may_send(qp &q)
+bool requester::requester_may_send(qp &q)
 {
     if (q.state != prm::qp_state::rts &&
         !(q.state == prm::qp_state::sqd && q.req.sending)) {
         return false;
     }
-    if (!q.req.sending && !engine::sq_wqe_ready(q, q.req.cur_wqe)) {
+    if (!q.req.sending && !sq_wqe_ready(q, q.req.cur_wqe)) {
         return false;   // nothing posted
     }
     if (!q.datagram()) {
-        if (q.comp.rnr_until && now() < q.comp.rnr_until) {
+        if (q.comp.rnr_until && hca_.now() < q.comp.rnr_until) {
             return false;
         }
         q.comp.rnr_until = 0;
@@ -204,17 +163,17 @@ bool device::requester_may_send(qp &q)
 /// The WQEs before `index` complete first (flushed), then `index` with
 /// error `s`, each exactly once and in posting order (the driver retires up
 /// to a CQE's wqe_index).
-void device::complete_with_error(qp &q, uint32_t index, prm::cqe_syndrome s)
+void requester::complete_with_error(qp &q, uint32_t index, prm::cqe_syndrome s)
 {
     while (q.comp.sq_tail != index) {
-        complete_wqe(q, q.comp.sq_tail++, prm::cqe_syndrome::wr_flush_err, true);
+        comp_.complete_wqe(q, q.comp.sq_tail++, prm::cqe_syndrome::wr_flush_err, true);
     }
-    complete_wqe(q, q.comp.sq_tail++, s, true);
+    comp_.complete_wqe(q, q.comp.sq_tail++, s, true);
 }
 
 /// A local error on cur_wqe (complete_with_error), then the queue stops.
 /// Returns false (nothing sent).
-bool device::fail_send_wqe(qp &q, prm::cqe_syndrome s)
+bool requester::fail_send_wqe(qp &q, prm::cqe_syndrome s)
 {
     complete_with_error(q, q.req.cur_wqe, s);
     if (int32_t(q.comp.sq_tail - q.req.sq_head) > 0) {
@@ -224,9 +183,9 @@ bool device::fail_send_wqe(qp &q, prm::cqe_syndrome s)
         // IBA 10.3.1: a UD send error stops only the send queue (SQE);
         // receives go on, SQERR2RTS resumes.
         q.state = prm::qp_state::sqer;
-        flush_sq(q);
+        comp_.flush_sq(q);
     } else {
-        set_qp_error(q);
+        comp_.set_qp_error(q);
     }
     return false;
 }
@@ -234,7 +193,7 @@ bool device::fail_send_wqe(qp &q, prm::cqe_syndrome s)
 /// A WQE the HCA carries out itself (a window bind or local invalidate):
 /// done, waiting (fence) or failed. E30: windows are bound on connected
 /// QPs only.
-bool device::run_local_wqe(qp &q, const send_wqe &w)
+bool requester::run_local_wqe(qp &q, const send_wqe &w)
 {
     switch (q.datagram() ? local_op::failed : run_local_op(q, w)) {
     case local_op::waiting: return false;
@@ -244,7 +203,7 @@ bool device::run_local_wqe(qp &q, const send_wqe &w)
     if (int32_t(q.req.cur_wqe + 1 - q.req.sq_head) > 0) {
         q.req.sq_head = q.req.cur_wqe + 1;
     }
-    complete_wqe(q, q.req.cur_wqe, {}, false);
+    comp_.complete_wqe(q, q.req.cur_wqe, {}, false);
     q.comp.sq_tail = ++q.req.cur_wqe;
     return true;
 }
@@ -253,10 +212,10 @@ bool device::run_local_wqe(qp &q, const send_wqe &w)
 /// sent, busy, or not_single (packets after all). Fence: it waits until
 /// every earlier READ/atomic has completed; the initiator depth bounds
 /// READ/atomic WQEs in flight (IBA 9.5.6).
-device::single_tx device::try_single_request(qp &q, const send_wqe &w)
+requester::single_tx requester::try_single_request(qp &q, const send_wqe &w)
 {
     bool fresh     = int32_t(q.req.cur_wqe - q.req.sq_head) >= 0;   // not a resend
-    bool rd_atomic = engine::is_read(w.opcode) || engine::is_atomic(w.opcode);
+    bool rd_atomic = is_read(w.opcode) || is_atomic(w.opcode);
     if (fresh && ((w.fence && q.req.rd_atomic_inflight) ||
                   (rd_atomic && q.req.rd_atomic_inflight >= q.max_rd_atomic))) {
         return single_tx::busy;
@@ -321,7 +280,7 @@ struct request_headers {
 /// One packet of q's send queue, if it may send one: the fast path for a
 /// whole inline message, a local WQE, a single request, else the next
 /// packet of the current message (segmented at the path MTU).
-bool device::send_one_packet(qp &q)
+bool requester::send_one_packet(qp &q)
 {
     if (!requester_may_send(q)) {
         return false;
@@ -334,10 +293,10 @@ bool device::send_one_packet(qp &q)
         }
     }
     send_wqe w;
-    if (!engine::decode_send_wqe(q, q.req.cur_wqe, w)) {
+    if (!decode_send_wqe(q, q.req.cur_wqe, w)) {
         return fail_send_wqe(q, prm::cqe_syndrome::local_qp_op_err);
     }
-    if (engine::is_local_op(w.opcode) && !q.req.sending) {
+    if (is_local_op(w.opcode) && !q.req.sending) {
         return run_local_wqe(q, w);
     }
     if (!q.datagram() && !q.req.sending) {
@@ -351,7 +310,7 @@ bool device::send_one_packet(qp &q)
 }
 
 /// The next packet of the message of WQE cur_wqe, from cur_offset.
-bool device::send_request_packet(qp &q, const send_wqe &w)
+bool requester::send_request_packet(qp &q, const send_wqe &w)
 {
     bool     ud     = q.datagram();
     uint32_t mtu    = ud ? limits::mtu : q.mtu;
@@ -379,7 +338,7 @@ bool device::send_request_packet(qp &q, const send_wqe &w)
     uint32_t psn    = ud ? 0 : q.req.next_psn;
     bool     ackreq = !ud && (last || ib::psn_diff(q.req.next_psn, q.comp.acked_psn) ==
                                           int32_t(limits::max_unacked / 2));
-    status s = emit({.pkey    = q.pkey,
+    status s = out_.emit({.pkey    = q.pkey,
                      .opcode  = h.op,
                      .dlid    = h.dlid,
                      .dqpn    = h.dqpn,
@@ -396,7 +355,7 @@ bool device::send_request_packet(qp &q, const send_wqe &w)
     // decides what happens to an RC QP, a UD datagram is simply gone.
     if (ud) {
         q.req.sq_head = q.req.cur_wqe + 1;
-        complete_wqe(q, q.req.cur_wqe, {}, false);
+        comp_.complete_wqe(q, q.req.cur_wqe, {}, false);
         q.comp.sq_tail = ++q.req.cur_wqe;
     } else {
         request_packet_sent(q, w, psn, first, last, offset + chunk);
@@ -407,7 +366,7 @@ bool device::send_request_packet(qp &q, const send_wqe &w)
 /// An RC request packet left: the WQE is outstanding from its first
 /// packet on (tracked for the responses and rewind()), the PSN moves on,
 /// the ACK timer runs, and the message is done or continues at `next`.
-void device::request_packet_sent(qp &q, const send_wqe &w, uint32_t psn, bool first,
+void requester::request_packet_sent(qp &q, const send_wqe &w, uint32_t psn, bool first,
                                  bool last, uint32_t next)
 {
     if (first) {
@@ -420,7 +379,7 @@ void device::request_packet_sent(qp &q, const send_wqe &w, uint32_t psn, bool fi
         }
     }
     q.req.next_psn = ib::psn_add(q.req.next_psn, 1);
-    start_ack_timer(q);
+    comp_.start_ack_timer(q);
     if (last) {
         q.req.sending    = false;
         q.req.cur_offset = 0;
@@ -434,12 +393,12 @@ void device::request_packet_sent(qp &q, const send_wqe &w, uint32_t psn, bool fi
     }
 }
 
-void device::build_headers(qp &q)
+void requester::build_headers(qp &q)
 {
     q.req.tx_lrh = {};
     q.req.tx_lrh.sl_lnh = ib::lnh_iba_local;
     q.req.tx_lrh.dlid.set(q.dlid);
-    q.req.tx_lrh.slid.set(port_ ? port_->lid() : 0);
+    q.req.tx_lrh.slid.set(hca_.port_ ? hca_.port_->lid() : 0);
     q.req.tx_bth = {};
     q.req.tx_bth.pkey.set(q.pkey);
     q.req.tx_bth.dest_qp.set(q.remote_qpn & ib::psn_mask);
@@ -450,10 +409,10 @@ void device::build_headers(qp &q)
     ib::bth b{};   // TVer 0, the QP's partition, to this QP
     b.pkey.set(q.pkey);
     b.dest_qp.set(q.qpn);
-    q.resp.rx_lrh_key = engine::load_wire_word(l) & engine::fast_rx_lrh_mask;
-    q.resp.rx_bth_key = engine::load_wire_word(b) & engine::fast_rx_bth_mask;
-    q.resp.rx_fast    = fast_paths_ && q.st == prm::qp_st::rc && (q.pkey & 0x8000);
-    q.req.tx_fast    = fast_paths_ && !q.datagram() && q.st != prm::qp_st::tm_cmd;
+    q.resp.rx_lrh_key = load_wire_word(l) & fast_rx_lrh_mask;
+    q.resp.rx_bth_key = load_wire_word(b) & fast_rx_bth_mask;
+    q.resp.rx_fast    = hca_.fast_paths_ && q.st == prm::qp_st::rc && (q.pkey & 0x8000);
+    q.req.tx_fast    = hca_.fast_paths_ && !q.datagram() && q.st != prm::qp_st::tm_cmd;
 }
 
 /// A BlueFlame WQE (prm_db.h), sent from the write itself when it is the
@@ -461,14 +420,14 @@ void device::build_headers(qp &q)
 /// makes before any packet, then send_inline_message(). not_single or busy:
 /// the caller runs the requester as for a doorbell (the WQE is also in the
 /// send queue).
-[[gnu::always_inline]] inline device::single_tx
-device::send_blueflame(qp &q, std::span<const uint8_t> wqe)
+[[gnu::always_inline]] inline requester::single_tx
+requester::send_blueflame(qp &q, std::span<const uint8_t> wqe)
 {
     // The write is the WQE at cur_wqe only when that is the last one
     // posted: an earlier one still waiting goes first, from the queue.
     if (q.state != prm::qp_state::rts || q.req.sending || !q.req.tx_fast ||
         q.comp.rnr_until || !window_open(q) ||
-        !engine::sq_wqe_ready(q, q.req.cur_wqe) || engine::sq_wqe_ready(q, q.req.cur_wqe + 1)) {
+        !sq_wqe_ready(q, q.req.cur_wqe) || sq_wqe_ready(q, q.req.cur_wqe + 1)) {
         return single_tx::not_single;
     }
     return send_inline_message(q, wqe.data(), wqe.size());
@@ -485,8 +444,8 @@ device::send_blueflame(qp &q, std::span<const uint8_t> wqe)
 /// purpose: the path of every small message, inlined into both callers and
 /// read top to bottom against the general path it must equal
 /// (test/hca/test_paths.cc).
-[[gnu::always_inline]] inline device::single_tx
-device::send_inline_message(qp &q, const uint8_t *wqe, size_t room)
+[[gnu::always_inline]] inline requester::single_tx
+requester::send_inline_message(qp &q, const uint8_t *wqe, size_t room)
 {
     prm::wqe_ctrl_seg ctrl = prm::load_ctrl_seg(wqe);
     auto op    = static_cast<prm::send_opcode>(ctrl.owner_opcode.get() & 0x1f);
@@ -518,7 +477,7 @@ device::send_inline_message(qp &q, const uint8_t *wqe, size_t room)
     size_t   end    = sizeof(prm::wqe_inline_seg) + len;
     if (end > segs_len || (off + end) % prm::inline_align == 0) {
         len = chunks = 0;
-        engine::for_each_inline_chunk(segs, segs_len, off, [&](const uint8_t *, uint32_t n) {
+        for_each_inline_chunk(segs, segs_len, off, [&](const uint8_t *, uint32_t n) {
             len += n;
             ++chunks;
         });
@@ -531,12 +490,12 @@ device::send_inline_message(qp &q, const uint8_t *wqe, size_t room)
     size_t  hdr_len = sizeof(ib::lrh) + sizeof(ib::bth) + (write ? sizeof(ib::reth) : 0) +
                      (imm ? sizeof(ib::immdt) : 0);
     fabric::frame_slot f;
-    status   s   = reserve_frame(q.dlid, hdr_len + len, f);
+    status   s   = hca_.reserve_frame(q.dlid, hdr_len + len, f);
     uint32_t psn = q.req.next_psn;
     if (s == status::ok) {
         bool solicited = (ctrl.srcrb_flags.get() & prm::ctrl_solicited) != 0;
         // AckReq: the message's last packet.
-        uint8_t *out = write_rc_headers(f, q, opcode, len, psn, true, solicited);
+        uint8_t *out = dev::core::write_rc_headers(f, q, opcode, len, psn, true, solicited);
         if (write) {
             prm::wqe_raddr_seg r;
             std::memcpy(&r, wqe + sizeof(ctrl), sizeof(r));
@@ -554,21 +513,21 @@ device::send_inline_message(qp &q, const uint8_t *wqe, size_t room)
         if (chunks == 1) {   // the common small message: one move
             copy_small(out, segs + sizeof(prm::wqe_inline_seg), len);
         } else {
-            engine::for_each_inline_chunk(segs, segs_len, off, [&](const uint8_t *data, uint32_t n) {
+            for_each_inline_chunk(segs, segs_len, off, [&](const uint8_t *data, uint32_t n) {
                 copy_small(out, data, n);
                 out += n;
             });
         }
-        s = commit_frame(f);   // a staging fabric may push back only now
+        s = hca_.commit_frame(f);   // a staging fabric may push back only now
     }
-    if (count_tx(s, len) == status::no_resource) {
+    if (hca_.count_tx(s, len) == status::no_resource) {
         return single_tx::busy;   // back-pressure: the same WQE next time
     }
     // status::unreachable: lost on the wire, as in emit()'s callers.
 
     q.req.track[q.req.cur_wqe & (q.sq_size() - 1)] = {psn, 1};
     q.req.next_psn = ib::psn_add(psn, 1);
-    start_ack_timer(q);
+    comp_.start_ack_timer(q);
     q.req.cur_offset = 0;
     ++q.req.cur_wqe;
     if (int32_t(q.req.cur_wqe - q.req.sq_head) > 0) {
@@ -577,34 +536,17 @@ device::send_inline_message(qp &q, const uint8_t *wqe, size_t room)
     return single_tx::sent;
 }
 
-/// A BlueFlame write (prm_db.h): its WQE leaves from the write itself when
-/// send_blueflame() takes it, else the write rings the QP's doorbell.
-void device::mmio_write_blueflame(uint32_t bf_offset, std::span<const uint8_t> wqe)
+/// A BlueFlame write's WQE: it leaves from the write itself when
+/// send_blueflame() takes it (true); else the QP's requester runs, as for
+/// a doorbell.
+bool requester::take_blueflame(qp &q, std::span<const uint8_t> wqe)
 {
-    if (bf_offset % prm::bf_buf_size || bf_offset >= prm::bf_buf_size * prm::bf_buffers ||
-        wqe.size() < sizeof(prm::wqe_ctrl_seg) || wqe.size() > prm::bf_buf_size) {
-        return;   // not a BlueFlame buffer, or not a WQE: no effect
+    if (send_blueflame(q, wqe) == single_tx::sent) {
+        hca_.count(counter::blueflame_sends);
+        return true;
     }
-    {
-        driver_in in(*this);
-        reclaim_served();
-        auto lock = engine_lock();
-        prm::wqe_ctrl_seg ctrl = prm::load_ctrl_seg(wqe.data());
-        if (qp *q = find_qp(prm::bf_qpn(ctrl))) {
-            // Whatever the fast path does not take, the WQE (also in the
-            // send queue) goes the doorbell's way. One it sent whole
-            // leaves a quiet device quiet: no requester pass has anything
-            // to do for it, and its ACK timer starts at the next pass
-            // (start_ack_timer), at most quiet_timer_period calls later.
-            if (send_blueflame(*q, wqe) == single_tx::sent) {
-                count(counter::blueflame_sends);
-            } else {
-                quiet_ = false;   // the next pass looks at every QP (progress_finish)
-                run_requester(*q);
-            }
-        }
-    }
-    wake_engine_for_doorbell();
+    run_requester(q);
+    return false;
 }
 
 /// A message that is one request packet whatever its length: a READ (RETH;
@@ -612,7 +554,7 @@ void device::mmio_write_blueflame(uint32_t bf_offset, std::span<const uint8_t> w
 /// with `direct` (use_direct()), a single-copy WRITE or READ (one PSN).
 /// After a rewind into the middle of a READ the request asks only for the
 /// missing part (IBA 9.7.4.1.4).
-device::single_tx device::send_single_request(qp &q, const send_wqe &w, bool fresh,
+requester::single_tx requester::send_single_request(qp &q, const send_wqe &w, bool fresh,
                                                bool direct)
 {
     uint32_t psn = q.req.next_psn;
@@ -622,7 +564,7 @@ device::single_tx device::send_single_request(qp &q, const send_wqe &w, bool fre
     uint8_t  op;
     ib::x_direct_ref ref{};
     size_t   ref_len = 0;
-    bool     read  = engine::is_read(w.opcode);
+    bool     read  = is_read(w.opcode);
     if (read || w.opcode == prm::send_opcode::rdma_write) {
         uint32_t done = q.req.cur_offset;
         uint32_t len  = w.total_len - done;
@@ -652,7 +594,7 @@ device::single_tx device::send_single_request(qp &q, const send_wqe &w, bool fre
     } else {
         ext_len = atomic_request(w, ext.data(), op);
     }
-    status s = emit({.pkey    = q.pkey,
+    status s = out_.emit({.pkey    = q.pkey,
                      .opcode  = op,
                      .dlid    = q.dlid,
                      .dqpn    = q.remote_qpn,
@@ -670,14 +612,14 @@ device::single_tx device::send_single_request(qp &q, const send_wqe &w, bool fre
 /// A READ, atomic or single-copy request left: its WQE is tracked until
 /// the response (the PSNs it takes, whether it is one the initiator depth
 /// counts), and the send queue moves to the next WQE.
-void device::single_request_sent(qp &q, const send_wqe &w, uint32_t psn,
+void requester::single_request_sent(qp &q, const send_wqe &w, uint32_t psn,
                                  uint32_t npackets, uint8_t op, bool direct, bool fresh)
 {
     // The WQE's PSNs: a READ asked again from its middle keeps those of the
     // part already answered; anything sent again from its start (after a
     // rewind, or as packets after a refused single copy) takes new ones.
     uint32_t answered  = q.req.cur_offset / q.mtu;
-    bool     rd_atomic = engine::is_read(w.opcode) || engine::is_atomic(w.opcode);
+    bool     rd_atomic = is_read(w.opcode) || is_atomic(w.opcode);
     q.req.track[q.req.cur_wqe & (q.sq_size() - 1)] = {
         .first_psn = ib::psn_add(psn, ib::psn_mask + 1 - answered),
         .npackets  = answered + npackets,
@@ -695,10 +637,10 @@ void device::single_request_sent(qp &q, const send_wqe &w, uint32_t psn,
     q.req.cur_offset = 0;
     q.req.sending    = false;
     ++q.req.cur_wqe;
-    start_ack_timer(q);
+    comp_.start_ack_timer(q);
 }
 
-bool device::gather_payload(qp &q, const send_wqe &w, uint32_t offset,
+bool requester::gather_payload(qp &q, const send_wqe &w, uint32_t offset,
                             uint32_t len, std::span<const uint8_t> &out)
 {
     if (len == 0) {
@@ -724,13 +666,13 @@ bool device::gather_payload(qp &q, const send_wqe &w, uint32_t offset,
         pos += n;
     };
     if (w.is_inline) {
-        engine::for_each_inline_chunk(w, take);
+        for_each_inline_chunk(w, take);
         return copied == len;
     }
     // Entries are walked until the payload is whole; a failed check fails
     // it (copied stays short).
-    engine::for_each_data_seg(w, [&](uint64_t addr, uint32_t n, uint32_t lkey) {
-        if (copied == len || !local_access_ok(q, lkey, addr, n, false)) {
+    for_each_data_seg(w, [&](uint64_t addr, uint32_t n, uint32_t lkey) {
+        if (copied == len || !hca_.local_access_ok(q, lkey, addr, n, false)) {
             return false;
         }
         take(reinterpret_cast<const uint8_t *>(static_cast<uintptr_t>(addr)), n);
@@ -739,20 +681,20 @@ bool device::gather_payload(qp &q, const send_wqe &w, uint32_t offset,
     return copied == len;
 }
 
-uint64_t device::ack_timeout_ns(const qp &q) const
+uint64_t requester::ack_timeout_ns(const qp &q) const
 {
     // IBA 9.7.6.1.3: 4.096 us * 2^timeout.
     return uint64_t{4096} << std::min<uint8_t>(q.ack_timeout, 31);
 }
 
-void device::rewind(qp &q, uint32_t psn)
+void requester::rewind(qp &q, uint32_t psn)
 {
     for (uint32_t i = q.comp.sq_tail; i != q.req.sq_head; ++i) {
         const wqe_track &t = q.req.track[i & (q.sq_size() - 1)];
         int32_t d = ib::psn_diff(psn, t.first_psn);
         if (d >= 0 && uint32_t(d) < t.npackets) {
             if (ib::psn_diff(q.req.next_psn, psn) > 0) {
-                count(counter::retransmits, uint32_t(ib::psn_diff(q.req.next_psn, psn)));
+                hca_.count(counter::retransmits, uint32_t(ib::psn_diff(q.req.next_psn, psn)));
             }
             q.req.cur_wqe    = i;
             q.req.cur_offset = uint32_t(d) * q.mtu;
@@ -764,4 +706,4 @@ void device::rewind(qp &q, uint32_t psn)
     }
 }
 
-} // namespace mlx4x::dev
+} // namespace mlx4x::engine

@@ -3,62 +3,62 @@
 // READs go as one copy (the fabric's thresholds and the direct_chooser's
 // measurements), and the posts in this QP's window that the responder
 // reads instead of trusting the packet.
-#include "hca/dev/device.h"
+#include "hca/engine/requester.h"
+#include "hca/engine/completer.h"
 #include "hca/engine/wqe.h"
 #include "hca/ib/ib_psn.h"
 
 #include <atomic>
 #include <cstring>
 
-namespace mlx4x::dev {
+namespace mlx4x::engine {
 
-using engine::send_wqe;
 
 namespace {
 /// An RDMA WRITE or READ of more than a packet: what may go as one copy.
 bool may_go_direct(const qp &q, const send_wqe &w)
 {
     return !w.is_inline && w.total_len > q.mtu &&
-           (w.opcode == prm::send_opcode::rdma_write || engine::is_read(w.opcode));
+           (w.opcode == prm::send_opcode::rdma_write || is_read(w.opcode));
 }
 } // namespace
 
 /// Whether the chooser decides the path of WQE `w`: a transfer in
 /// [direct_try_min, direct_min) of its QP's peer.
-bool device::chooser_decides(const qp &q, const send_wqe &w)
+bool requester::chooser_decides(const qp &q, const send_wqe &w)
 {
     if (!may_go_direct(q, w)) {
         return false;   // the common small message: no call into the port
     }
-    uint64_t try_min = port_->direct_try_min(q.dlid);
-    return try_min && w.total_len >= try_min && w.total_len < port_->direct_min(q.dlid);
+    uint64_t try_min = hca_.port_->direct_try_min(q.dlid);
+    return try_min && w.total_len >= try_min && w.total_len < hca_.port_->direct_min(q.dlid);
 }
 
 /// Whether WQE `w` goes as one single-copy request: an RDMA WRITE or READ
 /// of more than a packet, to a port whose process the fabric reaches, of
 /// at least the fabric's direct_min() — or, from its direct_try_min(),
 /// where single copy measured faster than packets (direct_chooser).
-bool device::use_direct(const qp &q, const send_wqe &w)
+bool requester::use_direct(const qp &q, const send_wqe &w)
 {
     if (q.req.direct_refused || !may_go_direct(q, w)) {
         return false;
     }
-    uint64_t min = port_->direct_min(q.dlid);
+    uint64_t min = hca_.port_->direct_min(q.dlid);
     if (min && w.total_len >= min) {
         return true;
     }
     return chooser_decides(q, w) &&
-           chooser_.choose(w.total_len, now()) == direct_chooser::path::direct;
+           chooser_.choose(w.total_len, hca_.now()) == direct_chooser::path::direct;
 }
 
 /// WQE `w`, whose first packet or request just went, is timed when the
 /// chooser decided its path: finish_timing() gives the chooser its cost.
-void device::start_timing(qp &q, const send_wqe &w, bool direct)
+void requester::start_timing(qp &q, const send_wqe &w, bool direct)
 {
     if (!chooser_decides(q, w)) {
         return;
     }
-    uint64_t t = now();
+    uint64_t t = hca_.now();
     q.req.timing[q.req.cur_wqe & (q.sq_size() - 1)] = {t, w.total_len, direct};
     q.req.timed = true;
     chooser_.started(w.total_len, direct ? direct_chooser::path::direct
@@ -73,7 +73,7 @@ void device::start_timing(qp &q, const send_wqe &w, bool direct)
 /// no window on either side, more ranges than an entry holds, a failed
 /// check (the packet path reports it), or the slot still an older
 /// outstanding request's.
-std::optional<uint32_t> device::post_direct(qp &q, const send_wqe &w, uint8_t op,
+std::optional<uint32_t> requester::post_direct(qp &q, const send_wqe &w, uint8_t op,
                                             uint32_t psn)
 {
     if (!q.req.direct_posts || !q.resp.peer_direct.key) {
@@ -84,11 +84,11 @@ std::optional<uint32_t> device::post_direct(qp &q, const send_wqe &w, uint8_t op
     if (entry.key && entry.wqe != q.req.cur_wqe) {
         return std::nullopt;
     }
-    bool read = engine::is_read(w.opcode);
+    bool read = is_read(w.opcode);
     ib::x_direct_post post{};
     uint64_t total = 0;
-    bool all = engine::for_each_data_seg(w, [&](uint64_t addr, uint32_t n, uint32_t lkey) {
-        if (!local_access_ok(q, lkey, addr, n, read) || post.nsegs == ib::max_direct_segs) {
+    bool all = for_each_data_seg(w, [&](uint64_t addr, uint32_t n, uint32_t lkey) {
+        if (!hca_.local_access_ok(q, lkey, addr, n, read) || post.nsegs == ib::max_direct_segs) {
             return false;
         }
         ib::x_direct_seg &s = post.segs[post.nsegs++];
@@ -114,7 +114,7 @@ std::optional<uint32_t> device::post_direct(qp &q, const send_wqe &w, uint8_t op
 
 /// WQE `index` completed: its entry (if it went direct) is free, and a
 /// duplicate of its request finds nothing to serve.
-void device::release_direct_post(qp &q, uint32_t index)
+void requester::release_direct_post(qp &q, uint32_t index)
 {
     ib::x_direct_post &entry = q.req.direct_posts[index & (q.req.direct_slots - 1)];
     if (entry.key && entry.wqe == index) {
@@ -123,7 +123,7 @@ void device::release_direct_post(qp &q, uint32_t index)
 }
 
 /// WQE `index`'s post, if it went direct and is outstanding.
-const ib::x_direct_post *device::direct_post_of(const qp &q, uint32_t index) const
+const ib::x_direct_post *requester::direct_post_of(const qp &q, uint32_t index) const
 {
     if (!q.req.direct_posts) {
         return nullptr;
@@ -134,11 +134,11 @@ const ib::x_direct_post *device::direct_post_of(const qp &q, uint32_t index) con
 
 /// Whether the responder marked WQE `index`'s post placed: a READ response
 /// completes the READ only then, as no packet can prove it.
-bool device::direct_post_placed(const qp &q, uint32_t index) const
+bool requester::direct_post_placed(const qp &q, uint32_t index) const
 {
     const ib::x_direct_post *post = direct_post_of(q, index);
     return post && std::atomic_ref<const uint32_t>(post->state).load(std::memory_order_acquire) ==
                        uint32_t(ib::direct_state::placed);
 }
 
-} // namespace mlx4x::dev
+} // namespace mlx4x::engine

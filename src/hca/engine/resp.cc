@@ -2,7 +2,11 @@
 // RC responder (IBA 9.7.5): PSN sequencing, SENDs into receive WQEs or
 // posted tags, RDMA WRITEs and READs after their R_Key checks, responder
 // resources and the queue of READ responses and atomic ACKs.
-#include "hca/dev/device.h"
+#include "hca/engine/responder.h"
+#include "hca/engine/completer.h"
+#include "hca/engine/tag_matcher.h"
+#include "hca/engine/egress.h"
+#include "hca/engine/requester.h"
 #include "hca/engine/pkt.h"
 #include "hca/engine/fast_rx.inl"
 #include "hca/ib/ib_psn.h"
@@ -11,17 +15,16 @@
 
 #include <algorithm>
 
-namespace mlx4x::dev {
+namespace mlx4x::engine {
 
-using engine::pkt;
 
-void device::respond(qp &q, const pkt &p)
+void responder::respond(qp &q, const pkt &p)
 {
     int32_t d = ib::psn_diff(p.psn, q.resp.epsn);
     if (d < 0) {
         // Duplicate (IBA 9.7.5.1.1): a READ is executed again, an atomic
         // answered from its saved result, anything else acknowledged again.
-        count(counter::duplicates);
+        hca_.count(counter::duplicates);
         if (p.has(ib::kind_direct)) {
             // A direct READ is executed again; a direct WRITE was placed.
             if (p.has(ib::kind_read)) {
@@ -42,14 +45,14 @@ void device::respond(qp &q, const pkt &p)
         // Sequence error: NAK once, then drop until the expected PSN shows up.
         if (!q.resp.nak_sent) {
             q.resp.nak_sent = true;
-            count(counter::naks_sent);
+            hca_.count(counter::naks_sent);
             send_nak(q, ib::make_syndrome(ib::ack_class::nak,
                                           uint8_t(ib::nak_code::psn_seq_err)));
         }
         return;
     }
     q.resp.nak_sent = false;
-    if (q.resp.in_message != resp_message::none && !continues_message(q, p)) [[unlikely]] {
+    if (q.resp.in_message != resp_message::none && !ingress::continues_message(q, p)) [[unlikely]] {
         // Opcode sequence error, an Invalid Request (IBA 9.7.5.2.2; rxe's
         // check_op_seq): while a multi-packet SEND or WRITE is under way
         // only its own MIDDLE or LAST may come. A new message of another
@@ -79,7 +82,7 @@ void device::respond(qp &q, const pkt &p)
 
 /// Whether `p` may come while `q` is in the middle of a multi-packet SEND
 /// or WRITE: only a MIDDLE or LAST of that message's kind.
-bool device::continues_message(const qp &q, const pkt &p)
+bool ingress::continues_message(const qp &q, const pkt &p)
 {
     uint16_t kind = q.resp.in_message == resp_message::send ? ib::kind_send : ib::kind_write;
     return p.has(kind) && !p.has(ib::kind_first) && !p.has(ib::kind_direct);
@@ -87,7 +90,7 @@ bool device::continues_message(const qp &q, const pkt &p)
 
 /// R_Key check for an incoming RDMA or atomic (IBA 9.7.5.1.3, C9-88): key
 /// valid, same PD, access right on both QP and region, range inside it.
-const mpt *device::check_rkey(const qp &q, uint32_t rkey, uint64_t va,
+const mpt *responder::check_rkey(const qp &q, uint32_t rkey, uint64_t va,
                               uint64_t len, uint32_t perm) const
 {
     static const mpt zero_length{};
@@ -96,7 +99,7 @@ const mpt *device::check_rkey(const qp &q, uint32_t rkey, uint64_t va,
         // are not validated (IBA 9.4.4 / 9.4.5, DMA Length 0).
         return &zero_length;
     }
-    const mpt *m = find_remote(q, rkey);
+    const mpt *m = hca_.find_remote(q, rkey);
     bool qp_allows = perm == prm::mpt_perm_remote_write  ? q.remote_write
                      : perm == prm::mpt_perm_remote_read ? q.remote_read
                                                          : q.remote_atomic;
@@ -110,7 +113,7 @@ const mpt *device::check_rkey(const qp &q, uint32_t rkey, uint64_t va,
 /// Takes the oldest resource entry for a new READ/atomic request and
 /// queues it for transmission. Fails when the requester exceeds the
 /// negotiated depth (every entry still has responses to send).
-bool device::take_resource(qp &q, const resp_resource &r)
+bool responder::take_resource(qp &q, const resp_resource &r)
 {
     uint32_t idx = q.resp.res_next % q.resp.resources.size();
     if (q.resp.resp_count == q.resp.resources.size() || q.resp.resources[idx].queued) {
@@ -122,7 +125,7 @@ bool device::take_resource(qp &q, const resp_resource &r)
     return true;
 }
 
-void device::queue_response(qp &q, uint32_t idx)
+void responder::queue_response(qp &q, uint32_t idx)
 {
     resp_resource &r = q.resp.resources[idx];
     if (r.queued) {
@@ -134,7 +137,7 @@ void device::queue_response(qp &q, uint32_t idx)
 }
 
 /// The resource whose request (or READ response range) holds `psn`.
-resp_resource *device::find_resource(qp &q, uint32_t psn)
+resp_resource *responder::find_resource(qp &q, uint32_t psn)
 {
     for (resp_resource &r : q.resp.resources) {
         int32_t d = ib::psn_diff(psn, r.psn);
@@ -148,7 +151,7 @@ resp_resource *device::find_resource(qp &q, uint32_t psn)
 /// The RETH of a READ request (either kind) whose R_Key allows remote read
 /// of its range (C9-88); nullopt after a remote-access NAK, or silently for
 /// a duplicate (the requester's retries decide).
-std::optional<ib::reth> device::checked_read_reth(qp &q, const pkt &p, bool duplicate)
+std::optional<ib::reth> responder::checked_read_reth(qp &q, const pkt &p, bool duplicate)
 {
     ib::reth r = p.ext<ib::reth>(ib::hdr_reth);
     if (!check_rkey(q, r.rkey.get(), r.va.get(), r.dma_len.get(),
@@ -163,7 +166,7 @@ std::optional<ib::reth> device::checked_read_reth(qp &q, const pkt &p, bool dupl
 
 /// A new READ (either kind) takes a responder resource and its PSNs; a
 /// requester beyond the negotiated depth gets an invalid-request NAK.
-void device::accept_read(qp &q, const resp_resource &res)
+void responder::accept_read(qp &q, const resp_resource &res)
 {
     if (!take_resource(q, res)) {
         responder_error(q, ib::nak_code::invalid_request);   // depth exceeded
@@ -173,7 +176,7 @@ void device::accept_read(qp &q, const resp_resource &res)
     q.resp.msn  = ib::psn_add(q.resp.msn, 1);
 }
 
-void device::respond_read(qp &q, const pkt &p, bool duplicate)
+void responder::respond_read(qp &q, const pkt &p, bool duplicate)
 {
     std::optional<ib::reth> r = checked_read_reth(q, p, duplicate);
     if (!r) {
@@ -209,14 +212,14 @@ void device::respond_read(qp &q, const pkt &p, bool duplicate)
 /// Sends pending READ responses and atomic ACKs, in PSN order, until the
 /// fabric pushes back. Without any queued since the last pass that left
 /// none, there is nothing to look for (the common case, once per slice).
-unsigned device::run_responders()
+unsigned responder::run_responders()
 {
     if (!responses_queued_) {
         return 0;
     }
     unsigned work = 0;
     bool     left = false;
-    for (qp *q : active_qps_) {
+    for (qp *q : hca_.active_qps_) {
         while (q->responses_pending() && send_response_packet(*q)) {
             ++work;
         }
@@ -226,7 +229,7 @@ unsigned device::run_responders()
     return work;
 }
 
-bool device::send_response_packet(qp &q)
+bool responder::send_response_packet(qp &q)
 {
     uint32_t idx = q.resp.resp_queue[q.resp.resp_head];
     resp_resource &r = q.resp.resources[idx];
@@ -263,7 +266,7 @@ bool device::send_response_packet(qp &q)
     // A zero-length READ names no memory (IBA 9.4.5: its R_Key and VA are
     // not checked, check_rkey): its one empty response reads nothing, so
     // there is no region to look up either (R_Key 0 would fail it).
-    const mpt *m = chunk ? find_remote(q, r.rkey) : nullptr;
+    const mpt *m = chunk ? hca_.find_remote(q, r.rkey) : nullptr;
     if (chunk && (!m || !m->covers(r.va + r.sent, chunk))) {
         done();
         responder_error(q, ib::nak_code::remote_access);
@@ -274,7 +277,7 @@ bool device::send_response_packet(qp &q)
                     : last        ? ib::opcode::rc_rdma_read_response_last
                                   : ib::opcode::rc_rdma_read_response_middle;
     bool with_aeth = ib::info(op).hdrs & ib::hdr_aeth;
-    status s = emit({.pkey    = q.pkey,
+    status s = out_.emit({.pkey    = q.pkey,
                      .opcode  = uint8_t(op),
                      .dlid    = q.dlid,
                      .dqpn    = q.remote_qpn,
@@ -295,31 +298,31 @@ bool device::send_response_packet(qp &q)
     return true;
 }
 
-void device::respond_send(qp &q, const pkt &p)
+void responder::respond_send(qp &q, const pkt &p)
 {
     bool first = p.has(ib::kind_first), last = p.has(ib::kind_last);
     if (first == (q.resp.in_message == resp_message::send)) {
         responder_error(q, ib::nak_code::invalid_request);   // opcode sequence
         return;
     }
-    srq *tm = tm_srq_of(q);
+    srq *tm = tm_.tm_srq_of(q);
     std::span<const uint8_t> data = p.payload;
     if (first) {
-        if (tm && !tm_first_packet(q, *tm, p, last)) {
+        if (tm && !tm_.tm_first_packet(q, *tm, p, last)) {
             return;
         }
         if (q.resp.recv_to_tag) {
             data = data.subspan(sizeof(ib::tmh));   // only the data is placed
-        } else if (!recv_available(q)) {
+        } else if (!hca_.recv_available(q)) {
             // IBA 9.7.5.2.8: no receive WQE -> RNR NAK, PSN not consumed.
-            count(counter::rnr_naks_sent);
+            hca_.count(counter::rnr_naks_sent);
             send_nak(q, ib::make_syndrome(ib::ack_class::rnr_nak, q.min_rnr_timer));
             return;
         } else {
-            q.resp.recv_wqe = recv_take(q);
+            q.resp.recv_wqe = hca_.recv_take(q);
             if (q.resp.recv_unexpected) {
                 tm->tm->list.note_unexpected();
-                count(p.payload[0] == uint8_t(ib::tmh_opcode::rndv)
+                hca_.count(p.payload[0] == uint8_t(ib::tmh_opcode::rndv)
                           ? counter::tm_unexpected_rndv
                           : counter::tm_unexpected_eager);
             }
@@ -328,10 +331,10 @@ void device::respond_send(qp &q, const pkt &p)
         q.resp.in_message  = resp_message::send;
     }
     if (q.resp.recv_to_tag) {
-        bool failed = tm_scatter(q, data) != scatter_result::ok;
+        bool failed = tm_.tm_scatter(q, data) != dev::scatter_result::ok;
         q.resp.recv_offset += uint32_t(data.size());
         if (failed) {
-            tm_complete_eager(q, p, true);
+            tm_.tm_complete_eager(q, p, true);
             responder_error(q, ib::nak_code::invalid_request);
             return;
         }
@@ -339,13 +342,13 @@ void device::respond_send(qp &q, const pkt &p)
         if (last) {
             q.resp.in_message = resp_message::none;
             q.resp.msn     = ib::psn_add(q.resp.msn, 1);
-            tm_complete_eager(q, p, false);
+            tm_.tm_complete_eager(q, p, false);
         }
         schedule_ack(q);
         return;
     }
-    if (scatter_result r = scatter(q, q.resp.recv_wqe, q.resp.recv_offset, p.payload);
-        r != scatter_result::ok) {
+    if (dev::scatter_result r = hca_.scatter(q, q.resp.recv_wqe, q.resp.recv_offset, p.payload);
+        r != dev::scatter_result::ok) {
         fail_receive(q, r);
         return;
     }
@@ -370,10 +373,10 @@ void device::respond_send(qp &q, const pkt &p)
 /// receive buffer the device may not write, the responder's own failure: a
 /// Remote Operational Error NAK (E39; IBA 9.7.5.2.4, as rxe does for a
 /// receive WQE it cannot use).
-void device::fail_receive(qp &q, scatter_result r)
+void responder::fail_receive(qp &q, scatter_result r)
 {
-    bool too_long = r == scatter_result::too_long;
-    write_err_cqe(q, q.resp.recv_wqe,
+    bool too_long = r == dev::scatter_result::too_long;
+    hca_.write_err_cqe(q, q.resp.recv_wqe,
                   too_long ? prm::cqe_syndrome::local_length_err
                            : prm::cqe_syndrome::local_prot_err,
                   false);
@@ -382,7 +385,7 @@ void device::fail_receive(qp &q, scatter_result r)
 }
 
 
-void device::respond_write(qp &q, const pkt &p)
+void responder::respond_write(qp &q, const pkt &p)
 {
     bool first = p.has(ib::kind_first), last = p.has(ib::kind_last);
     if (first == (q.resp.in_message == resp_message::write)) {
@@ -406,7 +409,7 @@ void device::respond_write(qp &q, const pkt &p)
         return;
     }
     bool imm = p.has(ib::kind_imm);
-    if (imm && !recv_available(q)) {
+    if (imm && !hca_.recv_available(q)) {
         // WRITE with immediate consumes a receive WQE at its last packet:
         // RNR NAK that packet; the data before it stays written, and the
         // retry resends that packet. A WRITE_ONLY comes again as a first
@@ -414,7 +417,7 @@ void device::respond_write(qp &q, const pkt &p)
         if (first) {
             q.resp.in_message = resp_message::none;
         }
-        count(counter::rnr_naks_sent);
+        hca_.count(counter::rnr_naks_sent);
         send_nak(q, ib::make_syndrome(ib::ack_class::rnr_nak, q.min_rnr_timer));
         return;
     }
@@ -435,15 +438,15 @@ void device::respond_write(qp &q, const pkt &p)
             prm::cqe c{};
             c.vlan_my_qpn.set(q.qpn);
             c.byte_cnt.set(q.resp.write_total);
-            c.wqe_index.set(recv_take(q));
+            c.wqe_index.set(hca_.recv_take(q));
             c.g_mlpath_rqpn.set(q.remote_qpn);
             c.rlid.set(p.slid);
             c.immed_rss_invalid.raw = p.ext<ib::immdt>(ib::hdr_immdt).imm.raw;
             c.owner_sr_opcode = uint8_t(prm::recv_opcode::rdma_write_imm);
-            write_cqe(q, false, c, ib::bth_solicited(p.bth));
+            hca_.write_cqe(q, false, c, ib::bth_solicited(p.bth));
         }
     }
     schedule_ack(q);
 }
 
-} // namespace mlx4x::dev
+} // namespace mlx4x::engine

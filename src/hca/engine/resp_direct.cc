@@ -2,7 +2,9 @@
 // The responder's side of single copy (ib::x_direct_post): the post a
 // direct request names, read from the requester's window, and the
 // WRITE's or READ's bytes moved by the fabric's direct_copy.
-#include "hca/dev/device.h"
+#include "hca/engine/responder.h"
+#include "hca/engine/egress.h"
+#include "hca/engine/completer.h"
 #include "hca/engine/pkt.h"
 #include "hca/ib/ib_psn.h"
 
@@ -10,9 +12,8 @@
 #include <cstddef>
 #include <cstring>
 
-namespace mlx4x::dev {
+namespace mlx4x::engine {
 
-using engine::pkt;
 
 /// The post a direct request names (x_direct_ref), read from the
 /// requester's window where this QP's connection put it (never from the
@@ -21,7 +22,7 @@ using engine::pkt;
 /// could not be read (the requester falls back to packets); `not_posted`:
 /// the requester posted no such request (forged, malformed, or a duplicate
 /// whose request has completed).
-device::direct_check device::read_direct_post(const qp &q, const pkt &p, uint32_t dma_len,
+responder::direct_check responder::read_direct_post(const qp &q, const pkt &p, uint32_t dma_len,
                                               direct_request &out)
 {
     const qp::responder::peer_window &peer = q.resp.peer_direct;
@@ -41,7 +42,7 @@ device::direct_check device::read_direct_post(const qp &q, const pkt &p, uint32_
     ib::x_direct_post post;
     fabric::mem_range local{reinterpret_cast<uintptr_t>(&post), sizeof(post)},
                       remote{at, sizeof(post)};
-    if (port_->direct_copy({p.slid, peer.pid}, fabric::copy_dir::from_peer, {&local, 1},
+    if (hca_.port_->direct_copy({p.slid, peer.pid}, fabric::copy_dir::from_peer, {&local, 1},
                            {&remote, 1}) != status::ok) {
         return direct_check::unreachable;
     }
@@ -62,14 +63,14 @@ device::direct_check device::read_direct_post(const qp &q, const pkt &p, uint32_
 
 /// The SHARE of shared READ `psn`: copy your share now, with the post's
 /// share token as proof that this side checked the request.
-bool device::send_read_share(qp &q, uint32_t psn, uint64_t share_token)
+bool responder::send_read_share(qp &q, uint32_t psn, uint64_t share_token)
 {
     ib::aeth a{};
     ib::aeth_syndrome::set(a.syn_msn, ack_syndrome);
     ib::aeth_msn::set(a.syn_msn, q.resp.msn);
     ib::x_direct_grant grant;
     grant.share_token.set(share_token);
-    status s = emit({.pkey    = q.pkey,
+    status s = out_.emit({.pkey    = q.pkey,
                      .opcode  = uint8_t(ib::opcode::x_rdma_read_direct_share),
                      .dlid    = q.dlid,
                      .dqpn    = q.remote_qpn,
@@ -83,9 +84,9 @@ bool device::send_read_share(qp &q, uint32_t psn, uint64_t share_token)
 /// A direct request this responder cannot serve (its process may not reach
 /// the requester's memory): the PSN is not consumed, later packets are
 /// dropped until it comes again, as ordinary packets.
-void device::refuse_direct(qp &q, uint32_t psn)
+void responder::refuse_direct(qp &q, uint32_t psn)
 {
-    count(counter::direct_refusals);
+    hca_.count(counter::direct_refusals);
     q.resp.nak_sent = true;
     send_nak(q, ack_syndrome, ib::opcode::x_direct_refused, psn);
 }
@@ -93,7 +94,7 @@ void device::refuse_direct(qp &q, uint32_t psn)
 /// Single-copy RDMA WRITE: the same checks as a WRITE's first packet (C9-88:
 /// key, PD, rights, bounds) and the requester's post (read_direct_post),
 /// then the requester's bytes are copied straight into the region.
-void device::respond_direct_write(qp &q, const pkt &p)
+void responder::respond_direct_write(qp &q, const pkt &p)
 {
     if (q.resp.in_message != resp_message::none) {
         responder_error(q, ib::nak_code::invalid_request);   // opcode sequence
@@ -117,13 +118,13 @@ void device::respond_direct_write(qp &q, const pkt &p)
         return;
     }
     fabric::mem_range region{r.va.get(), len};
-    if (len && port_->direct_copy({p.slid, q.resp.peer_direct.pid}, fabric::copy_dir::from_peer,
+    if (len && hca_.port_->direct_copy({p.slid, q.resp.peer_direct.pid}, fabric::copy_dir::from_peer,
                                   {&region, 1}, from.ranges.span()) != status::ok) {
         refuse_direct(q, p.psn);
         return;
     }
-    count(counter::direct_writes);
-    count(counter::direct_bytes, len);
+    hca_.count(counter::direct_writes);
+    hca_.count(counter::direct_bytes, len);
     served_copy(len);
     q.resp.epsn = ib::psn_add(q.resp.epsn, 1);
     q.resp.msn  = ib::psn_add(q.resp.msn, 1);
@@ -136,7 +137,7 @@ void device::respond_direct_write(qp &q, const pkt &p)
 /// without data (through the response queue, in order with earlier READs
 /// and atomics). A duplicate is executed again (IBA 9.7.5.1.1) while its
 /// post is there.
-void device::respond_direct_read(qp &q, const pkt &p, bool duplicate)
+void responder::respond_direct_read(qp &q, const pkt &p, bool duplicate)
 {
     std::optional<ib::reth> r = checked_read_reth(q, p, duplicate);
     if (!r) {
@@ -174,15 +175,15 @@ void device::respond_direct_read(qp &q, const pkt &p, bool duplicate)
     std::array<fabric::mem_range, 2> local{{{r->va.get() + share, len - share},
                                             {reinterpret_cast<uintptr_t>(&placed),
                                              sizeof(placed)}}};
-    if (port_->direct_copy({p.slid, q.resp.peer_direct.pid}, fabric::copy_dir::to_peer, local,
+    if (hca_.port_->direct_copy({p.slid, q.resp.peer_direct.pid}, fabric::copy_dir::to_peer, local,
                            rest.span()) != status::ok) {
         if (!duplicate) {
             refuse_direct(q, p.psn);
         }
         return;
     }
-    count(counter::direct_reads);
-    count(counter::direct_bytes, len - share);
+    hca_.count(counter::direct_reads);
+    hca_.count(counter::direct_bytes, len - share);
     served_copy(len);
     if (duplicate) {
         old->rest_only = share != 0;
@@ -208,4 +209,4 @@ void device::respond_direct_read(qp &q, const pkt &p, bool duplicate)
     }
 }
 
-} // namespace mlx4x::dev
+} // namespace mlx4x::engine

@@ -3,7 +3,10 @@
 // QP's list operations, matching of tagged SENDs arriving on a TM SRQ, and
 // the rendezvous the device drives on its own (READ the sender's data into
 // the posted receive, then send FIN) with no host software in between.
-#include "hca/dev/device.h"
+#include "hca/engine/tag_matcher.h"
+#include "hca/engine/requester.h"
+#include "hca/engine/responder.h"
+#include "hca/engine/completer.h"
 #include "hca/engine/pkt.h"
 #include "hca/engine/wqe.h"
 #include "hca/ib/ib_psn.h"
@@ -11,7 +14,7 @@
 
 #include <algorithm>
 
-namespace mlx4x::dev {
+namespace mlx4x::engine {
 
 using prm::tm_list_result;
 
@@ -35,9 +38,9 @@ uint32_t buffer_length(const prm::wqe_data_seg &d)
 // ---- list operations ------------------------------------------------------
 
 /// Executes the next list operation WQE of command QP `q`, if posted.
-bool device::run_tm_command(qp &q)
+bool tag_matcher::run_tm_command(qp &q)
 {
-    if (q.state != prm::qp_state::rts || !engine::sq_wqe_ready(q, q.req.sq_head)) {
+    if (q.state != prm::qp_state::rts || !sq_wqe_ready(q, q.req.sq_head)) {
         return false;
     }
     uint32_t index = q.req.sq_head++;
@@ -46,10 +49,10 @@ bool device::run_tm_command(qp &q)
     std::memcpy(&ctrl, w, sizeof(ctrl));
     size_t size = size_t(ctrl.fence_size & prm::ctrl_ds_mask) * prm::seg_size;
     auto opcode = static_cast<prm::send_opcode>(ctrl.owner_opcode.get() & 0x1f);
-    srq *s = find_srq(q.srqn);
+    srq *s = hca_.find_srq(q.srqn);
     if (opcode != prm::send_opcode::tag_matching || !s || !s->tm ||
         size < sizeof(ctrl) + sizeof(prm::wqe_tm_seg)) {
-        write_err_cqe(q, uint16_t(index), prm::cqe_syndrome::local_qp_op_err, true);
+        hca_.write_err_cqe(q, uint16_t(index), prm::cqe_syndrome::local_qp_op_err, true);
         q.comp.sq_tail = q.req.sq_head;
         return true;
     }
@@ -62,7 +65,7 @@ bool device::run_tm_command(qp &q)
     uint32_t entry = t.index.get();
     auto op = static_cast<prm::tm_list_op>(t.opcode >> 4);
     tm_list_result result = tm_list_result::ok;
-    count(counter::tm_list_ops);
+    hca_.count(counter::tm_list_ops);
     switch (op) {
     case prm::tm_list_op::append: {
         prm::wqe_data_seg buf;
@@ -85,12 +88,12 @@ bool device::run_tm_command(qp &q)
         } else if (list.remove(entry, sw) != status::ok) {
             result = tm_list_result::not_found;
         } else {
-            count(counter::tm_cancels);
+            hca_.count(counter::tm_cancels);
         }
         break;
     case prm::tm_list_op::nop:
         list.nop(sw);
-        count(counter::tm_syncs);
+        hca_.count(counter::tm_syncs);
         break;
     default:
         result = tm_list_result::bad_index;
@@ -110,7 +113,7 @@ bool device::run_tm_command(qp &q)
         x.op       = uint8_t(op);
         x.syndrome = uint8_t(result);
         x.flags    = result == tm_list_result::ok ? 0 : prm::tm_cqe_failed;
-        write_cqe(q, true, c, false, &x);
+        hca_.write_cqe(q, true, c, false, &x);
     }
     return true;
 }
@@ -120,7 +123,7 @@ bool device::run_tm_command(qp &q)
 /// The first packet of a SEND on a TM SRQ: reads its tmh and decides where
 /// the message goes. false: the packet has been answered here (a NAK, or a
 /// rendezvous header the device now serves itself).
-bool device::tm_first_packet(qp &q, srq &s, const engine::pkt &p, bool last)
+bool tag_matcher::tm_first_packet(qp &q, srq &s, const pkt &p, bool last)
 {
     q.resp.recv_to_tag = q.resp.recv_unexpected = q.resp.recv_truncated = false;
     auto op = p.payload.empty() ? ib::tmh_opcode::no_tag
@@ -133,8 +136,8 @@ bool device::tm_first_packet(qp &q, srq &s, const engine::pkt &p, bool last)
     if (p.payload.size() < need || (rndv && !last)) {
         // A tagged message too short for its headers, or a rendezvous
         // header spread over packets: a malformed request (IBA 9.7.5.2.4).
-        count(counter::bad_packets);
-        responder_error(q, ib::nak_code::invalid_request);
+        hca_.count(counter::bad_packets);
+        resp_.responder_error(q, ib::nak_code::invalid_request);
         return false;
     }
     if (rndv && q.dev_sq.empty()) {
@@ -146,8 +149,8 @@ bool device::tm_first_packet(qp &q, srq &s, const engine::pkt &p, bool last)
     }
     if (rndv && tm_dev_sq_room(q) < 2) {
         // No room for the READ and FIN: not ready, the sender retries.
-        count(counter::rnr_naks_sent);
-        send_nak(q, ib::make_syndrome(ib::ack_class::rnr_nak, q.min_rnr_timer));
+        hca_.count(counter::rnr_naks_sent);
+        resp_.send_nak(q, ib::make_syndrome(ib::ack_class::rnr_nak, q.min_rnr_timer));
         return false;
     }
     ib::tmh h;
@@ -161,26 +164,26 @@ bool device::tm_first_packet(qp &q, srq &s, const engine::pkt &p, bool last)
     q.resp.msg_tag     = h.tag.get();
     q.resp.msg_app_ctx = h.app_ctx.get();
     if (!rndv) {
-        count(counter::tm_expected_eager);
+        hca_.count(counter::tm_expected_eager);
         q.resp.recv_to_tag = true;
         return true;
     }
-    count(counter::tm_expected_rndv);
+    hca_.count(counter::tm_expected_rndv);
     ib::rvh r;
     std::memcpy(&r, p.payload.data() + sizeof(h), sizeof(r));
     tm_start_rndv(q, s, m->first, h, r);
     // The rendezvous header is consumed like a complete SEND.
     q.resp.epsn = ib::psn_add(q.resp.epsn, 1);
     q.resp.msn  = ib::psn_add(q.resp.msn, 1);
-    schedule_ack(q);
+    resp_.schedule_ack(q);
     return false;
 }
 
 /// Writes a packet of a matched eager message into its posted receive.
 /// Data beyond the buffer is dropped and reported as truncation.
-device::scatter_result device::tm_scatter(qp &q, std::span<const uint8_t> data)
+dev::scatter_result tag_matcher::tm_scatter(qp &q, std::span<const uint8_t> data)
 {
-    const prm::wqe_data_seg &b = srqs_[q.srqn].tm->bufs[q.resp.tag_index];
+    const prm::wqe_data_seg &b = hca_.srqs_[q.srqn].tm->bufs[q.resp.tag_index];
     uint32_t cap = buffer_length(b);
     size_t   fit = q.resp.recv_offset >= cap
                        ? 0 : std::min<size_t>(cap - q.resp.recv_offset, data.size());
@@ -188,14 +191,14 @@ device::scatter_result device::tm_scatter(qp &q, std::span<const uint8_t> data)
         q.resp.recv_truncated = true;
     }
     if (fit == 0) {
-        return scatter_result::ok;
+        return dev::scatter_result::ok;
     }
-    return scatter_segs(q, reinterpret_cast<const uint8_t *>(&b), 1,
+    return hca_.scatter_segs(q, reinterpret_cast<const uint8_t *>(&b), 1,
                         q.resp.recv_offset, data.first(fit));
 }
 
 /// The last packet of a matched eager message is in (or it failed).
-void device::tm_complete_eager(qp &q, const engine::pkt &p, bool failed)
+void tag_matcher::tm_complete_eager(qp &q, const pkt &p, bool failed)
 {
     prm::cqe c{};
     c.vlan_my_qpn.set(q.qpn);
@@ -214,14 +217,14 @@ void device::tm_complete_eager(qp &q, const engine::pkt &p, bool failed)
     }
     c.owner_sr_opcode = uint8_t(prm::tm_cqe_opcode::expected);
     q.resp.recv_to_tag = false;
-    write_cqe(q, false, c, ib::bth_solicited(p.bth), &x);
+    hca_.write_cqe(q, false, c, ib::bth_solicited(p.bth), &x);
 }
 
 // ---- device-driven rendezvous ------------------------------------------
 
 /// A rendezvous header matched posted receive `index`: software hears that
 /// the receive is consumed, and the device reads the data itself.
-void device::tm_start_rndv(qp &q, srq &s, uint32_t index, const ib::tmh &h,
+void tag_matcher::tm_start_rndv(qp &q, srq &s, uint32_t index, const ib::tmh &h,
                            const ib::rvh &r)
 {
     const prm::wqe_data_seg &buf = s.tm->bufs[index];
@@ -254,7 +257,7 @@ void device::tm_start_rndv(qp &q, srq &s, uint32_t index, const ib::tmh &h,
 
 /// The READ of a rendezvous completed (or failed): software hears that the
 /// receive is done, and the sender gets its FIN.
-void device::tm_finish_rndv(qp &q, const tm_rndv &op, bool ok)
+void tag_matcher::tm_finish_rndv(qp &q, const tm_rndv &op, bool ok)
 {
     tm_rndv_cqe(q, op, prm::tm_cqe_opcode::rndv_done, op.msg_len,
                 uint8_t((op.truncated ? prm::tm_cqe_truncated : 0) |
@@ -262,7 +265,7 @@ void device::tm_finish_rndv(qp &q, const tm_rndv &op, bool ok)
     if (!ok) {
         return;   // the QP is in ERROR: the sender's side fails by itself
     }
-    count(counter::tm_rndv_done);
+    hca_.count(counter::tm_rndv_done);
     struct {
         be32    inline_hdr;
         ib::tmh fin;
@@ -278,7 +281,7 @@ void device::tm_finish_rndv(qp &q, const tm_rndv &op, bool ok)
 
 /// The CQE of a rendezvous step: "consumed" at the match, "done" after the
 /// READ.
-void device::tm_rndv_cqe(qp &q, const tm_rndv &op, prm::tm_cqe_opcode opcode,
+void tag_matcher::tm_rndv_cqe(qp &q, const tm_rndv &op, prm::tm_cqe_opcode opcode,
                          uint32_t byte_cnt, uint8_t flags)
 {
     prm::cqe c{};
@@ -292,11 +295,11 @@ void device::tm_rndv_cqe(qp &q, const tm_rndv &op, prm::tm_cqe_opcode opcode,
     x.index.set(op.index);
     x.msg_len.set(op.msg_len);
     x.flags = flags;
-    write_cqe(q, false, c, false, &x);
+    hca_.write_cqe(q, false, c, false, &x);
 }
 
 /// A WQE of a device-owned send queue completed (`index` in posting order).
-void device::tm_dev_wqe_done(qp &q, uint32_t index, bool error)
+void tag_matcher::tm_dev_wqe_done(qp &q, uint32_t index, bool error)
 {
     const tm_rndv &op = q.rndv_ops[index % q.rndv_ops.size()];
     if (!op.is_fin) {
@@ -306,7 +309,7 @@ void device::tm_dev_wqe_done(qp &q, uint32_t index, bool error)
 
 /// Posts a WQE on a device-owned send queue, as a driver would: segments,
 /// then the ctrl segment, then ownership. The caller checked for room.
-void device::tm_post_dev_wqe(qp &q, prm::send_opcode op, bool signalled,
+void tag_matcher::tm_post_dev_wqe(qp &q, prm::send_opcode op, bool signalled,
                              std::span<const uint8_t> segs, const tm_rndv &what)
 {
     uint32_t index = q.dev_sq_head++;
@@ -324,4 +327,4 @@ void device::tm_post_dev_wqe(qp &q, prm::send_opcode op, bool signalled,
     std::memcpy(w, &word, sizeof(word));
 }
 
-} // namespace mlx4x::dev
+} // namespace mlx4x::engine

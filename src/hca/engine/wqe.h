@@ -2,7 +2,7 @@
 // Device-side decoding of an mlx4 send WQE (see prm_wqe.h for the layout).
 #pragma once
 
-#include "hca/dev/objects.h"
+#include "hca/core/objects.h"
 #include "hca/prm/prm_wqe.h"
 
 #include <atomic>

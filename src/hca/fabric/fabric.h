@@ -152,7 +152,7 @@ public:
     /// (direct transfers off, or this process cannot reach that one's memory).
     virtual uint64_t direct_min(uint16_t /*lid*/) { return 0; }
     /// Below direct_min(), the smallest message for which the device
-    /// measures both ways and takes the faster (dev::direct_chooser); 0:
+    /// measures both ways and takes the faster (engine::direct_chooser); 0:
     /// packets below direct_min().
     virtual uint64_t direct_try_min(uint16_t /*lid*/) { return 0; }
     /// Copies between `local` (ranges of this process) and `remote` (ranges

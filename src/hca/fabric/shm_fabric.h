@@ -25,7 +25,7 @@ public:
         /// ptrace restriction).
         uint64_t single_copy_min = 0;
         /// From here up to single_copy_min, whichever of single copy and
-        /// packets the device measured faster (dev::direct_chooser); 0:
+        /// packets the device measured faster (engine::direct_chooser); 0:
         /// packets below single_copy_min.
         uint64_t single_copy_try_min = 0;
         /// Diagnostic tools open an existing fabric only: a mistyped name

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// dev::device's inline members on the path of every small message (req.cc,
-// resp.cc): header writers, the ACK timer, receive WQE accounting and the
-// CQE writer's fast end. Included by device.h only.
+// dev::core's inline members on the path of every small message: header
+// writers, receive WQE accounting and the CQE writer's fast end. Included
+// by core.h only.
 #pragma once
 
 namespace mlx4x::dev {
@@ -11,7 +11,7 @@ namespace mlx4x::dev {
 /// LRH and BTH at the start of frame `f` (`f.len` bytes, its payload after
 /// the extended headers `payload_len`): `l` and `b` with the per-packet
 /// fields filled in. Returns where the extended headers go.
-inline uint8_t *device::write_headers(const fabric::frame_slot &f, const ib::lrh &l,
+inline uint8_t *core::write_headers(const fabric::frame_slot &f, const ib::lrh &l,
                                       const ib::bth &b, uint8_t opcode, size_t payload_len,
                                       uint32_t psn, bool ackreq, bool solicited)
 {
@@ -37,7 +37,7 @@ inline uint8_t *device::write_headers(const fabric::frame_slot &f, const ib::lrh
 }
 
 /// The same for an RC packet of `q`, from its prebuilt headers.
-inline uint8_t *device::write_rc_headers(const fabric::frame_slot &f, const qp &q,
+inline uint8_t *core::write_rc_headers(const fabric::frame_slot &f, const qp &q,
                                          uint8_t opcode, size_t payload_len, uint32_t psn,
                                          bool ackreq, bool solicited)
 {
@@ -46,7 +46,7 @@ inline uint8_t *device::write_rc_headers(const fabric::frame_slot &f, const qp &
 
 /// Counts what the fabric made of a packet with `payload_bytes` of payload
 /// (sent, or pushed back); returns `s`.
-inline status device::count_tx(status s, size_t payload_bytes)
+inline status core::count_tx(status s, size_t payload_bytes)
 {
     if (s == status::ok) {
         count(counter::tx_packets);
@@ -58,20 +58,9 @@ inline status device::count_tx(status s, size_t payload_bytes)
     return s;
 }
 
-/// The first packet outstanding starts the local ACK timer (IBA 9.7.6.1.1)
-/// from the next slice's clock: no clock read on the sending path (a
-/// quarter of a small send's cycles on a slow core), and a timeout of
-/// milliseconds starts a few microseconds late at most.
-inline void device::start_ack_timer(qp &q)
-{
-    if (!q.comp.timer_deadline) {
-        q.comp.timer_deadline = timer_at_next_slice;
-    }
-}
-
 // ---- inline: the receive path of every small message (resp.cc, comp.cc) ----
 
-inline bool device::recv_available(const qp &q, const srq *s)
+inline bool core::recv_available(const qp &q, const srq *s)
 {
     if (!q.has_srq) {
         return counter_of(q.rq_db) != q.resp.rq_tail;
@@ -80,7 +69,7 @@ inline bool device::recv_available(const qp &q, const srq *s)
 }
 
 /// Receive WQEs posted and not yet taken.
-inline uint16_t device::recv_posted(const qp &q, const srq *s)
+inline uint16_t core::recv_posted(const qp &q, const srq *s)
 {
     if (!q.has_srq) {
         return uint16_t(counter_of(q.rq_db) - q.resp.rq_tail);
@@ -89,7 +78,7 @@ inline uint16_t device::recv_posted(const qp &q, const srq *s)
 }
 
 /// Takes the next receive WQE (the caller checked recv_available()).
-inline uint16_t device::recv_take(qp &q, srq *sp)
+inline uint16_t core::recv_take(qp &q, srq *sp)
 {
     if (!q.has_srq) {
         return q.resp.rq_tail++;
@@ -115,7 +104,7 @@ inline uint16_t device::recv_take(qp &q, srq *sp)
 /// first line comes while the current message is handled (docs/benchmarks.md,
 /// "Measured reasons in the code"). The WQE may not be posted yet: a
 /// prefetch of a stale address costs a fetch, never a fault.
-inline void device::prefetch_next_buffer(const srq &s)
+inline void core::prefetch_next_buffer(const srq &s)
 {
     prm::wqe_data_seg d;
     std::memcpy(&d, s.wqe(s.head) + sizeof(prm::wqe_srq_next_seg), sizeof(d));
@@ -125,7 +114,7 @@ inline void device::prefetch_next_buffer(const srq &s)
 /// scatter() of a whole message (offset 0) that fits the receive WQE's
 /// first entry, as UCX posts them (one buffer each): that entry's checks
 /// (C53) and one small copy. Anything else goes through scatter().
-inline device::scatter_result device::scatter_whole(qp &q, const srq *s, uint32_t wqe_index,
+inline scatter_result core::scatter_whole(qp &q, const srq *s, uint32_t wqe_index,
                                                     std::span<const uint8_t> data)
 {
     if (data.empty()) {
@@ -146,7 +135,7 @@ inline device::scatter_result device::scatter_whole(qp &q, const srq *s, uint32_
     return scatter_result::ok;
 }
 
-inline uint8_t *device::start_cqe(qp &q, bool is_send, cq *&target)
+inline uint8_t *core::start_cqe(qp &q, bool is_send, cq *&target)
 {
     cq *cqp = find_cq(is_send ? q.send_cqn : q.recv_cqn);
     if (!cqp) {
@@ -163,7 +152,7 @@ inline uint8_t *device::start_cqe(qp &q, bool is_send, cq *&target)
            prm::cqe_offset_in_entry;
 }
 
-inline void device::finish_cqe(cq &c, uint8_t *entry, uint8_t owner_sr_opcode, bool solicited)
+inline void core::finish_cqe(cq &c, uint8_t *entry, uint8_t owner_sr_opcode, bool solicited)
 {
     uint32_t pi   = c.producer_index;
     uint8_t  last = static_cast<uint8_t>((owner_sr_opcode & ~prm::cqe_owner_mask) |

@@ -8,7 +8,7 @@
 #include "hca/prm/prm_ctx.h"
 #include "hca/prm/prm_db.h"
 #include "hca/prm/prm_wqe.h"
-#include "hca/dev/tag_list.h"
+#include "hca/core/tag_list.h"
 
 #include <cstdint>
 #include <memory>

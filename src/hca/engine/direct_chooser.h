@@ -22,7 +22,7 @@
 #include <array>
 #include <cstdint>
 
-namespace mlx4x::dev {
+namespace mlx4x::engine {
 
 class direct_chooser {
 public:
@@ -196,4 +196,4 @@ private:
     std::array<state, classes> states_{};
 };
 
-} // namespace mlx4x::dev
+} // namespace mlx4x::engine

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // List operations of the device's posted-tag list; match() stays inline.
-#include "hca/dev/tag_list.h"
+#include "hca/core/tag_list.h"
 
 namespace mlx4x::dev {
 

@@ -1,0 +1,69 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// Completer (IBA 9.7.5.2, 9.7.6.1): the requester's side of the ACKs, NAKs
+// and responses a QP receives — it retires acknowledged WQEs with their
+// CQEs, places READ and atomic responses, answers RNR NAKs and NAKs, runs
+// the local ACK timer and its retries, and flushes a QP that goes to
+// ERROR (IBA 10.3.1, C40). comp.cc.
+#pragma once
+
+#include "hca/core/core.h"
+#include "hca/engine/roles.h"
+#include "hca/engine/pkt.h"
+#include "hca/engine/wqe.h"
+
+#include <optional>
+#include <span>
+
+namespace mlx4x::engine {
+
+class completer final : public dev::qp_error_sink {
+public:
+    completer(dev::core &hca, requester &req, tag_matcher &tm)
+        : hca_(hca), req_(req), tm_(tm)
+    {
+    }
+    completer(const completer &) = delete;
+    completer &operator=(const completer &) = delete;
+
+    void set_qp_error(qp &q);
+    void flush_sq(qp &q);
+    void flush_all();
+    void flush_queues(qp &q);
+    void     take_read_share(qp &q, const pkt &p);
+    void acknowledged(qp &q);
+    enum class placement { placed, failed, dropped };
+    void complete(qp &q, const pkt &p);
+    bool advance_acked(qp &q, uint32_t to);
+    void complete_wqe(qp &q, uint32_t index, prm::cqe_syndrome syndrome,
+                      bool error);
+    bool run_timers();   ///< true: one fired (a retry or a retry-exceeded error)
+    /// The first packet outstanding starts the local ACK timer (IBA 9.7.6.1.1)
+    /// from the next slice's clock: no clock read on the sending path (a
+    /// quarter of a small send's cycles on a slow core), and a timeout of
+    /// milliseconds starts a few microseconds late at most.
+    static void start_ack_timer(qp &q)
+    {
+        if (!q.comp.timer_deadline) {
+            q.comp.timer_deadline = timer_at_next_slice;
+        }
+    }
+
+private:
+    bool     copy_read_share(qp &q, const send_wqe &w, uint32_t share);
+    bool     carries_share_token(const qp &q, uint32_t index, const pkt &p) const;
+    void restart_ack_timer(qp &q);
+    placement place_read_response(qp &q, const pkt &p, const send_wqe &w,
+                                  uint32_t index, uint32_t first_psn);
+    placement place_atomic_response(qp &q, const pkt &p, const send_wqe &w);
+    void complete_response(qp &q, const pkt &p);
+    void direct_refused(qp &q, uint32_t psn);
+    bool rnr_naked(qp &q, uint8_t syn, uint32_t psn);
+    bool naked(qp &q, ib::nak_code code, uint32_t psn);
+    void retire_acked(qp &q);
+
+    dev::core    &hca_;
+    requester    &req_;
+    tag_matcher  &tm_;
+};
+
+} // namespace mlx4x::engine

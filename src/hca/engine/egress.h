@@ -1,0 +1,34 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// Egress: a packet built from its parts (LRH, BTH, extended headers,
+// payload) into the fabric's frame, and a multicast one looped back to the
+// sending HCA's own members. egress.cc.
+#pragma once
+
+#include "hca/core/core.h"
+#include "hca/engine/roles.h"
+#include "hca/engine/pkt.h"
+#include "hca/engine/wqe.h"
+
+#include <optional>
+#include <span>
+
+namespace mlx4x::engine {
+
+class egress {
+public:
+    egress(dev::core &hca, ingress &in) : hca_(hca), in_(in) {}
+    egress(const egress &) = delete;
+    egress &operator=(const egress &) = delete;
+
+    status   emit(const dev::tx_packet &p);
+
+private:
+    void            loop_back_multicast(std::span<const uint8_t> hdr,
+                                        std::span<const uint8_t> payload);
+
+    std::array<uint8_t, fabric::max_frame_size> loopback_frame_{};   ///< multicast
+    dev::core    &hca_;
+    ingress      &in_;
+};
+
+} // namespace mlx4x::engine

@@ -1,0 +1,44 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// Ingress (IBA 9.6): every frame the port delivers is parsed and checked
+// once — LRH, BTH, P_Key, the QP and its state, the source — and handed to
+// the responder, the completer, or the datagram path; the fast paths for
+// the common small SEND and the common ACK first (fast_rx.inl).
+// ingress.cc.
+#pragma once
+
+#include "hca/core/core.h"
+#include "hca/engine/roles.h"
+#include "hca/engine/pkt.h"
+#include "hca/engine/wqe.h"
+
+#include <optional>
+#include <span>
+
+namespace mlx4x::engine {
+
+class ingress final : public fabric::frame_sink {
+public:
+    ingress(dev::core &hca, responder &resp, completer &comp)
+        : hca_(hca), resp_(resp), comp_(comp)
+    {
+    }
+    ingress(const ingress &) = delete;
+    ingress &operator=(const ingress &) = delete;
+
+    bool on_frame(std::span<const uint8_t> frame) override;
+    static bool continues_message(const qp &q, const pkt &p);
+
+private:
+    void            receive_multicast(const pkt &p);
+    void receive(std::span<const uint8_t> frame);
+    bool admits(const qp &q, const pkt &p);
+    qp  *fast_path_qp(const ib::lrh &l, const ib::bth &b);
+    bool receive_send_only(std::span<const uint8_t> frame);
+    bool receive_ack(std::span<const uint8_t> frame);
+
+    dev::core    &hca_;
+    responder    &resp_;
+    completer    &comp_;
+};
+
+} // namespace mlx4x::engine

@@ -1,0 +1,115 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// Requester (IBA 9.7.4, 9.8): turns the send queue's WQEs into packets —
+// the inline fast path for one-packet messages, the general path, single
+// copy (req_direct.cc), memory window binds (mw.cc) — and rewinds on a
+// retry. req.cc, req_direct.cc, mw.cc.
+#pragma once
+
+#include "hca/core/core.h"
+#include "hca/engine/roles.h"
+#include "hca/engine/direct_chooser.h"
+#include "hca/engine/pkt.h"
+#include "hca/engine/wqe.h"
+
+#include <sys/random.h>
+#include <optional>
+#include <span>
+
+namespace mlx4x::engine {
+
+class requester {
+public:
+    requester(dev::core &hca, completer &comp, tag_matcher &tm, egress &out)
+        : hca_(hca), comp_(comp), tm_(tm), out_(out)
+    {
+    }
+    requester(const requester &) = delete;
+    requester &operator=(const requester &) = delete;
+
+    unsigned run_requesters(bool &all_idle);   ///< all_idle: no QP had anything to send
+    unsigned run_requester(qp &q);   ///< one QP's burst
+    void     complete_with_error(qp &q, uint32_t index, prm::cqe_syndrome s);
+    enum class single_tx { sent, busy, not_single };
+    bool      take_blueflame(qp &q, std::span<const uint8_t> wqe);
+    void     build_headers(qp &q);   ///< tx_lrh/tx_bth, rx_*_key (at every transition)
+    void     finish_timing(timed_transfer &t);
+    void     release_direct_post(qp &q, uint32_t index);
+    const ib::x_direct_post *direct_post_of(const qp &q, uint32_t index) const;
+    bool     direct_post_placed(const qp &q, uint32_t index) const;
+    /// Whether single-copy READs go shared (x_rdma_read_direct_shared): the
+    /// requester copies half itself, in its progress calls, with a core
+    /// that would otherwise wait. Not with the engine thread: that copy
+    /// would take the application's core, where the rendezvous is meant to
+    /// leave the receiver free to compute. Not while this device serves
+    /// its peers' single copies (traffic both ways): both cores copy
+    /// already, and shared READs only add system calls (docs/benchmarks.md,
+    /// "Measured reasons in the code").
+    bool     shares_direct_reads(const qp &q)
+    {
+        return !hca_.threaded_ && !q.req.read_share_failed &&
+               hca_.slice_now() >= hca_.serving_until_ns_;
+    }
+    void     rewind(qp &q, uint32_t psn);
+    uint64_t ack_timeout_ns(const qp &q) const;
+    enum class local_op { waiting, done, failed };
+    void     unbind(mpt &window);
+    void     release_windows_of(uint32_t qpn);
+    /// What large RDMA transfers cost on each path, as measured.
+    const direct_chooser &transfer_costs() const { return chooser_; }
+
+private:
+    bool     send_one_packet(qp &q);
+    bool     requester_may_send(qp &q);
+    bool     fail_send_wqe(qp &q, prm::cqe_syndrome s);
+    bool     run_local_wqe(qp &q, const send_wqe &w);
+    bool     send_request_packet(qp &q, const send_wqe &w);
+    void     request_packet_sent(qp &q, const send_wqe &w, uint32_t psn,
+                                 bool first, bool last, uint32_t next);
+    single_tx try_single_request(qp &q, const send_wqe &w);
+    single_tx send_inline_message(qp &q, const uint8_t *wqe, size_t room);
+    single_tx send_blueflame(qp &q, std::span<const uint8_t> wqe);
+    single_tx send_single_request(qp &q, const send_wqe &w, bool fresh,
+                                  bool direct);
+    void      single_request_sent(qp &q, const send_wqe &w, uint32_t psn,
+                                  uint32_t npackets, uint8_t op, bool direct, bool fresh);
+    bool     use_direct(const qp &q, const send_wqe &w);
+    bool     chooser_decides(const qp &q, const send_wqe &w);
+    void     start_timing(qp &q, const send_wqe &w, bool direct);
+    std::optional<uint32_t> post_direct(qp &q, const send_wqe &w, uint8_t op,
+                                        uint32_t psn);
+    /// A shared READ's share token (x_direct_post): unpredictable to
+    /// whoever cannot read this process's memory.
+    uint64_t next_share_token()
+    {
+        share_rng_ ^= share_rng_ << 13;
+        share_rng_ ^= share_rng_ >> 7;
+        share_rng_ ^= share_rng_ << 17;
+        return share_rng_ * 0x2545f4914f6cdd1dull | 1;
+    }
+    bool     gather_payload(qp &q, const send_wqe &w, uint32_t offset,
+                            uint32_t len, std::span<const uint8_t> &out);
+    local_op run_local_op(qp &q, const send_wqe &w);
+    bool     bind_window(qp &q, const prm::wqe_bind_seg &b);
+    bool     invalidate_window(qp &q, uint32_t key);
+
+    direct_chooser                 chooser_;
+    /// State of next_share_token(), seeded from the kernel's entropy.
+    uint64_t                       share_rng_ = [] {
+        uint64_t s = 0;
+        return getrandom(&s, sizeof(s), 0) == sizeof(s) && s ? s : 0x9e3779b97f4a7c15ull;
+    }();
+    /// When the last timed transfer completed (finish_timing): the next
+    /// one's time on the link starts there if it was already under way.
+    /// One for the device, not per QP: transfers on several QPs at once
+    /// (UCP's own rendezvous READs beside the device's tag-matching ones)
+    /// share the cores and the fabric, and timed per QP each would count
+    /// the same time again.
+    uint64_t                       timed_done_ns_ = 0;
+    std::array<uint8_t, fabric::max_frame_size> staging_{};
+    dev::core    &hca_;
+    completer    &comp_;
+    tag_matcher  &tm_;
+    egress       &out_;
+};
+
+} // namespace mlx4x::engine

@@ -1,0 +1,144 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// Responder (IBA 9.7.3, 9.7.5.1): places SENDs into receive WQEs, checks
+// and executes WRITEs, READs and atomics (R_Key checks, C53-C55), keeps
+// the responder resources for duplicate requests, sends ACKs and NAKs
+// (coalesced per slice), serves single-copy requests, and delivers UD and
+// QP0 datagrams. resp.cc, resp_direct.cc, atomic.cc, ack.cc, datagram.cc.
+#pragma once
+
+#include "hca/core/core.h"
+#include "hca/engine/roles.h"
+#include "hca/engine/pkt.h"
+#include "hca/engine/wqe.h"
+
+#include <optional>
+#include <span>
+
+namespace mlx4x::engine {
+
+class responder {
+public:
+    responder(dev::core &hca, egress &out, tag_matcher &tm, completer &comp)
+        : hca_(hca), out_(out), tm_(tm), comp_(comp)
+    {
+    }
+    responder(const responder &) = delete;
+    responder &operator=(const responder &) = delete;
+
+    /// How long after a copy for a peer this device counts as serving.
+    static constexpr uint64_t serving_window_ns = 1'000'000;
+    /// The responder copied `len` bytes for a peer's single-copy request:
+    /// the poll ends after this frame, and the device counts as serving.
+    void     served_copy(uint32_t len)
+    {
+        hca_.copied_directly_  = len != 0;
+        hca_.serving_until_ns_ = hca_.slice_now() + serving_window_ns;
+    }
+    void respond(qp &q, const pkt &p);
+    void respond_ud(qp &q, const pkt &p);
+    void receive_smp(const pkt &p);
+    void send_traps();
+    /// A received message complete in its receive WQE.
+    struct received {
+        uint16_t wqe;          ///< its receive WQE
+        uint32_t byte_len;     ///< bytes placed
+        bool     unexpected;   ///< a tagged message for software (TM CQE)
+    };
+    void complete_receive(qp &q, const received &m, uint16_t slid, bool has_imm, be32 imm,
+                          bool solicited);
+    unsigned run_responders();
+    void fail_receive(qp &q, dev::scatter_result r);
+    static void write_aeth_frame(const fabric::frame_slot &f, const qp &q, uint8_t opcode,
+                                 uint8_t syndrome, uint32_t psn);
+    static constexpr size_t aeth_frame_len =
+        sizeof(ib::lrh) + sizeof(ib::bth) + sizeof(ib::aeth);
+    /// A positive ACK's AETH syndrome; no end-to-end credits (IBA 9.7.7.2).
+    static constexpr uint8_t ack_syndrome =
+        ib::make_syndrome(ib::ack_class::ack, ib::ack_credits_invalid);
+    /// The PSN a positive ACK of `q` carries: the last one received in order.
+    static uint32_t ack_psn(const qp &q) { return ib::psn_add(q.resp.epsn, ib::psn_mask); }
+    void send_nak(qp &q, uint8_t syndrome,
+                  ib::opcode opcode = ib::opcode::rc_acknowledge,
+                  std::optional<uint32_t> psn = std::nullopt);
+    void responder_error(qp &q, ib::nak_code code);
+    bool send_ack(qp &q);
+    /// The QP owes an ACK: one per QP and slice (flush_acks). Inline: every
+    /// received message calls it, from several files.
+    void schedule_ack(qp &q)
+    {
+        if (!q.resp.ack_pending) {
+            q.resp.ack_pending = true;
+            ack_list_.push_back(q.qpn);
+        }
+    }
+    void flush_acks();
+    /// ACKs or NAKs wait for flush_acks().
+    bool acks_owed() const { return !ack_list_.empty(); }
+    /// READ responses or atomic ACKs wait for run_responders().
+    bool responses_queued() const { return responses_queued_; }
+    /// A QP going to RESET owes nothing any more.
+    void forget_acks_of(uint32_t qpn) { std::erase(ack_list_, qpn); }
+    bool sweep_plain_acks(uint64_t &sent);
+
+private:
+    void deliver_datagram(qp &q, const pkt &p);
+    qp  *qp0();
+    void respond_send(qp &q, const pkt &p);
+    void respond_write(qp &q, const pkt &p);
+    void respond_read(qp &q, const pkt &p, bool duplicate);
+    std::optional<ib::reth> checked_read_reth(qp &q, const pkt &p,
+                                              bool duplicate);
+    void accept_read(qp &q, const resp_resource &res);
+    void respond_atomic(qp &q, const pkt &p);
+    struct direct_ranges {
+        /// A post's ranges, and room for its state word after them.
+        std::array<fabric::mem_range, ib::max_direct_segs + 1> ranges;
+        size_t count = 0;
+        std::span<const fabric::mem_range> span() const { return {ranges.data(), count}; }
+        /// The same memory without its first `offset` bytes.
+        direct_ranges from(uint64_t offset) const
+        {
+            direct_ranges r;
+            for (size_t i = 0; i < count; ++i) {
+                if (offset >= ranges[i].len) {
+                    offset -= ranges[i].len;
+                    continue;
+                }
+                r.ranges[r.count++] = {ranges[i].addr + offset, ranges[i].len - offset};
+                offset = 0;
+            }
+            return r;
+        }
+    };
+    /// A direct request as its requester posted it (read_direct_post).
+    struct direct_request {
+        direct_ranges ranges;
+        uint64_t      state_va = 0;   ///< its post's state word, in the requester
+        uint64_t      share_token = 0;
+    };
+    enum class direct_check { ok, unreachable, not_posted };
+    direct_check read_direct_post(const qp &q, const pkt &p, uint32_t dma_len,
+                                  direct_request &out);
+    bool send_read_share(qp &q, uint32_t psn, uint64_t share_token);
+    void respond_direct_write(qp &q, const pkt &p);
+    void respond_direct_read(qp &q, const pkt &p, bool duplicate);
+    void refuse_direct(qp &q, uint32_t psn);
+    void replay_atomic(qp &q, uint32_t psn);
+    const mpt *check_rkey(const qp &q, uint32_t rkey, uint64_t va, uint64_t len,
+                          uint32_t perm) const;
+    bool take_resource(qp &q, const resp_resource &r);
+    void queue_response(qp &q, uint32_t idx);
+    resp_resource *find_resource(qp &q, uint32_t psn);
+    bool send_response_packet(qp &q);
+    status send_atomic_ack(qp &q, const resp_resource &r);
+    bool emit_aeth(qp &q, uint8_t opcode, uint8_t syndrome, uint32_t psn);
+
+    std::vector<uint32_t>          ack_list_;
+    bool                           responses_queued_ = false;   ///< run_responders() has work
+    dev::core    &hca_;
+    egress       &out_;
+    tag_matcher  &tm_;
+    completer    &comp_;
+};
+
+} // namespace mlx4x::engine

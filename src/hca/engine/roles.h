@@ -1,0 +1,43 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// The transport engine's roles, each an object with its own state that
+// reaches the device's shared state (dev::core) and the roles it hands
+// work to by reference; dev::device owns them all and wires them:
+//
+//   ingress ──► responder ──► egress ──► fabric
+//      │            │            ▲
+//      ▼            ▼            │
+//   completer ◄── tag_matcher ── requester
+//
+// The arrows are calls; every role also reaches dev::core.
+#pragma once
+
+#include "hca/core/core.h"
+
+namespace mlx4x::engine {
+
+class ingress;
+class egress;
+class requester;
+class responder;
+class completer;
+class tag_matcher;
+
+// The device's objects and shared types, as the roles name them.
+using dev::counter;
+using dev::cq;
+using dev::limits;
+using dev::mpt;
+using dev::qp;
+using dev::resp_message;
+using dev::resp_resource;
+using dev::scatter_result;
+using dev::srq;
+using dev::timed_transfer;
+using dev::tm_rndv;
+using dev::tx_packet;
+using dev::wqe_track;
+using dev::dma;
+using dev::counter_of;
+using dev::timer_at_next_slice;
+
+} // namespace mlx4x::engine
