@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// Device firmware: the HCR command interface and object commands
-// (Linux mlx4 cmd.c's cmd_info[] shape: one dispatch on the opcode).
-#include "hca/dev/device.h"
+// Device firmware: the command dispatch and the object commands but the
+// QPs' (cmd_qp.cc), EQs' (eq.cc), SRQs' (srq.cc) and MCGs' (mcg.cc).
+#include "hca/dev/firmware.h"
+#include "hca/engine/requester.h"
+#include "hca/engine/responder.h"
 #include "hca/base/log.h"
 #include "hca/prm/prm_db.h"
 
@@ -19,20 +21,7 @@ using prm::cmd_status;
 
 
 
-void device::execute_command()
-{
-    auto     op     = static_cast<cmd_opcode>(prm::hcr_opcode::get(hcr_.go_opcode));
-    uint8_t  op_mod = static_cast<uint8_t>(prm::hcr_op_mod::get(hcr_.go_opcode));
-    uint64_t out    = hcr_.out_param.get();
-    cmd_status st   = dispatch(op, op_mod, hcr_.in_modifier.get(),
-                               hcr_.in_param.get(), out);
-    hcr_.out_param.set(out);
-    prm::hcr_status::set(hcr_.go_opcode, static_cast<uint8_t>(st));
-    // Clearing go completes the command (the driver polls it).
-    prm::hcr_go::set(hcr_.go_opcode, 0);
-}
-
-cmd_status device::dispatch(cmd_opcode op, uint8_t op_mod,
+cmd_status firmware::dispatch(cmd_opcode op, uint8_t op_mod,
                             uint32_t in_mod, uint64_t in_param,
                             uint64_t &out_param)
 {
@@ -99,7 +88,7 @@ cmd_status device::dispatch(cmd_opcode op, uint8_t op_mod,
     }
 }
 
-cmd_status device::cmd_query_dev_cap(uint64_t outbox)
+cmd_status firmware::cmd_query_dev_cap(uint64_t outbox)
 {
     auto *o = dma<prm::dev_cap_outbox>(outbox);
     std::memset(o, 0, sizeof(*o));
@@ -122,7 +111,7 @@ cmd_status device::cmd_query_dev_cap(uint64_t outbox)
 
 /// The counter set, as mlx4's QUERY_IF_STAT returns an interface's
 /// (prm_counters.h): one set, the port's.
-cmd_status device::cmd_query_if_stat(uint32_t port, uint64_t outbox)
+cmd_status firmware::cmd_query_if_stat(uint32_t port, uint64_t outbox)
 {
     if (port != 1) {
         return cmd_status::bad_index;
@@ -135,7 +124,7 @@ cmd_status device::cmd_query_if_stat(uint32_t port, uint64_t outbox)
 }
 
 // Port numbers start at 1 (C21).
-cmd_status device::cmd_init_port(uint32_t port)
+cmd_status firmware::cmd_init_port(uint32_t port)
 {
     if (port != 1) {
         return cmd_status::bad_index;
@@ -158,7 +147,7 @@ cmd_status device::cmd_init_port(uint32_t port)
     return cmd_status::ok;
 }
 
-cmd_status device::cmd_set_port(uint32_t port, uint8_t op_mod, uint64_t inbox)
+cmd_status firmware::cmd_set_port(uint32_t port, uint8_t op_mod, uint64_t inbox)
 {
     if (port != 1) {
         return cmd_status::bad_index;
@@ -174,7 +163,7 @@ cmd_status device::cmd_set_port(uint32_t port, uint8_t op_mod, uint64_t inbox)
     return cmd_status::ok;
 }
 
-cmd_status device::cmd_close_port(uint32_t port)
+cmd_status firmware::cmd_close_port(uint32_t port)
 {
     if (port != 1) {
         return cmd_status::bad_index;
@@ -190,7 +179,7 @@ cmd_status device::cmd_close_port(uint32_t port)
     return cmd_status::ok;
 }
 
-cmd_status device::cmd_query_port(uint32_t port, uint64_t outbox)
+cmd_status firmware::cmd_query_port(uint32_t port, uint64_t outbox)
 {
     if (port != 1) {
         return cmd_status::bad_index;
@@ -210,7 +199,7 @@ cmd_status device::cmd_query_port(uint32_t port, uint64_t outbox)
 
 /// MAD_IFC: a 256-byte MAD for the firmware's SMA (how mlx4's query_port
 /// works); an empty outbox means the SMA answered nothing.
-cmd_status device::cmd_mad_ifc(uint32_t port, uint8_t op_mod, uint64_t inbox,
+cmd_status firmware::cmd_mad_ifc(uint32_t port, uint8_t op_mod, uint64_t inbox,
                                uint64_t outbox)
 {
     if (port != 1) {
@@ -231,7 +220,7 @@ cmd_status device::cmd_mad_ifc(uint32_t port, uint8_t op_mod, uint64_t inbox,
 
 // ---- MTT / MPT ----------------------------------------------------------
 
-cmd_status device::cmd_write_mtt(uint32_t count, uint64_t inbox)
+cmd_status firmware::cmd_write_mtt(uint32_t count, uint64_t inbox)
 {
     const auto *in = dma<prm::write_mtt_inbox>(inbox);
     uint64_t first = in->mtt_offset.get() / sizeof(uint64_t);
@@ -246,7 +235,7 @@ cmd_status device::cmd_write_mtt(uint32_t count, uint64_t inbox)
 }
 
 /// Resolves a context's MTT offset to the buffer it describes.
-uint8_t *device::mtt_buffer(uint8_t addr_h, uint32_t addr_l) const
+uint8_t *firmware::mtt_buffer(uint8_t addr_h, uint32_t addr_l) const
 {
     uint64_t idx = ((uint64_t{addr_h} << 32) | addr_l) / sizeof(uint64_t);
     if (idx >= hca_.mtts_.size() || !(hca_.mtts_[idx] & prm::mtt_flag_present)) {
@@ -255,7 +244,7 @@ uint8_t *device::mtt_buffer(uint8_t addr_h, uint32_t addr_l) const
     return dma<uint8_t>(hca_.mtts_[idx] & ~prm::mtt_flag_present);
 }
 
-cmd_status device::cmd_sw2hw_mpt(uint32_t index, uint64_t inbox)
+cmd_status firmware::cmd_sw2hw_mpt(uint32_t index, uint64_t inbox)
 {
     if (index >= hca_.mpts_.size()) {
         return cmd_status::bad_index;
@@ -284,13 +273,13 @@ cmd_status device::cmd_sw2hw_mpt(uint32_t index, uint64_t inbox)
     if (m.flags & (prm::mpt_perm_remote_read | prm::mpt_perm_remote_write |
                    prm::mpt_perm_atomic)) {
         // Peers may now read, write and add to this memory without the
-        // application: the watchdog serves them while it computes.
-        (void)start_ack_watchdog();
+        // application: the device's watchdog serves them while it computes.
+        remote_access_granted_ = true;
     }
     return cmd_status::ok;
 }
 
-cmd_status device::cmd_hw2sw_mpt(uint32_t index)
+cmd_status firmware::cmd_hw2sw_mpt(uint32_t index)
 {
     if (index >= hca_.mpts_.size() || !hca_.mpts_[index].valid) {
         return cmd_status::bad_index;
@@ -300,7 +289,7 @@ cmd_status device::cmd_hw2sw_mpt(uint32_t index)
     return cmd_status::ok;
 }
 
-cmd_status device::cmd_query_mpt(uint32_t index, uint64_t outbox)
+cmd_status firmware::cmd_query_mpt(uint32_t index, uint64_t outbox)
 {
     if (index >= hca_.mpts_.size() || !hca_.mpts_[index].valid) {
         return cmd_status::bad_index;
@@ -320,7 +309,7 @@ cmd_status device::cmd_query_mpt(uint32_t index, uint64_t outbox)
     return cmd_status::ok;
 }
 
-cmd_status device::cmd_query_adapter(uint64_t outbox)
+cmd_status firmware::cmd_query_adapter(uint64_t outbox)
 {
     auto *o = dma<prm::adapter_outbox>(outbox);
     *o = prm::adapter_outbox{};
@@ -330,7 +319,7 @@ cmd_status device::cmd_query_adapter(uint64_t outbox)
 
 // ---- CQ ---------------------------------------------------------------
 
-cmd_status device::cmd_sw2hw_cq(uint32_t cqn, uint64_t inbox)
+cmd_status firmware::cmd_sw2hw_cq(uint32_t cqn, uint64_t inbox)
 {
     if (cqn >= hca_.cqs_.size()) {
         return cmd_status::bad_index;
@@ -359,7 +348,7 @@ cmd_status device::cmd_sw2hw_cq(uint32_t cqn, uint64_t inbox)
     return cmd_status::ok;
 }
 
-cmd_status device::cmd_hw2sw_cq(uint32_t cqn)
+cmd_status firmware::cmd_hw2sw_cq(uint32_t cqn)
 {
     cq *c = hca_.find_cq(cqn);
     if (!c) {
@@ -372,7 +361,7 @@ cmd_status device::cmd_hw2sw_cq(uint32_t cqn)
     return cmd_status::ok;
 }
 
-cmd_status device::cmd_query_cq(uint32_t cqn, uint64_t outbox)
+cmd_status firmware::cmd_query_cq(uint32_t cqn, uint64_t outbox)
 {
     cq *c = hca_.find_cq(cqn);
     if (!c) {
@@ -391,7 +380,7 @@ cmd_status device::cmd_query_cq(uint32_t cqn, uint64_t outbox)
 /// the new ring at the same indexes and marks the rest of it invalid for
 /// the pass it will be written in; too small a ring fails and the old CQ is
 /// untouched (E16).
-cmd_status device::cmd_resize_cq(uint32_t cqn, uint64_t inbox)
+cmd_status firmware::cmd_resize_cq(uint32_t cqn, uint64_t inbox)
 {
     cq *c = hca_.find_cq(cqn);
     if (!c) {
@@ -427,13 +416,3 @@ cmd_status device::cmd_resize_cq(uint32_t cqn, uint64_t inbox)
 }
 
 } // namespace mlx4x::dev
-
-namespace mlx4x::hw {
-
-std::unique_ptr<function> power_on(fabric::fabric &fab, clock_fn clock,
-                                   std::unique_ptr<sma_hook> sma)
-{
-    return std::make_unique<dev::device>(fab, clock, std::move(sma));
-}
-
-} // namespace mlx4x::hw

@@ -2,7 +2,10 @@
 // Device firmware: the QP commands (RST2INIT ... 2RST, QUERY_QP), each a
 // transition of IBA 10.3's state diagram (table 91) checked against the
 // states it may start from and the QP context it carries.
-#include "hca/dev/device.h"
+#include "hca/dev/firmware.h"
+#include "hca/engine/completer.h"
+#include "hca/engine/requester.h"
+#include "hca/engine/responder.h"
 #include "hca/base/log.h"
 
 #include <algorithm>
@@ -76,7 +79,7 @@ const transition *find_transition(cmd_opcode op)
 
 } // namespace
 
-cmd_status device::cmd_qp_transition(cmd_opcode op, uint32_t qpn,
+cmd_status firmware::cmd_qp_transition(cmd_opcode op, uint32_t qpn,
                                      uint64_t inbox)
 {
     const transition *t = find_transition(op);
@@ -127,7 +130,7 @@ cmd_status device::cmd_qp_transition(cmd_opcode op, uint32_t qpn,
 /// buffer must exist (the SRQ of the QP's PD), its sizes and P_Key index
 /// be within the device's limits, and its service type one this device
 /// has for this QPN. bad_param otherwise, and nothing changes.
-cmd_status device::resolve_qp_context(uint32_t qpn, const prm::qp_context &ctx,
+cmd_status firmware::resolve_qp_context(uint32_t qpn, const prm::qp_context &ctx,
                                       qp_resources &r)
 {
     auto st = static_cast<prm::qp_st>(prm::qpc_st::get(ctx.flags));
@@ -166,7 +169,7 @@ cmd_status device::resolve_qp_context(uint32_t qpn, const prm::qp_context &ctx,
     return cmd_status::ok;
 }
 
-cmd_status device::qp_from_reset(qp &q, uint32_t qpn, const prm::qp_context &ctx)
+cmd_status firmware::qp_from_reset(qp &q, uint32_t qpn, const prm::qp_context &ctx)
 {
     qp_resources r;
     if (cmd_status s = resolve_qp_context(qpn, ctx, r); s != cmd_status::ok) {
@@ -217,7 +220,7 @@ cmd_status device::qp_from_reset(qp &q, uint32_t qpn, const prm::qp_context &ctx
 /// The device's own send ring of a tag-matching QP (prm_tm.h), in its
 /// memory: every WQE starts owned by software, as a driver stamps a fresh
 /// ring.
-void device::make_device_sq(qp &q, uint32_t sq_log)
+void firmware::make_device_sq(qp &q, uint32_t sq_log)
 {
     q.dev_sq.assign(size_t{1} << sq_log, wqe_slot{});
     for (wqe_slot &w : q.dev_sq) {
@@ -230,7 +233,7 @@ void device::make_device_sq(qp &q, uint32_t sq_log)
 
 /// INIT2RTR: the responder side of an RC connection (path, remote QP,
 /// expected PSN, responder resources).
-cmd_status device::qp_to_rtr(qp &q, const prm::qp_context &ctx)
+cmd_status firmware::qp_to_rtr(qp &q, const prm::qp_context &ctx)
 {
     if (q.st != prm::qp_st::rc) {
         return cmd_status::ok;
@@ -258,7 +261,7 @@ cmd_status device::qp_to_rtr(qp &q, const prm::qp_context &ctx)
 
 /// RTR2RTS: the requester side (first PSN, retry counts, ACK timeout,
 /// initiator depth).
-void device::qp_to_rts(qp &q, const prm::qp_context &ctx)
+void firmware::qp_to_rts(qp &q, const prm::qp_context &ctx)
 {
     q.req.next_psn      = prm::psn_field::get(ctx.next_send_psn);
     q.comp.acked_psn     = q.req.next_psn;
@@ -271,7 +274,7 @@ void device::qp_to_rts(qp &q, const prm::qp_context &ctx)
 }
 
 /// Optional attributes a transition may change (already validated).
-void device::apply_optional(qp &q, const prm::qp_context &ctx, uint32_t optpar)
+void firmware::apply_optional(qp &q, const prm::qp_context &ctx, uint32_t optpar)
 {
     if (optpar & prm::optpar_rre) q.remote_read   = prm::qpc_rre::get(ctx.params2);
     if (optpar & prm::optpar_rwe) q.remote_write  = prm::qpc_rwe::get(ctx.params2);
@@ -291,10 +294,10 @@ void device::apply_optional(qp &q, const prm::qp_context &ctx, uint32_t optpar)
     }
 }
 
-void device::qp_to_reset(qp &q)
+void firmware::qp_to_reset(qp &q)
 {
     if (q.resp.ack_pending && hca_.port_) {
-        // What it received was answered by the time the driver could see
+        // What it responder::received was answered by the time the driver could see
         // it (progress_receive): its ACK, owed until the next call, goes
         // before the QP.
         (void)resp_.send_ack(q);
@@ -312,7 +315,7 @@ void device::qp_to_reset(qp &q)
     q = qp{};
 }
 
-cmd_status device::cmd_query_qp(uint32_t qpn, uint64_t outbox)
+cmd_status firmware::cmd_query_qp(uint32_t qpn, uint64_t outbox)
 {
     qp *q = hca_.find_qp(qpn);
     auto *mb = dma<prm::qp_modify_mailbox>(outbox);

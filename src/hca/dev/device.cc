@@ -13,7 +13,7 @@ namespace mlx4x::dev {
 device::device(fabric::fabric &fab, clock_fn clock, std::unique_ptr<sma_hook> sma)
     : hca_(fab, clock, std::move(sma)), comp_(hca_, req_, tm_), in_(hca_, resp_, comp_),
       out_(hca_, in_), req_(hca_, comp_, tm_, out_), resp_(hca_, out_, tm_, comp_),
-      tm_(hca_, req_, resp_)
+      tm_(hca_, req_, resp_), fw_(hca_, req_, resp_, comp_)
 {
     hca_.errors_ = &comp_;
 }
@@ -107,9 +107,71 @@ uint32_t device::mmio_read32(uint32_t offset) const
     return 0;
 }
 
+void device::execute_command()
+{
+    auto     op     = static_cast<prm::cmd_opcode>(prm::hcr_opcode::get(hcr_.go_opcode));
+    uint8_t  op_mod = static_cast<uint8_t>(prm::hcr_op_mod::get(hcr_.go_opcode));
+    uint64_t out    = hcr_.out_param.get();
+    prm::cmd_status st = fw_.dispatch(op, op_mod, hcr_.in_modifier.get(),
+                               hcr_.in_param.get(), out);
+    hcr_.out_param.set(out);
+    prm::hcr_status::set(hcr_.go_opcode, static_cast<uint8_t>(st));
+    // Clearing go completes the command (the driver polls it).
+    prm::hcr_go::set(hcr_.go_opcode, 0);
+    if (fw_.took_remote_access()) {
+        // Peers may now read, write and add to memory without the
+        // application: the watchdog serves them while it computes.
+        (void)start_ack_watchdog();
+    }
+}
+
+void device::connect_interrupt(uint8_t vector, int eventfd)
+{
+    driver_in in(*this);
+    reclaim_owed_acks();
+    auto lock = engine_lock();
+    if (vector < hca_.interrupt_fds_.size()) {
+        hca_.interrupt_fds_[vector] = eventfd;
+    }
+}
+
+/// CQ arm doorbell: word0 = sequence | command | cqn, then the consumer
+/// index the driver has reached. A CQE already past that index raises the
+/// event at once (mlx4 semantics), so "poll until empty, arm" loses nothing
+/// that arrived in between (E15).
+void device::cq_doorbell(uint32_t word0, uint32_t ci)
+{
+    cq *c = hca_.find_cq(word0 & 0xffffff);
+    if (!c) {
+        return;   // E22: a doorbell for nothing is ignored
+    }
+    uint32_t cmd = word0 & (0xfu << 24);
+    c->arm = cmd == prm::cq_db_req_not     ? cq_arm::next
+             : cmd == prm::cq_db_req_not_sol ? cq_arm::solicited
+                                             : cq_arm::none;
+    if (c->arm != cq_arm::none && ((c->producer_index - ci) & 0xffffff) != 0) {
+        hca_.completion_event(*c);
+    }
+}
+
+void device::eq_doorbell(uint32_t eqn, uint32_t value)
+{
+    eq *e = hca_.find_eq(eqn);
+    if (!e) {
+        return;
+    }
+    e->consumer_index = value & 0xffffff;
+    if (value & prm::eq_doorbell_req_not) {
+        e->armed = true;
+        if (e->producer_index != e->consumer_index) {
+            hca_.interrupt(*e);   // events are waiting already
+        }
+    }
+}
+
 /// A BlueFlame write (prm_db.h): its WQE leaves from the write itself when
 /// send_blueflame() takes it, else the write rings the QP's doorbell.
-void dev::device::mmio_write_blueflame(uint32_t bf_offset, std::span<const uint8_t> wqe)
+void device::mmio_write_blueflame(uint32_t bf_offset, std::span<const uint8_t> wqe)
 {
     if (bf_offset % prm::bf_buf_size || bf_offset >= prm::bf_buf_size * prm::bf_buffers ||
         wqe.size() < sizeof(prm::wqe_ctrl_seg) || wqe.size() > prm::bf_buf_size) {
@@ -134,7 +196,7 @@ void dev::device::mmio_write_blueflame(uint32_t bf_offset, std::span<const uint8
     wake_engine_for_doorbell();
 }
 
-unsigned dev::device::progress(unsigned budget)
+unsigned device::progress(unsigned budget)
 {
     driver_in in(*this);
     if (!thread_.joinable()) {
@@ -144,7 +206,7 @@ unsigned dev::device::progress(unsigned budget)
     return g.owns_lock() ? run(budget) : 0;
 }
 
-unsigned dev::device::progress_receive(unsigned budget)
+unsigned device::progress_receive(unsigned budget)
 {
     if (thread_.joinable()) {
         return progress(budget);
@@ -158,7 +220,7 @@ unsigned dev::device::progress_receive(unsigned budget)
     return take_frames(budget);
 }
 
-void dev::device::progress_finish()
+void device::progress_finish()
 {
     idle_skipped_ = false;
     if (thread_.joinable()) {
@@ -183,7 +245,7 @@ void dev::device::progress_finish()
     (void)finish_slice();
 }
 
-unsigned dev::device::run(unsigned budget)
+unsigned device::run(unsigned budget)
 {
     reclaim_owed_acks();
     hca_.slice_now_ = 0;
@@ -191,7 +253,7 @@ unsigned dev::device::run(unsigned budget)
     return n + finish_slice();
 }
 
-unsigned dev::device::take_frames(unsigned budget)
+unsigned device::take_frames(unsigned budget)
 {
     if (!hca_.port_) {
         if (hca_.catastrophic_) {
@@ -215,7 +277,7 @@ unsigned dev::device::take_frames(unsigned budget)
 /// back to the fabric (port::release), also when an answer waits for room
 /// in a full ring: two devices holding frames for each other's full rings
 /// would never drain them.
-unsigned dev::device::send_answers()
+unsigned device::send_answers()
 {
     unsigned n = resp_.run_responders();
     if (resp_.acks_owed()) {
@@ -225,7 +287,7 @@ unsigned dev::device::send_answers()
     return n;
 }
 
-unsigned dev::device::finish_slice()
+unsigned device::finish_slice()
 {
     slice_open_ = false;
     if (!hca_.port_) {
@@ -241,7 +303,7 @@ unsigned dev::device::finish_slice()
     return n;
 }
 
-uint64_t dev::device::next_timer_ns() const
+uint64_t device::next_timer_ns() const
 {
     // The driver's call: the device may be the watchdog's meanwhile.
     auto     &self = const_cast<device &>(*this);
@@ -262,3 +324,13 @@ uint64_t dev::device::next_timer_ns() const
 }
 
 } // namespace mlx4x::dev
+
+namespace mlx4x::hw {
+
+std::unique_ptr<function> power_on(fabric::fabric &fab, clock_fn clock,
+                                   std::unique_ptr<sma_hook> sma)
+{
+    return std::make_unique<dev::device>(fab, clock, std::move(sma));
+}
+
+} // namespace mlx4x::hw

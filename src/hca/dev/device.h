@@ -7,6 +7,7 @@
 #pragma once
 
 #include "hca/core/core.h"
+#include "hca/dev/firmware.h"
 #include "hca/engine/completer.h"
 #include "hca/engine/egress.h"
 #include "hca/engine/ingress.h"
@@ -146,56 +147,6 @@ public:
 
 private:
     void         execute_command();
-    prm::cmd_status dispatch(prm::cmd_opcode op, uint8_t op_mod,
-                             uint32_t in_mod, uint64_t in_param,
-                             uint64_t &out_param);
-    prm::cmd_status cmd_query_dev_cap(uint64_t outbox);
-    prm::cmd_status cmd_init_port(uint32_t port);
-    prm::cmd_status cmd_close_port(uint32_t port);
-    prm::cmd_status cmd_set_port(uint32_t port, uint8_t op_mod, uint64_t inbox);
-    prm::cmd_status cmd_query_port(uint32_t port, uint64_t outbox);
-    prm::cmd_status cmd_query_if_stat(uint32_t port, uint64_t outbox);
-    prm::cmd_status cmd_mad_ifc(uint32_t port, uint8_t op_mod, uint64_t inbox,
-                                uint64_t outbox);
-    prm::cmd_status cmd_write_mtt(uint32_t count, uint64_t inbox);
-    uint8_t        *mtt_buffer(uint8_t addr_h, uint32_t addr_l) const;
-    prm::cmd_status cmd_sw2hw_mpt(uint32_t index, uint64_t inbox);
-    prm::cmd_status cmd_query_mpt(uint32_t index, uint64_t outbox);
-    prm::cmd_status cmd_query_adapter(uint64_t outbox);
-    prm::cmd_status cmd_hw2sw_mpt(uint32_t index);
-    prm::cmd_status cmd_sw2hw_eq(uint32_t eqn, uint64_t inbox);
-    prm::cmd_status cmd_hw2sw_eq(uint32_t eqn);
-    prm::cmd_status cmd_map_eq(uint32_t eqn, uint8_t op_mod, uint64_t mask);
-    prm::cmd_status cmd_query_eq(uint32_t eqn, uint64_t outbox);
-    prm::cmd_status cmd_sw2hw_srq(uint32_t srqn, uint64_t inbox);
-    prm::cmd_status cmd_hw2sw_srq(uint32_t srqn);
-    prm::cmd_status cmd_query_srq(uint32_t srqn, uint64_t outbox);
-    prm::cmd_status cmd_arm_srq(uint32_t srqn, uint64_t limit);
-    prm::cmd_status cmd_mgid_hash(uint64_t inbox, uint64_t &hash);
-    prm::cmd_status cmd_read_mcg(uint32_t index, uint64_t outbox);
-    prm::cmd_status cmd_write_mcg(uint32_t index, uint64_t inbox);
-    void            update_multicast();
-    prm::cmd_status cmd_sw2hw_cq(uint32_t cqn, uint64_t inbox);
-    prm::cmd_status cmd_hw2sw_cq(uint32_t cqn);
-    prm::cmd_status cmd_query_cq(uint32_t cqn, uint64_t outbox);
-    prm::cmd_status cmd_resize_cq(uint32_t cqn, uint64_t inbox);
-    prm::cmd_status cmd_qp_transition(prm::cmd_opcode op, uint32_t qpn,
-                                      uint64_t inbox);
-    prm::cmd_status cmd_query_qp(uint32_t qpn, uint64_t outbox);
-    struct qp_resources {
-        cq      *scq = nullptr, *rcq = nullptr;
-        srq     *shared_rq = nullptr;   ///< the SRQ it receives from, if any
-        uint8_t *buf = nullptr;
-    };
-    prm::cmd_status resolve_qp_context(uint32_t qpn, const prm::qp_context &ctx,
-                                       qp_resources &r);
-    prm::cmd_status qp_from_reset(qp &q, uint32_t qpn, const prm::qp_context &ctx);
-    void make_device_sq(qp &q, uint32_t sq_log);
-    prm::cmd_status qp_to_rtr(qp &q, const prm::qp_context &ctx);
-    void            qp_to_rts(qp &q, const prm::qp_context &ctx);
-    void            apply_optional(qp &q, const prm::qp_context &ctx,
-                                   uint32_t optpar);
-    void            qp_to_reset(qp &q);
     unsigned run(unsigned budget);   ///< progress() without the thread check
     unsigned take_frames(unsigned budget);   ///< a slice's first step
     unsigned send_answers();                 ///< its second
@@ -322,6 +273,7 @@ private:
     engine::requester   req_;
     engine::responder   resp_;
     engine::tag_matcher tm_;
+    firmware            fw_;
 };
 
 } // namespace mlx4x::dev

@@ -1,10 +1,8 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// Event queues: SW2HW/HW2SW/MAP_EQ, EQE writing with owner bits, one-shot
-// interrupts to the vector's eventfd (C68), CQ arming (next / solicited,
-// consumer-index based as on mlx4, so the poll/arm/poll race is closed:
-// C66, C67, E14, E15), asynchronous events, and the catastrophic error an
-// EQ overflow is (E12).
-#include "hca/dev/device.h"
+// Device firmware: the EQ commands (SW2HW/HW2SW/MAP_EQ/QUERY_EQ). EQEs are
+// written by dev::core (owner bits, one-shot interrupts, C68); the EQ and
+// CQ arm doorbells are MMIO (device.cc).
+#include "hca/dev/firmware.h"
 #include "hca/base/log.h"
 
 #include <atomic>
@@ -19,17 +17,7 @@ namespace {
 constexpr uint32_t max_log_eq_size = 16;
 } // namespace
 
-void device::connect_interrupt(uint8_t vector, int eventfd)
-{
-    driver_in in(*this);
-    reclaim_owed_acks();
-    auto lock = engine_lock();
-    if (vector < hca_.interrupt_fds_.size()) {
-        hca_.interrupt_fds_[vector] = eventfd;
-    }
-}
-
-cmd_status device::cmd_sw2hw_eq(uint32_t eqn, uint64_t inbox)
+cmd_status firmware::cmd_sw2hw_eq(uint32_t eqn, uint64_t inbox)
 {
     if (eqn >= hca_.eqs_.size()) {
         return cmd_status::bad_index;
@@ -55,7 +43,7 @@ cmd_status device::cmd_sw2hw_eq(uint32_t eqn, uint64_t inbox)
     return cmd_status::ok;
 }
 
-cmd_status device::cmd_hw2sw_eq(uint32_t eqn)
+cmd_status firmware::cmd_hw2sw_eq(uint32_t eqn)
 {
     eq *e = hca_.find_eq(eqn);
     if (!e) {
@@ -72,7 +60,7 @@ cmd_status device::cmd_hw2sw_eq(uint32_t eqn)
 
 /// MAP_EQ: op_mod 0 maps the async event types in `mask` to the EQ, 1
 /// unmaps them.
-cmd_status device::cmd_map_eq(uint32_t eqn, uint8_t op_mod, uint64_t mask)
+cmd_status firmware::cmd_map_eq(uint32_t eqn, uint8_t op_mod, uint64_t mask)
 {
     eq *e = hca_.find_eq(eqn);
     if (!e || op_mod > 1) {
@@ -82,7 +70,7 @@ cmd_status device::cmd_map_eq(uint32_t eqn, uint8_t op_mod, uint64_t mask)
     return cmd_status::ok;
 }
 
-cmd_status device::cmd_query_eq(uint32_t eqn, uint64_t outbox)
+cmd_status firmware::cmd_query_eq(uint32_t eqn, uint64_t outbox)
 {
     eq *e = hca_.find_eq(eqn);
     if (!e) {
@@ -95,40 +83,6 @@ cmd_status device::cmd_query_eq(uint32_t eqn, uint64_t outbox)
     ctx->producer_index.set(e->producer_index);
     ctx->consumer_index.set(e->consumer_index);
     return cmd_status::ok;
-}
-
-/// CQ arm doorbell: word0 = sequence | command | cqn, then the consumer
-/// index the driver has reached. A CQE already past that index raises the
-/// event at once (mlx4 semantics), so "poll until empty, arm" loses nothing
-/// that arrived in between (E15).
-void device::cq_doorbell(uint32_t word0, uint32_t ci)
-{
-    cq *c = hca_.find_cq(word0 & 0xffffff);
-    if (!c) {
-        return;   // E22: a doorbell for nothing is ignored
-    }
-    uint32_t cmd = word0 & (0xfu << 24);
-    c->arm = cmd == prm::cq_db_req_not     ? cq_arm::next
-             : cmd == prm::cq_db_req_not_sol ? cq_arm::solicited
-                                             : cq_arm::none;
-    if (c->arm != cq_arm::none && ((c->producer_index - ci) & 0xffffff) != 0) {
-        hca_.completion_event(*c);
-    }
-}
-
-void device::eq_doorbell(uint32_t eqn, uint32_t value)
-{
-    eq *e = hca_.find_eq(eqn);
-    if (!e) {
-        return;
-    }
-    e->consumer_index = value & 0xffffff;
-    if (value & prm::eq_doorbell_req_not) {
-        e->armed = true;
-        if (e->producer_index != e->consumer_index) {
-            hca_.interrupt(*e);   // events are waiting already
-        }
-    }
 }
 
 } // namespace mlx4x::dev

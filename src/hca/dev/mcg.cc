@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // Multicast groups (IBA 10.5.2.3 / 11.3.1; seeds C14, C51, E70): the
 // firmware's MCG table as mlx4 has it (MGID_HASH, READ_MCG, WRITE_MCG; the
-// driver keeps the hash chains), and UD delivery to every QP attached to
-// the group a packet's multicast DLID names.
-#include "hca/dev/device.h"
+// driver keeps the hash chains), decoded at every WRITE_MCG into the
+// members ingress delivers a multicast packet to (ingress.cc).
+#include "hca/dev/firmware.h"
 #include "hca/engine/pkt.h"
 
 #include <cstring>
@@ -19,7 +19,7 @@ constexpr uint32_t hash_entries = (1u << limits::log_max_mcg) / 2;
 
 } // namespace
 
-cmd_status device::cmd_mgid_hash(uint64_t inbox, uint64_t &hash)
+cmd_status firmware::cmd_mgid_hash(uint64_t inbox, uint64_t &hash)
 {
     // FNV-1a over the 16 MGID bytes; any fixed function will do, the
     // driver only uses the result as the head of a chain.
@@ -32,7 +32,7 @@ cmd_status device::cmd_mgid_hash(uint64_t inbox, uint64_t &hash)
     return cmd_status::ok;
 }
 
-cmd_status device::cmd_read_mcg(uint32_t index, uint64_t outbox)
+cmd_status firmware::cmd_read_mcg(uint32_t index, uint64_t outbox)
 {
     if (index >= hca_.mcg_.size()) {
         return cmd_status::bad_index;
@@ -41,7 +41,7 @@ cmd_status device::cmd_read_mcg(uint32_t index, uint64_t outbox)
     return cmd_status::ok;
 }
 
-cmd_status device::cmd_write_mcg(uint32_t index, uint64_t inbox)
+cmd_status firmware::cmd_write_mcg(uint32_t index, uint64_t inbox)
 {
     if (index >= hca_.mcg_.size()) {
         return cmd_status::bad_index;
@@ -61,7 +61,7 @@ cmd_status device::cmd_write_mcg(uint32_t index, uint64_t inbox)
 
 /// Rebuilds MLID -> QPNs from the table and tells the fabric which groups
 /// the port belongs to (what an SA join and the SM would arrange).
-void device::update_multicast()
+void firmware::update_multicast()
 {
     std::map<uint16_t, std::vector<uint32_t>> members;
     for (const prm::mgm_entry &e : hca_.mcg_) {

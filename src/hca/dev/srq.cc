@@ -1,10 +1,10 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// Shared receive queues (SW2HW/HW2SW/QUERY/ARM_SRQ, mlx4 srq.c) and the
-// responder's source of receive WQEs: the QP's own RQ or its SRQ. The SRQ
-// limit event fires once, when the number of posted WQEs drops below the
-// armed limit (IBA 10.2.9.3).
+// Device firmware: the shared receive queue commands (SW2HW/HW2SW/QUERY/
+// ARM_SRQ, mlx4 srq.c). Taking WQEs from an SRQ, and the SRQ limit event
+// that fires once when the posted WQEs drop below the armed limit (IBA
+// 10.2.9.3), are dev::core's (core.inl).
 #include "hca/base/copy.h"
-#include "hca/dev/device.h"
+#include "hca/dev/firmware.h"
 #include "hca/prm/prm_wqe.h"
 
 #include <algorithm>
@@ -14,7 +14,7 @@ namespace mlx4x::dev {
 
 using prm::cmd_status;
 
-cmd_status device::cmd_sw2hw_srq(uint32_t srqn, uint64_t inbox)
+cmd_status firmware::cmd_sw2hw_srq(uint32_t srqn, uint64_t inbox)
 {
     if (srqn >= hca_.srqs_.size()) {
         return cmd_status::bad_index;
@@ -49,7 +49,7 @@ cmd_status device::cmd_sw2hw_srq(uint32_t srqn, uint64_t inbox)
     return cmd_status::ok;
 }
 
-cmd_status device::cmd_hw2sw_srq(uint32_t srqn)
+cmd_status firmware::cmd_hw2sw_srq(uint32_t srqn)
 {
     srq *s = hca_.find_srq(srqn);
     if (!s) {
@@ -62,7 +62,7 @@ cmd_status device::cmd_hw2sw_srq(uint32_t srqn)
     return cmd_status::ok;
 }
 
-cmd_status device::cmd_query_srq(uint32_t srqn, uint64_t outbox)
+cmd_status firmware::cmd_query_srq(uint32_t srqn, uint64_t outbox)
 {
     srq *s = hca_.find_srq(srqn);
     if (!s) {
@@ -79,7 +79,7 @@ cmd_status device::cmd_query_srq(uint32_t srqn, uint64_t outbox)
 }
 
 /// ARM_SRQ: in_param is the limit; 0 disarms.
-cmd_status device::cmd_arm_srq(uint32_t srqn, uint64_t limit)
+cmd_status firmware::cmd_arm_srq(uint32_t srqn, uint64_t limit)
 {
     srq *s = hca_.find_srq(srqn);
     if (!s || limit > s->size()) {
