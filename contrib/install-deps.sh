@@ -17,6 +17,7 @@ packages=(
     gnuplot-nox                 # plots of contrib/bench/run-bench.sh (pngcairo)
     iproute2                    # ss: the tests wait for a server to listen
     groff-base                  # test_install.sh renders the manual pages
+    debhelper fakeroot          # the Debian package (debian/, test_deb.sh)
 )
 
 sudo_if_needed() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }

@@ -160,10 +160,21 @@ std::string node_description(const smp &answer)
     return std::string(d.text, strnlen(d.text, sizeof(d.text)));
 }
 
-void print_node_info(FILE *out, uint16_t lid, const smp &a)
+std::string lid_address(uint16_t lid)
+{
+    return "Lid " + std::to_string(lid);
+}
+
+std::string dr_address(const std::string &route)
+{
+    return "DR path slid " + std::to_string(permissive_lid) + "; dlid " +
+           std::to_string(permissive_lid) + "; " + route;
+}
+
+void print_node_info(FILE *out, const std::string &where, const smp &a)
 {
     auto ni = attr<node_info>(a);
-    std::fprintf(out, "# Node info: Lid %u\n", lid);
+    std::fprintf(out, "# Node info: %s\n", where.c_str());
     field(out, "BaseVers", dec(ni.base_version));
     field(out, "ClassVers", dec(ni.class_version));
     field(out, "NodeType", ni.node_type == uint8_t(node_type::ca) ? "Channel Adapter"
@@ -180,10 +191,10 @@ void print_node_info(FILE *out, uint16_t lid, const smp &a)
     field(out, "VendorId", hex(node_info_vendor_id::get(ni.port_vendor), 6));
 }
 
-void print_port_info(FILE *out, uint16_t lid, const smp &a)
+void print_port_info(FILE *out, const std::string &where, const smp &a)
 {
     auto pi = attr<port_info>(a);
-    std::fprintf(out, "# Port info: Lid %u port %u\n", lid,
+    std::fprintf(out, "# Port info: %s port %u\n", where.c_str(),
                  unsigned(a.hdr.attr_mod.get()));
     field(out, "Mkey", hex(pi.m_key.get(), 16));
     field(out, "GidPrefix", hex(pi.gid_prefix.get(), 16));
@@ -225,21 +236,21 @@ void print_node_desc(FILE *out, const smp &a)
     field(out, "Node Description", node_description(a));
 }
 
-void print_guid_info(FILE *out, uint16_t lid, const smp &a)
+void print_guid_info(FILE *out, const std::string &where, const smp &a)
 {
     auto g = attr<guid_info>(a);
     unsigned block = a.hdr.attr_mod.get();
-    std::fprintf(out, "# GUIDInfo: Lid %u block %u\n", lid, block);
+    std::fprintf(out, "# GUIDInfo: %s block %u\n", where.c_str(), block);
     for (unsigned i = 0; i < guids_per_block; ++i) {
         std::string name = "Guid" + std::to_string(block * guids_per_block + i);
         field(out, name.c_str(), hex(g.guid[i].get(), 16));
     }
 }
 
-void print_pkeys(FILE *out, uint16_t lid, const smp &a)
+void print_pkeys(FILE *out, const std::string &where, const smp &a)
 {
     auto t = attr<pkey_table>(a);
-    std::fprintf(out, "# P_Key table: Lid %u block %u\n", lid,
+    std::fprintf(out, "# P_Key table: %s block %u\n", where.c_str(),
                  unsigned(a.hdr.attr_mod.get() & 0xffff));
     unsigned used = 0;
     for (unsigned i = 0; i < 32; ++i) {

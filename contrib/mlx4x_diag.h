@@ -36,11 +36,17 @@ private:
 
 std::string node_description(const mad::smp &answer);
 
-void print_node_info(FILE *out, uint16_t lid, const mad::smp &answer);
-void print_port_info(FILE *out, uint16_t lid, const mad::smp &answer);
+/// Where an answer came from, as the printers' headers name it
+/// (infiniband-diags' portid2str): "Lid 5", or for a directed route
+/// "DR path slid 65535; dlid 65535; 0,1".
+std::string lid_address(uint16_t lid);
+std::string dr_address(const std::string &route);
+
+void print_node_info(FILE *out, const std::string &where, const mad::smp &answer);
+void print_port_info(FILE *out, const std::string &where, const mad::smp &answer);
 void print_node_desc(FILE *out, const mad::smp &answer);
-void print_guid_info(FILE *out, uint16_t lid, const mad::smp &answer);
-void print_pkeys(FILE *out, uint16_t lid, const mad::smp &answer);
+void print_guid_info(FILE *out, const std::string &where, const mad::smp &answer);
+void print_pkeys(FILE *out, const std::string &where, const mad::smp &answer);
 
 /// The name a port's CA goes by in the tools: every mlx4x process is one
 /// CA of one port, named after its LID ("mlx4x_<lid>"), which is what

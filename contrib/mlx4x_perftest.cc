@@ -12,13 +12,15 @@
 // rkey) go over a TCP connection on 127.0.0.1, as perftest exchanges them.
 // The device is progress-driven: every wait below calls ctx.progress().
 //
-// Adding a test (RDMA READ and atomics arrive in the driver separately): the
-// table `tests` names each test's verb and drv::wr_opcode; the runners
-// already handle verb::read (streaming bw, one-sided latency) and
-// verb::atomic (one-sided latency; make_wr() is where its operand goes).
+// The tests and the options are in mlx4x_perftest_options.cc (the table
+// `tests` names each test's verb and drv::wr_opcode); this file runs them:
+// the runners handle every verb (streaming bw over one or more QPs, one or
+// both directions; ping-pong or one-sided latency), for a number of
+// iterations or a time, and report as text and JSON.
+#include "mlx4x_perftest.h"
+
 #include "hca/drv/verbs.h"
 #include "hca/fabric/shm_fabric.h"
-#include "tool_options.h"
 
 #include <algorithm>
 #include <arpa/inet.h>
@@ -26,12 +28,10 @@
 #include <cerrno>
 #include <chrono>
 #include <cmath>
-#include <cstdarg>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <getopt.h>
 #include <memory>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -50,27 +50,7 @@
 namespace {
 
 using namespace mlx4x;
-
-constexpr const char *prog = "mlx4x-perftest";
-
-// ---- errors -------------------------------------------------------------------
-
-/// Ends the run: main() prints the message and exits 1 (usage errors: 2).
-struct fatal {
-    std::string msg;
-    int         code = 1;
-};
-
-std::string format(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-std::string format(const char *fmt, ...)
-{
-    char    buf[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    std::vsnprintf(buf, sizeof(buf), fmt, ap);
-    va_end(ap);
-    return buf;
-}
+using namespace mlx4x::perftest;
 
 template <typename T> T must(result<T> r, const std::string &what)
 {
@@ -94,40 +74,6 @@ uint64_t now_ns()
                         .count());
 }
 
-// ---- the tests ----------------------------------------------------------------
-
-enum class verb : uint8_t { send, write, read, atomic };
-enum class kind : uint8_t { lat, bw };
-
-struct test_desc {
-    const char *name;    ///< --test=NAME, or the program mlx4x_NAME
-    const char *title;   ///< perftest's banner name of the verb
-    verb        v;
-    kind        k;
-    drv::wr_opcode op;   ///< the driver's opcode
-};
-
-const test_desc tests[] = {
-    {"send_lat",   "Send",       verb::send,  kind::lat, drv::wr_opcode::send},
-    {"send_bw",    "Send",       verb::send,  kind::bw,  drv::wr_opcode::send},
-    {"write_lat",  "RDMA_Write", verb::write, kind::lat, drv::wr_opcode::rdma_write},
-    {"write_bw",   "RDMA_Write", verb::write, kind::bw,  drv::wr_opcode::rdma_write},
-    {"read_lat",   "RDMA_Read",  verb::read,  kind::lat, drv::wr_opcode::rdma_read},
-    {"read_bw",    "RDMA_Read",  verb::read,  kind::bw,  drv::wr_opcode::rdma_read},
-    {"atomic_lat", "Atomic FETCH_AND_ADD", verb::atomic, kind::lat,
-     drv::wr_opcode::atomic_fa},
-};
-
-const test_desc *find_test(std::string_view name)
-{
-    for (const test_desc &t : tests) {
-        if (name == t.name) {
-            return &t;
-        }
-    }
-    return nullptr;
-}
-
 uint32_t remote_access(verb v)
 {
     switch (v) {
@@ -139,238 +85,8 @@ uint32_t remote_access(verb v)
     return 0;
 }
 
-/// perftest's defaults (perftest_parameters.h) where they apply.
-constexpr uint16_t def_port       = 18515;
-constexpr uint64_t def_size_lat   = 2;
-constexpr uint64_t def_size_bw    = 65536;
-constexpr uint64_t size_atomic    = 8;
-constexpr uint64_t def_iters_lat  = 1000;
-constexpr uint64_t def_iters_bw   = 5000;
-constexpr uint32_t def_tx_bw      = 128;
-constexpr uint32_t def_tx_lat     = 1;
-constexpr uint32_t def_rx_send    = 512;
-constexpr uint32_t def_cq_mod     = 100;
-constexpr int      def_inline_write_lat = 220;
-constexpr int      def_inline_send_lat  = 236;
-constexpr uint64_t max_all_size   = 8u << 20;   ///< -a: 2 .. 8 MiB
-constexpr uint64_t max_size       = 1u << 30;
-constexpr uint64_t min_iters      = 5;
-constexpr uint64_t max_iters      = 100000000;
-constexpr uint32_t max_tx         = 15000;
-constexpr uint32_t max_rx         = 16384;
-constexpr uint32_t max_cq_mod     = 1024;
-constexpr uint32_t out_reads      = 16;   ///< banner of READ/atomic tests
-constexpr const char *device_name = "mlx4x_0";
 constexpr const char *result_line =
     "---------------------------------------------------------------------------------------";
-
-// ---- options ------------------------------------------------------------------
-
-struct options {
-    const test_desc *test = nullptr;
-    std::string      server;          ///< HOST (client); empty: server
-    uint16_t         port     = def_port;
-    uint64_t         size     = 0;
-    bool             all      = false;
-    uint64_t         iters    = 0;
-    uint32_t         tx_depth = 0;
-    uint32_t         rx_depth = 0;
-    uint32_t         cq_mod   = 0;
-    int              inline_size = -1;
-    uint32_t         mtu      = 0;    ///< 0: the port's
-    double           timeout  = 30;   ///< seconds without progress; 0: none
-    bool             gbits    = false;   ///< --report_gbits: bandwidth in Gb/s
-    bool             no_peak  = false;   ///< -N: no peak bandwidth (0.00)
-
-    bool client() const { return !server.empty(); }
-    bool lat() const { return test->k == kind::lat; }
-};
-
-void usage(FILE *f)
-{
-    std::fprintf(f,
-        "Usage:\n"
-        "  mlx4x_TEST [options]                start a server and wait for a client\n"
-        "  mlx4x_TEST [options] HOST           connect to the server on HOST (localhost)\n"
-        "  %s --test=TEST [options] [HOST]  the same\n"
-        "\n"
-        "Tests: send_lat send_bw write_lat write_bw read_lat read_bw atomic_lat, each\n"
-        "       also installed as mlx4x_TEST (as perftest's ib_send_lat, ...)\n"
-        "\n"
-        "Options (as perftest's, both sides must agree on the test, size and iterations):\n"
-        "      --test=TEST        test to run (required unless the program's name says)\n"
-        "  -s, --size=BYTES       message size (default 2 for latency, 65536 for bw)\n"
-        "  -a, --all              run sizes 2 .. 8388608, powers of two\n"
-        "  -n, --iters=N          iterations (default 1000 latency, 5000 bw)\n"
-        "  -p, --port=PORT        TCP port of the out-of-band exchange (default %u)\n"
-        "  -t, --tx-depth=N       outstanding send WQEs in bw tests (default %u)\n"
-        "  -r, --rx-depth=N       posted receives in send tests (default %u)\n"
-        "  -Q, --cq-mod=N         signal one send WQE in N in bw tests (default %u)\n"
-        "  -I, --inline_size=B    inline messages up to B bytes (default 236 send_lat,\n"
-        "                         220 write_lat, 0 otherwise)\n"
-        "  -m, --mtu=BYTES        path MTU 256..4096 (default the port's)\n"
-        "  -d, --ib-dev=DEV       device (only %s)\n"
-        "  -i, --ib-port=PORT     port (only 1)\n"
-        "  -T, --tos=N            type of service 0..255: accepted, no effect (the\n"
-        "                         fabric's packets carry no GRH)\n"
-        "      --timeout=SEC      give up after SEC seconds without progress\n"
-        "                         (default 30; 0 waits forever)\n"
-        "  -N, --noPeak           no peak bandwidth (printed 0.00)\n"
-        "      --report_gbits     bandwidth in Gb/s instead of MB/s (2^20 bytes)\n"
-        "  -F                     accepted for perftest compatibility (no effect)\n"
-        "  -h, --help             this text\n"
-        "  -V, --version          the version\n"
-        "\n"
-        "Both processes must use the same fabric ($UCX_MLX4X_FABRIC, default\n"
-        "mlx4x-fabric-<uid>); HOST must be this host (localhost or 127.0.0.1).\n",
-        prog, unsigned(def_port), def_tx_bw, def_rx_send, def_cq_mod,
-        device_name);
-}
-
-uint64_t parse_num(const char *opt, const char *arg, uint64_t lo, uint64_t hi)
-{
-    char *end = nullptr;
-    errno     = 0;
-    unsigned long long v = std::strtoull(arg, &end, 0);
-    if (errno || end == arg || *end || arg[0] == '-' || v < lo || v > hi) {
-        throw fatal{format("invalid %s '%s' (expected %llu..%llu)", opt, arg,
-                           (unsigned long long)lo, (unsigned long long)hi),
-                    2};
-    }
-    return v;
-}
-
-options parse(int argc, char **argv)
-{
-    enum { opt_test = 1000, opt_timeout, opt_gbits };
-    static const option longopts[] = {
-        {"test", required_argument, nullptr, opt_test},
-        {"size", required_argument, nullptr, 's'},
-        {"all", no_argument, nullptr, 'a'},
-        {"iters", required_argument, nullptr, 'n'},
-        {"port", required_argument, nullptr, 'p'},
-        {"tx-depth", required_argument, nullptr, 't'},
-        {"tos", required_argument, nullptr, 'T'},
-        {"rx-depth", required_argument, nullptr, 'r'},
-        {"cq-mod", required_argument, nullptr, 'Q'},
-        {"inline_size", required_argument, nullptr, 'I'},
-        {"mtu", required_argument, nullptr, 'm'},
-        {"ib-dev", required_argument, nullptr, 'd'},
-        {"ib-port", required_argument, nullptr, 'i'},
-        {"timeout", required_argument, nullptr, opt_timeout},
-        {"noPeak", no_argument, nullptr, 'N'},
-        {"report_gbits", no_argument, nullptr, opt_gbits},
-        {"help", no_argument, nullptr, 'h'},
-        {"version", no_argument, nullptr, 'V'},
-        {nullptr, 0, nullptr, 0},
-    };
-    options     o;
-    // Installed as mlx4x_send_lat, ... the program's name is the test.
-    const char *slash     = std::strrchr(argv[0], '/');
-    const char *base      = slash ? slash + 1 : argv[0];
-    const char *test_name = std::strncmp(base, "mlx4x_", 6) == 0 ? base + 6 : nullptr;
-    bool        size_set  = false;
-    opterr = 0;
-    for (int c; (c = getopt_long(argc, argv, ":t:s:an:p:r:Q:I:m:d:i:T:NFhV",
-                                 longopts, nullptr)) != -1;) {
-        switch (c) {
-        case opt_test: test_name = optarg; break;
-        case 's': o.size = parse_num("size", optarg, 1, max_size); size_set = true; break;
-        case 'a': o.all = true; break;
-        case 'n': o.iters = parse_num("iterations", optarg, min_iters, max_iters); break;
-        case 'p': o.port = uint16_t(parse_num("port", optarg, 1, 65535)); break;
-        case 't': o.tx_depth = uint32_t(parse_num("tx depth", optarg, 1, max_tx)); break;
-        case 'T': (void)parse_num("tos", optarg, 0, 255); break;
-        case 'r': o.rx_depth = uint32_t(parse_num("rx depth", optarg, 1, max_rx)); break;
-        case 'Q': o.cq_mod = uint32_t(parse_num("cq moderation", optarg, 1, max_cq_mod)); break;
-        case 'I': o.inline_size = int(parse_num("inline size", optarg, 0, 912)); break;
-        case 'm': {
-            uint64_t m = parse_num("mtu", optarg, 256, 4096);
-            if (!std::has_single_bit(m)) {
-                throw fatal{format("invalid mtu '%s' (256, 512, 1024, 2048 or 4096)", optarg), 2};
-            }
-            o.mtu = uint32_t(m);
-            break;
-        }
-        case 'd':
-            if (std::strcmp(optarg, device_name) != 0) {
-                throw fatal{format("no device '%s' (mlx4x has %s)", optarg, device_name), 2};
-            }
-            break;
-        case 'i': (void)parse_num("ib port", optarg, 1, 1); break;
-        case opt_timeout: {
-            char *end = nullptr;
-            o.timeout = std::strtod(optarg, &end);
-            if (end == optarg || *end || !(o.timeout >= 0) || o.timeout > 1e6) {
-                throw fatal{format("invalid timeout '%s' (seconds, 0 = none)", optarg), 2};
-            }
-            break;
-        }
-        case 'N': o.no_peak = true; break;
-        case opt_gbits: o.gbits = true; break;
-        case 'F': break;
-        case 'h': usage(stdout); std::exit(0);
-        case 'V': mlx4x::tools::print_version(base); std::exit(0);
-        case ':': throw fatal{format("option '%s' needs a value", argv[optind - 1]), 2};
-        default:
-            throw fatal{format("unknown option '%s' (see %s --help)", argv[optind - 1], prog), 2};
-        }
-    }
-    if (optind < argc) {
-        o.server = argv[optind++];
-    }
-    if (optind < argc) {
-        throw fatal{format("unexpected argument '%s'", argv[optind]), 2};
-    }
-    if (!test_name) {
-        throw fatal{format("no test given: --test=send_lat|send_bw|write_lat|write_bw|"
-                           "read_lat|read_bw|atomic_lat, or run it as mlx4x_send_lat, ... "
-                           "(see %s --help)", prog), 2};
-    }
-    o.test = find_test(test_name);
-    if (!o.test) {
-        throw fatal{format("unknown test '%s' (send_lat, send_bw, write_lat, write_bw, "
-                           "read_lat, read_bw, atomic_lat)", test_name), 2};
-    }
-    if (o.all && size_set) {
-        throw fatal{"-a and -s exclude each other", 2};
-    }
-    const bool lat = o.lat();
-    if (o.test->v == verb::atomic) {
-        if (o.all || (size_set && o.size != size_atomic)) {
-            throw fatal{"atomic tests use 8-byte messages (no -s / -a)", 2};
-        }
-        o.size = size_atomic;
-    } else if (!size_set) {
-        o.size = lat ? def_size_lat : def_size_bw;
-    }
-    if (!o.iters) {
-        o.iters = lat ? def_iters_lat : def_iters_bw;
-    }
-    if (!o.tx_depth) {
-        o.tx_depth = lat ? def_tx_lat : def_tx_bw;
-    }
-    if (!o.rx_depth) {
-        o.rx_depth = o.test->v == verb::send ? def_rx_send : 1;
-    }
-    o.rx_depth = uint32_t(std::min<uint64_t>(o.rx_depth, o.iters));
-    if (!o.cq_mod) {
-        o.cq_mod = lat ? 1 : def_cq_mod;
-    }
-    // A signalled WQE must fit in every window of tx_depth WQEs (C64: only
-    // it retires the unsignalled ones before it), as perftest forces.
-    o.cq_mod = std::min(o.cq_mod, o.tx_depth);
-    if (o.inline_size < 0) {
-        o.inline_size = !lat ? 0
-                        : o.test->v == verb::send  ? def_inline_send_lat
-                        : o.test->v == verb::write ? def_inline_write_lat
-                                                   : 0;
-    }
-    if (o.test->v == verb::read || o.test->v == verb::atomic) {
-        o.inline_size = 0;   // nothing is sent from the requester's memory
-    }
-    return o;
-}
 
 // ---- out-of-band exchange (TCP on 127.0.0.1) ------------------------------------
 
@@ -541,7 +257,7 @@ fd_guard connect_server(const std::string &host, uint16_t port, double timeout)
 }
 
 /// What both sides check before connecting: same test, sizes, iterations
-/// and fabric segment.
+/// (or duration), QPs, direction and fabric segment.
 struct hello_msg {
     char     magic[8];
     char     test[16];
@@ -549,10 +265,12 @@ struct hello_msg {
     uint64_t size;
     uint64_t iters;
     uint32_t all;
-    uint32_t mtu;
+    uint32_t duration;
+    uint32_t qps;
+    uint32_t bidir;
 };
 
-/// The QP and buffer a peer offers (perftest's "address" lines).
+/// The QP and buffer a peer offers (perftest's "address" lines), one per QP.
 struct conn_msg {
     uint32_t lid;
     uint32_t qpn;
@@ -564,13 +282,100 @@ struct conn_msg {
     drv::direct_window direct;   ///< the QP's single-copy posts
 };
 
-constexpr char hello_magic[8] = {'m', 'l', 'x', '4', 'x', 'p', 't', '2'};
+/// One direction's bandwidth figures, in bytes per second; what the sides
+/// of a bidirectional test tell each other.
+struct bw_figures {
+    double   peak_bps = 0;
+    double   avg_bps  = 0;
+    double   mpps     = 0;
+    double   seconds  = 0;
+    uint64_t messages = 0;
+};
+
+constexpr char hello_magic[8] = {'m', 'l', 'x', '4', 'x', 'p', 't', '3'};
+
+// ---- JSON (--out_json) ----------------------------------------------------------
+
+/// A JSON value built in order: objects ({"key": value, ...}) and arrays
+/// of numbers, strings or values built before.
+class json {
+public:
+    static json object() { return json('{', '}'); }
+    static json array() { return json('[', ']'); }
+
+    json &add(const char *key, const json &v) { return item(key, v.text()); }
+    json &add(const char *key, std::string_view s) { return item(key, quote(s)); }
+    json &add(const char *key, const char *s) { return add(key, std::string_view(s)); }
+    json &add(const char *key, uint64_t v) { return item(key, std::to_string(v)); }
+    json &add(const char *key, uint32_t v) { return add(key, uint64_t(v)); }
+    json &add(const char *key, int v) { return item(key, std::to_string(v)); }
+    /// A number with `decimals` digits after the point, as the text prints it.
+    json &add(const char *key, double v, int decimals)
+    {
+        return item(key, format("%.*f", decimals, std::isfinite(v) ? v : 0.0));
+    }
+    json &push(const json &v) { return item(nullptr, v.text()); }
+    json &push(uint64_t v) { return item(nullptr, std::to_string(v)); }
+    std::string text() const { return body_ + (empty_ ? "" : "\n") + close_; }
+    bool empty() const { return empty_; }
+
+private:
+    json(char open, char close) : body_(1, open), close_(1, close) {}
+    json &item(const char *key, const std::string &value)
+    {
+        body_ += empty_ ? "\n  " : ",\n  ";
+        if (key) {
+            body_ += quote(key) + ": ";
+        }
+        // Nested values are indented one more step.
+        for (char c : value) {
+            body_ += c;
+            if (c == '\n') body_ += "  ";
+        }
+        empty_ = false;
+        return *this;
+    }
+    static std::string quote(std::string_view s)
+    {
+        std::string q = "\"";
+        for (char c : s) {
+            if (c == '"' || c == '\\') {
+                q += '\\';
+                q += c;
+            } else if (uint8_t(c) < 0x20) {
+                q += format("\\u%04x", unsigned(c));
+            } else {
+                q += c;
+            }
+        }
+        return q + '"';
+    }
+
+    std::string body_;
+    std::string close_;
+    bool        empty_ = true;
+};
 
 // ---- one side of the benchmark ------------------------------------------------
 
 struct free_deleter {
     void operator()(void *p) const { std::free(p); }
 };
+
+/// One QP of the test and what it carried in the current size's run.
+/// Send WQEs and receives carry (sequence number << 8 | QP index) as wr_id.
+struct qp_slot {
+    std::unique_ptr<drv::qp> qp;
+    conn_msg local{}, remote{};
+    uint64_t posted = 0;        ///< send WQEs
+    uint64_t completed = 0;     ///< send WQEs retired by CQEs
+    bool     last_posted = false;   ///< its last send WQE (signalled) is posted
+    uint64_t recv_posted = 0;
+    uint64_t received = 0;
+};
+constexpr unsigned qp_bits = 8;
+static_assert(max_qps <= (1u << qp_bits));
+constexpr uint64_t make_wr_id(uint64_t seq, unsigned k) { return seq << qp_bits | k; }
 
 class bench {
 public:
@@ -583,7 +388,7 @@ public:
                             : accept_client(o_.port, o_.timeout);
         wd_.set_peer(sock_.get());
         exchange_hello();
-        connect_qp();
+        connect_qps();
         print_banner();
 
         std::vector<uint64_t> sizes;
@@ -595,25 +400,42 @@ public:
             sizes.push_back(o_.size);
         }
         if (reports()) {
-            std::printf("%s\n", o_.lat() ? lat_header : o_.gbits ? bw_header_gbits : bw_header);
+            std::printf("%s\n", header());
         }
         for (uint64_t s : sizes) {
             run_size(s);
         }
         std::printf("%s\n", result_line);
+        if (reports() && !o_.json_file.empty()) {
+            write_json();
+        }
     }
 
 private:
     const test_desc &test() const { return *o_.test; }
+    unsigned nqp() const { return unsigned(qps_.size()); }
     /// Who prints result lines: the client, and the server where it
-    /// measures too (ping-pongs, the receiver of send_bw), as perftest.
+    /// measures too (ping-pongs, the receiver of send_bw, both sides of a
+    /// bidirectional test), as perftest.
     bool reports() const
     {
-        return o_.client() ||
+        return o_.client() || o_.bidir ||
                (test().k == kind::lat ? test().v == verb::send || test().v == verb::write
                                       : test().v == verb::send);
     }
-    bool sends_recv() const { return test().v == verb::send && (o_.lat() || !o_.client()); }
+    /// This side posts the bandwidth test's WQEs.
+    bool requester() const { return o_.client() || o_.bidir; }
+    bool sends_recv() const
+    {
+        return test().v == verb::send && (o_.lat() || !o_.client() || o_.bidir);
+    }
+    const char *header() const
+    {
+        if (o_.lat()) {
+            return o_.timed() ? lat_dur_header : lat_header;
+        }
+        return o_.gbits ? bw_header_gbits : bw_header;
+    }
 
     // ---- set-up -----------------------------------------------------------
 
@@ -629,8 +451,9 @@ private:
                                unsigned(pa.state))};
         }
         pd_ = ctx_->alloc_pd();
-        uint32_t scq_n = std::bit_ceil(std::max<uint32_t>(o_.tx_depth, 8) * 2);
-        uint32_t rcq_n = std::bit_ceil(std::max<uint32_t>(o_.rx_depth, 8) * 2);
+        // One send and one receive CQ for all QPs, as perftest.
+        uint32_t scq_n = std::bit_ceil(std::max<uint32_t>(o_.tx_depth, 8) * 2 * o_.qps);
+        uint32_t rcq_n = std::bit_ceil(std::max<uint32_t>(o_.rx_depth, 8) * 2 * o_.qps);
         scq_ = must(drv::cq::create(*ctx_, scq_n), "cannot create the send CQ");
         rcq_ = must(drv::cq::create(*ctx_, rcq_n), "cannot create the receive CQ");
 
@@ -652,17 +475,20 @@ private:
         caps.max_send_sge = 1;
         caps.max_recv_sge = 1;
         caps.max_inline   = uint32_t(o_.inline_size);
-        qp_ = must(drv::qp::create(*ctx_, pd_, drv::qp_type::rc, *scq_, *rcq_, caps),
-                   format("cannot create an RC QP (tx depth %u, rx depth %u, inline %d)",
-                          o_.tx_depth, caps.max_recv_wr, o_.inline_size));
         std::random_device rd;
-        local_.lid  = pa.lid;
-        local_.qpn  = qp_->qpn();
-        local_.psn  = rd() & 0xffffff;
-        local_.rkey = mr_->rkey();
-        local_.mtu  = o_.mtu ? std::min(o_.mtu, pa.mtu) : pa.mtu;
-        local_.addr = reinterpret_cast<uintptr_t>(target());
-        local_.direct = qp_->direct();
+        qps_.resize(o_.qps);
+        for (qp_slot &q : qps_) {
+            q.qp = must(drv::qp::create(*ctx_, pd_, drv::qp_type::rc, *scq_, *rcq_, caps),
+                        format("cannot create an RC QP (tx depth %u, rx depth %u, inline %d)",
+                               o_.tx_depth, caps.max_recv_wr, o_.inline_size));
+            q.local.lid  = pa.lid;
+            q.local.qpn  = q.qp->qpn();
+            q.local.psn  = rd() & 0xffffff;
+            q.local.rkey = mr_->rkey();
+            q.local.mtu  = o_.mtu ? std::min(o_.mtu, pa.mtu) : pa.mtu;
+            q.local.addr = reinterpret_cast<uintptr_t>(target());
+            q.local.direct = q.qp->direct();
+        }
     }
 
     uint8_t *source() const { return buf_.get(); }            ///< what we send
@@ -674,9 +500,12 @@ private:
         std::memcpy(me.magic, hello_magic, sizeof(me.magic));
         std::snprintf(me.test, sizeof(me.test), "%s", test().name);
         std::snprintf(me.fabric, sizeof(me.fabric), "%s", fabric_name_.c_str());
-        me.size  = o_.all ? 0 : o_.size;
-        me.iters = o_.iters;
-        me.all   = o_.all;
+        me.size     = o_.all ? 0 : o_.size;
+        me.iters    = o_.iters;
+        me.all      = o_.all;
+        me.duration = o_.duration;
+        me.qps      = o_.qps;
+        me.bidir    = o_.bidir;
         hello_msg peer{};
         send_msg(&me, sizeof(me));
         recv_msg(&peer, sizeof(peer), "the peer's parameters");
@@ -687,49 +516,68 @@ private:
         }
         peer.test[sizeof(peer.test) - 1]     = 0;
         peer.fabric[sizeof(peer.fabric) - 1] = 0;
+        auto differ = [&](const std::string &peer_has, const std::string &we_have,
+                          const char *need) {
+            throw fatal{format("the %s %s, this side %s: both sides need the same %s", who,
+                               peer_has.c_str(), we_have.c_str(), need)};
+        };
         if (std::strcmp(peer.test, me.test) != 0) {
-            throw fatal{format("the %s runs %s, this side %s: both sides need the "
-                               "same -t", who, peer.test, me.test)};
+            differ(format("runs %s", peer.test), me.test, "test");
         }
         if (std::strcmp(peer.fabric, me.fabric) != 0) {
             throw fatal{format("the %s is on fabric %s, this side on %s: set "
                                "UCX_MLX4X_FABRIC the same on both sides", who,
                                peer.fabric, me.fabric)};
         }
+        auto sizes = [](const hello_msg &h) {
+            return h.all ? std::string("-a") : format("-s %llu", (unsigned long long)h.size);
+        };
         if (peer.all != me.all || peer.size != me.size) {
-            auto desc = [](const hello_msg &h) {
-                return h.all ? std::string("-a") : format("-s %llu", (unsigned long long)h.size);
-            };
-            throw fatal{format("the %s uses %s, this side %s: both sides need the "
-                               "same sizes", who, desc(peer).c_str(), desc(me).c_str())};
+            differ("uses " + sizes(peer), sizes(me), "sizes");
         }
-        if (peer.iters != me.iters) {
-            throw fatal{format("the %s runs %llu iterations, this side %llu: both "
-                               "sides need the same -n", who,
-                               (unsigned long long)peer.iters,
-                               (unsigned long long)me.iters)};
+        auto length = [](const hello_msg &h) {
+            return h.duration ? format("-D %u", h.duration)
+                              : format("%llu iterations", (unsigned long long)h.iters);
+        };
+        if (peer.iters != me.iters || peer.duration != me.duration) {
+            differ("runs " + length(peer), length(me), "-n or -D");
+        }
+        if (peer.qps != me.qps) {
+            differ(format("uses %u QPs", peer.qps), format("%u", me.qps), "-q");
+        }
+        if (peer.bidir != me.bidir) {
+            auto dir = [](uint32_t b) { return std::string(b ? "bidirectional" : "unidirectional"); };
+            differ("is " + dir(peer.bidir), dir(me.bidir), "-b");
         }
     }
 
-    void connect_qp()
+    void connect_qps()
     {
-        send_msg(&local_, sizeof(local_));
-        recv_msg(&remote_, sizeof(remote_), "the peer's QP address");
-        if (remote_.lid == 0 || remote_.lid == local_.lid) {
-            throw fatal{format("the peer reported LID %u (this side has %u)",
-                               remote_.lid, local_.lid)};
+        std::vector<conn_msg> mine(nqp()), theirs(nqp());
+        for (unsigned k = 0; k < nqp(); ++k) {
+            mine[k] = qps_[k].local;
         }
-        mtu_ = std::min(local_.mtu, remote_.mtu);
-        drv::rc_connect_attr at{};
-        at.remote_qpn = remote_.qpn;
-        at.dlid       = uint16_t(remote_.lid);
-        at.rq_psn     = remote_.psn;
-        at.sq_psn     = local_.psn;
-        at.mtu        = mtu_;
-        at.peer_direct = remote_.direct;
-        must(qp_->to_init(remote_access(test().v)), "QP to INIT");
-        must(qp_->to_rtr(at), "QP to RTR");
-        must(qp_->to_rts(at), "QP to RTS");
+        send_msg(mine.data(), mine.size() * sizeof(conn_msg));
+        recv_msg(theirs.data(), theirs.size() * sizeof(conn_msg), "the peer's QP addresses");
+        for (unsigned k = 0; k < nqp(); ++k) {
+            qp_slot &q = qps_[k];
+            q.remote   = theirs[k];
+            if (q.remote.lid == 0 || q.remote.lid == q.local.lid) {
+                throw fatal{format("the peer reported LID %u (this side has %u)",
+                                   q.remote.lid, q.local.lid)};
+            }
+            mtu_ = std::min(q.local.mtu, q.remote.mtu);
+            drv::rc_connect_attr at{};
+            at.remote_qpn  = q.remote.qpn;
+            at.dlid        = uint16_t(q.remote.lid);
+            at.rq_psn      = q.remote.psn;
+            at.sq_psn      = q.local.psn;
+            at.mtu         = mtu_;
+            at.peer_direct = q.remote.direct;
+            must(q.qp->to_init(remote_access(test().v)), "QP to INIT");
+            must(q.qp->to_rtr(at), "QP to RTR");
+            must(q.qp->to_rts(at), "QP to RTS");
+        }
     }
 
     void print_banner()
@@ -737,14 +585,14 @@ private:
         const bool lat    = o_.lat();
         const bool server = !o_.client();
         std::printf("%s\n", result_line);
-        std::printf("                    %s %s Test\n", test().title, lat ? "Latency" : "BW");
+        std::printf("                    %s %s\n", test().title, title_suffix());
         std::printf(" Dual-port       : OFF\t\tDevice         : %s\n", device_name);
-        std::printf(" Number of qps   : 1\t\tTransport type : IB\n");
+        std::printf(" Number of qps   : %u\t\tTransport type : IB\n", nqp());
         std::printf(" Connection type : RC\t\tUsing SRQ      : OFF\n");
-        if (o_.client() || lat) {
+        if (requester() || lat) {
             std::printf(" TX depth        : %u\n", o_.tx_depth);
         }
-        if (test().v == verb::send && (server || lat)) {
+        if (test().v == verb::send && (server || lat || o_.bidir)) {
             std::printf(" RX depth        : %u\n", o_.rx_depth);
         }
         if (!lat) {
@@ -760,11 +608,23 @@ private:
         std::printf(" rdma_cm QPs\t : OFF\n");
         std::printf(" Data ex. method : Ethernet\n");
         std::printf(" Fabric          : shm /dev/shm/%s\n", fabric_name_.c_str());
+        if (o_.timed()) {
+            std::printf(" Duration        : %u[s]\n", o_.duration);
+        }
         std::printf("%s\n", result_line);
-        print_address("local", local_);
-        print_address("remote", remote_);
+        for (const qp_slot &q : qps_) {
+            print_address("local", q.local);
+        }
+        for (const qp_slot &q : qps_) {
+            print_address("remote", q.remote);
+        }
         std::printf("%s\n", result_line);
         std::fflush(stdout);
+    }
+
+    const char *title_suffix() const
+    {
+        return o_.lat() ? "Latency Test" : o_.bidir ? "Bidirectional BW Test" : "BW Test";
     }
 
     void print_address(const char *side, const conn_msg &m)
@@ -822,6 +682,14 @@ private:
         }
     }
 
+    /// The peer has sent something on the out-of-band connection (with -D:
+    /// the client's count, which ends the ping-pong).
+    bool peer_has_sent()
+    {
+        char c;
+        return ::recv(sock_.get(), &c, 1, MSG_PEEK | MSG_DONTWAIT) > 0;
+    }
+
     /// Both sides reach this point; the device keeps progressing meanwhile.
     void barrier(const char *what)
     {
@@ -835,10 +703,10 @@ private:
 
     // ---- the data path ----------------------------------------------------
 
-    drv::send_wr make_wr(uint64_t size, bool signalled, uint64_t wr_id)
+    drv::send_wr make_wr(uint64_t size, bool signalled, uint64_t seq, unsigned k)
     {
         drv::send_wr wr;
-        wr.wr_id  = wr_id;
+        wr.wr_id  = make_wr_id(seq, k);
         wr.opcode = test().op;
         wr.flags  = signalled ? uint32_t(drv::send_signaled) : 0u;
         // Inline only carries outgoing data (SEND / WRITE).
@@ -849,38 +717,42 @@ private:
         // READ and atomics land in `source` (the local end of the transfer).
         sge_ = {reinterpret_cast<uintptr_t>(source()), uint32_t(size), mr_->lkey()};
         wr.sg = {&sge_, 1};
+        const conn_msg &peer = qps_[k].remote;
         switch (test().v) {
         case verb::send:
             break;
         case verb::write:
         case verb::read:
-            wr.remote_addr = remote_.addr;
-            wr.rkey        = remote_.rkey;
+            wr.remote_addr = peer.addr;
+            wr.rkey        = peer.rkey;
             break;
         case verb::atomic:
-            wr.remote_addr = remote_.addr;
-            wr.rkey        = remote_.rkey;
+            wr.remote_addr = peer.addr;
+            wr.rkey        = peer.rkey;
             wr.compare_add = 1;   // fetch-and-add of 1, perftest's default
             break;
         }
         return wr;
     }
 
-    void post(const drv::send_wr &wr)
+    void post(unsigned k, const drv::send_wr &wr)
     {
-        if (status s = qp_->post_send(wr); s != status::ok) {
-            throw fatal{format("post_send of WQE %llu: %s", (unsigned long long)wr.wr_id,
-                               to_string(s))};
+        if (status s = qps_[k].qp->post_send(wr); s != status::ok) {
+            throw fatal{format("post_send of WQE %llu on QP %u: %s",
+                               (unsigned long long)(wr.wr_id >> qp_bits), k, to_string(s))};
         }
+        ++qps_[k].posted;
     }
 
-    void post_recv()
+    void post_recv(unsigned k)
     {
+        qp_slot &q = qps_[k];
         drv::sge sg{reinterpret_cast<uintptr_t>(target()), uint32_t(cur_size_), mr_->lkey()};
-        if (status s = qp_->post_recv(recv_posted_, {&sg, 1}); s != status::ok) {
-            throw fatal{format("post_recv: %s", to_string(s))};
+        if (status s = q.qp->post_recv(make_wr_id(q.recv_posted, k), {&sg, 1});
+            s != status::ok) {
+            throw fatal{format("post_recv on QP %u: %s", k, to_string(s))};
         }
-        ++recv_posted_;
+        ++q.recv_posted;
     }
 
     [[noreturn]] void completion_error(const drv::wc &w, const char *queue)
@@ -889,10 +761,21 @@ private:
                            drv::to_string(w.status), (unsigned long long)w.wr_id, w.qpn)};
     }
 
+    /// The QP a completion belongs to, by its wr_id, checked against the
+    /// QP number the CQE carries.
+    qp_slot &slot_of(const drv::wc &w, const char *queue)
+    {
+        unsigned k = unsigned(w.wr_id & ((1u << qp_bits) - 1));
+        if (k >= nqp() || qps_[k].local.qpn != w.qpn) {
+            throw fatal{format("%s completion for qpn 0x%x with wr_id %llu: not a QP of "
+                               "this test", queue, w.qpn, (unsigned long long)w.wr_id)};
+        }
+        return qps_[k];
+    }
+
     /// One turn of every poll loop: the device's time slice, then both CQs.
-    /// Send WQEs carry their sequence number as wr_id; a signalled CQE
-    /// retires the unsignalled WQEs before it (C64), so `completed_` jumps
-    /// to wr_id + 1.
+    /// A signalled CQE retires the unsignalled WQEs of its QP before it
+    /// (C64), so that QP's `completed` jumps to its sequence number + 1.
     void pump(const char *what)
     {
         bool worked = ctx_->progress() != 0;
@@ -903,16 +786,20 @@ private:
         unsigned n = scq_->poll(w);
         if (n) {
             worked = true;
-            uint64_t t = track_completions_ ? now_ns() : 0;
+            uint64_t t = now_ns();
             for (unsigned i = 0; i < n; ++i) {
                 if (w[i].status != drv::wc_status::success) {
                     completion_error(w[i], "send");
                 }
-                completed_ = w[i].wr_id + 1;
+                qp_slot &q   = slot_of(w[i], "send");
+                uint64_t seq = w[i].wr_id >> qp_bits;
+                completed_ += seq + 1 - q.completed;
+                q.completed = seq + 1;
                 if (track_completions_) {
-                    tcompleted_[w[i].wr_id] = t;
+                    tcompleted_[seq * nqp() + (&q - qps_.data())] = t;
                 }
             }
+            last_completion_ns_ = t;
             wd_.kick();
         }
         n = rcq_->poll(w);
@@ -922,11 +809,13 @@ private:
                 if (w[i].status != drv::wc_status::success) {
                     completion_error(w[i], "receive");
                 }
+                qp_slot &q = slot_of(w[i], "receive");
+                ++q.received;
                 if (received_++ == 0) {
                     first_recv_ns_ = t;
                 }
-                if (recv_posted_ < o_.iters) {
-                    post_recv();
+                if (o_.timed() || q.recv_posted < o_.iters) {
+                    post_recv(unsigned(&q - qps_.data()));
                 }
             }
             last_recv_ns_ = t;
@@ -944,26 +833,37 @@ private:
         }
     }
 
-    void wait_sq_room()
+    void wait_sq_room(unsigned k)
     {
-        while (qp_->sq_free() == 0) {
+        while (qps_[k].qp->sq_free() == 0) {
             pump("send completions (send queue full)");
         }
     }
 
+    bool time_is_up() const { return o_.timed() && now_ns() >= deadline_ns_; }
+
     void run_size(uint64_t size)
     {
         cur_size_ = size;
-        completed_ = 0;
-        received_  = 0;
-        recv_posted_ = 0;
+        completed_ = received_ = 0;
+        count_     = 0;
+        first_post_ns_ = last_post_ns_ = last_completion_ns_ = 0;
+        for (qp_slot &q : qps_) {
+            q.posted = q.completed = q.recv_posted = q.received = 0;
+            q.last_posted = false;
+        }
         track_completions_ = false;
-        tposted_.assign(o_.iters, 0);
+        // Time stamps of every iteration: not with -D, whose length is not
+        // known in advance (its reports need only the first and last).
+        tposted_.assign(o_.timed() ? 0 : o_.iters * nqp(), 0);
         if (sends_recv()) {
             // Receives first: a SEND that finds none is answered with an RNR
             // NAK and retried, which would be measured.
-            for (uint32_t i = 0; i < o_.rx_depth && recv_posted_ < o_.iters; ++i) {
-                post_recv();
+            for (unsigned k = 0; k < nqp(); ++k) {
+                for (uint32_t i = 0; i < o_.rx_depth &&
+                                     (o_.timed() || qps_[k].recv_posted < o_.iters); ++i) {
+                    post_recv(k);
+                }
             }
         }
         // Write ping-pong: the last byte of the target is the mailbox.
@@ -972,117 +872,254 @@ private:
 
         barrier("the peer to start");
         wd_.restart();
-        const bool client = o_.client();
-        switch (test().k) {
-        case kind::lat:
-            switch (test().v) {
-            case verb::send:  lat_send(size); break;
-            case verb::write: lat_write(size); break;
-            case verb::read:
-            case verb::atomic:
-                if (client) lat_one_sided(size);
-                break;
-            }
-            break;
-        case kind::bw:
-            if (client) {
-                bw_client(size);
-            } else if (test().v == verb::send) {
-                bw_send_server();
-            }
-            break;
+        deadline_ns_ = now_ns() + uint64_t(o_.duration) * 1'000'000'000u;
+        if (test().k == kind::lat) {
+            run_lat(size);
+        } else {
+            run_bw(size);
         }
         barrier("the peer to finish");
 
         if (reports()) {
             if (test().k == kind::lat) {
                 report_lat(size);
-            } else if (client) {
-                report_bw_client(size);
             } else {
-                report_bw_server(size);
+                report_bw(size);
             }
         }
         std::fflush(stdout);
     }
 
-    // Latency, SEND/RECV ping-pong: the client sends first; each side
-    // answers the other's message. tposted[i] is taken before each post, so
-    // consecutive stamps are one round trip apart (as perftest's).
-    void lat_send(uint64_t size)
+    void run_lat(uint64_t size)
     {
         const bool client = o_.client();
-        for (uint64_t i = 0; i < o_.iters; ++i) {
-            if (!client) {
-                while (received_ <= i) pump("a SEND from the client");
-            }
-            wait_sq_room();
-            tposted_[i] = now_ns();
-            post(make_wr(size, true, i));
-            if (client) {
-                while (received_ <= i) pump("a SEND from the server");
-            }
+        switch (test().v) {
+        case verb::send:  lat_send(size); break;
+        case verb::write: lat_write(size); break;
+        case verb::read:
+        case verb::atomic:
+            if (client) lat_one_sided(size);
+            break;
         }
-        while (completed_ < o_.iters) pump("the last send completions");
     }
 
-    // Latency, RDMA WRITE ping-pong: each side polls the last byte of its
-    // target buffer for the iteration number the peer writes there.
-    void lat_write(uint64_t size)
+    /// Bandwidth: the requesters stream; then each side tells the other how
+    /// many messages it sent, and a receiver of SENDs waits for them all.
+    void run_bw(uint64_t size)
     {
-        const bool        client  = o_.client();
-        volatile uint8_t *mailbox = target() + size - 1;
-        uint8_t          *mark    = source() + size - 1;
-        for (uint64_t i = 0; i < o_.iters; ++i) {
-            const uint8_t seq = uint8_t(i + 1);
-            if (!client) {
-                while (*mailbox != seq) pump("an RDMA WRITE from the client");
-            }
-            wait_sq_room();
-            tposted_[i] = now_ns();
-            *mark = seq;
-            post(make_wr(size, true, i));
-            if (client) {
-                while (*mailbox != seq) pump("an RDMA WRITE from the server");
+        if (requester()) {
+            bw_requester(size);
+        }
+        uint64_t sent = requester() ? completed_ : 0, peer_sent = 0;
+        send_msg(&sent, sizeof(sent));
+        recv_msg(&peer_sent, sizeof(peer_sent), "the peer's message count");
+        if (test().v == verb::send && (!o_.client() || o_.bidir)) {
+            while (received_ < peer_sent) pump("SENDs from the peer");
+            if (received_ != peer_sent) {
+                throw fatal{format("received %llu SENDs, the peer sent %llu",
+                                   (unsigned long long)received_,
+                                   (unsigned long long)peer_sent)};
             }
         }
-        while (completed_ < o_.iters) pump("the last send completions");
+        if (o_.bidir) {
+            peer_bw_ = exchange_figures(own_bw_figures(size));
+        }
+    }
+
+    // Latency ping-pongs (SEND/RECV and RDMA WRITE): the client starts
+    // each round trip, the server answers; consecutive post stamps are one
+    // round trip apart (as perftest's). With -D the client stops when the
+    // time is up and sends the number of round trips, which the server,
+    // waiting for the next message, sees and stops at.
+    template <typename Arrived>
+    void ping_pong(uint64_t size, Arrived arrived, const char *from_client,
+                   const char *from_server)
+    {
+        const bool client = o_.client();
+        uint64_t   i      = 0;
+        for (;; ++i) {
+            if (o_.timed() ? client && time_is_up() : i >= o_.iters) {
+                break;
+            }
+            if (!client && !await_client(arrived, i, from_client)) {
+                break;   // -D: the client stopped
+            }
+            wait_sq_room(0);
+            stamp_post(i);
+            post(0, make_wr(size, true, i, 0));
+            if (client) {
+                while (!arrived(i)) pump(from_server);
+            }
+        }
+        const uint64_t end = now_ns();
+        count_ = i;
+        // The client's round trips end when their answers arrive; the
+        // server's samples are between its posts.
+        span_ns_   = count_ ? (client ? end : last_post_ns_) - first_post_ns_ : 0;
+        intervals_ = client ? count_ : count_ ? count_ - 1 : 0;
+        if (o_.timed()) {
+            if (client) {
+                send_msg(&count_, sizeof(count_));
+            } else {
+                uint64_t n = 0;
+                recv_msg(&n, sizeof(n), "the client's count");
+                if (n != count_) {
+                    throw fatal{format("the client ran %llu round trips, this side %llu",
+                                       (unsigned long long)n, (unsigned long long)count_)};
+                }
+            }
+        }
+        while (completed_ < count_) pump("the last send completions");
+    }
+
+    /// The server waits for message i of a ping-pong; false when, with -D,
+    /// the client has sent its count instead (the socket is looked at once
+    /// in 1024 turns: a system call per turn would be measured).
+    template <typename Arrived>
+    bool await_client(Arrived arrived, uint64_t i, const char *what)
+    {
+        for (unsigned spin = 1; !arrived(i); ++spin) {
+            if (o_.timed() && spin % 1024 == 0 && peer_has_sent()) {
+                return false;
+            }
+            pump(what);
+        }
+        return true;
+    }
+
+    void lat_send(uint64_t size)
+    {
+        ping_pong(size, [this](uint64_t i) { return received_ > i; },
+                  "a SEND from the client", "a SEND from the server");
+    }
+
+    // Each side polls the last byte of its target buffer for the iteration
+    // number the peer writes there.
+    void lat_write(uint64_t size)
+    {
+        volatile uint8_t *mailbox = target() + size - 1;
+        uint8_t          *mark    = source() + size - 1;
+        // The mark goes out with the post of iteration i: written when the
+        // post is stamped (stamp_post runs right before each post).
+        mark_ = mark;
+        ping_pong(size, [mailbox](uint64_t i) { return *mailbox == uint8_t(i + 1); },
+                  "an RDMA WRITE from the client", "an RDMA WRITE from the server");
+        mark_ = nullptr;
+    }
+
+    /// Before post i of a latency test: its time stamp, and for write_lat
+    /// the iteration's mark in the outgoing buffer.
+    void stamp_post(uint64_t i)
+    {
+        uint64_t t = now_ns();
+        if (i == 0) first_post_ns_ = t;
+        last_post_ns_ = t;
+        if (!o_.timed()) tposted_[i] = t;
+        if (mark_) *mark_ = uint8_t(i + 1);
     }
 
     // Latency of a one-sided operation answered by the responder (READ,
     // atomics): post, wait for its completion, repeat. Full round trips.
     void lat_one_sided(uint64_t size)
     {
-        for (uint64_t i = 0; i < o_.iters; ++i) {
-            tposted_[i] = now_ns();
-            post(make_wr(size, true, i));
+        uint64_t i = 0;
+        for (; o_.timed() ? !time_is_up() : i < o_.iters; ++i) {
+            stamp_post(i);
+            post(0, make_wr(size, true, i, 0));
             while (completed_ <= i) pump("a completion");
         }
+        count_     = i;
+        span_ns_   = count_ ? now_ns() - first_post_ns_ : 0;
+        intervals_ = count_;
     }
 
-    // Bandwidth, requester: up to tx_depth WQEs outstanding, one in cq_mod
-    // signalled (and the last one).
-    void bw_client(uint64_t size)
+    // Bandwidth, requester: WQEs posted round robin over the QPs, each QP
+    // with up to tx_depth outstanding, one in cq_mod signalled and its last
+    // one (with -D: the first posted after the time is up).
+    void bw_requester(uint64_t size)
     {
-        tcompleted_.assign(o_.iters, 0);
-        track_completions_ = true;
-        const uint64_t iters = o_.iters;
-        uint64_t       scnt  = 0;
-        while (completed_ < iters) {
-            while (scnt < iters && scnt - completed_ < o_.tx_depth && qp_->sq_free() > 0) {
-                bool sig = scnt % o_.cq_mod == o_.cq_mod - 1 || scnt == iters - 1;
-                tposted_[scnt] = now_ns();
-                post(make_wr(size, sig, scnt));
-                ++scnt;
+        tcompleted_.assign(o_.timed() ? 0 : o_.iters * nqp(), 0);
+        track_completions_ = !o_.timed();
+        unsigned finished  = 0;
+        first_post_ns_     = now_ns();
+        for (unsigned k = 0; finished < nqp(); k = (k + 1) % nqp()) {
+            qp_slot &q = qps_[k];
+            if (q.last_posted) {
+                continue;
             }
-            pump("send completions");
+            while (q.posted - q.completed >= o_.tx_depth || q.qp->sq_free() == 0) {
+                pump("send completions");
+            }
+            const uint64_t seq  = q.posted;
+            const bool     last = o_.timed() ? time_is_up() : seq == o_.iters - 1;
+            const bool     sig  = last || seq % o_.cq_mod == o_.cq_mod - 1;
+            if (!o_.timed()) {
+                tposted_[seq * nqp() + k] = now_ns();
+            }
+            post(k, make_wr(size, sig, seq, k));
+            if (last) {
+                q.last_posted = true;
+                ++finished;
+            }
+        }
+        for (const qp_slot &q : qps_) {
+            while (q.completed < q.posted) pump("the last send completions");
         }
         track_completions_ = false;
     }
 
-    void bw_send_server()
+    /// This side's bandwidth figures: the requester's, from its first post
+    /// to its last completion; a receiver of SENDs from its first to its
+    /// last receive completion, with no peak (perftest's receiver reports
+    /// 0.00 there too).
+    bw_figures own_bw_figures(uint64_t size) const
     {
-        while (received_ < o_.iters) pump("SENDs from the client");
+        bw_figures f;
+        uint64_t   t0 = first_post_ns_, t1 = last_completion_ns_;
+        f.messages    = completed_;
+        if (!requester()) {
+            t0 = first_recv_ns_;
+            t1 = last_recv_ns_;
+            f.messages = received_;
+        }
+        f.seconds = std::max(double(t1 - t0) / 1e9, 1e-9);
+        f.avg_bps = double(size) * double(f.messages) / f.seconds;
+        f.mpps    = double(f.messages) / f.seconds / 1e6;
+        if (requester() && !o_.no_peak && !o_.timed()) {
+            f.peak_bps = double(size) / best_time_per_message(f.seconds);
+        }
+        return f;
+    }
+
+    /// Peak as perftest: the best (completion_j - post_i) / (j - i + 1)
+    /// over the completions that were stamped (signalled WQEs), in the
+    /// order the WQEs were posted. The post index steps so that the search
+    /// stays below ~5e7 pairs.
+    double best_time_per_message(double seconds) const
+    {
+        const uint64_t total     = o_.iters * nqp();
+        const uint64_t signalled = total / o_.cq_mod + nqp();
+        const uint64_t step      = std::max<uint64_t>(1, signalled * total / 50'000'000);
+        double         best      = seconds / double(total);
+        for (uint64_t j = 0; j < total; ++j) {
+            if (!tcompleted_[j]) {
+                continue;
+            }
+            for (uint64_t i = 0; i <= j; i += step) {
+                double t = double(tcompleted_[j] - tposted_[i]) / 1e9 / double(j - i + 1);
+                best     = std::min(best, t);
+            }
+        }
+        return best;
+    }
+
+    /// Bidirectional: each side sends its own figures and gets the peer's.
+    bw_figures exchange_figures(const bw_figures &mine)
+    {
+        bw_figures peer;
+        send_msg(&mine, sizeof(mine));
+        recv_msg(&peer, sizeof(peer), "the peer's bandwidth");
+        return peer;
     }
 
     // ---- reports ----------------------------------------------------------
@@ -1093,6 +1130,11 @@ private:
     static constexpr const char *lat_cols[] = {
         "#bytes", "#iterations", "t_min[usec]", "t_max[usec]", "t_typical[usec]",
         "t_avg[usec]", "t_stdev[usec]", "99% percentile[usec]", "99.9% percentile[usec]"};
+    /// With -D perftest reports the average and the transactions per second.
+    static constexpr const char *lat_dur_header =
+        " #bytes        #iterations       t_avg[usec]    tps average";
+    static constexpr const char *lat_dur_cols[] = {
+        "#bytes", "#iterations", "t_avg[usec]", "tps average"};
     static constexpr const char *bw_header =
         " #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]";
     static constexpr const char *bw_cols[] = {
@@ -1118,15 +1160,23 @@ private:
         std::printf("%s\n", line.c_str());
     }
 
+    /// READ and atomics measure a full round trip per operation; the
+    /// ping-pongs two messages (perftest's rtt_factor).
+    double rtt_factor() const
+    {
+        return (test().v == verb::read || test().v == verb::atomic) ? 1 : 2;
+    }
+
     void report_lat(uint64_t size)
     {
-        // READ and atomics measure a full round trip per operation; the
-        // ping-pongs two messages (perftest's rtt_factor).
-        const double rtt = (test().v == verb::read || test().v == verb::atomic) ? 1 : 2;
-        const size_t n   = size_t(o_.iters - 1);
+        if (o_.timed()) {
+            report_lat_duration(size);
+            return;
+        }
+        const size_t n = size_t(o_.iters - 1);
         std::vector<double> d(n);
         for (size_t i = 0; i < n; ++i) {
-            d[i] = double(tposted_[i + 1] - tposted_[i]) / 1e3 / rtt;
+            d[i] = double(tposted_[i + 1] - tposted_[i]) / 1e3 / rtt_factor();
         }
         std::sort(d.begin(), d.end());
         double sum = 0;
@@ -1144,56 +1194,140 @@ private:
                   {std::to_string(size), std::to_string(o_.iters), format("%.2f", d.front()),
                    format("%.2f", d.back()), format("%.2f", median), format("%.2f", avg),
                    format("%.2f", stdev), format("%.2f", pct(0.99)), format("%.2f", pct(0.999))});
+        results_.push_back(json::object()
+                          .add("MsgSize", size)
+                          .add("n_iterations", o_.iters)
+                          .add("t_min", d.front(), 2)
+                          .add("t_max", d.back(), 2)
+                          .add("t_typical", median, 2)
+                          .add("t_avg", avg, 2)
+                          .add("t_stdev", stdev, 2)
+                          .add("percentile_99", pct(0.99), 2)
+                          .add("percentile_99.9", pct(0.999), 2)
+                          .add("Unit", "usec"));
     }
 
-    /// Bandwidths in bytes per second, printed in perftest's MB/s (2^20
-    /// bytes) or, with --report_gbits, its Gb/s (10^9 bits).
-    void print_bw(uint64_t size, double peak_bps, double avg_bps, double mpps)
+    void report_lat_duration(uint64_t size)
     {
-        auto unit = [&](double bps) {
-            return o_.gbits ? bps * 8 / 1e9 : bps / (1024.0 * 1024.0);
-        };
+        const double span = double(span_ns_) / 1e9;
+        const double avg  = intervals_ ? span * 1e6 / double(intervals_) / rtt_factor() : 0;
+        const double tps  = span > 0 ? double(intervals_) / span : 0;
+        print_row(lat_dur_header, lat_dur_cols,
+                  {std::to_string(size), std::to_string(count_), format("%.2f", avg),
+                   format("%.2f", tps)});
+        results_.push_back(json::object()
+                          .add("MsgSize", size)
+                          .add("n_iterations", count_)
+                          .add("t_avg", avg, 2)
+                          .add("tps_average", tps, 2)
+                          .add("Duration_sec", span, 6)
+                          .add("Unit", "usec"));
+    }
+
+    /// Bandwidth in perftest's MB/s (2^20 bytes) or, with --report_gbits,
+    /// its Gb/s (10^9 bits).
+    double bw_unit(double bps) const
+    {
+        return o_.gbits ? bps * 8 / 1e9 : bps / (1024.0 * 1024.0);
+    }
+
+    /// The result line: this side's figures, or with -b the sum of both
+    /// directions. #iterations is per QP, as -n (with -D: the messages of
+    /// this side's direction over the QPs).
+    void report_bw(uint64_t size)
+    {
+        const bw_figures mine = own_bw_figures(size);
+        bw_figures       sum  = mine;
+        if (o_.bidir) {
+            sum.peak_bps += peer_bw_.peak_bps;
+            sum.avg_bps  += peer_bw_.avg_bps;
+            sum.mpps     += peer_bw_.mpps;
+            sum.messages += peer_bw_.messages;
+        }
+        const uint64_t iters = o_.timed() ? mine.messages / nqp() : o_.iters;
         print_row(o_.gbits ? bw_header_gbits : bw_header,
                   o_.gbits ? std::span<const char *const>(bw_cols_gbits)
                            : std::span<const char *const>(bw_cols),
-                  {std::to_string(size), std::to_string(o_.iters),
-                   format("%.2f", o_.no_peak ? 0.0 : unit(peak_bps)),
-                   format("%.2f", unit(avg_bps)), format("%.6f", mpps)});
+                  {std::to_string(size), std::to_string(iters),
+                   format("%.2f", bw_unit(sum.peak_bps)), format("%.2f", bw_unit(sum.avg_bps)),
+                   format("%.6f", sum.mpps)});
+
+        json per_qp = json::array();
+        for (const qp_slot &q : qps_) {
+            per_qp.push(requester() ? q.completed : q.received);
+        }
+        json r = json::object();
+        r.add("MsgSize", size)
+            .add("n_iterations", iters)
+            .add("BW_peak", bw_unit(sum.peak_bps), 2)
+            .add("BW_average", bw_unit(sum.avg_bps), 2)
+            .add("MsgRate", sum.mpps, 6)
+            .add("BW_unit", o_.gbits ? "Gb/sec" : "MB/sec")
+            .add("Duration_sec", mine.seconds, 6)
+            .add("Messages", mine.messages)
+            .add("Messages_per_qp", per_qp);
+        if (o_.bidir) {
+            r.add("This_side", figures_json(mine)).add("Peer", figures_json(peer_bw_));
+        }
+        results_.push_back(r);
     }
 
-    void report_bw_client(uint64_t size)
+    json figures_json(const bw_figures &f) const
     {
-        const uint64_t iters = o_.iters;
-        double total = double(tcompleted_[iters - 1] - tposted_[0]) / 1e9;
-        // Peak as perftest: the best (completion_j - post_i) / (j - i + 1)
-        // over the completions that were stamped (signalled WQEs). The
-        // post index steps so that the search stays below ~5e7 pairs.
-        uint64_t signalled = iters / o_.cq_mod + 1;
-        uint64_t step      = std::max<uint64_t>(1, signalled * iters / 50'000'000);
-        double   best      = total / double(iters);
-        for (uint64_t j = 0; j < iters && !o_.no_peak; ++j) {
-            if (!tcompleted_[j]) {
-                continue;
-            }
-            for (uint64_t i = 0; i <= j; i += step) {
-                double t = double(tcompleted_[j] - tposted_[i]) / 1e9 / double(j - i + 1);
-                best     = std::min(best, t);
-            }
-        }
-        print_bw(size, double(size) / best, double(size) * double(iters) / total,
-                 double(iters) / total / 1e6);
+        return json::object()
+            .add("BW_peak", bw_unit(f.peak_bps), 2)
+            .add("BW_average", bw_unit(f.avg_bps), 2)
+            .add("MsgRate", f.mpps, 6)
+            .add("Messages", f.messages);
     }
 
-    // SEND server: from the first to the last receive completion; no peak
-    // (perftest's receiver reports 0.00 there too).
-    void report_bw_server(uint64_t size)
+    /// --out_json: the banner's facts and the results as perftest writes
+    /// them (an object for one size, an array for -a).
+    void write_json()
     {
-        double total = double(last_recv_ns_ - first_recv_ns_) / 1e9;
-        if (total <= 0) {
-            total = 1e-9;
+        json qpns = json::array();
+        for (const qp_slot &q : qps_) {
+            qpns.push(q.local.qpn);
         }
-        double iters = double(o_.iters);
-        print_bw(size, 0.0, double(size) * iters / total, iters / total / 1e6);
+        json info = json::object();
+        info.add("test", test().name)
+            .add("Test_title", format("%s %s", test().title, title_suffix()))
+            .add("Side", o_.client() ? "client" : "server")
+            .add("Dual_port", "OFF")
+            .add("Device", device_name)
+            .add("Number_of_qps", nqp())
+            .add("QPNs", qpns)
+            .add("Transport_type", "IB")
+            .add("Connection_type", "RC")
+            .add("Using_SRQ", "OFF")
+            .add("Bidirectional", o_.bidir ? "ON" : "OFF")
+            .add("Duration", o_.duration)
+            .add("TX_depth", o_.tx_depth)
+            .add("CQ_Moderation", o_.cq_mod)
+            .add("Mtu", mtu_)
+            .add("Link_type", "IB")
+            .add("Max_inline_data", o_.inline_size)
+            .add("rdma_cm_QPs", "OFF")
+            .add("Data_ex_method", "Ethernet")
+            .add("Fabric", fabric_name_);
+        json doc = json::object();
+        doc.add("test_info", info);
+        if (o_.all || results_.empty()) {
+            json all = json::array();
+            for (const json &r : results_) {
+                all.push(r);
+            }
+            doc.add("results", all);
+        } else {
+            doc.add("results", results_.front());
+        }
+        std::string text = doc.text() + "\n";
+        FILE *f = std::fopen(o_.json_file.c_str(), "w");
+        if (!f || std::fwrite(text.data(), 1, text.size(), f) != text.size() ||
+            std::fclose(f) != 0) {
+            throw fatal{format("cannot write the JSON report %s: %s", o_.json_file.c_str(),
+                               std::strerror(errno))};
+        }
     }
 
     const options &o_;
@@ -1201,7 +1335,7 @@ private:
     std::string    fabric_name_;
     fd_guard       sock_;
 
-    // destroyed in reverse: qp, mr, buffers, cqs, context, fabric
+    // destroyed in reverse: qps, mr, buffers, cqs, context, fabric
     std::unique_ptr<fabric::shm_fabric>   fab_;
     std::unique_ptr<drv::context>         ctx_;
     uint32_t                              pd_ = 0;
@@ -1209,18 +1343,24 @@ private:
     std::unique_ptr<uint8_t, free_deleter> buf_;
     size_t                                region_ = 0;
     std::unique_ptr<drv::mr>              mr_;
-    std::unique_ptr<drv::qp>              qp_;
+    std::vector<qp_slot>                  qps_;
 
-    conn_msg local_{}, remote_{};
     uint32_t mtu_ = 0;
     drv::sge sge_{};
 
     uint64_t cur_size_ = 0;
-    uint64_t completed_ = 0, received_ = 0, recv_posted_ = 0;
+    uint64_t completed_ = 0, received_ = 0;   ///< over all QPs
+    uint64_t count_ = 0;                      ///< latency iterations run
+    uint64_t deadline_ns_ = 0;                ///< -D: when the time is up
+    uint64_t first_post_ns_ = 0, last_post_ns_ = 0, last_completion_ns_ = 0;
+    uint64_t span_ns_ = 0, intervals_ = 0;    ///< -D latency: round trips in a span
+    uint8_t *mark_ = nullptr;                 ///< write_lat: the outgoing mailbox byte
     bool     track_completions_ = false;
     unsigned idle_spins_ = 0;
     uint64_t first_recv_ns_ = 0, last_recv_ns_ = 0;
     std::vector<uint64_t> tposted_, tcompleted_;
+    bw_figures peer_bw_;                      ///< -b: the peer's direction
+    std::vector<json> results_;              ///< --out_json: one per size
 };
 
 } // namespace

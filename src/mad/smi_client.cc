@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: BSD-3-Clause
 #include "mad/smi_client.h"
 
+#include <algorithm>
 #include <bit>
 #include <thread>
 
@@ -100,6 +101,63 @@ std::optional<smp> smi_client::request(uint16_t dlid, smp req, duration timeout,
         });
     }
     return answer;
+}
+
+result<smp> smi_client::get_dr(const dr_path &path, smp_attr attr, uint32_t attr_mod,
+                               duration timeout, unsigned tries)
+{
+    if (path.size() >= smp_max_hops) {
+        return status::invalid_param;   // C14-6: HopCount 0..63
+    }
+    smp req = make_local_get(attr, attr_mod);
+    req.hdr.mgmt_class = uint8_t(mgmt_class::subn_directed_route);
+    req.hdr.tid.set(next_tid_++);
+    smp_hop_cnt::set(req.hdr.class_specific, uint8_t(path.size()));
+    smp_hop_ptr::set(req.hdr.class_specific, 0);
+    req.dr_slid.set(permissive_lid);
+    req.dr_dlid.set(permissive_lid);
+    std::copy(path.begin(), path.end(), req.initial_path + 1);
+
+    if (path.empty()) {
+        // E44: for the node's own SMA, through the firmware; M_Key checked
+        // (no ignore-M_Key op_modifier), as the SM's SMPs are.
+        mad resp{};
+        if (status s = ctx_.mad_ifc(std::bit_cast<mad>(req), resp, false); s != status::ok) {
+            return s;
+        }
+        return std::bit_cast<smp>(resp);
+    }
+    // C14-9:1: the sender's SMI steps the hop pointer to 1; the SMP leaves
+    // by InitialPath[1], which on a CA can only be its own port.
+    if (path[0] != own_port) {
+        return status::invalid_param;
+    }
+    smp_hop_ptr::set(req.hdr.class_specific, 1);
+    const uint64_t tid = req.hdr.tid.get();
+    aborted_ = false;
+    std::optional<smp> answer;
+    for (unsigned t = 0; t < tries && !answer; ++t) {
+        if (status s = send(permissive_lid, req); s != status::ok) {
+            return s;
+        }
+        collect(clock::now() + timeout, [&](uint16_t, const smp &s) {
+            // C14-13:3: the returning SMP ends its directed part here with
+            // the hop pointer at 1 (DrSLID permissive) and goes to the SM.
+            if (s.hdr.tid.get() != tid ||
+                s.hdr.mgmt_class != uint8_t(mgmt_class::subn_directed_route) ||
+                smp_direction::get(s.hdr.status) != 1 ||
+                smp_hop_ptr::get(s.hdr.class_specific) != 1) {
+                return false;
+            }
+            answer = s;
+            smp_hop_ptr::set(answer->hdr.class_specific, 0);
+            return true;
+        });
+    }
+    if (!answer) {
+        return status::timed_out;
+    }
+    return *answer;
 }
 
 std::map<uint16_t, smp> smi_client::sweep(smp_attr attr, uint16_t max_lid,

@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // Sends SMPs from a context's QP0 and collects the answers: what the
 // diagnostic tools (mlx4x-smpquery, mlx4x-stat, mlx4x-netdiscover) and an
-// SM need from the subnet management interface (IBA 14.2). LID-routed Get
-// only; SMPs are datagrams, so a request is sent again until answered.
+// SM need from the subnet management interface (IBA 14.2). LID-routed SMPs,
+// and directed-route Gets with the sending SMI's rules (14.2.2); SMPs are
+// datagrams, so a request is sent again until answered.
 #pragma once
 
 #include "hca/drv/verbs.h"
@@ -14,6 +15,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <vector>
 
 namespace mlx4x::mad {
 
@@ -37,6 +39,27 @@ public:
     /// GetResp, or nullopt after `tries` sends of `timeout` each.
     std::optional<smp> request(uint16_t dlid, smp req, duration timeout = duration(300),
                                unsigned tries = 3);
+    /// A directed route (IBA 14.2.2.1): the port the SMP leaves by at each
+    /// hop, InitialPath[1..HopCount]; empty: this port's own SMA.
+    using dr_path = std::vector<uint8_t>;
+    /// The number of this CA's one port: the only first hop of a route.
+    static constexpr uint8_t own_port = 1;
+    /// Get(attr, attr_mod) along `path`, sent as this node's SMI sends a
+    /// directed-route SMP (14.2.2.2; DrSLID and DrDLID permissive, no
+    /// LID-routed parts). HopCount 0 is for this port's own SMA: handed to
+    /// the firmware through MAD_IFC, never sent on the wire (E44), its
+    /// M_Key checked. Otherwise the SMI steps the hop pointer to 1 and the
+    /// SMP leaves by InitialPath[1], which must be this CA's port (C14-9:1),
+    /// LID-routed to the permissive LID, up to `tries` times. Returns the
+    /// returning GetResp (D bit set, hop pointer 0), or:
+    /// invalid_param when the SMI discards the SMP (more than 63 hops,
+    /// C14-6; a first hop other than own_port, C14-9:1), no_message when
+    /// the own SMA answered nothing (an M_Key violation, 14.2.4.1),
+    /// timed_out when no answer came over the wire, or the MAD_IFC or send
+    /// failure.
+    result<smp> get_dr(const dr_path &path, smp_attr attr, uint32_t attr_mod = 0,
+                       duration timeout = duration(300), unsigned tries = 3);
+
     /// Traps (IBA 14.2.5.1) that arrive while this client collects answers:
     /// each is answered with a TrapRepress and handed to `on_trap`.
     void on_trap(std::function<void(uint16_t slid, const smp &trap)> on_trap)

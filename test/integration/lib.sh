@@ -97,6 +97,17 @@ owner_of() {
     "$top_builddir/contrib/mlx4x-smpquery" nodedesc "$1" | sed -n 's/.* pid \([0-9]*\)$/\1/p'
 }
 
+# lock_ucx_moduledir: until the test exits, no other test that installs
+# into or watches UCX's own module directory runs (test_deb.sh installs a
+# package there, test_install.sh checks it stays untouched), also from
+# another build tree of this host. Best effort: without flock, or a lock
+# file this user cannot open, it does not wait.
+lock_ucx_moduledir() {
+    command -v flock >/dev/null 2>&1 || return 0
+    exec 9>>"${TMPDIR:-/tmp}/mlx4x-ucx-moduledir.lock" 2>/dev/null || return 0
+    flock -w 900 9 || echo "note: waited 900 s for the UCX module directory lock; going on"
+}
+
 # Exit status for automake: 1 on a failure, 77 (SKIP) when every check was
 # skipped (a test that ran nothing is not a pass), else 0.
 finish() {

@@ -4,6 +4,8 @@
 # the master subnet manager one of the ranks runs, mlx4x-netdiscover
 # lists both, and mlx4x-smpquery prints what each rank's SMA answered over
 # QP0 (portinfo, nodedesc, nodeinfo, guids, pkeys). A LID without a port gets no answer; a bad command line exits 2.
+# mlx4x-smpquery -D: directed routes (route 0 is the tool's own port; out of
+# port 1 nothing forwards them on this fabric; bad routes are discarded).
 . "$(dirname "$0")/lib.sh"
 need_mpi "the diagnostics against an MPI job"
 
@@ -157,6 +159,52 @@ out=$("$bin/mlx4x-smpquery" -G NI 0x1234 2>&1); rc=$?
 "$bin/mlx4x-smpquery" NI "$lid" 1x >/dev/null 2>&1; rc2=$?
 [ $rc1 -eq 2 ] && [ $rc2 -eq 2 ] && ok "mlx4x-smpquery: -t 0 and a malformed modifier exit 2" \
     || fail "mlx4x-smpquery: -t 0 exit $rc1, modifier 1x exit $rc2"
+
+# -D: directed routes (class 0x81, IBA 14.2.2). Route 0 is the tool's own
+# port, answered by its SMA through the firmware (pid in the node
+# description: the tool's, as exec keeps it); out of port 1 nothing
+# forwards directed routes on this fabric (no answer, exit 1); routes a CA
+# cannot send are discarded by its SMI; a malformed route is a usage error.
+out=$(sh -c 'echo "$$"; exec "$1" -D nodedesc 0' sh "$bin/mlx4x-smpquery"); rc=$?
+me=$(echo "$out" | head -n 1)
+if [ $rc -eq 0 ] && echo "$out" | grep -q "^Node Description:\.*.* mlx4x_0 pid $me\$"; then
+    ok "mlx4x-smpquery -D nodedesc 0: the tool's own port (pid $me)"
+else
+    fail "mlx4x-smpquery -D nodedesc 0 (exit $rc): $out"
+fi
+dni=$("$bin/mlx4x-smpquery" -D nodeinfo 0); rc=$?
+dpi=$("$bin/mlx4x-smpquery" -D portinfo 0 1)
+dlid=$(echo "$dpi" | sed -n 's/^Lid:\.*//p')
+dguid=$(echo "$dni" | sed -n 's/^PortGuid:\.*//p')
+if [ $rc -eq 0 ] && echo "$dni" | grep -q '^# Node info: DR path slid 65535; dlid 65535; 0$' &&
+   echo "$dni" | grep -q '^NodeType:\.*Channel Adapter$' && [ -n "$dguid" ] &&
+   ! echo "$stat" | grep -q "Port GUID: $dguid" &&
+   echo "$dpi" | grep -q '^# Port info: DR path slid 65535; dlid 65535; 0 port 1$' &&
+   echo "$dpi" | grep -q '^LinkState:\.*Active$' && [ -n "$dlid" ] && ! echo "$all" | grep -qx "$dlid"; then
+    ok "mlx4x-smpquery -D nodeinfo/portinfo 0: a CA port of its own (GUID $dguid, lid $dlid), Active"
+else
+    fail "mlx4x-smpquery -D nodeinfo/portinfo 0 (exit $rc)"; echo "$dni"; echo "$dpi"
+fi
+t0=$(date +%s)
+out=$("$bin/mlx4x-smpquery" -t 100 -D nodeinfo 0,1 2>&1); rc=$?
+[ $rc -eq 1 ] && echo "$out" | grep -q 'no answer along directed route 0,1: port 1 leads into' \
+    && ok "mlx4x-smpquery -D nodeinfo 0,1: no switch forwards it, exit 1 after $(( $(date +%s) - t0 )) s" \
+    || fail "mlx4x-smpquery -D nodeinfo 0,1 (exit $rc): $out"
+out=$("$bin/mlx4x-smpquery" -D nodeinfo 0,2 2>&1); rc=$?
+[ $rc -eq 1 ] && echo "$out" | grep -q 'discarded by this node.s SMI: a CA sends only by its own port, 1 (IBA C14-9:1)' \
+    && ok "mlx4x-smpquery -D nodeinfo 0,2: discarded (C14-9:1), exit 1" \
+    || fail "mlx4x-smpquery -D nodeinfo 0,2 (exit $rc): $out"
+long=0; for i in $(seq 64); do long="$long,1"; done
+out=$("$bin/mlx4x-smpquery" -D nodeinfo "$long" 2>&1); rc=$?
+[ $rc -eq 1 ] && echo "$out" | grep -q 'more than 63 hops (IBA C14-6)' \
+    && ok "mlx4x-smpquery -D with 64 hops: discarded (C14-6), exit 1" \
+    || fail "mlx4x-smpquery -D 64 hops (exit $rc): $out"
+"$bin/mlx4x-smpquery" -D nodeinfo 1,1 >/dev/null 2>&1; rc1=$?
+"$bin/mlx4x-smpquery" -D nodeinfo 0,,1 >/dev/null 2>&1; rc2=$?
+"$bin/mlx4x-smpquery" -D -G nodeinfo 0 >/dev/null 2>&1; rc3=$?
+[ $rc1 -eq 2 ] && [ $rc2 -eq 2 ] && [ $rc3 -eq 2 ] \
+    && ok "mlx4x-smpquery -D: a route not from 0, a malformed route, -D with -G exit 2" \
+    || fail "mlx4x-smpquery -D usage errors: exits $rc1 $rc2 $rc3"
 
 touch "$stop"
 wait $job; rc=$?

@@ -56,7 +56,9 @@ else
     over='ucx_moduledir=${libdir}/ucx'
 fi
 
-# UCX's own module directory is not touched.
+# UCX's own module directory is not touched (test_deb.sh, which installs
+# there, does not run meanwhile).
+lock_ucx_moduledir
 sysmod="$(pkg-config --variable=libdir ucx)/ucx/libuct_mlx4x.so"
 sys_before=$(ls -l --time-style=full-iso "$sysmod" 2>&1)
 

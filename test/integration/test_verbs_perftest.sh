@@ -4,7 +4,9 @@
 # one -a sweep, plus read_lat, read_bw and atomic_lat. Checks the perftest
 # banner and column headers, and that every result line is sane (latencies
 # ordered and positive, BW average consistent with the message rate, peak >=
-# average). Then the error paths: mismatched sides, no server, a host that
+# average). perftest's -q (QPs), -b (both directions), -D (a time instead
+# of iterations) and --out_json (the report as JSON, read back with
+# python3). Then the error paths: mismatched sides, no server, a host that
 # is not this one.
 . "$(dirname "$0")/lib.sh"
 
@@ -185,6 +187,141 @@ else
 fi
 rm -f "$out" "$out.srv"
 
+# run_pair TEST ARGS...: a pair with ARGS on both sides, each writing its
+# JSON report (--out_json_file) in $jd: $jd/srv.out, cli.out, srv.json,
+# cli.json; $crc, $src their exit statuses, $secs the client's wall time.
+jd=$(mktemp -d)
+run_pair() {
+    t=$1; shift
+    rm -f "$jd"/*
+    port=$(next_port)
+    pair_t=60
+    start_server "$jd/srv.out" "$links/mlx4x_$t" -p "$port" --timeout=20 "$@" \
+        --out_json_file="$jd/srv.json"
+    t0=$(date +%s%N)
+    timeout 60 "$links/mlx4x_$t" -p "$port" --timeout=20 "$@" --out_json_file="$jd/cli.json" \
+        localhost >"$jd/cli.out" 2>&1
+    crc=$?
+    secs=$(( ($(date +%s%N) - t0) / 1000000 ))
+    secs="$((secs / 1000)).$(printf %03d $((secs % 1000)))"
+    wait $srv
+    src=$?
+}
+# jq_py FILE EXPR: EXPR (Python, `d` the parsed JSON) printed; fails when the
+# file is not JSON (as python3 -m json.tool reads it).
+have_py=
+command -v python3 >/dev/null 2>&1 && python3 -c 'import json' 2>/dev/null && have_py=1
+jq_py() {
+    python3 -m json.tool "$1" >/dev/null 2>&1 &&
+        python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); print(eval(sys.argv[2]))' "$1" "$2"
+}
+result_line() { grep -A1 -F "$1" "$2" | tail -n 1; }
+
+# -q 4: four QPs each side, in the banner's addresses; the JSON report
+# counts each QP's messages (from its own CQEs): -n on every one.
+run_pair write_bw -s 65536 -n 1000 -q 4
+qpns=$(grep '^ local address:' "$jd/cli.out" | sed 's/.*QPN \(0x[0-9a-f]*\).*/\1/' | sort -u | wc -l)
+if [ $crc -eq 0 ] && [ $src -eq 0 ] && grep -q '^ Number of qps   : 4' "$jd/cli.out" &&
+   [ "$qpns" -eq 4 ] && [ "$(grep -c '^ remote address:' "$jd/cli.out")" -eq 4 ] &&
+   r=$(bw_lines "$jd/cli.out" 1000 1 65536); then
+    ok "write_bw -q 4: 4 QPs ($(grep '^ local address:' "$jd/cli.out" | sed 's/.*QPN \(0x[0-9a-f]*\).*/\1/' | tr '\n' ' ')), $(result_line "$BW_HDR" "$jd/cli.out" | tr -s ' ')"
+else
+    fail "write_bw -q 4 (client exit $crc, server $src, $qpns QPNs) $r"; tail -n 12 "$jd/cli.out" "$jd/srv.out"
+fi
+if [ -z "$have_py" ]; then
+    skip "--out_json checks: no python3 to parse the JSON"
+elif [ "$(jq_py "$jd/cli.json" "(d['test_info']['Number_of_qps'], d['results']['Messages_per_qp'], d['results']['Messages'], d['results']['MsgSize'])")" = "(4, [1000, 1000, 1000, 1000], 4000, 65536)" ]; then
+    ok "write_bw -q 4 --out_json_file: JSON with 4 QPs of 1000 messages each"
+else
+    fail "write_bw -q 4 JSON report:"; cat "$jd/cli.json"
+fi
+[ ! -e "$jd/srv.json" ] && ok "write_bw: the passive server writes no JSON report (it prints no result)" \
+    || fail "the passive write_bw server wrote $jd/srv.json"
+
+# send_bw -q 3: the receiver's JSON counts what each of its QPs received.
+run_pair send_bw -s 4096 -n 500 -q 3
+if [ $crc -eq 0 ] && [ $src -eq 0 ] && [ -n "$have_py" ] &&
+   [ "$(jq_py "$jd/srv.json" "d['results']['Messages_per_qp']")" = "[500, 500, 500]" ] &&
+   r=$(bw_lines "$jd/srv.out" 500 0 4096); then
+    ok "send_bw -q 3: the server received 500 SENDs on each of its 3 QPs"
+elif [ -z "$have_py" ]; then
+    skip "send_bw -q 3: no python3 to read the JSON report"
+else
+    fail "send_bw -q 3 (client exit $crc, server $src) $r"; tail -n 5 "$jd/srv.out"; cat "$jd/srv.json"
+fi
+
+# -b: both sides stream and both print the sum of the two directions;
+# each side's JSON holds its own direction and the peer's, which are the
+# other side's own.
+for t in write_bw send_bw read_bw; do
+    run_pair $t -s 65536 -n 1000 -b -q 2
+    cl=$(result_line "$BW_HDR" "$jd/cli.out" | tr -s ' ')
+    sl=$(result_line "$BW_HDR" "$jd/srv.out" | tr -s ' ')
+    why=
+    [ $crc -eq 0 ] && [ $src -eq 0 ] || why="$why exit $crc/$src;"
+    grep -q "Bidirectional BW Test" "$jd/cli.out" || why="$why no 'Bidirectional' banner;"
+    [ -n "$cl" ] && [ "$cl" = "$sl" ] || why="$why client '$cl', server '$sl';"
+    r=$(bw_lines "$jd/cli.out" 1000 1 65536) || why="$why $r;"
+    if [ -n "$have_py" ]; then
+        sum=$(jq_py "$jd/cli.json" "abs(d['results']['BW_average'] - d['results']['This_side']['BW_average'] - d['results']['Peer']['BW_average']) < 0.02 and d['results']['This_side']['Messages'] == 2000 and d['results']['Peer']['Messages'] == 2000")
+        [ "$sum" = True ] || why="$why client JSON: sum != this side + peer, or not 2000 messages each;"
+        [ "$(jq_py "$jd/cli.json" "d['results']['This_side']")" = "$(jq_py "$jd/srv.json" "d['results']['Peer']")" ] &&
+            [ "$(jq_py "$jd/cli.json" "d['results']['Peer']")" = "$(jq_py "$jd/srv.json" "d['results']['This_side']")" ] ||
+            why="$why the sides' JSON directions disagree;"
+    fi
+    if [ -z "$why" ]; then
+        ok "$t -b -q 2: both sides report the sum $(echo "$cl" | cut -d' ' -f5) MB/s = $(jq_py "$jd/cli.json" "d['results']['This_side']['BW_average']" 2>/dev/null) + $(jq_py "$jd/cli.json" "d['results']['Peer']['BW_average']" 2>/dev/null)"
+    else
+        fail "$t -b:$why"; tail -n 4 "$jd/cli.out" "$jd/srv.out"
+    fi
+done
+
+# -D 1: about a second of traffic instead of -n (the pair's set-up adds
+# its part of the wall time), iterations counted.
+for t in write_lat send_lat read_lat; do
+    run_pair $t -D 1
+    line=$(result_line ' #bytes        #iterations       t_avg[usec]    tps average' "$jd/cli.out")
+    n=$(echo "$line" | awk '{ print $2 }')
+    if [ $crc -eq 0 ] && [ $src -eq 0 ] && [ "${n:-0}" -gt 0 ] &&
+       echo "$line" | awk '{ exit !($3 > 0 && $4 > 0) }' &&
+       awk -v s="$secs" 'BEGIN { exit !(s >= 1.0 && s < 10) }'; then
+        ok "$t -D 1: $n round trips, client ran $secs s ($(echo "$line" | tr -s ' '))"
+    else
+        fail "$t -D 1 (client exit $crc, server $src, $secs s): '$line'"; tail -n 4 "$jd/cli.out" "$jd/srv.out"
+    fi
+done
+run_pair send_bw -D 1 -q 2
+n=$(result_line "$BW_HDR" "$jd/cli.out" | awk '{ print $2 }')
+if [ $crc -eq 0 ] && [ $src -eq 0 ] && [ "${n:-0}" -gt 0 ] &&
+   awk -v s="$secs" 'BEGIN { exit !(s >= 1.0 && s < 10) }' &&
+   [ "$(result_line "$BW_HDR" "$jd/srv.out" | awk '{ print $2 }')" = "$n" ] &&
+   { [ -z "$have_py" ] || [ "$(jq_py "$jd/cli.json" "d['test_info']['Duration'] == 1 and d['results']['Messages'] == 2 * d['results']['n_iterations'] > 0")" = True ]; }; then
+    ok "send_bw -D 1 -q 2: $n SENDs per QP in $secs s, all received"
+else
+    fail "send_bw -D 1 -q 2 (client exit $crc, server $src, $secs s)"; tail -n 4 "$jd/cli.out" "$jd/srv.out"
+fi
+
+# --out_json alone: perftest's file name, perftest_out.json, in the working
+# directory; a latency test's columns as its fields.
+port=$(next_port)
+mkdir "$jd/cwd"
+pair_t=60
+start_server "$jd/srv.out" "$links/mlx4x_send_lat" -n 200 -p "$port" --timeout=20
+(cd "$jd/cwd" && timeout 60 "$links/mlx4x_send_lat" -n 200 -p "$port" --timeout=20 --out_json \
+    localhost >"$jd/cli.out" 2>&1)
+crc=$?
+wait $srv
+if [ -z "$have_py" ]; then
+    skip "--out_json: no python3 to parse the JSON"
+elif [ $crc -eq 0 ] && [ "$(jq_py "$jd/cwd/perftest_out.json" "(d['test_info']['test'], d['results']['n_iterations'], sorted(k for k in d['results'] if k.startswith('t_')), d['results']['t_min'] <= d['results']['t_typical'] <= d['results']['t_max'])")" = "('send_lat', 200, ['t_avg', 't_max', 't_min', 't_stdev', 't_typical'], True)" ]; then
+    ok "send_lat --out_json: perftest_out.json with the latency columns"
+else
+    fail "send_lat --out_json (exit $crc):"; cat "$jd/cwd/perftest_out.json"
+fi
+rm -rf "$jd"
+
+expect_error "-q on a latency test" "are for bandwidth tests" "$PT" --test=send_lat -q 2
+expect_error "-D with -n"         "no -n or -a with it"  "$PT" --test=write_bw -D 1 -n 100
 expect_error "unknown test"       "unknown test 'foo'"   "$PT" --test=foo
 expect_error "no test"            "no test given"        "$PT"
 expect_error "bad size"           "invalid size"         "$PT" --test=send_lat -s 0
@@ -209,6 +346,14 @@ if [ $src -ne 0 ] && grep -q "the client runs write_lat, this side send_lat" "$o
 else
     fail "mismatched test (server): exit $src"; tail -n 3 "$out.srv"
 fi
+rm -f "$out" "$out.srv"
+# Mismatched -q: the client names the difference.
+port=$(next_port)
+out=$(mktemp)
+start_server "$out.srv" "$PT" --test=write_bw -q 2 -p "$port" --timeout=5
+expect_error "mismatched -q (client)" "the server uses 2 QPs, this side 1" \
+    "$PT" --test=write_bw -p "$port" --timeout=5 localhost
+wait $srv
 rm -f "$out" "$out.srv"
 rm -rf "$links"
 finish

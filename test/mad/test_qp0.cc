@@ -4,7 +4,10 @@
 // the sender's QP0 with its TID; a sweep finds every attached port; M_Key
 // protection applies to SMPs from the wire (E42); datagrams for QP0 that
 // are not on VL15 are dropped (IBA 7.6.4); QP0 exists once per context.
-// Seeds: C2 (the SMA answers chapter-14 SMPs), E42.
+// Directed routes from the SMI (14.2.2): hop count 0 reaches the port's
+// own SMA and never the wire; routes a CA cannot send are discarded; a
+// route out of the port reaches no node on this LID-routed fabric.
+// Seeds: C2 (the SMA answers chapter-14 SMPs), E42, E44.
 #include "sma_test_util.h"
 #include "../hca/hca_fixture.h"
 #include "hca/drv/verbs.h"
@@ -41,6 +44,46 @@ protected:
 
     uint16_t lid_b() const { return b_->port().lid; }
 };
+
+TEST_F(qp0, E44_directed_route_of_0_hops_reaches_the_own_sma)
+{
+    auto r = client_->get_dr({}, smp_attr::node_info);
+    ASSERT_TRUE(r.ok()) << to_string(r.error());
+    EXPECT_EQ(r->hdr.mgmt_class, uint8_t(mgmt_class::subn_directed_route));
+    EXPECT_EQ(r->hdr.method, uint8_t(method::get_resp));
+    EXPECT_EQ(smp_direction::get(r->hdr.status), 1u);   // returning
+    EXPECT_EQ(smp_status::get(r->hdr.status), 0u);
+    EXPECT_EQ(smp_hop_cnt::get(r->hdr.class_specific), 0u);
+    EXPECT_EQ(smp_hop_ptr::get(r->hdr.class_specific), 0u);
+    // This port's node, not the other port's.
+    EXPECT_EQ(attr_of<node_info>(*r).port_guid.get(), a_->port().port_guid);
+    auto pi = client_->get_dr({}, smp_attr::port_info, smi_client::own_port);
+    ASSERT_TRUE(pi.ok());
+    EXPECT_EQ(attr_of<port_info>(*pi).lid.get(), a_->port().lid);
+}
+
+TEST_F(qp0, C2_directed_routes_a_ca_cannot_send_are_discarded)
+{
+    // C14-9:1: the first hop leaves by InitialPath[1], the CA's one port.
+    EXPECT_EQ(client_->get_dr({2}, smp_attr::node_info).error(), status::invalid_param);
+    EXPECT_EQ(client_->get_dr({0, 1}, smp_attr::node_info).error(), status::invalid_param);
+    // C14-6: at most 63 hops.
+    EXPECT_EQ(client_->get_dr(smi_client::dr_path(64, 1), smp_attr::node_info).error(),
+              status::invalid_param);
+}
+
+TEST_F(qp0, C2_directed_route_out_of_the_port_reaches_no_node_on_this_fabric)
+{
+    // The SMP leaves port 1 for the permissive LID; the fabric routes by
+    // LID and has no switch to forward or answer it: lost, like an SMP on
+    // a link whose far end does not answer. Nothing else is disturbed.
+    auto r = client_->get_dr({1}, smp_attr::node_info, 0, std::chrono::milliseconds(50), 2);
+    EXPECT_EQ(r.error(), status::timed_out);
+    r = client_->get_dr(smi_client::dr_path(63, 1), smp_attr::node_info, 0,
+                        std::chrono::milliseconds(20), 1);
+    EXPECT_EQ(r.error(), status::timed_out);
+    EXPECT_TRUE(client_->get(lid_b(), smp_attr::node_info).has_value());
+}
 
 TEST_F(qp0, C2_another_ports_sma_answers_over_qp0)
 {

@@ -84,8 +84,12 @@ bool device_sma::process(const uint8_t *in, uint8_t *out, bool local,
     if (agent_->process(request, response, local, requester_lid) != status::ok) {
         return false;
     }
-    if (!local && dr_response_is_local(response)) {
-        return false;   // E44: for this node's own SM, never on the wire
+    // E44: a DR response with hop count 0 is for this node's own SM. From
+    // MAD_IFC (requester_lid 0: the SMP came on no packet) it goes back in
+    // the outbox, with or without the ignore-M_Key modifier; one that came
+    // on QP0 would need the wire and is dropped.
+    if (requester_lid != 0 && dr_response_is_local(response)) {
+        return false;
     }
     std::memcpy(out, &response, sizeof(response));
     return true;

@@ -17,7 +17,9 @@ public:
     virtual void port_down() = 0;
     /// One 256-byte MAD; true when `out` holds the response. `local` means
     /// MAD_IFC with the ignore-M_Key op_modifier (mlx4 op_mod bit 0);
-    /// `requester_lid` is the SLID of an SMP that came on QP0 (0 if none).
+    /// `requester_lid` is the SLID of an SMP that came on QP0, 0 for
+    /// MAD_IFC (a packet's SLID is never 0: unicast LIDs start at 1,
+    /// IBA 4.1.1).
     virtual bool process(const uint8_t *in, uint8_t *out, bool local,
                          uint16_t requester_lid = 0) = 0;
     /// SET_PORT (Modify HCA, C20): the port's CapabilityMask, and a reset
