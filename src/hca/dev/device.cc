@@ -4,6 +4,7 @@
 // in steps — ingress takes the frames, the responder answers them, the
 // requesters send, the completer's timers run.
 #include "hca/dev/device.h"
+#include "hca/engine/fast_tx.inl"
 #include "hca/prm/prm_db.h"
 
 #include <cstring>

@@ -21,12 +21,12 @@ namespace mlx4x::engine {
 /// receive WQE completes. The caller ends the message's state in the QP
 /// (the single-packet path never sets it).
 [[gnu::always_inline]] inline void
-responder::complete_receive(qp &q, const received &m, uint16_t slid, bool has_imm, be32 imm,
-                         bool solicited)
+responder::complete_receive(dev::core &hca, qp &q, const received &m, uint16_t slid,
+                            bool has_imm, be32 imm, bool solicited)
 {
     q.resp.msn     = ib::psn_add(q.resp.msn, 1);
     cq      *target = nullptr;
-    uint8_t *entry  = hca_.start_cqe(q, false, target);
+    uint8_t *entry  = hca.start_cqe(q, false, target);
     if (!entry) {
         return;
     }
@@ -51,7 +51,7 @@ responder::complete_receive(qp &q, const received &m, uint16_t slid, bool has_im
                     uint8_t(has_imm ? prm::tm_cqe_with_imm : 0));
         opcode            = uint8_t(prm::tm_cqe_opcode::unexpected);
     }
-    hca_.finish_cqe(*target, entry, opcode, solicited);
+    hca.finish_cqe(*target, entry, opcode, solicited);
 }
 
 /// The QP a packet with headers `l`, `b` goes to when it may take a fast
@@ -80,6 +80,7 @@ responder::complete_receive(qp &q, const received &m, uint16_t slid, bool has_im
 /// packet untouched to that path, which also answers every error.
 [[gnu::always_inline]] inline bool ingress::receive_send_only(std::span<const uint8_t> frame)
 {
+    dev::core &hca = hca_;   // in a register (fast_tx.inl: send_inline_message)
     ib::lrh l;
     ib::bth b;
     if (frame.size() < sizeof(l) + sizeof(b)) {
@@ -104,7 +105,7 @@ responder::complete_receive(qp &q, const received &m, uint16_t slid, bool has_im
     // lands in an SRQ WQE like an untagged one (tm_first_packet()'s rule);
     // a matching one, a rendezvous or a malformed header goes the general
     // way.
-    srq *s          = hca_.srq_of(*q);   // looked up once for the whole path
+    srq *s          = hca.srq_of(*q);   // looked up once for the whole path
     srq *tm         = s && s->tm && !payload.empty() ? s : nullptr;
     bool unexpected = false;
     if (tm && payload[0] == uint8_t(ib::tmh_opcode::rndv)) {
@@ -121,19 +122,19 @@ responder::complete_receive(qp &q, const received &m, uint16_t slid, bool has_im
         }
         unexpected = true;
     }
-    if (!hca_.recv_available(*q, s)) {
+    if (!hca.recv_available(*q, s)) {
         return false;   // RNR NAK
     }
-    hca_.count(counter::rx_bytes, payload.size());
+    hca.count(counter::rx_bytes, payload.size());
     q->resp.nak_sent = false;
-    uint16_t wqe = hca_.recv_take(*q, s);
+    uint16_t wqe = hca.recv_take(*q, s);
     if (unexpected) {
         tm->tm->list.note_unexpected();
-        hca_.count(counter::tm_unexpected_eager);
+        hca.count(counter::tm_unexpected_eager);
     }
     // The message is whole: the QP's state of a message under way
     // (in_message, recv_*) stays as it is unless placing it fails.
-    if (dev::scatter_result r = hca_.scatter_whole(*q, s, wqe, payload); r != dev::scatter_result::ok) {
+    if (dev::scatter_result r = hca.scatter_whole(*q, s, wqe, payload); r != dev::scatter_result::ok) {
         q->resp.recv_wqe        = wqe;
         q->resp.recv_to_tag     = q->resp.recv_truncated = false;
         q->resp.recv_unexpected = unexpected;
@@ -147,7 +148,7 @@ responder::complete_receive(qp &q, const received &m, uint16_t slid, bool has_im
         std::memcpy(&i, frame.data() + sizeof(l) + sizeof(b), sizeof(i));
         imm_data = i.imm;
     }
-    resp_.complete_receive(*q, {wqe, uint32_t(payload.size()), unexpected}, l.slid.get(), imm,
+    responder::complete_receive(hca, *q, {wqe, uint32_t(payload.size()), unexpected}, l.slid.get(), imm,
                      imm_data, (b.se_m_pad_tver & ib::bth_se_bit) != 0);
     resp_.schedule_ack(*q);
     return true;

@@ -361,7 +361,7 @@ void responder::respond_send(qp &q, const pkt &p)
             imm = p.ext<ib::immdt>(ib::hdr_immdt).imm;
         }
         q.resp.in_message = resp_message::none;
-        complete_receive(q, {q.resp.recv_wqe, q.resp.recv_offset, q.resp.recv_unexpected}, p.slid, has_imm,
+        complete_receive(hca_, q, {q.resp.recv_wqe, q.resp.recv_offset, q.resp.recv_unexpected}, p.slid, has_imm,
                          imm, ib::bth_solicited(p.bth));
         q.resp.recv_unexpected = false;
     }

@@ -44,8 +44,10 @@ public:
         uint32_t byte_len;     ///< bytes placed
         bool     unexpected;   ///< a tagged message for software (TM CQE)
     };
-    void complete_receive(qp &q, const received &m, uint16_t slid, bool has_imm, be32 imm,
-                          bool solicited);
+    /// `hca`: the caller's core (ingress's fast path passes its own, kept
+    /// in a register, instead of a load through this object).
+    static void complete_receive(dev::core &hca, qp &q, const received &m, uint16_t slid,
+                                 bool has_imm, be32 imm, bool solicited);
     unsigned run_responders();
     void fail_receive(qp &q, dev::scatter_result r);
     static void write_aeth_frame(const fabric::frame_slot &f, const qp &q, uint8_t opcode,

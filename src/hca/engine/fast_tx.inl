@@ -1,0 +1,184 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// The fast send path: the common small message sent straight from its WQE
+// or its BlueFlame write (send_inline_message), the checks a BlueFlame
+// write needs first, and the device's BlueFlame entry. Inlined into the
+// requester's doorbell path (req.cc) and the device's BlueFlame write
+// (dev/device.cc), hence a header, as fast_rx.inl is for receiving.
+#pragma once
+
+#include "hca/engine/completer.h"
+#include "hca/engine/requester.h"
+#include "hca/engine/wqe.h"
+#include "hca/ib/ib_psn.h"
+
+#include <cstring>
+
+namespace mlx4x::engine {
+
+/// BTH opcode for a packet of an RC message (IBA 9.2 table 35).
+inline uint8_t rc_opcode(prm::send_opcode op, bool first, bool last)
+{
+    bool write = op == prm::send_opcode::rdma_write ||
+                 op == prm::send_opcode::rdma_write_imm;
+    bool imm   = op == prm::send_opcode::send_imm ||
+                 op == prm::send_opcode::rdma_write_imm;
+    using ib::opcode;
+    opcode o;
+    if (first && last) {
+        o = write ? (imm ? opcode::rc_rdma_write_only_imm : opcode::rc_rdma_write_only)
+                  : (imm ? opcode::rc_send_only_imm : opcode::rc_send_only);
+    } else if (first) {
+        o = write ? opcode::rc_rdma_write_first : opcode::rc_send_first;
+    } else if (last) {
+        o = write ? (imm ? opcode::rc_rdma_write_last_imm : opcode::rc_rdma_write_last)
+                  : (imm ? opcode::rc_send_last_imm : opcode::rc_send_last);
+    } else {
+        o = write ? opcode::rc_rdma_write_middle : opcode::rc_send_middle;
+    }
+    return static_cast<uint8_t>(o);
+}
+
+/// Whether `q` may send another packet: fewer than max_unacked in flight.
+inline bool window_open(const qp &q)
+{
+    return ib::psn_diff(q.req.next_psn, q.comp.acked_psn) < int32_t(limits::max_unacked);
+}
+
+/// A BlueFlame WQE (prm_db.h), sent from the write itself when it is the
+/// QP's next WQE and nothing holds it back: the checks send_one_packet()
+/// makes before any packet, then send_inline_message(). not_single or busy:
+/// the caller runs the requester as for a doorbell (the WQE is also in the
+/// send queue).
+[[gnu::always_inline]] inline requester::single_tx
+requester::send_blueflame(qp &q, std::span<const uint8_t> wqe)
+{
+    // The write is the WQE at cur_wqe only when that is the last one
+    // posted: an earlier one still waiting goes first, from the queue.
+    if (q.state != prm::qp_state::rts || q.req.sending || !q.req.tx_fast ||
+        q.comp.rnr_until || !window_open(q) ||
+        !sq_wqe_ready(q, q.req.cur_wqe) || sq_wqe_ready(q, q.req.cur_wqe + 1)) {
+        return single_tx::not_single;
+    }
+    return send_inline_message(q, wqe.data(), wqe.size());
+}
+
+/// The common small message, in a fraction of the general path's work: an
+/// RC SEND or RDMA WRITE, with or without immediate, whose inline data fits
+/// one packet, written from the WQE (`room` bytes readable at `wqe`: the
+/// queue's stride, or a BlueFlame write) straight into the destination's
+/// ring with the QP's prebuilt headers. The caller checked what every
+/// packet needs (state, a WQE posted, window, RNR pause). not_single: any
+/// other WQE, or one whose checks fail, for the general path, which decodes
+/// it fully and reports what is wrong with it. Longer than 80 lines on
+/// purpose: the path of every small message, inlined into both callers and
+/// read top to bottom against the general path it must equal
+/// (test/hca/test_paths.cc).
+[[gnu::always_inline]] inline requester::single_tx
+requester::send_inline_message(qp &q, const uint8_t *wqe, size_t room)
+{
+    // The core through a register: the frame's byte stores may alias any
+    // member, so the compiler reloads hca_ after each of them.
+    dev::core &hca = hca_;
+    prm::wqe_ctrl_seg ctrl = prm::load_ctrl_seg(wqe);
+    auto op    = static_cast<prm::send_opcode>(ctrl.owner_opcode.get() & 0x1f);
+    bool write = op == prm::send_opcode::rdma_write || op == prm::send_opcode::rdma_write_imm;
+    bool imm   = op == prm::send_opcode::send_imm || op == prm::send_opcode::rdma_write_imm;
+    if (!write && !imm && op != prm::send_opcode::send) {
+        return single_tx::not_single;
+    }
+    if ((ctrl.fence_size & prm::ctrl_fence) && q.req.rd_atomic_inflight) {
+        return single_tx::not_single;   // the general path waits
+    }
+    size_t size = size_t(ctrl.fence_size & prm::ctrl_ds_mask) * prm::seg_size;
+    size_t off  = sizeof(ctrl) + (write ? sizeof(prm::wqe_raddr_seg) : 0);
+    uint32_t first_seg = 0;
+    if (size > room || size < off + sizeof(first_seg)) {
+        return single_tx::not_single;
+    }
+    std::memcpy(&first_seg, wqe + off, sizeof(first_seg));
+    if (!(byteswap_if_little(first_seg) & prm::inline_seg_flag)) {
+        return single_tx::not_single;   // a gather list
+    }
+    const uint8_t *segs     = wqe + off;
+    size_t         segs_len = size - off;
+    // One chunk (the common small message) when the first one fits and
+    // does not end on a 64-byte boundary (for_each_inline_chunk's rule);
+    // otherwise the chunks are counted.
+    uint32_t len    = byteswap_if_little(first_seg) & ~prm::inline_seg_flag;
+    uint32_t chunks = 1;
+    size_t   end    = sizeof(prm::wqe_inline_seg) + len;
+    if (end > segs_len || (off + end) % prm::inline_align == 0) {
+        len = chunks = 0;
+        for_each_inline_chunk(segs, segs_len, off, [&](const uint8_t *, uint32_t n) {
+            len += n;
+            ++chunks;
+        });
+    }
+    if (len > q.mtu) {
+        return single_tx::not_single;
+    }
+
+    uint8_t opcode = rc_opcode(op, true, true);
+    size_t  hdr_len = sizeof(ib::lrh) + sizeof(ib::bth) + (write ? sizeof(ib::reth) : 0) +
+                     (imm ? sizeof(ib::immdt) : 0);
+    fabric::frame_slot f;
+    status   s   = hca.reserve_frame(q.dlid, hdr_len + len, f);
+    uint32_t psn = q.req.next_psn;
+    if (s == status::ok) {
+        bool solicited = (ctrl.srcrb_flags.get() & prm::ctrl_solicited) != 0;
+        // AckReq: the message's last packet.
+        uint8_t *out = dev::core::write_rc_headers(f, q, opcode, len, psn, true, solicited);
+        if (write) {
+            prm::wqe_raddr_seg r;
+            std::memcpy(&r, wqe + sizeof(ctrl), sizeof(r));
+            ib::reth h;
+            h.va.set(r.raddr.get());
+            h.rkey = r.rkey;
+            h.dma_len.set(len);
+            std::memcpy(out, &h, sizeof(h));
+            out += sizeof(h);
+        }
+        if (imm) {
+            std::memcpy(out, &ctrl.imm, sizeof(ctrl.imm));
+            out += sizeof(ctrl.imm);
+        }
+        if (chunks == 1) {   // the common small message: one move
+            copy_small(out, segs + sizeof(prm::wqe_inline_seg), len);
+        } else {
+            for_each_inline_chunk(segs, segs_len, off, [&](const uint8_t *data, uint32_t n) {
+                copy_small(out, data, n);
+                out += n;
+            });
+        }
+        s = hca.commit_frame(f);   // a staging fabric may push back only now
+    }
+    if (hca.count_tx(s, len) == status::no_resource) {
+        return single_tx::busy;   // back-pressure: the same WQE next time
+    }
+    // status::unreachable: lost on the wire, as in emit()'s callers.
+
+    q.req.track[q.req.cur_wqe & (q.sq_size() - 1)] = {psn, 1};
+    q.req.next_psn = ib::psn_add(psn, 1);
+    comp_.start_ack_timer(q);
+    q.req.cur_offset = 0;
+    ++q.req.cur_wqe;
+    if (int32_t(q.req.cur_wqe - q.req.sq_head) > 0) {
+        q.req.sq_head = q.req.cur_wqe;
+    }
+    return single_tx::sent;
+}
+
+/// A BlueFlame write's WQE: it leaves from the write itself when
+/// send_blueflame() takes it (true); else the QP's requester runs, as for
+/// a doorbell.
+[[gnu::always_inline]] inline bool requester::take_blueflame(qp &q, std::span<const uint8_t> wqe)
+{
+    if (send_blueflame(q, wqe) == single_tx::sent) {
+        hca_.count(counter::blueflame_sends);
+        return true;
+    }
+    run_requester(q);
+    return false;
+}
+
+} // namespace mlx4x::engine
