@@ -189,8 +189,11 @@ void device::mmio_write_blueflame(uint32_t bf_offset, std::span<const uint8_t> w
             // leaves a quiet device quiet: no requester pass has anything
             // to do for it, and its ACK timer starts at the next pass
             // (start_ack_timer), at most quiet_timer_period calls later.
-            if (!req_.take_blueflame(*q, wqe)) {
+            if (req_.send_blueflame(*q, wqe) == engine::requester::single_tx::sent) {
+                hca_.count(counter::blueflame_sends);
+            } else {
                 quiet_ = false;   // the next pass looks at every QP (progress_finish)
+                req_.run_requester(*q);
             }
         }
     }

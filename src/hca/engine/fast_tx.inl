@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // The fast send path: the common small message sent straight from its WQE
-// or its BlueFlame write (send_inline_message), the checks a BlueFlame
-// write needs first, and the device's BlueFlame entry. Inlined into the
-// requester's doorbell path (req.cc) and the device's BlueFlame write
-// (dev/device.cc), hence a header, as fast_rx.inl is for receiving.
+// or its BlueFlame write (send_inline_message), and the checks a BlueFlame
+// write needs first (send_blueflame). Inlined into the requester's
+// doorbell path (req.cc) and the device's BlueFlame write (dev/device.cc),
+// hence a header, as fast_rx.inl is for receiving.
 #pragma once
 
 #include "hca/engine/completer.h"
@@ -166,19 +166,6 @@ requester::send_inline_message(qp &q, const uint8_t *wqe, size_t room)
         q.req.sq_head = q.req.cur_wqe;
     }
     return single_tx::sent;
-}
-
-/// A BlueFlame write's WQE: it leaves from the write itself when
-/// send_blueflame() takes it (true); else the QP's requester runs, as for
-/// a doorbell.
-[[gnu::always_inline]] inline bool requester::take_blueflame(qp &q, std::span<const uint8_t> wqe)
-{
-    if (send_blueflame(q, wqe) == single_tx::sent) {
-        hca_.count(counter::blueflame_sends);
-        return true;
-    }
-    run_requester(q);
-    return false;
 }
 
 } // namespace mlx4x::engine

@@ -30,7 +30,8 @@ public:
     unsigned run_requester(qp &q);   ///< one QP's burst
     void     complete_with_error(qp &q, uint32_t index, prm::cqe_syndrome s);
     enum class single_tx { sent, busy, not_single };
-    bool      take_blueflame(qp &q, std::span<const uint8_t> wqe);
+    /// fast_tx.inl: the device's BlueFlame write sends from here.
+    single_tx send_blueflame(qp &q, std::span<const uint8_t> wqe);
     void     build_headers(qp &q);   ///< tx_lrh/tx_bth, rx_*_key (at every transition)
     void     finish_timing(timed_transfer &t);
     void     release_direct_post(qp &q, uint32_t index);
@@ -67,7 +68,6 @@ private:
                                  bool first, bool last, uint32_t next);
     single_tx try_single_request(qp &q, const send_wqe &w);
     single_tx send_inline_message(qp &q, const uint8_t *wqe, size_t room);
-    single_tx send_blueflame(qp &q, std::span<const uint8_t> wqe);
     single_tx send_single_request(qp &q, const send_wqe &w, bool fresh,
                                   bool direct);
     void      single_request_sent(qp &q, const send_wqe &w, uint32_t psn,
