@@ -5,11 +5,11 @@
 #pragma once
 
 #include "hca/core/core.h"
-#include "hca/engine/roles.h"
 #include "hca/engine/pkt.h"
+#include "hca/engine/roles.h"
 #include "hca/engine/wqe.h"
 
-#include <optional>
+#include <array>
 #include <span>
 
 namespace mlx4x::engine {
@@ -20,11 +20,10 @@ public:
     egress(const egress &) = delete;
     egress &operator=(const egress &) = delete;
 
-    status   emit(const dev::tx_packet &p);
+    status emit(const dev::tx_packet &p);
 
 private:
-    void            loop_back_multicast(std::span<const uint8_t> hdr,
-                                        std::span<const uint8_t> payload);
+    void loop_back_multicast(std::span<const uint8_t> hdr, std::span<const uint8_t> payload);
 
     std::array<uint8_t, fabric::max_frame_size> loopback_frame_{};   ///< multicast
     dev::core    &hca_;

@@ -7,8 +7,8 @@
 #pragma once
 
 #include "hca/core/core.h"
-#include "hca/engine/roles.h"
 #include "hca/engine/pkt.h"
+#include "hca/engine/roles.h"
 #include "hca/engine/wqe.h"
 
 #include <optional>
@@ -29,7 +29,7 @@ public:
     static bool continues_message(const qp &q, const pkt &p);
 
 private:
-    void            receive_multicast(const pkt &p);
+    void receive_multicast(const pkt &p);
     void receive(std::span<const uint8_t> frame);
     bool admits(const qp &q, const pkt &p);
     qp  *fast_path_qp(const ib::lrh &l, const ib::bth &b);

@@ -6,9 +6,9 @@
 #pragma once
 
 #include "hca/core/core.h"
-#include "hca/engine/roles.h"
 #include "hca/engine/direct_chooser.h"
 #include "hca/engine/pkt.h"
+#include "hca/engine/roles.h"
 #include "hca/engine/wqe.h"
 
 #include <sys/random.h>

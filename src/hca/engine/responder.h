@@ -7,8 +7,8 @@
 #pragma once
 
 #include "hca/core/core.h"
-#include "hca/engine/roles.h"
 #include "hca/engine/pkt.h"
+#include "hca/engine/roles.h"
 #include "hca/engine/wqe.h"
 
 #include <optional>

@@ -1,14 +1,18 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // The transport engine's roles, each an object with its own state that
 // reaches the device's shared state (dev::core) and the roles it hands
-// work to by reference; dev::device owns them all and wires them:
+// work to by reference; dev::device owns them all and wires them. Who
+// calls whom (each also calls dev::core):
 //
-//   ingress ──► responder ──► egress ──► fabric
-//      │            │            ▲
-//      ▼            ▼            │
-//   completer ◄── tag_matcher ── requester
+//   ingress     -> responder (requests), completer (ACKs, responses)
+//   responder   -> egress, tag_matcher (tagged SENDs), completer
+//   requester   -> egress, completer (ACK timer), tag_matcher (list ops)
+//   completer   -> requester (rewind, single-copy posts), tag_matcher
+//   tag_matcher -> requester (its own READs), responder
+//   egress      -> ingress (multicast looped back to this HCA)
 //
-// The arrows are calls; every role also reaches dev::core.
+// and dev::firmware calls the requester, responder and completer at QP
+// transitions.
 #pragma once
 
 #include "hca/core/core.h"

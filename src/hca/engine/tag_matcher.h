@@ -6,10 +6,10 @@
 #pragma once
 
 #include "hca/core/core.h"
-#include "hca/engine/roles.h"
-#include "hca/ib/ib_tm.h"
 #include "hca/engine/pkt.h"
+#include "hca/engine/roles.h"
 #include "hca/engine/wqe.h"
+#include "hca/ib/ib_tm.h"
 
 #include <optional>
 #include <span>
