@@ -36,6 +36,9 @@ private:
 
 std::string node_description(const mad::smp &answer);
 
+/// infiniband-diags' "Name:.......value" line, the value at column 34.
+void field(FILE *out, const char *name, const std::string &value);
+
 void print_node_info(FILE *out, uint16_t lid, const mad::smp &answer);
 void print_port_info(FILE *out, uint16_t lid, const mad::smp &answer);
 void print_node_desc(FILE *out, const mad::smp &answer);

@@ -107,6 +107,7 @@ void device::take_back_owed_acks()
     if (s == owed::swept) {
         count(counter::acks_sent, acks_swept_);
         count(counter::tx_packets, acks_swept_);
+        count(counter::tx_frame_bytes, acks_swept_ * aeth_frame_len);
         acks_swept_ = 0;
     }
 }
@@ -224,6 +225,7 @@ bool device::take_from_away_driver()
     if (s == owed::swept) {   // what take_back_owed_acks() would count
         count(counter::acks_sent, acks_swept_);
         count(counter::tx_packets, acks_swept_);
+        count(counter::tx_frame_bytes, acks_swept_ * aeth_frame_len);
         acks_swept_ = 0;
     }
     return true;

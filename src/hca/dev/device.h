@@ -206,6 +206,7 @@ private:
     prm::cmd_status cmd_set_port(uint32_t port, uint8_t op_mod, uint64_t inbox);
     prm::cmd_status cmd_query_port(uint32_t port, uint64_t outbox);
     prm::cmd_status cmd_query_if_stat(uint32_t port, uint64_t outbox);
+    hw::port_counters port_counters() const;
     prm::cmd_status cmd_mad_ifc(uint32_t port, uint8_t op_mod, uint64_t inbox,
                                 uint64_t outbox);
     prm::cmd_status cmd_write_mtt(uint32_t count, uint64_t inbox);
@@ -425,7 +426,7 @@ private:
     bool     gather_payload(qp &q, const engine::send_wqe &w, uint32_t offset,
                             uint32_t len, std::span<const uint8_t> &out);
     status   emit(const tx_packet &p);
-    status   count_tx(status s, size_t payload_bytes);
+    status   count_tx(status s, size_t payload_bytes, size_t frame_bytes);
     void     rewind(qp &q, uint32_t psn);
     uint64_t ack_timeout_ns(const qp &q) const;
 

@@ -95,6 +95,7 @@ void device::receive_multicast(const engine::pkt &p)
         count(counter::bad_packets);
         return;
     }
+    count(counter::rx_multicast);
     for (uint32_t qpn : it->second) {
         if (qp *q = find_qp(qpn); q && admits(*q, p)) {
             respond_ud(*q, p);

@@ -14,6 +14,7 @@ using engine::pkt;
 bool device::on_frame(std::span<const uint8_t> frame)
 {
     count(counter::rx_packets);
+    count(counter::rx_frame_bytes, frame.size());
     if (receive_send_only(frame) || receive_ack(frame)) {
         return true;
     }

@@ -94,7 +94,7 @@ status device::emit(const tx_packet &p)
     fabric::frame_slot f{staged.data(), hdr_len};
     if (!multicast) {
         if (status s = reserve_frame(p.dlid, len, f); s != status::ok) {
-            return count_tx(s, 0);
+            return count_tx(s, 0, 0);
         }
     }
 
@@ -114,6 +114,7 @@ status device::emit(const tx_packet &p)
     if (multicast) {
         s = port_->send({f.data, hdr_len}, payload);
         if (s == status::ok) {
+            count(counter::tx_multicast);
             loop_back_multicast({f.data, hdr_len}, payload);
         }
     } else {
@@ -122,7 +123,7 @@ status device::emit(const tx_packet &p)
         }
         s = commit_frame(f);
     }
-    return count_tx(s, payload.size());
+    return count_tx(s, payload.size(), len);
 }
 
 /// Whether `q` may send another packet: fewer than max_unacked in flight.
@@ -561,7 +562,7 @@ device::send_inline_message(qp &q, const uint8_t *wqe, size_t room)
         }
         s = commit_frame(f);   // a staging fabric may push back only now
     }
-    if (count_tx(s, len) == status::no_resource) {
+    if (count_tx(s, len, hdr_len + len) == status::no_resource) {
         return single_tx::busy;   // back-pressure: the same WQE next time
     }
     // status::unreachable: lost on the wire, as in emit()'s callers.
