@@ -17,6 +17,7 @@ packages=(
     gnuplot-nox                 # plots of contrib/bench/run-bench.sh (pngcairo)
     iproute2                    # ss: the tests wait for a server to listen
     groff-base                  # test_install.sh renders the manual pages
+    tshark                      # test_dump.sh decodes mlx4x-dump's captures
 )
 
 sudo_if_needed() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
@@ -28,6 +29,10 @@ done
 if [ ${#missing[@]} -gt 0 ]; then
     echo "install-deps: installing ${missing[*]}"
     sudo_if_needed apt-get update -qq
+    # wireshark-common asks whether non-root users may capture: no, and
+    # without a question (nothing waits for an answer).
+    echo "wireshark-common wireshark-common/install-setuid boolean false" |
+        sudo_if_needed debconf-set-selections
     DEBIAN_FRONTEND=noninteractive sudo_if_needed apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
