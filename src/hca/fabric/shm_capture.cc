@@ -115,8 +115,7 @@ result<std::unique_ptr<shm_capture>> shm_capture::start(shm_fabric &fab, const f
     // One capture at a time; a dead one's ring is taken over. (Two tools
     // starting at once may both see it free: the later store of the owner
     // wins, and the other one's frames are the winner's. Tools, not jobs.)
-    if (c.active.load(std::memory_order_acquire) && capture_owner_alive(c) &&
-        c.owner_pid.load(std::memory_order_relaxed) != getpid()) {
+    if (c.active.load(std::memory_order_acquire) && capture_owner_alive(c)) {
         return status::busy;
     }
     c.active.store(0, std::memory_order_relaxed);
