@@ -18,6 +18,7 @@ packages=(
     iproute2                    # ss: the tests wait for a server to listen
     groff-base                  # test_install.sh renders the manual pages
     debhelper fakeroot          # the Debian package (debian/, test_deb.sh)
+    tshark                      # test_dump.sh decodes mlx4x-dump's captures
 )
 
 sudo_if_needed() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
@@ -29,6 +30,10 @@ done
 if [ ${#missing[@]} -gt 0 ]; then
     echo "install-deps: installing ${missing[*]}"
     sudo_if_needed apt-get update -qq
+    # wireshark-common asks whether non-root users may capture: no, and
+    # without a question (nothing waits for an answer).
+    echo "wireshark-common wireshark-common/install-setuid boolean false" |
+        sudo_if_needed debconf-set-selections
     DEBIAN_FRONTEND=noninteractive sudo_if_needed apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 

@@ -57,8 +57,6 @@ std::map<uint16_t, smp> session::ports()
 
 // ---- formatting ----------------------------------------------------------------
 
-namespace {
-
 /// infiniband-diags' "Name:.......value" with the value at column 34.
 void field(FILE *out, const char *name, const std::string &value)
 {
@@ -68,6 +66,8 @@ void field(FILE *out, const char *name, const std::string &value)
     }
     std::fprintf(out, "%s%s\n", label.c_str(), value.c_str());
 }
+
+namespace {
 
 std::string hex(uint64_t v, int width)
 {

@@ -36,6 +36,9 @@ private:
 
 std::string node_description(const mad::smp &answer);
 
+/// infiniband-diags' "Name:.......value" line, the value at column 34.
+void field(FILE *out, const char *name, const std::string &value);
+
 /// Where an answer came from, as the printers' headers name it
 /// (infiniband-diags' portid2str): "Lid 5", or for a directed route
 /// "DR path slid 65535; dlid 65535; 0,1".

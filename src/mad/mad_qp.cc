@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: BSD-3-Clause
 #include "mad/mad_qp.h"
 
+#include "hca/ib/ib_cm.h"
+
 #include <cstring>
 
 namespace mlx4x::mad {
@@ -9,7 +11,8 @@ result<std::unique_ptr<mad_qp>> mad_qp::create(drv::context &ctx, drv::qp_type t
                                                uint32_t qkey, uint32_t slots)
 {
     std::unique_ptr<mad_qp> m(new mad_qp(ctx));
-    m->pd_ = ctx.alloc_pd();
+    m->pd_  = ctx.alloc_pd();
+    m->gsi_ = type == drv::qp_type::gsi;
     auto cq = drv::cq::create(ctx, 2 * slots);
     if (!cq.ok()) {
         return cq.error();
@@ -116,6 +119,19 @@ status mad_qp::post_send(uint16_t dlid, uint32_t dqpn, uint32_t qkey, const mad 
     return st;
 }
 
+/// A PerfMgt request on QP1: the firmware's PMA answers it through MAD_IFC
+/// (without the ignore-M_Key modifier: it came from the wire); no answer
+/// (the port went down, or a method nobody answers) sends nothing. The
+/// GetResp goes back to the LID and QP the request came from, with QP1's
+/// Q_Key.
+void mad_qp::answer_perf(uint16_t slid, uint32_t src_qp, const mad &request)
+{
+    mad response;
+    if (ctx_.mad_ifc(request, response, false) == status::ok) {
+        (void)send(slid, src_qp, cm::gsi_qkey, response);   // lost if no room, as on the wire
+    }
+}
+
 unsigned mad_qp::poll(const std::function<void(uint16_t, const mad &)> &on_mad)
 {
     drv::wc wcs[16];
@@ -130,7 +146,12 @@ unsigned mad_qp::poll(const std::function<void(uint16_t, const mad &)> &on_mad)
         if (w.status == drv::wc_status::success && w.byte_len == grh_size + mad_size) {
             mad m;
             std::memcpy(&m, recv_[i].bytes + grh_size, sizeof(m));
-            on_mad(w.slid, m);
+            if (gsi_ && m.hdr.mgmt_class == uint8_t(mgmt_class::perf) &&
+                !(m.hdr.method & method_r_bit)) {
+                answer_perf(w.slid, w.src_qp, m);
+            } else {
+                on_mad(w.slid, m);
+            }
             ++mads;
         }
         (void)post_recv(i);

@@ -3,6 +3,9 @@
 // such as the CM's. Owns its PD, CQ, registered send and receive slots (one
 // MAD each, after the 40-byte GRH slot of a UD receive) and an address
 // handle per destination LID. What the SMI client and the CM agent share.
+// On QP1 it is also the GSI's dispatcher (seed C43: one QP1 per port,
+// shared): PerfMgt requests go to the firmware's PMA through MAD_IFC, as
+// mlx4_ib's process_mad sends them, and its answer back to the requester.
 #pragma once
 
 #include "hca/drv/verbs.h"
@@ -30,6 +33,9 @@ public:
     status send(uint16_t dlid, uint32_t dqpn, uint32_t qkey, const mad &m);
     /// Completions: each received MAD goes to `on_mad(slid, mad)`, then
     /// its slot is posted again; sent slots become free. Returns the MADs.
+    /// On QP1, a PerfMgt request is answered here instead (the firmware's
+    /// PMA through MAD_IFC; the GetResp to the requester's LID and QP) and
+    /// counts as handled.
     unsigned poll(const std::function<void(uint16_t slid, const mad &m)> &on_mad);
     bool ready() const { return cq_->ready(); }
     void arm() { cq_->arm(); }
@@ -40,6 +46,7 @@ public:
 private:
     explicit mad_qp(drv::context &ctx) : ctx_(ctx) {}
     status post_recv(uint32_t slot);
+    void   answer_perf(uint16_t slid, uint32_t src_qp, const mad &request);
     status post_send(uint16_t dlid, uint32_t dqpn, uint32_t qkey, const mad &m);
     void   drain_backlog();
 
@@ -48,6 +55,7 @@ private:
 
     drv::context                                  &ctx_;
     uint32_t                                       pd_ = 0;
+    bool                                           gsi_ = false;   ///< QP1
     std::unique_ptr<drv::cq>                       cq_;
     std::unique_ptr<drv::qp>                       qp_;
     std::vector<slot>                              recv_, send_;

@@ -73,9 +73,9 @@ fi
     && ok "UCX's module directory untouched" || fail "$sysmod changed"
 
 # Exactly the expected files, all the installing user's.
-expected="bin/mlx4x-netdiscover bin/mlx4x-perftest bin/mlx4x-run bin/mlx4x-sm
+expected="bin/mlx4x-dump bin/mlx4x-netdiscover bin/mlx4x-perfquery bin/mlx4x-perftest bin/mlx4x-run bin/mlx4x-sm
 bin/mlx4x-smpquery bin/mlx4x-stat lib/ucx/libuct_mlx4x.so
-share/man/man1/mlx4x-netdiscover.1 share/man/man1/mlx4x-perftest.1
+share/man/man1/mlx4x-dump.1 share/man/man1/mlx4x-netdiscover.1 share/man/man1/mlx4x-perfquery.1 share/man/man1/mlx4x-perftest.1
 share/man/man1/mlx4x-pingpong.1 share/man/man1/mlx4x-run.1 share/man/man1/mlx4x-sm.1
 share/man/man1/mlx4x-smpquery.1 share/man/man1/mlx4x-stat.1 share/man/man7/mlx4x.7"
 for t in send_lat send_bw write_lat write_bw read_lat read_bw atomic_lat; do

@@ -179,12 +179,17 @@ TEST_F(mad_ifc, bad_base_version_gets_an_iba_status_not_a_crash)
     EXPECT_EQ(out.hdr.status.get() & 0x1c, st_bad_version);
 }
 
-TEST_F(mad_ifc, a_non_smp_class_gets_no_response)
+TEST_F(mad_ifc, a_class_without_an_agent_gets_no_response)
 {
     smp s = make_smp(method::get, smp_attr::node_info);
-    s.hdr.mgmt_class = static_cast<uint8_t>(mgmt_class::perf);
+    s.hdr.mgmt_class = static_cast<uint8_t>(mgmt_class::subn_adm);   // no SA here
     smp out;
     EXPECT_EQ(run(s, out), status::no_message);
+    // PerfMgt goes to the port's PMA (test_pma.cc), which does not serve
+    // NodeInfo: method/attribute unsupported (IBA 13.4.7).
+    s.hdr.mgmt_class = static_cast<uint8_t>(mgmt_class::perf);
+    ASSERT_EQ(run(s, out), status::ok);
+    EXPECT_EQ(out.hdr.status.get(), 0x000c);
 }
 
 TEST_F(mad_ifc, E44_dr_smp_with_hop_count_0_is_answered_locally)

@@ -239,9 +239,17 @@ TEST(layout, shm_region_geometry)
     EXPECT_EQ(fabric::shm::ports_offset % 4096, 0u);
     EXPECT_EQ(fabric::shm::rings_offset % 4096, 0u);
     EXPECT_GE(fabric::shm::ports_offset, sizeof(fabric::shm::region_header));
+    // The port mirror's ring after the port rings; its flag, read by every
+    // sender for every frame, on a line of its own with nothing senders write.
+    EXPECT_EQ(fabric::shm::capture_offset % 4096, 0u);
+    EXPECT_GE(fabric::shm::capture_offset,
+              fabric::shm::rings_offset + fabric::shm::max_ports * sizeof(fabric::shm::ring));
     EXPECT_EQ(fabric::shm::total_size,
-              fabric::shm::rings_offset +
-                  fabric::shm::max_ports * sizeof(fabric::shm::ring));
+              fabric::shm::capture_offset + sizeof(fabric::shm::capture_ring));
+    EXPECT_EQ(offsetof(fabric::shm::capture_ring, active), 0u);
+    EXPECT_GE(offsetof(fabric::shm::capture_ring, tail), 64u);
+    EXPECT_EQ(sizeof(fabric::shm::capture_slot) % 64, 0u);
+    EXPECT_GE(sizeof(fabric::shm::capture_slot::data), fabric::max_frame_size);
 }
 
 // ---- PSNs (IBA 9.7.1) --------------------------------------------------

@@ -216,7 +216,7 @@ public:
     {
         return tx_ring_ ? tx_ring_->commit(f) : port_->commit(f);
     }
-    status count_tx(status s, size_t payload_bytes);
+    status count_tx(status s, size_t payload_bytes, size_t frame_bytes);
     static uint8_t *write_headers(const fabric::frame_slot &f, const ib::lrh &l,
                                   const ib::bth &b, uint8_t opcode, size_t payload_len,
                                   uint32_t psn, bool ackreq, bool solicited);

@@ -45,12 +45,13 @@ inline uint8_t *core::write_rc_headers(const fabric::frame_slot &f, const qp &q,
 }
 
 /// Counts what the fabric made of a packet with `payload_bytes` of payload
-/// (sent, or pushed back); returns `s`.
-inline status core::count_tx(status s, size_t payload_bytes)
+/// in a frame of `frame_bytes` (sent, or pushed back); returns `s`.
+inline status core::count_tx(status s, size_t payload_bytes, size_t frame_bytes)
 {
     if (s == status::ok) {
         count(counter::tx_packets);
         count(counter::tx_bytes, payload_bytes);
+        count(counter::tx_frame_bytes, frame_bytes);
     } else if (s == status::no_resource) {
         count(counter::fabric_busy);
         pushed_back_ = true;

@@ -107,6 +107,7 @@ void device::take_back_owed_acks()
     if (s == owed::swept) {
         hca_.count(counter::acks_sent, acks_swept_);
         hca_.count(counter::tx_packets, acks_swept_);
+        hca_.count(counter::tx_frame_bytes, acks_swept_ * engine::responder::aeth_frame_len);
         acks_swept_ = 0;
     }
 }

@@ -5,6 +5,7 @@
 #include "hca/engine/requester.h"
 #include "hca/engine/responder.h"
 #include "hca/base/log.h"
+#include "hca/ib/ib_mad.h"
 #include "hca/prm/prm_db.h"
 
 #include <algorithm>
@@ -109,6 +110,20 @@ cmd_status firmware::cmd_query_dev_cap(uint64_t outbox)
     return cmd_status::ok;
 }
 
+/// The port's counters as the PMA reports them (IBA 16.1.3.5).
+hw::port_counters firmware::port_counters() const
+{
+    auto c = [this](counter k) { return hca_.counters_[static_cast<unsigned>(k)]; };
+    return {.xmit_bytes     = c(counter::tx_frame_bytes),
+            .rcv_bytes      = c(counter::rx_frame_bytes),
+            .xmit_packets   = c(counter::tx_packets),
+            .rcv_packets    = c(counter::rx_packets),
+            .xmit_multicast = c(counter::tx_multicast),
+            .rcv_multicast  = c(counter::rx_multicast),
+            .rcv_errors     = c(counter::bad_packets),
+            .xmit_wait      = c(counter::fabric_busy)};
+}
+
 /// The counter set, as mlx4's QUERY_IF_STAT returns an interface's
 /// (prm_counters.h): one set, the port's.
 cmd_status firmware::cmd_query_if_stat(uint32_t port, uint64_t outbox)
@@ -198,7 +213,9 @@ cmd_status firmware::cmd_query_port(uint32_t port, uint64_t outbox)
 }
 
 /// MAD_IFC: a 256-byte MAD for the firmware's SMA (how mlx4's query_port
-/// works); an empty outbox means the SMA answered nothing.
+/// works), or for the port's PMA (a PerfMgt MAD the driver's QP1 received,
+/// as mlx4_ib's process_mad hands them on; seed C43); an empty outbox means
+/// the agent answered nothing.
 cmd_status firmware::cmd_mad_ifc(uint32_t port, uint8_t op_mod, uint64_t inbox,
                                uint64_t outbox)
 {
@@ -213,6 +230,10 @@ cmd_status firmware::cmd_mad_ifc(uint32_t port, uint8_t op_mod, uint64_t inbox,
     std::memcpy(request.data(), dma<const uint8_t>(inbox), request.size());
     auto *out = dma<uint8_t>(outbox);
     std::memset(out, 0, prm::mad_ifc_box_size);
+    if (request[1] == uint8_t(mad::mgmt_class::perf)) {   // MgmtClass (IBA 13.4.2)
+        (void)hca_.sma_->process_perf(request.data(), out, port_counters());
+        return cmd_status::ok;
+    }
     (void)hca_.sma_->process(request.data(), out, op_mod & prm::mad_ifc_ignore_m_key);
     resp_.send_traps();   // a local Set may queue one too
     return cmd_status::ok;

@@ -48,7 +48,7 @@ bool responder::emit_aeth(qp &q, uint8_t opcode, uint8_t syndrome, uint32_t psn)
         s = hca_.commit_frame(f);
     }
     // status::unreachable: lost on the wire (the requester's timer recovers).
-    return hca_.count_tx(s, 0) != status::no_resource;
+    return hca_.count_tx(s, 0, aeth_frame_len) != status::no_resource;
 }
 
 /// A NAK for the expected PSN, or `opcode`'s answer for `psn`. One the

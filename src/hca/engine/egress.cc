@@ -22,7 +22,7 @@ status egress::emit(const tx_packet &p)
     fabric::frame_slot f{staged.data(), hdr_len};
     if (!multicast) {
         if (status s = hca_.reserve_frame(p.dlid, len, f); s != status::ok) {
-            return hca_.count_tx(s, 0);
+            return hca_.count_tx(s, 0, 0);
         }
     }
 
@@ -42,6 +42,7 @@ status egress::emit(const tx_packet &p)
     if (multicast) {
         s = hca_.port_->send({f.data, hdr_len}, payload);
         if (s == status::ok) {
+            hca_.count(counter::tx_multicast);
             loop_back_multicast({f.data, hdr_len}, payload);
         }
     } else {
@@ -50,7 +51,7 @@ status egress::emit(const tx_packet &p)
         }
         s = hca_.commit_frame(f);
     }
-    return hca_.count_tx(s, payload.size());
+    return hca_.count_tx(s, payload.size(), len);
 }
 
 /// The fabric sends a multicast frame to the other member ports only; the

@@ -152,7 +152,7 @@ requester::send_inline_message(qp &q, const uint8_t *wqe, size_t room)
         }
         s = hca.commit_frame(f);   // a staging fabric may push back only now
     }
-    if (hca.count_tx(s, len) == status::no_resource) {
+    if (hca.count_tx(s, len, hdr_len + len) == status::no_resource) {
         return single_tx::busy;   // back-pressure: the same WQE next time
     }
     // status::unreachable: lost on the wire, as in emit()'s callers.

@@ -15,6 +15,7 @@ namespace mlx4x::engine {
 bool ingress::on_frame(std::span<const uint8_t> frame)
 {
     hca_.count(counter::rx_packets);
+    hca_.count(counter::rx_frame_bytes, frame.size());
     if (receive_send_only(frame) || receive_ack(frame)) {
         return true;
     }
@@ -106,6 +107,7 @@ void ingress::receive_multicast(const pkt &p)
         hca_.count(counter::bad_packets);
         return;
     }
+    hca_.count(counter::rx_multicast);
     for (uint32_t qpn : it->second) {
         if (qp *q = hca_.find_qp(qpn); q && admits(*q, p)) {
             resp_.respond_ud(*q, p);

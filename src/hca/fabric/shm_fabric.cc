@@ -232,7 +232,7 @@ public:
     shm_port(region_header *h, const std::string &fabric, const struct stat &file,
              uint32_t index, uint64_t guid, std::unique_ptr<uint64_t> probe,
              const options &opts)
-        : producer(ports(h), rings(h)), h_(h), fabric_(fabric), file_(file), index_(index),
+        : producer(ports(h), rings(h), capture(h)), h_(h), fabric_(fabric), file_(file), index_(index),
           guid_(guid), probe_(std::move(probe)), single_copy_min_(opts.single_copy_min),
           single_copy_try_min_(opts.single_copy_try_min)
     {
@@ -636,6 +636,8 @@ private:
     };
     reach          reach_[max_ports];
 };
+
+shm::capture_ring &shm_fabric::mirror() { return *capture(hdr()); }
 
 uint64_t shm_fabric::fabric_id() const { return hdr()->fabric_id[0] ^ hdr()->fabric_id[1]; }
 

@@ -13,7 +13,7 @@
 
 namespace mlx4x::fabric {
 
-namespace shm { struct region_header; }
+namespace shm { struct region_header; struct capture_ring; }
 
 class shm_fabric final : public fabric {
 public:
@@ -61,6 +61,8 @@ public:
     /// Random at the segment's creation: differs between any two fabrics,
     /// so between hosts.
     uint64_t fabric_id() const override;
+    /// The port mirror's ring in the segment (shm_capture.h attaches to it).
+    shm::capture_ring &mirror();
 
     class shm_port;
 private:

@@ -54,7 +54,10 @@ protected:
         uint64_t head = 0;
     };
 
-    producer(port_entry *ports, ring *rings) : ports_(ports), rings_(rings) {}
+    producer(port_entry *ports, ring *rings, capture_ring *mirror)
+        : ports_(ports), rings_(rings), mirror_(mirror)
+    {
+    }
     ~producer() = default;
 
     /// reserve() with the producer's view `v` of the owner's head; a full
@@ -104,9 +107,15 @@ protected:
         return status::ok;
     }
 
-    /// Makes a claimed slot's frame visible to the ring's owner.
+    /// Makes a claimed slot's frame visible to the ring's owner. While a
+    /// capture is attached the port mirror copies it first (shm_capture.h):
+    /// otherwise one test of a flag that only a capture's start or stop
+    /// writes, predicted not taken.
     [[gnu::always_inline]] void publish(const frame_slot &f)
     {
+        if (mirror_->active.load(std::memory_order_relaxed)) [[unlikely]] {
+            mirror_frame(*mirror_, f.data, f.len);
+        }
         slot &s = rings_[f.dlid - 1].slots[f.pos & (ring_slots - 1)];
         s.len = static_cast<uint32_t>(f.len);
         // Publishes the frame (after its bytes): a plain release store. The
@@ -121,8 +130,9 @@ protected:
     virtual bool owner_gone(uint16_t dlid, const port_entry &e) = 0;
     virtual void wake(uint16_t dlid, uint32_t generation) = 0;
 
-    port_entry *ports_;   ///< the segment's port table and rings
-    ring       *rings_;
+    port_entry   *ports_;   ///< the segment's port table and rings
+    ring         *rings_;
+    capture_ring *mirror_;  ///< the port mirror (shm_region.h)
     uint64_t    sent_upto_[max_ports] = {};   ///< ring position after our last frame
     /// Per destination: its owner's generation and the last head we read.
     owner_view  seen_[max_ports];

@@ -40,6 +40,7 @@ void init_region(region_header *h)
     h->slot_size    = sizeof(slot);
     h->ports_offset = shm::ports_offset;
     h->rings_offset = shm::rings_offset;
+    h->capture_offset = shm::capture_offset;
     h->next_guid    = 1;
     if (getrandom(h->fabric_id, sizeof(h->fabric_id), 0) != sizeof(h->fabric_id)) {
         // No entropy source: still unique enough to tell fabrics apart.
@@ -64,7 +65,8 @@ bool layout_matches(const region_header *h)
            h->total_size == total_size && h->max_ports == max_ports &&
            h->ring_slots == ring_slots && h->slot_size == sizeof(slot) &&
            h->ports_offset == shm::ports_offset &&
-           h->rings_offset == shm::rings_offset;
+           h->rings_offset == shm::rings_offset &&
+           h->capture_offset == shm::capture_offset;
 }
 
 /// Whether a segment of an older layout version has no live port owner.

@@ -9,6 +9,9 @@
 //  | port_entry[max]    |  LID = index + 1; owner pid + start time
 //  +--------------------+  rings_offset
 //  | ring[max]          |  MPSC ring (Vyukov sequence per slot)
+//  +--------------------+  capture_offset
+//  | capture_ring       |  the port mirror: frames copied while a
+//  |                    |  capture (mlx4x-dump) is attached
 //  +--------------------+  total_size
 #pragma once
 
@@ -22,12 +25,12 @@
 namespace mlx4x::fabric::shm {
 
 constexpr uint64_t region_magic   = 0x6d6c783478666162ull; // "mlx4xfab"
-constexpr uint32_t region_version = 8;   ///< 2: port_entry.sleeping; 3: 256 ports;
+constexpr uint32_t region_version = 9;   ///< 2: port_entry.sleeping; 3: 256 ports;
                                          ///< 4: port_entry.multicast; 5: released;
                                          ///< 6: probe_va; 7: ring_tail_armed
                                          ///< replaces port_entry.sleeping,
                                          ///< producers read head, not seq;
-                                         ///< 8: fabric_id, closed
+                                         ///< 8: fabric_id, closed; 9: capture_ring
 constexpr uint32_t max_port_groups = 8;  ///< multicast groups per port
 constexpr uint32_t max_ports      = 256;
 constexpr uint32_t ring_slots     = 256;   ///< power of two
@@ -55,6 +58,42 @@ struct ring {
     alignas(64) std::atomic<uint64_t> tail;
     alignas(64) std::atomic<uint64_t> head;   ///< next position the owner reads
     alignas(64) slot slots[ring_slots];
+};
+
+/// The port mirror (a switch's port mirroring): while `active` is set,
+/// every producer copies each frame it publishes into this ring, unless the
+/// capture's filter excludes it, and drops it (counted) when the ring is
+/// full: a slow or dead consumer never holds up the fabric. MPSC as the
+/// port rings; the consumer is one capture (shm_capture.h). Every field is
+/// written by other processes: each side bounds what it reads.
+constexpr uint32_t capture_slots = 1024;   ///< power of two
+static_assert((capture_slots & (capture_slots - 1)) == 0);
+
+struct alignas(64) capture_slot {
+    std::atomic<uint64_t> seq;       ///< == pos + 1: the frame at pos is complete
+    uint64_t              time_ns;   ///< CLOCK_REALTIME when it was sent
+    uint32_t              len;       ///< bytes of data (at most slot_data_size)
+    uint32_t              reserved;
+    uint8_t               data[slot_data_size];
+};
+static_assert(sizeof(capture_slot) % 64 == 0);
+
+/// capture_ring::filter_qpn when no QPN filter is set.
+constexpr uint32_t capture_any_qpn = ~0u;
+
+struct capture_ring {
+    /// Read by every producer for every frame, written only when a capture
+    /// starts or stops: its line holds nothing producers write.
+    alignas(64) std::atomic<uint32_t> active;
+    std::atomic<uint32_t> filter_lid;   ///< 0: any; else SLID or DLID
+    std::atomic<uint32_t> filter_qpn;   ///< capture_any_qpn: any; else BTH DestQP
+    std::atomic<int32_t>  owner_pid;    ///< the consumer
+    std::atomic<uint64_t> owner_start;  ///< its /proc/<pid>/stat start time
+    alignas(64) std::atomic<uint64_t> tail;     ///< next position producers claim
+    alignas(64) std::atomic<uint64_t> head;     ///< next position the consumer reads
+    alignas(64) std::atomic<uint64_t> dropped;  ///< frames lost to a full ring
+    std::atomic<uint64_t> checked_ns;   ///< last liveness check of the owner
+    alignas(64) capture_slot slots[capture_slots];
 };
 
 enum class port_state : uint32_t { free = 0, attaching = 1, active = 2 };
@@ -90,6 +129,7 @@ struct region_header {
     uint32_t        reserved;
     uint64_t        ports_offset;
     uint64_t        rings_offset;
+    uint64_t        capture_offset;
     uint64_t        next_guid;
     /// Random at creation: names the fabric in device addresses (a peer
     /// with another id is on another host or fabric) and in the ports'
@@ -108,7 +148,9 @@ constexpr size_t align_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
 constexpr size_t ports_offset = align_up(sizeof(region_header), 4096);
 constexpr size_t rings_offset =
     align_up(ports_offset + max_ports * sizeof(port_entry), 4096);
-constexpr size_t total_size = rings_offset + max_ports * sizeof(ring);
+constexpr size_t capture_offset =
+    align_up(rings_offset + max_ports * sizeof(ring), 4096);
+constexpr size_t total_size = capture_offset + sizeof(capture_ring);
 
 inline port_entry *ports(region_header *h)
 {
@@ -120,6 +162,19 @@ inline ring *rings(region_header *h)
     return reinterpret_cast<ring *>(reinterpret_cast<char *>(h) +
                                     h->rings_offset);
 }
+/// At this build's offset, whatever the header says (layout_matches()
+/// compared them when the segment was mapped).
+inline capture_ring *capture(region_header *h)
+{
+    return reinterpret_cast<capture_ring *>(reinterpret_cast<char *>(h) + capture_offset);
+}
+
+/// Whether a capture's consumer still runs.
+bool capture_owner_alive(const capture_ring &c);
+/// Copies a frame into the capture ring (the producers' mirror, taken only
+/// while `c.active` is set): filtered, never waiting, dropped and counted
+/// when the ring is full; a full ring whose consumer died is switched off.
+void mirror_frame(capture_ring &c, const uint8_t *frame, size_t len);
 
 /// A new segment's header: geometry, a random fabric id, the robust
 /// process-shared mutex, and last the magic (release) that publishes it.

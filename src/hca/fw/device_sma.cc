@@ -95,6 +95,21 @@ bool device_sma::process(const uint8_t *in, uint8_t *out, bool local,
     return true;
 }
 
+bool device_sma::process_perf(const uint8_t *in, uint8_t *out,
+                              const hw::port_counters &now)
+{
+    if (!agent_) {
+        return false;   // port down: nobody answers
+    }
+    mad request, response;
+    std::memcpy(&request, in, sizeof(request));
+    if (pma_.process(request, response, now) != status::ok) {
+        return false;
+    }
+    std::memcpy(out, &response, sizeof(response));
+    return true;
+}
+
 /// A local Set(PortInfo) of `lid` and `state` on the current PortInfo.
 bool device_sma::set_port_info(uint16_t lid, logical_state state)
 {

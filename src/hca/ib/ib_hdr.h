@@ -20,6 +20,8 @@ struct lrh {
 };
 static_assert(sizeof(lrh) == 8);
 constexpr uint8_t lnh_iba_local = 2;
+constexpr uint8_t lnh_iba_global = 3;   ///< a GRH (IBA 8.3, 40 bytes) follows the LRH
+constexpr size_t  grh_size = 40;
 
 /// Base Transport Header (IBA 9.2), 12 bytes.
 struct bth {

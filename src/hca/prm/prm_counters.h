@@ -39,6 +39,11 @@ enum class counter : unsigned {
     direct_refusals,  ///< direct requests refused (requester fell back)
     // send doorbells
     blueflame_sends,  ///< WQEs sent straight from their BlueFlame write
+    // the port's traffic as the PMA counts it (IBA 16.1.3.5)
+    tx_frame_bytes,   ///< bytes of the frames sent, LRH to the end of the payload
+    rx_frame_bytes,   ///< bytes of the frames received
+    tx_multicast,     ///< packets sent to a multicast DLID
+    rx_multicast,     ///< packets received for a multicast DLID
     count_
 };
 constexpr size_t counter_count = static_cast<size_t>(counter::count_);
@@ -61,7 +66,8 @@ inline const char *counter_name(counter c)
         "tm_unexpected_rndv", "tm_rndv_done", "tm_list_ops", "tm_syncs",
         "tm_cancels", "engine_sleeps", "engine_doorbell_wakeups",
         "direct_writes", "direct_reads", "direct_bytes", "direct_refusals",
-        "blueflame_sends"};
+        "blueflame_sends", "tx_frame_bytes", "rx_frame_bytes", "tx_multicast",
+        "rx_multicast"};
     static_assert(std::size(names) == counter_count);
     return names[static_cast<size_t>(c)];
 }

@@ -1,0 +1,77 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// The link's CRCs of a packet (IBA 7.8), which the in-host fabrics do not
+// carry (the frame length is exact): what a capture appends so that a
+// frame reads as it would on a link. ICRC (7.8.1): CRC-32 of Ethernet's
+// polynomial, seeded with ones, over the packet with its variant fields
+// (the whole LRH; the GRH's TClass, FlowLabel and HopLmt; BTH's Resv8a)
+// read as ones, complemented, sent least significant byte first. VCRC
+// (7.8.2): CRC-16 (x^16+x^12+x^3+x+1), seeded with ones, over every byte
+// from the LRH through the ICRC, complemented. Both bit-reflected, as the
+// bits go on the wire.
+#pragma once
+
+#include "hca/ib/ib_hdr.h"
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+
+namespace mlx4x::ib {
+
+constexpr size_t vcrc_size = 2;
+
+namespace detail {
+template <typename T, T Poly> constexpr std::array<T, 256> reflected_table()
+{
+    std::array<T, 256> t{};
+    for (unsigned i = 0; i < 256; ++i) {
+        T c = T(i);
+        for (int k = 0; k < 8; ++k) {
+            c = (c & 1) ? T((c >> 1) ^ Poly) : T(c >> 1);
+        }
+        t[i] = c;
+    }
+    return t;
+}
+inline constexpr auto crc32_table = reflected_table<uint32_t, 0xedb88320u>();   // 0x04c11db7
+inline constexpr auto crc16_table = reflected_table<uint16_t, 0xd008u>();       // 0x100b
+} // namespace detail
+
+/// ICRC of `pkt` (LRH through the pad, no CRCs), as its 4 bytes on the wire.
+inline std::array<uint8_t, icrc_size> icrc(std::span<const uint8_t> pkt)
+{
+    uint32_t c = ~0u;
+    const bool   grh = pkt.size() > 1 && (pkt[1] & 3) == lnh_iba_global;
+    const size_t bth = sizeof(lrh) + (grh ? grh_size : 0);
+    for (size_t i = 0; i < pkt.size(); ++i) {
+        uint8_t b = pkt[i];
+        const bool variant =
+            i < sizeof(lrh) ||                                    // LRH
+            (grh && i == sizeof(lrh)) ||                          // IPVer | TClass[7:4]
+            (grh && i == sizeof(lrh) + 1) ||                      // TClass[3:0] | FlowLabel
+            (grh && (i == sizeof(lrh) + 2 || i == sizeof(lrh) + 3)) ||   // FlowLabel
+            (grh && i == sizeof(lrh) + 7) ||                      // HopLmt
+            i == bth + 4;                                         // BTH Resv8a
+        if (variant) {
+            // IPVer (the high half of the GRH's first byte) is invariant.
+            b = (grh && i == sizeof(lrh)) ? uint8_t(b | 0x0f) : 0xff;
+        }
+        c = detail::crc32_table[(c ^ b) & 0xff] ^ (c >> 8);
+    }
+    c = ~c;
+    return {uint8_t(c), uint8_t(c >> 8), uint8_t(c >> 16), uint8_t(c >> 24)};
+}
+
+/// VCRC of `pkt_with_icrc` (LRH through the ICRC), its 2 bytes on the wire.
+inline std::array<uint8_t, vcrc_size> vcrc(std::span<const uint8_t> pkt_with_icrc)
+{
+    uint16_t c = 0xffff;
+    for (uint8_t b : pkt_with_icrc) {
+        c = uint16_t(detail::crc16_table[(c ^ b) & 0xff] ^ (c >> 8));
+    }
+    c = uint16_t(~c);
+    return {uint8_t(c), uint8_t(c >> 8)};
+}
+
+} // namespace mlx4x::ib
