@@ -1,13 +1,19 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// dev::core alone, without a device around it: its CQE writer with owner
-// bits, and the two cases where it must hand a QP to the role that owns
-// the QP's error flow (E13, E12) through dev::qp_error_sink.
+// The device's parts alone, without a device around them. dev::core: its
+// CQE writer with owner bits, and the two cases where it must hand a QP to
+// the role that owns the QP's error flow (E13, E12) through
+// dev::qp_error_sink. engine::egress: frames out, and multicast looped
+// back to a sink in place of the device's ingress.
 #include "hca/core/core.h"
+#include "hca/engine/egress.h"
 #include "hca/fabric/loopback.h"
+#include "hca/ib/ib_opcode.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
+#include <cstring>
 #include <vector>
 
 using namespace mlx4x;
@@ -113,4 +119,84 @@ TEST_F(core_alone, E12_eq_overflow_fails_every_active_qp_and_reports_no_more)
     EXPECT_EQ(counter(prm::counter::eq_overflows), 1u);
     hca.async_event(prm::eqe_type::comm_est, 5);
     EXPECT_EQ(hca.eqs_[eqn].producer_index, 2u) << "nothing reported after E12";
+}
+
+// ---- engine::egress alone: a core on a loopback port and a recording sink
+// in place of the device's ingress ----
+
+namespace {
+
+struct recording_frames final : fabric::frame_sink {
+    std::vector<std::vector<uint8_t>> frames;
+    bool on_frame(std::span<const uint8_t> f) override
+    {
+        frames.emplace_back(f.begin(), f.end());
+        return true;
+    }
+};
+
+struct egress_alone : ::testing::Test {
+    fabric::loopback_fabric fab;
+    dev::core hca{fab, [] { return uint64_t{1}; }, nullptr};
+    recording_frames own_members;   // what this HCA loops back to itself
+    engine::egress out{hca, own_members};
+    std::unique_ptr<fabric::port> peer;
+    const std::array<uint8_t, 5> payload{1, 2, 3, 4, 5};
+
+    void SetUp() override
+    {
+        auto mine = fab.attach();
+        auto other = fab.attach();
+        ASSERT_TRUE(mine.ok() && other.ok());
+        hca.set_port(mine.take());
+        peer = other.take();
+    }
+    dev::tx_packet ud_send(uint16_t dlid) const
+    {
+        return {.pkey = 0xffff, .opcode = uint8_t(ib::opcode::ud_send_only), .dlid = dlid,
+                .dqpn = 7, .psn = 42, .ackreq = false, .ext = {}, .payload = payload};
+    }
+    uint64_t counter(prm::counter c) const { return hca.counters_[unsigned(c)]; }
+};
+
+} // namespace
+
+TEST_F(egress_alone, a_unicast_packet_leaves_with_its_headers_and_is_counted)
+{
+    ASSERT_EQ(out.emit(ud_send(peer->lid())), status::ok);
+    recording_frames rx;
+    ASSERT_EQ(peer->poll(rx, 8), 1u);
+    const std::vector<uint8_t> &f = rx.frames.at(0);
+    ASSERT_EQ(f.size(), sizeof(ib::lrh) + sizeof(ib::bth) + payload.size());
+    ib::lrh l;
+    ib::bth b;
+    std::memcpy(&l, f.data(), sizeof(l));
+    std::memcpy(&b, f.data() + sizeof(l), sizeof(b));
+    EXPECT_EQ(l.dlid.get(), peer->lid());
+    EXPECT_EQ(l.slid.get(), hca.port_->lid());
+    EXPECT_EQ(l.pkt_len.get(), (f.size() + ib::icrc_size + 3) / 4) << "PktLen counts the ICRC";
+    EXPECT_EQ(b.opcode, uint8_t(ib::opcode::ud_send_only));
+    EXPECT_EQ(ib::bth_qpn::get(b.dest_qp), 7u);
+    EXPECT_EQ(ib::bth_psn::get(b.apsn), 42u);
+    EXPECT_EQ((b.se_m_pad_tver >> 4) & 3, 3) << "5 bytes of payload pad to 8";
+    EXPECT_TRUE(std::equal(payload.begin(), payload.end(), f.end() - payload.size()));
+    EXPECT_EQ(counter(prm::counter::tx_packets), 1u);
+    EXPECT_EQ(counter(prm::counter::tx_bytes), payload.size());
+    EXPECT_EQ(counter(prm::counter::tx_frame_bytes), f.size());
+    EXPECT_TRUE(own_members.frames.empty()) << "unicast never loops back";
+}
+
+TEST_F(egress_alone, a_multicast_packet_reaches_the_group_and_this_hcas_own_members)
+{
+    constexpr uint16_t group = 0xc001, empty_group = 0xc002;
+    ASSERT_EQ(peer->join_multicast(group), status::ok);
+    ASSERT_EQ(peer->join_multicast(empty_group), status::ok);
+    hca.mcast_members_[group] = {5};   // a QP of this HCA attached (C14)
+    ASSERT_EQ(out.emit(ud_send(group)), status::ok);
+    ASSERT_EQ(out.emit(ud_send(empty_group)), status::ok);
+    recording_frames rx;
+    EXPECT_EQ(peer->poll(rx, 8), 2u) << "the fabric carries both to the other member";
+    ASSERT_EQ(own_members.frames.size(), 1u) << "only the group with a member here";
+    EXPECT_EQ(own_members.frames[0], rx.frames.at(0));
+    EXPECT_EQ(counter(prm::counter::tx_multicast), 2u);
 }

@@ -3,7 +3,6 @@
 // place in the destination's ring, multicast staged), and a multicast one
 // looped back to this HCA's own members.
 #include "hca/engine/egress.h"
-#include "hca/engine/ingress.h"
 
 #include <array>
 #include <cstring>
@@ -66,7 +65,7 @@ void egress::loop_back_multicast(std::span<const uint8_t> hdr,
     }
     std::memcpy(loopback_frame_.data(), hdr.data(), hdr.size());
     std::memcpy(loopback_frame_.data() + hdr.size(), payload.data(), payload.size());
-    (void)in_.on_frame({loopback_frame_.data(), hdr.size() + payload.size()});
+    (void)loopback_.on_frame({loopback_frame_.data(), hdr.size() + payload.size()});
 }
 
 } // namespace mlx4x::engine

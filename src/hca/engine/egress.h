@@ -5,9 +5,9 @@
 #pragma once
 
 #include "hca/core/core.h"
-#include "hca/engine/pkt.h"
+#include "hca/fabric/fabric.h"
+#include "hca/ib/ib_psn.h"
 #include "hca/engine/roles.h"
-#include "hca/engine/wqe.h"
 
 #include <array>
 #include <span>
@@ -16,7 +16,9 @@ namespace mlx4x::engine {
 
 class egress {
 public:
-    egress(dev::core &hca, ingress &in) : hca_(hca), in_(in) {}
+    /// `loopback`: where a multicast frame goes for this HCA's own members
+    /// (the device's ingress).
+    egress(dev::core &hca, fabric::frame_sink &loopback) : hca_(hca), loopback_(loopback) {}
     egress(const egress &) = delete;
     egress &operator=(const egress &) = delete;
 
@@ -26,8 +28,8 @@ private:
     void loop_back_multicast(std::span<const uint8_t> hdr, std::span<const uint8_t> payload);
 
     std::array<uint8_t, fabric::max_frame_size> loopback_frame_{};   ///< multicast
-    dev::core    &hca_;
-    ingress      &in_;
+    dev::core          &hca_;
+    fabric::frame_sink &loopback_;
 };
 
 } // namespace mlx4x::engine
