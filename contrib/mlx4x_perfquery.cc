@@ -31,16 +31,6 @@ int usage(const std::string &why)
     return tools::usage_error(prog, why, synopsis);
 }
 
-std::optional<unsigned long> number(const char *arg)
-{
-    char *end = nullptr;
-    unsigned long v = std::strtoul(arg, &end, 0);
-    if (end == arg || *end) {
-        return std::nullopt;
-    }
-    return v;
-}
-
 std::string dec(uint64_t v) { return std::to_string(v); }
 
 std::string hex(uint64_t v, int width)
@@ -205,7 +195,7 @@ int main(int argc, char **argv)
         } else if (!std::strcmp(a, "-R") || !std::strcmp(a, "--Reset_only")) {
             o.reset_only = true;
         } else if (!std::strcmp(a, "-t")) {
-            auto t = arg + 1 < argc ? number(argv[arg + 1]) : std::nullopt;
+            auto t = arg + 1 < argc ? tools::number(argv[arg + 1]) : std::nullopt;
             if (!t || *t == 0 || *t > 60000) {
                 return usage("-t needs a time in ms (1..60000)");
             }
@@ -219,14 +209,14 @@ int main(int argc, char **argv)
         return usage("too many arguments");
     }
     if (arg < argc) {
-        auto l = number(argv[arg]);
+        auto l = tools::number(argv[arg]);
         if (!l || *l == 0 || *l >= ib::multicast_lid_base) {
             return usage(std::string("not a unicast LID: ") + argv[arg]);
         }
         o.lid = uint16_t(*l);
     }
     if (arg + 1 < argc) {
-        auto p = number(argv[arg + 1]);
+        auto p = tools::number(argv[arg + 1]);
         if (!p || *p > 255) {
             return usage(std::string("not a port number: ") + argv[arg + 1]);
         }

@@ -28,17 +28,6 @@ int usage(const std::string &why)
     return tools::usage_error(prog, why, synopsis);
 }
 
-/// A whole number argument, or nullopt.
-std::optional<unsigned long> number(const char *arg)
-{
-    char *end = nullptr;
-    unsigned long v = std::strtoul(arg, &end, 0);
-    if (end == arg || *end) {
-        return std::nullopt;
-    }
-    return v;
-}
-
 /// A directed route as infiniband-diags writes it: "0" (this node), then
 /// the port the SMP leaves by at each hop ("0,1,3"). The hops, or nullopt.
 std::optional<mad::smi_client::dr_path> dr_path_of(const char *arg)
@@ -137,7 +126,7 @@ int main(int argc, char **argv)
         } else if (std::strcmp(argv[arg], "-D") == 0) {
             by_route = true;
         } else if (std::strcmp(argv[arg], "-t") == 0) {
-            auto t = arg + 1 < argc ? number(argv[arg + 1]) : std::nullopt;
+            auto t = arg + 1 < argc ? tools::number(argv[arg + 1]) : std::nullopt;
             if (!t || *t == 0 || *t > 60000) {
                 return usage("-t needs a time in ms (1..60000)");
             }
@@ -166,12 +155,12 @@ int main(int argc, char **argv)
     if (by_route && !route) {
         return usage(std::string("not a directed route (0,port,...): ") + argv[arg + 1]);
     }
-    auto lid = by_route ? std::optional<unsigned long>(0) : number(argv[arg + 1]);
+    auto lid = by_route ? std::optional<unsigned long>(0) : tools::number(argv[arg + 1]);
     if (!lid || (!by_guid && !by_route && !ib::is_unicast_lid(*lid))) {
         return usage(std::string(by_guid ? "not a port GUID: " : "not a unicast LID: ") +
                      argv[arg + 1]);
     }
-    auto modifier = argc - arg == 3 ? number(argv[arg + 2]) : std::optional<unsigned long>(0);
+    auto modifier = argc - arg == 3 ? tools::number(argv[arg + 2]) : std::optional<unsigned long>(0);
     if (!modifier || *modifier > 0xffff) {
         return usage(std::string("not a modifier: ") + argv[arg + 2]);
     }

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <string>
 
 namespace mlx4x::tools {
@@ -41,6 +42,18 @@ inline void answer_help_and_version(int argc, char **argv, const char *name,
             std::exit(0);
         }
     }
+}
+
+/// A whole number argument (decimal, 0x hex or 0 octal, as strtoul's base
+/// 0), or nullopt for anything else.
+inline std::optional<unsigned long> number(const char *arg)
+{
+    char *end = nullptr;
+    unsigned long v = std::strtoul(arg, &end, 0);
+    if (end == arg || *end) {
+        return std::nullopt;
+    }
+    return v;
 }
 
 } // namespace mlx4x::tools
