@@ -32,6 +32,7 @@ typedef struct uct_mlx4x_md_config {
     uct_md_config_t        super;
     uct_mlx4x_engine_t     engine;
     char                  *fabric;
+    char                  *netdev;
     int                    rcache_enable;
     uct_md_rcache_config_t rcache;
     int                    sm;

@@ -40,7 +40,7 @@ struct __attribute__((packed)) cm_priv_hdr {
     uint8_t     length;   ///< bytes of UCP's data that follow
     device_addr device;   ///< the sender's mlx4x device (lanes go there)
 };
-static_assert(sizeof(cm_priv_hdr) == 15);
+static_assert(sizeof(cm_priv_hdr) == 21);
 /// UCP's room: a REQ's private data after the Annex A11 header and ours
 /// (the REP has more; UCP asks one number for both).
 constexpr size_t max_conn_priv = mad::cm::ip_req_private_room - sizeof(cm_priv_hdr);
@@ -70,7 +70,7 @@ public:
     device_addr address() const
     {
         return {ctx_->port().lid, ctx_->port().port_guid,
-                device_addr::fabric_of(fabric_->fabric_id())};
+                device_addr::fabric_of(fabric_->fabric_id()), 0, 0};   // this host only
     }
     ~cm_device() { mgr_.reset(); }
 

@@ -83,7 +83,11 @@ status endpoint::connect_to_ep(const device_addr &dev, const ep_addr &peer)
     if (state_ != ep_state::unconnected) {
         return status::invalid_param;
     }
-    peer_lid = dev.lid;
+    auto lid = iface_.domain().lid_of(dev);
+    if (!lid.ok()) {
+        return lid.error();
+    }
+    peer_lid = *lid;
     // Ours sends to the peer's receiving QP; our receiving QP answers the
     // peer's sending one.
     if (status s = iface_.connect_rc(*qp_, peer_lid, peer.rx_qpn, peer.rx_direct.window(),
@@ -106,7 +110,11 @@ status endpoint::connect(const device_addr &dev, const iface_addr &ifa)
     if (status s = create_qp(); s != status::ok) {
         return s;
     }
-    peer_lid = dev.lid;
+    auto lid = iface_.domain().lid_of(dev);
+    if (!lid.ok()) {
+        return lid.error();
+    }
+    peer_lid = *lid;
     mad::cm::endpoint_info self;
     self.qpn = qp_->qpn();
     self.psn = sq_psn;
@@ -223,7 +231,7 @@ status interface::connect_rc(drv::qp &q, uint16_t dlid, uint32_t remote_qpn,
     a.dlid       = dlid;
     a.rq_psn     = rq_psn;
     a.sq_psn     = sq_psn;
-    a.mtu        = ctx().port().mtu;
+    a.mtu        = md_.mtu_to(dlid);
     a.retry_cnt   = uint8_t(cfg_.retry_count);
     a.rnr_retry   = uint8_t(cfg_.rnr_retry_count);
     a.ack_timeout = ack_timeout_;

@@ -48,9 +48,14 @@ bool interface::reaches(const device_addr &peer)
     if (peer.lid != 0 && peer.fabric == self.fabric) {
         return true;
     }
+    if (self.ipv4 && peer.ipv4 && peer.udp_port) {
+        return true;   // over RoCEv2
+    }
     MLX4X_DIAG("lid %u of fabric %08x is not on this device's fabric %08x (another "
-               "host, or another UCX_MLX4X_FABRIC): unreachable over mlx4x",
-               unsigned(peer.lid), unsigned(peer.fabric), unsigned(self.fabric));
+               "host, or another UCX_MLX4X_FABRIC), and %s: unreachable over mlx4x",
+               unsigned(peer.lid), unsigned(peer.fabric), unsigned(self.fabric),
+               self.ipv4 ? "the peer has no RoCEv2 address"
+                         : "this process does not use RoCEv2 (UCX_MLX4X_NETDEV)");
     return false;
 }
 

@@ -20,6 +20,8 @@
 #include <string>
 #include <vector>
 
+namespace mlx4x::fabric { class roce_fabric; }
+
 namespace mlx4x::uct {
 
 /// Gather/scatter entries per zcopy operation (and per send WQE).
@@ -44,21 +46,25 @@ static_assert(sizeof(am_hdr) == 2);
 /// The one device of an mlx4x memory domain, as UCX lists it.
 constexpr const char *device_name = "mlx4x_0:1";
 
-/// Device address: which fabric, and where the port is on it. LIDs mean
-/// something only on their own fabric: a peer on another host (or on
-/// another fabric of this one) has another fabric id and is unreachable
-/// over mlx4x, so UCP takes another transport for it or says at once that
-/// none reaches it. 32 bits of the fabric's random 128-bit id keep UCP's
-/// packed addresses, which go in CM private data, small.
+/// Device address: which fabric, and where the port is on it; and where
+/// its RoCEv2 socket is, if it has one (fabric/roce.h). LIDs mean something
+/// only on their own fabric: a peer on another host (or on another fabric
+/// of this one) has another fabric id and is reached over RoCEv2 when both
+/// have an address there, else not over mlx4x, so UCP takes another
+/// transport for it or says at once that none reaches it. 32 bits of the
+/// fabric's random 128-bit id keep UCP's packed addresses, which go in CM
+/// private data, small.
 struct __attribute__((packed)) device_addr {
     uint16_t lid;
     uint64_t port_guid;
     uint32_t fabric;
+    uint32_t ipv4;       ///< the RoCEv2 GID's IPv4 address (host order); 0: none
+    uint16_t udp_port;   ///< its UDP port
 
     /// The 32 bits of fabric::fabric_id() carried here.
     static uint32_t fabric_of(uint64_t fabric_id) { return uint32_t(fabric_id ^ fabric_id >> 32); }
 };
-static_assert(sizeof(device_addr) == 14);
+static_assert(sizeof(device_addr) == 20);
 /// Interface address: the CM service the interface listens on.
 struct __attribute__((packed)) iface_addr {
     uint32_t service;
@@ -154,6 +160,7 @@ class memory_domain {
 public:
     struct options {
         std::string fabric_name;          ///< the shm segment; empty: default
+        std::string netdev;               ///< UCX_MLX4X_NETDEV: "", a name, "none"
         bool engine_thread = false;       ///< the device on its own thread
                                           ///< (placed with hwloc, mlx4x_locality.cc)
         const uct_md_rcache_config_t *rcache = nullptr;   ///< cache registrations
@@ -183,11 +190,12 @@ public:
     void add_iface(interface *i) { ifaces_.push_back(i); }
     void remove_iface(interface *i) { std::erase(ifaces_, i); }
 
-    device_addr address() const
-    {
-        return {ctx_->port().lid, ctx_->port().port_guid,
-                device_addr::fabric_of(fabric_->fabric_id())};
-    }
+    device_addr address() const;
+    /// The LID that reaches `peer`'s port: its own on this fabric, its
+    /// neighbour LID over RoCEv2; unreachable when neither.
+    result<uint16_t> lid_of(const device_addr &peer);
+    /// The path MTU of a connection to the port at `lid`.
+    uint32_t mtu_to(uint16_t lid) const;
     const std::string &fabric_name() const { return fabric_name_; }
     /// A memory domain open in this process (the first still open), for
     /// the connection manager: its peers' lanes connect to this device.
@@ -198,6 +206,7 @@ public:
     static std::optional<open_device> any_open();
 
 private:
+    status reach_other_hosts(const std::string &netdev);
     void create_rcache(const uct_md_rcache_config_t &cfg);
     result<drv::mr *> register_region(uintptr_t start, uintptr_t end);
     static ucs_status_t rcache_reg(void *md, ucs_rcache_t *, void *,
@@ -208,6 +217,7 @@ private:
 
     std::string                     fabric_name_;
     std::unique_ptr<fabric::fabric> fabric_;
+    fabric::roce_fabric            *roce_ = nullptr;   ///< fabric_, when it reaches other hosts
     std::unique_ptr<drv::context>   ctx_;
     uint32_t                        pd_ = 0;
     std::unique_ptr<drv::mr>        dma_mr_;

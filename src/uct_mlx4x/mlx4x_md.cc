@@ -5,6 +5,7 @@
 #include "uct_mlx4x/mlx4x_boundary.h"
 #include "uct_mlx4x/mlx4x_locality.h"
 #include "hca/base/log.h"
+#include "hca/fabric/roce.h"
 #include "hca/fabric/shm_fabric.h"
 #include "hca/fw/device_sma.h"
 
@@ -42,6 +43,9 @@ memory_domain::open(const options &o)
         return f.error();
     }
     m->fabric_ = f.take();
+    if (status s = m->reach_other_hosts(o.netdev); s != status::ok) {
+        return s;
+    }
     auto c = drv::context::open(*m->fabric_, nullptr,
                                 std::make_unique<mad::device_sma>());
     if (!c.ok()) {
@@ -94,6 +98,54 @@ memory_domain::open(const options &o)
     std::lock_guard g(open_domains_lock);
     open_domains.push_back(m.get());
     return m;
+}
+
+/// RoCEv2 on UCX_MLX4X_NETDEV (fabric/roce.h): the shared-memory fabric
+/// for this host's ports, UDP for the others. "none": this host only; no
+/// default route: this host only, said at debug level; a named interface
+/// that cannot be used: an error.
+status memory_domain::reach_other_hosts(const std::string &netdev)
+{
+    if (netdev == "none") {
+        return status::ok;
+    }
+    auto dev = fabric::find_netdev(netdev);
+    if (!dev.ok()) {
+        return netdev.empty() ? status::ok : dev.error();
+    }
+    auto roce = std::make_unique<fabric::roce_fabric>(std::move(fabric_),
+                                                      fabric::roce_fabric::options{*dev});
+    roce_   = roce.get();
+    fabric_ = std::move(roce);
+    return status::ok;
+}
+
+device_addr memory_domain::address() const
+{
+    const drv::port_attr &p = ctx_->port();
+    device_addr a{p.lid, p.port_guid, device_addr::fabric_of(fabric_->fabric_id()), 0, 0};
+    if (roce_) {
+        a.ipv4     = roce_->dev().addr;
+        a.udp_port = roce_->udp_port_of(p.port_guid);
+    }
+    return a;
+}
+
+result<uint16_t> memory_domain::lid_of(const device_addr &peer)
+{
+    if (peer.lid != 0 && peer.fabric == device_addr::fabric_of(fabric_->fabric_id())) {
+        return peer.lid;
+    }
+    if (!roce_ || !peer.ipv4 || !peer.udp_port) {
+        return status::unreachable;
+    }
+    return roce_->resolve({peer.ipv4, peer.udp_port});
+}
+
+uint32_t memory_domain::mtu_to(uint16_t lid) const
+{
+    uint32_t mtu = ctx_->port().mtu;
+    return fabric::is_remote_lid(lid) ? std::min(mtu, roce_->ib_mtu()) : mtu;
 }
 
 std::optional<memory_domain::open_device> memory_domain::any_open()

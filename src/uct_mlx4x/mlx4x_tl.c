@@ -41,6 +41,13 @@ static ucs_config_field_t uct_mlx4x_md_config_table[] = {
      "(mlx4x-stat, mlx4x-perftest, ...) read the same variable.",
      ucs_offsetof(uct_mlx4x_md_config_t, fabric), UCS_CONFIG_TYPE_STRING},
 
+    {"NETDEV", "",
+     "The network interface that reaches processes on other hosts, over RoCEv2\n"
+     "(UDP datagrams, port 4791 for the host's first process; IBA Annex A17).\n"
+     "Peers on this host keep the shared-memory fabric. Empty: the interface of\n"
+     "the default route, if it has one. \"none\": this host only.",
+     ucs_offsetof(uct_mlx4x_md_config_t, netdev), UCS_CONFIG_TYPE_STRING},
+
     {"RCACHE", "y",
      "Keep memory registrations in UCX's registration cache: registering a\n"
      "buffer again (each rendezvous of an MPI_Send from the same buffer) finds\n"

@@ -622,7 +622,7 @@ TEST_F(shm_test, reopening_a_valid_segment_shares_the_port_table)
     ASSERT_TRUE(p1.ok() && p2.ok());
     EXPECT_NE((*p1)->lid(), (*p2)->lid());
     EXPECT_TRUE((*p1)->peer_alive((*p2)->lid()));
-    EXPECT_TRUE((*p1)->lossless());
+    EXPECT_TRUE((*p1)->lossless(1));
     uint16_t l2 = (*p2)->lid();
     p2->reset();
     EXPECT_FALSE((*p1)->peer_alive(l2));

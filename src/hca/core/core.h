@@ -207,14 +207,18 @@ public:
         port_    = std::move(p);
         tx_ring_ = port_ ? port_->shm_producer() : nullptr;
     }
-    /// port_->reserve() / commit(), direct on the shared-memory fabric.
+    /// port_->reserve() / commit(), direct on the shared-memory fabric
+    /// (where the port has one: a port on another host is reached through
+    /// the port, fabric/roce.h).
     [[gnu::always_inline]] status reserve_frame(uint16_t dlid, size_t len, fabric::frame_slot &f)
     {
-        return tx_ring_ ? tx_ring_->reserve(dlid, len, f) : port_->reserve(dlid, len, f);
+        return tx_ring_ && !fabric::is_remote_lid(dlid) ? tx_ring_->reserve(dlid, len, f)
+                                                        : port_->reserve(dlid, len, f);
     }
     [[gnu::always_inline]] status commit_frame(const fabric::frame_slot &f)
     {
-        return tx_ring_ ? tx_ring_->commit(f) : port_->commit(f);
+        return tx_ring_ && !fabric::is_remote_lid(f.dlid) ? tx_ring_->commit(f)
+                                                          : port_->commit(f);
     }
     status count_tx(status s, size_t payload_bytes, size_t frame_bytes);
     static uint8_t *write_headers(const fabric::frame_slot &f, const ib::lrh &l,

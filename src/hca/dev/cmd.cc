@@ -110,6 +110,12 @@ cmd_status firmware::cmd_query_dev_cap(uint64_t outbox)
     return cmd_status::ok;
 }
 
+/// What the port's link dropped as damaged (fabric::port::link_errors).
+uint64_t firmware::link_errors() const
+{
+    return hca_.port_ ? hca_.port_->link_errors() : 0;
+}
+
 /// The port's counters as the PMA reports them (IBA 16.1.3.5).
 hw::port_counters firmware::port_counters() const
 {
@@ -120,7 +126,7 @@ hw::port_counters firmware::port_counters() const
             .rcv_packets    = c(counter::rx_packets),
             .xmit_multicast = c(counter::tx_multicast),
             .rcv_multicast  = c(counter::rx_multicast),
-            .rcv_errors     = c(counter::bad_packets),
+            .rcv_errors     = c(counter::bad_packets) + link_errors(),
             .xmit_wait      = c(counter::fabric_busy)};
 }
 
@@ -135,6 +141,7 @@ cmd_status firmware::cmd_query_if_stat(uint32_t port, uint64_t outbox)
     for (size_t c = 0; c < prm::counter_count; ++c) {
         o->value[c].set(hca_.counters_[c]);
     }
+    o->value[static_cast<unsigned>(counter::link_errors)].set(link_errors());
     return cmd_status::ok;
 }
 

@@ -39,6 +39,7 @@ private:
     prm::cmd_status cmd_query_port(uint32_t port, uint64_t outbox);
     prm::cmd_status cmd_query_if_stat(uint32_t port, uint64_t outbox);
     hw::port_counters port_counters() const;
+    uint64_t          link_errors() const;
     prm::cmd_status cmd_mad_ifc(uint32_t port, uint8_t op_mod, uint64_t inbox,
                                 uint64_t outbox);
     prm::cmd_status cmd_write_mtt(uint32_t count, uint64_t inbox);

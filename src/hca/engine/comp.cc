@@ -485,7 +485,7 @@ bool completer::run_timers()
         if (t < q->comp.timer_deadline) {
             continue;
         }
-        if (hca_.port_->lossless() && hca_.port_->peer_alive(q->dlid) &&
+        if (hca_.port_->lossless(q->dlid) && hca_.port_->peer_alive(q->dlid) &&
             !hca_.port_->delivered(q->dlid)) {
             // Nothing is lost between live ports of a lossless fabric; a
             // peer that has not even taken our packets is just not

@@ -29,6 +29,13 @@ constexpr uint64_t port_guid_of(uint64_t n)
 }
 
 
+/// Neighbour LIDs (fabric/roce.h), for ports on other hosts: 0x8000..0xBFFF, half of the unicast LIDs (IBA 4.1.1),
+/// which the host's own subnet never assigns (shm_fabric::max_lid() is far
+/// below). Telling them apart is one AND and compare on the send path.
+constexpr uint16_t remote_lid_base  = 0x8000;
+constexpr uint16_t remote_lid_count = 0x4000;
+constexpr bool is_remote_lid(uint16_t lid) { return (lid & 0xc000) == remote_lid_base; }
+
 /// Memory of one process: an address in its address space and a length.
 struct mem_range {
     uint64_t addr;
@@ -134,10 +141,15 @@ public:
     virtual bool peek(std::span<const uint8_t> & /*frame*/) const { return false; }
     /// Whether a port with this LID is attached and its owner alive.
     virtual bool peer_alive(uint16_t lid) const = 0;
-    /// True when frames between live ports are never lost (full rings push
-    /// back instead). A missing ACK from a live peer then means the peer is
-    /// not progressing, not that a packet was lost.
-    virtual bool lossless() const = 0;
+    /// True when frames between this port and the live port `lid` are
+    /// never lost (full rings push back instead). A missing ACK from a live
+    /// peer then means the peer is not progressing, not that a packet was
+    /// lost.
+    virtual bool lossless(uint16_t lid) const = 0;
+    /// Packets the link dropped as damaged before the device saw them (a
+    /// RoCEv2 datagram whose ICRC is wrong, or too short to be a packet):
+    /// PortRcvErrors beside the device's own (IBA 16.1.3.5).
+    virtual uint64_t link_errors() const { return 0; }
     /// Whether every frame this port sent to `lid` has been taken off the
     /// fabric and released by that port's owner: an answer still missing
     /// then was not held up but dropped by the peer (no such QP, say).

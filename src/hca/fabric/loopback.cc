@@ -84,7 +84,7 @@ public:
                !fabric_.unreleased_.count(lid);
     }
 
-    bool lossless() const override
+    bool lossless(uint16_t) const override
     {
         const fault_plan &p = fabric_.plan_;
         return !p.drop_one_in && !p.duplicate_one_in && !p.reorder_one_in &&

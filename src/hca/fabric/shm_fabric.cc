@@ -478,7 +478,7 @@ public:
                owner_alive(e);
     }
 
-    bool lossless() const override { return true; }
+    bool lossless(uint16_t) const override { return true; }
 
     bool delivered(uint16_t lid) const override
     {

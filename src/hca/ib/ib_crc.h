@@ -38,6 +38,22 @@ inline constexpr auto crc32_table = reflected_table<uint32_t, 0xedb88320u>();   
 inline constexpr auto crc16_table = reflected_table<uint16_t, 0xd008u>();       // 0x100b
 } // namespace detail
 
+/// CRC-32 register `c` advanced over `bytes` (no seed, no final complement).
+inline uint32_t crc32_update(uint32_t c, std::span<const uint8_t> bytes)
+{
+    for (uint8_t b : bytes) {
+        c = detail::crc32_table[(c ^ b) & 0xff] ^ (c >> 8);
+    }
+    return c;
+}
+
+/// The ICRC's four bytes on the wire from its final register `c`.
+inline std::array<uint8_t, icrc_size> icrc_bytes(uint32_t c)
+{
+    c = ~c;
+    return {uint8_t(c), uint8_t(c >> 8), uint8_t(c >> 16), uint8_t(c >> 24)};
+}
+
 /// ICRC of `pkt` (LRH through the pad, no CRCs), as its 4 bytes on the wire.
 inline std::array<uint8_t, icrc_size> icrc(std::span<const uint8_t> pkt)
 {
@@ -59,8 +75,7 @@ inline std::array<uint8_t, icrc_size> icrc(std::span<const uint8_t> pkt)
         }
         c = detail::crc32_table[(c ^ b) & 0xff] ^ (c >> 8);
     }
-    c = ~c;
-    return {uint8_t(c), uint8_t(c >> 8), uint8_t(c >> 16), uint8_t(c >> 24)};
+    return icrc_bytes(c);
 }
 
 /// VCRC of `pkt_with_icrc` (LRH through the ICRC), its 2 bytes on the wire.

@@ -44,6 +44,8 @@ enum class counter : unsigned {
     rx_frame_bytes,   ///< bytes of the frames received
     tx_multicast,     ///< packets sent to a multicast DLID
     rx_multicast,     ///< packets received for a multicast DLID
+    // the link (read from the port when queried)
+    link_errors,      ///< packets the link dropped as damaged (RoCEv2: ICRC)
     count_
 };
 constexpr size_t counter_count = static_cast<size_t>(counter::count_);
@@ -67,7 +69,7 @@ inline const char *counter_name(counter c)
         "tm_cancels", "engine_sleeps", "engine_doorbell_wakeups",
         "direct_writes", "direct_reads", "direct_bytes", "direct_refusals",
         "blueflame_sends", "tx_frame_bytes", "rx_frame_bytes", "tx_multicast",
-        "rx_multicast"};
+        "rx_multicast", "link_errors"};
     static_assert(std::size(names) == counter_count);
     return names[static_cast<size_t>(c)];
 }

@@ -1,0 +1,496 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// RoCEv2 ports: the local fabric's port, and a UDP socket for the ports of
+// other hosts (roce.h).
+#include "hca/fabric/roce.h"
+#include "hca/base/log.h"
+#include "hca/ib/ib_roce.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <vector>
+
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/epoll.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+namespace mlx4x::fabric {
+
+namespace roce = ib::roce;
+
+result<uint16_t> neighbour_table::lid_of(udp_peer p)
+{
+    std::lock_guard g(lock_);
+    if (auto it = by_peer_.find(p.key()); it != by_peer_.end()) {
+        return it->second;
+    }
+    size_t n = count_.load(std::memory_order_relaxed);
+    if (n == remote_lid_count) {
+        return status::exceeds_limit;
+    }
+    uint16_t lid = uint16_t(remote_lid_base + n);
+    entries_[n].store(valid | p.key(), std::memory_order_release);
+    by_peer_.emplace(p.key(), lid);
+    count_.store(n + 1, std::memory_order_relaxed);
+    return lid;
+}
+
+namespace {
+
+/// The interface of the default route (/proc/net/route: destination 0).
+std::string default_route_netdev()
+{
+    std::ifstream in("/proc/net/route");
+    std::string   line;
+    std::getline(in, line);   // the column names
+    while (std::getline(in, line)) {
+        std::istringstream f(line);
+        std::string        name, dest;
+        if (f >> name >> dest && dest == "00000000") {
+            return name;
+        }
+    }
+    return {};
+}
+
+} // namespace
+
+result<netdev> find_netdev(const std::string &name)
+{
+    netdev d;
+    d.name = name.empty() ? default_route_netdev() : name;
+    if (d.name.empty()) {
+        MLX4X_DEBUG("roce: no default route, so no network interface to reach other hosts");
+        return status::no_device;
+    }
+    ifaddrs *all = nullptr;
+    if (getifaddrs(&all) != 0) {
+        return status::io_error;
+    }
+    for (ifaddrs *a = all; a; a = a->ifa_next) {
+        if (a->ifa_addr && a->ifa_addr->sa_family == AF_INET && d.name == a->ifa_name &&
+            (a->ifa_flags & IFF_UP)) {
+            d.addr = ntohl(reinterpret_cast<const sockaddr_in *>(a->ifa_addr)->sin_addr.s_addr);
+            break;
+        }
+    }
+    freeifaddrs(all);
+    int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    ifreq r{};
+    std::snprintf(r.ifr_name, sizeof(r.ifr_name), "%s", d.name.c_str());
+    if (s >= 0 && ioctl(s, SIOCGIFMTU, &r) == 0) {
+        d.mtu = uint32_t(r.ifr_mtu);
+    }
+    if (s >= 0) {
+        close(s);
+    }
+    if (!d.addr || !roce::ib_mtu_for(d.mtu)) {
+        if (name.empty()) {
+            MLX4X_DEBUG("roce: %s has no IPv4 address, is down, or its MTU (%u) is too small",
+                        d.name.c_str(), d.mtu);
+        } else {
+            MLX4X_ERROR("network interface %s: not found, down, without an IPv4 address, or "
+                        "with an MTU (%u) below %zu", d.name.c_str(), d.mtu,
+                        256 + roce::datagram_overhead);
+        }
+        return status::no_device;
+    }
+    return d;
+}
+
+/// A port of the local fabric and a UDP socket for remote ports (roce.h).
+class roce_fabric::roce_port final : public port {
+public:
+    roce_port(roce_fabric &f, std::unique_ptr<port> local, int sock, int epoll_fd)
+        : fab_(f), local_(std::move(local)), sock_(sock), epoll_(epoll_fd)
+    {
+        sockaddr_in a{};
+        socklen_t   len = sizeof(a);
+        getsockname(sock_, reinterpret_cast<sockaddr *>(&a), &len);
+        self_ = {f.dev().addr, ntohs(a.sin_port)};
+        for (unsigned i = 0; i < rx_batch; ++i) {
+            rx_iov_[i] = {rx_[i].bytes + sizeof(ib::lrh), sizeof(rx_[i].bytes) - sizeof(ib::lrh)};
+        }
+    }
+    ~roce_port() override
+    {
+        fab_.on_detach(local_->port_guid());
+        close(epoll_);
+        close(sock_);
+    }
+    uint16_t udp_port() const { return self_.port; }
+
+    uint16_t lid() const override { return local_->lid(); }
+    uint64_t port_guid() const override { return local_->port_guid(); }
+
+    status send(std::span<const uint8_t> hdr, std::span<const uint8_t> payload) override
+    {
+        return is_remote_lid(frame_dlid(hdr)) ? send_datagram(hdr, payload)
+                                              : local_->send(hdr, payload);
+    }
+    status reserve(uint16_t dlid, size_t len, frame_slot &f) override
+    {
+        return is_remote_lid(dlid) ? port::reserve(dlid, len, f) : local_->reserve(dlid, len, f);
+    }
+    status commit(const frame_slot &f) override
+    {
+        return is_remote_lid(f.dlid) ? send_datagram({f.data, f.len}, {}) : local_->commit(f);
+    }
+    bool   sends_concurrently() const override { return local_->sends_concurrently(); }
+    status send_concurrent(std::span<const uint8_t> frame) override
+    {
+        // A datagram's pad and ICRC are built on the stack: safe beside
+        // the owner's sends.
+        return is_remote_lid(frame_dlid(frame)) ? send_datagram(frame, {})
+                                                : local_->send_concurrent(frame);
+    }
+    // Multicast stays on the host (no IP multicast: the SM's groups are
+    // the local subnet's).
+    status join_multicast(uint16_t mlid) override { return local_->join_multicast(mlid); }
+    void   leave_multicast(uint16_t mlid) override { local_->leave_multicast(mlid); }
+    shm::producer *shm_producer() override { return local_->shm_producer(); }
+
+    unsigned poll(frame_sink &sink, unsigned budget) override
+    {
+        unsigned n = local_->poll(sink, budget);
+        if (n < budget && udp_due()) {
+            n += poll_datagrams(sink, budget - n);
+        }
+        return n;
+    }
+    void release() override { local_->release(); }
+    bool frame_waiting() const override
+    {
+        return local_->frame_waiting() || rx_next_ < rx_count_ || udp_due();
+    }
+    bool peek(std::span<const uint8_t> &frame) const override
+    {
+        return rx_next_ == rx_count_ && local_->peek(frame);
+    }
+    bool peer_alive(uint16_t lid) const override
+    {
+        // A remote port's liveness shows only in its answers: the ACK
+        // timer and retry count decide (IBA 9.7.6.1).
+        return is_remote_lid(lid) || local_->peer_alive(lid);
+    }
+    bool lossless(uint16_t lid) const override
+    {
+        return !is_remote_lid(lid) && local_->lossless(lid);
+    }
+    bool delivered(uint16_t lid) const override
+    {
+        return !is_remote_lid(lid) && local_->delivered(lid);
+    }
+    uint64_t link_errors() const override { return link_errors_ + local_->link_errors(); }
+
+    // Single copies only between processes of this host.
+    uint64_t direct_min(uint16_t lid) override
+    {
+        return is_remote_lid(lid) ? 0 : local_->direct_min(lid);
+    }
+    uint64_t direct_try_min(uint16_t lid) override
+    {
+        return is_remote_lid(lid) ? 0 : local_->direct_try_min(lid);
+    }
+    status direct_copy(direct_peer peer, copy_dir dir, std::span<const mem_range> local,
+                       std::span<const mem_range> remote) override
+    {
+        if (is_remote_lid(peer.lid)) {
+            return status::unsupported;
+        }
+        return local_->direct_copy(peer, dir, local, remote);
+    }
+
+    /// An epoll descriptor over the local fabric's line and the socket.
+    int  wakeup_fd() const override { return epoll_; }
+    bool arm_wakeup() override
+    {
+        if (rx_next_ < rx_count_) {
+            return false;
+        }
+        if (local_->wakeup_fd() >= 0 && !local_->arm_wakeup()) {
+            return false;
+        }
+        pollfd p{sock_, POLLIN, 0};
+        return ::poll(&p, 1, 0) == 0;
+    }
+
+private:
+    /// Whether this poll reads the socket. Every time while datagrams came
+    /// recently; otherwise every idle_period-th poll, so that a process
+    /// whose peers are all on its host pays one system call per
+    /// idle_period polls of its shared-memory ring, and a first datagram
+    /// (a CM REQ from a new peer) still waits only that many polls.
+    bool udp_due() const
+    {
+        if (polls_since_datagram_ < hot_polls) {
+            ++polls_since_datagram_;
+            return true;
+        }
+        return (++idle_tick_ & (idle_period - 1)) == 0;
+    }
+    static constexpr uint32_t hot_polls   = 1u << 14;
+    static constexpr uint32_t idle_period = 32;
+
+    status   send_datagram(std::span<const uint8_t> hdr, std::span<const uint8_t> payload);
+    unsigned poll_datagrams(frame_sink &sink, unsigned budget);
+    /// Datagram `i` of the last batch as the device's frame (LRH
+    /// synthesized in front); empty when it is dropped.
+    std::span<const uint8_t> frame_of(unsigned i);
+
+    static constexpr unsigned rx_batch = 16;
+    struct rx_buffer {
+        alignas(64) uint8_t bytes[sizeof(ib::lrh) + max_frame_size + ib::icrc_size + 64];
+    };
+
+    roce_fabric          &fab_;
+    std::unique_ptr<port> local_;
+    int                   sock_;
+    int                   epoll_;
+    udp_peer              self_;
+    std::vector<rx_buffer> rx_ = std::vector<rx_buffer>(rx_batch);
+    std::array<iovec, rx_batch>       rx_iov_{};
+    std::array<sockaddr_in, rx_batch> rx_from_{};
+    std::array<mmsghdr, rx_batch>     rx_msg_{};
+    unsigned rx_count_ = 0;   ///< datagrams of the last batch
+    unsigned rx_next_  = 0;   ///< the next one to hand over
+    mutable uint32_t polls_since_datagram_ = hot_polls;
+    mutable uint32_t idle_tick_            = 0;
+    uint64_t         link_errors_          = 0;
+    bool             warned_size_          = false;
+};
+
+/// A frame (LRH first) to a remote port as a RoCEv2 datagram: the LRH
+/// dropped, the pad the BTH announces and the ICRC added (A17.4).
+status roce_fabric::roce_port::send_datagram(std::span<const uint8_t> hdr,
+                                             std::span<const uint8_t> payload)
+{
+    if (hdr.size() < sizeof(ib::lrh) + sizeof(ib::bth) ||
+        (hdr[1] & 3) != ib::lnh_iba_local) {
+        return status::invalid_param;   // the device sends no GRH
+    }
+    auto peer = fab_.neighbours_.peer_of(frame_dlid(hdr));
+    if (!peer) {
+        return status::unreachable;
+    }
+    auto     body = hdr.subspan(sizeof(ib::lrh));
+    ib::bth  b;
+    std::memcpy(&b, body.data(), sizeof(b));
+    size_t   pad = (b.se_m_pad_tver >> 4) & 3;
+    size_t   len = body.size() + payload.size() + pad + ib::icrc_size;
+    roce::ipv4_hdr ip;
+    roce::udp_hdr  udp;
+    roce::headers_of({self_.addr, peer->addr, self_.port, peer->port}, len, ip, udp);
+    uint32_t c = roce::icrc_headers(ip, udp, b);
+    c = ib::crc32_update(c, body.subspan(sizeof(b)));
+    c = ib::crc32_update(c, payload);
+    uint8_t tail[3 + ib::icrc_size] = {};
+    c = ib::crc32_update(c, {tail, pad});
+    auto icrc = ib::icrc_bytes(c);
+    std::memcpy(tail + pad, icrc.data(), icrc.size());
+
+    iovec iov[3] = {{const_cast<uint8_t *>(body.data()), body.size()},
+                    {const_cast<uint8_t *>(payload.data()), payload.size()},
+                    {tail, pad + ib::icrc_size}};
+    sockaddr_in to{};
+    to.sin_family      = AF_INET;
+    to.sin_addr.s_addr = htonl(peer->addr);
+    to.sin_port        = htons(peer->port);
+    msghdr m{};
+    m.msg_name    = &to;
+    m.msg_namelen = sizeof(to);
+    m.msg_iov     = iov;
+    m.msg_iovlen  = 3;
+    if (sendmsg(sock_, &m, MSG_DONTWAIT) >= 0) {
+        return status::ok;
+    }
+    switch (errno) {
+    case EAGAIN:
+    case ENOBUFS:
+        return status::no_resource;   // the socket's buffer is full: again later
+    case EMSGSIZE:
+        if (!warned_size_) {
+            warned_size_ = true;
+            MLX4X_ERROR("roce: a %zu-byte datagram does not fit the path MTU of %s "
+                        "(a connection's MTU above %u)", len, fab_.dev().name.c_str(),
+                        fab_.ib_mtu());
+        }
+        return status::unreachable;
+    default:
+        return status::unreachable;   // lost on the way: the ACK timer recovers
+    }
+}
+
+unsigned roce_fabric::roce_port::poll_datagrams(frame_sink &sink, unsigned budget)
+{
+    unsigned n = 0;
+    while (n < budget) {
+        if (rx_next_ == rx_count_) {
+            for (unsigned i = 0; i < rx_batch; ++i) {
+                rx_msg_[i].msg_hdr = {&rx_from_[i], sizeof(sockaddr_in), &rx_iov_[i], 1,
+                                      nullptr, 0, 0};
+            }
+            int got = recvmmsg(sock_, rx_msg_.data(), std::min(budget - n, rx_batch),
+                               MSG_DONTWAIT, nullptr);
+            rx_count_ = rx_next_ = 0;
+            if (got <= 0) {
+                break;
+            }
+            rx_count_ = unsigned(got);
+            polls_since_datagram_ = 0;
+        }
+        auto f = frame_of(rx_next_++);
+        if (f.empty()) {
+            continue;
+        }
+        ++n;
+        if (!sink.on_frame(f)) {
+            break;
+        }
+    }
+    return n;
+}
+
+std::span<const uint8_t> roce_fabric::roce_port::frame_of(unsigned i)
+{
+    const mmsghdr &m   = rx_msg_[i];
+    uint8_t       *lrh = rx_[i].bytes;
+    uint8_t       *pkt = lrh + sizeof(ib::lrh);
+    size_t         len = m.msg_len;
+    if ((m.msg_hdr.msg_flags & MSG_TRUNC) || m.msg_hdr.msg_namelen != sizeof(sockaddr_in) ||
+        len < sizeof(ib::bth) + ib::icrc_size) {
+        ++link_errors_;   // no RoCEv2 packet
+        return {};
+    }
+    const sockaddr_in &from = rx_from_[i];
+    udp_peer src{ntohl(from.sin_addr.s_addr), ntohs(from.sin_port)};
+    roce::ipv4_hdr ip;
+    roce::udp_hdr  udp;
+    roce::headers_of({src.addr, self_.addr, src.port, self_.port}, len, ip, udp);
+    std::span<const uint8_t> body{pkt, len - ib::icrc_size};
+    auto icrc = roce::icrc(ip, udp, body);
+    if (std::memcmp(icrc.data(), pkt + body.size(), icrc.size()) != 0) {
+        ++link_errors_;   // damaged (or not from a RoCEv2 sender): A17.4.5.1
+        return {};
+    }
+    ib::bth b;
+    std::memcpy(&b, pkt, sizeof(b));
+    size_t pad = (b.se_m_pad_tver >> 4) & 3;
+    if (body.size() < sizeof(b) + pad) {
+        ++link_errors_;
+        return {};
+    }
+    auto from_lid = fab_.neighbours_.lid_of(src);
+    if (!from_lid.ok()) {
+        ++link_errors_;   // the neighbour table is full: dropped, counted
+        return {};
+    }
+    // The frame as the device's ports carry it: an LRH (IBA local, VL 0)
+    // from the sender's neighbour LID to this port, no pad, no ICRC.
+    size_t  frame_len = sizeof(ib::lrh) + body.size() - pad;
+    ib::lrh l{};
+    l.sl_lnh = ib::lnh_iba_local;
+    l.dlid.set(local_->lid());
+    l.slid.set(*from_lid);
+    l.pkt_len.set(uint16_t(((frame_len + ib::icrc_size + 3) / 4) & 0x7ff));
+    std::memcpy(lrh, &l, sizeof(l));
+    return {lrh, frame_len};
+}
+
+roce_fabric::roce_fabric(std::unique_ptr<fabric> local, options o)
+    : local_(std::move(local)), opts_(std::move(o))
+{
+    if (!opts_.first_udp_port) {
+        opts_.first_udp_port = roce::udp_port;
+    }
+}
+
+roce_fabric::~roce_fabric() = default;
+
+uint32_t roce_fabric::ib_mtu() const { return roce::ib_mtu_for(opts_.dev.mtu); }
+
+uint16_t roce_fabric::udp_port_of(uint64_t port_guid) const
+{
+    std::lock_guard g(lock_);
+    auto it = udp_ports_.find(port_guid);
+    return it == udp_ports_.end() ? 0 : it->second;
+}
+
+void roce_fabric::on_detach(uint64_t port_guid)
+{
+    std::lock_guard g(lock_);
+    udp_ports_.erase(port_guid);
+}
+
+namespace {
+
+/// A UDP socket on `addr`: RoCEv2's port if free, else any; never
+/// fragmenting (RoCE packets fit the path MTU or are not sent).
+result<int> open_socket(uint32_t addr, uint16_t first_port)
+{
+    int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (s < 0) {
+        return status::io_error;
+    }
+    int pmtu = IP_PMTUDISC_DO;
+    int buf  = 4 << 20;
+    setsockopt(s, IPPROTO_IP, IP_MTU_DISCOVER, &pmtu, sizeof(pmtu));
+    setsockopt(s, SOL_SOCKET, SO_RCVBUF, &buf, sizeof(buf));
+    setsockopt(s, SOL_SOCKET, SO_SNDBUF, &buf, sizeof(buf));
+    sockaddr_in a{};
+    a.sin_family      = AF_INET;
+    a.sin_addr.s_addr = htonl(addr);
+    a.sin_port        = htons(first_port);
+    if (bind(s, reinterpret_cast<sockaddr *>(&a), sizeof(a)) != 0) {
+        a.sin_port = 0;   // another process of the host has it
+        if (bind(s, reinterpret_cast<sockaddr *>(&a), sizeof(a)) != 0) {
+            MLX4X_ERROR("roce: cannot bind a UDP socket to %s: %s",
+                        inet_ntoa(a.sin_addr), std::strerror(errno));
+            close(s);
+            return status::io_error;
+        }
+    }
+    return s;
+}
+
+} // namespace
+
+result<std::unique_ptr<port>> roce_fabric::attach()
+{
+    auto local = local_->attach();
+    if (!local.ok()) {
+        return local.error();
+    }
+    auto sock = open_socket(opts_.dev.addr, opts_.first_udp_port);
+    if (!sock.ok()) {
+        return sock.error();
+    }
+    int ep = epoll_create1(EPOLL_CLOEXEC);
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    if (ep < 0 || epoll_ctl(ep, EPOLL_CTL_ADD, *sock, &ev) != 0 ||
+        ((*local)->wakeup_fd() >= 0 &&
+         epoll_ctl(ep, EPOLL_CTL_ADD, (*local)->wakeup_fd(), &ev) != 0)) {
+        if (ep >= 0) {
+            close(ep);
+        }
+        close(*sock);
+        return status::io_error;
+    }
+    uint64_t guid = (*local)->port_guid();
+    auto     p    = std::make_unique<roce_port>(*this, local.take(), *sock, ep);
+    std::lock_guard g(lock_);
+    udp_ports_[guid] = p->udp_port();
+    return std::unique_ptr<port>(std::move(p));
+}
+
+} // namespace mlx4x::fabric

@@ -1,0 +1,135 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// RoCEv2 (IBA Vol.1 Annex A17): the IBA transport packet from the BTH on,
+// carried as the payload of a UDP datagram over IPv4. There is no LRH and no
+// subnet manager: the IP header addresses the packet, a port's GIDs are its
+// IP addresses (IPv4-mapped), and the ICRC also covers the IP and UDP
+// headers, their variant fields read as ones (A17.4.5.1).
+#pragma once
+
+#include "hca/ib/ib_crc.h"
+#include "hca/ib/ib_hdr.h"
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <span>
+
+namespace mlx4x::ib::roce {
+
+/// The UDP destination port of RoCEv2 (A17.4.3, IANA "roce").
+constexpr uint16_t udp_port = 4791;
+
+/// IPv4 header without options (RFC 791), as the kernel sends it.
+struct ipv4_hdr {
+    uint8_t version_ihl;    ///< 0x45
+    uint8_t tos;            ///< DSCP and ECN: variant (ones in the ICRC)
+    be16    total_len;
+    be16    id;
+    be16    flags_frag;     ///< [14] don't fragment
+    uint8_t ttl;            ///< variant
+    uint8_t protocol;       ///< 17: UDP
+    be16    checksum;       ///< variant
+    be32    saddr;
+    be32    daddr;
+};
+static_assert(sizeof(ipv4_hdr) == 20 && offsetof(ipv4_hdr, ttl) == 8 &&
+              offsetof(ipv4_hdr, saddr) == 12);
+constexpr uint16_t ipv4_dont_fragment = 0x4000;
+constexpr uint8_t  ipv4_proto_udp     = 17;
+
+struct udp_hdr {
+    be16 sport;
+    be16 dport;
+    be16 len;               ///< header and payload
+    be16 checksum;          ///< variant
+};
+static_assert(sizeof(udp_hdr) == 8);
+
+/// Transport headers after the BTH in one packet, at most (RETH and ImmDt,
+/// AtomicETH, the tag-matching header with a RETH): with the BTH, the IP
+/// and UDP headers and the ICRC, what a datagram adds to its payload.
+constexpr size_t max_ext_headers = 64;
+constexpr size_t datagram_overhead =
+    sizeof(ipv4_hdr) + sizeof(udp_hdr) + sizeof(bth) + max_ext_headers + icrc_size;
+
+/// The largest IBA path MTU (IBA 9.7.4: 256 .. 4096) whose packets fit an
+/// IP link MTU of `link_mtu` bytes unfragmented (RoCE never fragments:
+/// A17.4.4); 0 when not even 256 does. A 1500-byte Ethernet gives 1024.
+constexpr uint32_t ib_mtu_for(uint32_t link_mtu)
+{
+    for (uint32_t m = 4096; m >= 256; m /= 2) {
+        if (m + datagram_overhead <= link_mtu) {
+            return m;
+        }
+    }
+    return 0;
+}
+static_assert(ib_mtu_for(1500) == 1024 && ib_mtu_for(9000) == 4096 && ib_mtu_for(200) == 0);
+
+/// A GID as the port's GID table holds it: the IPv4-mapped IPv6 address
+/// ::ffff:a.b.c.d of an IPv4 address (A17.3.2, RFC 4291 2.5.5.2).
+using gid = std::array<uint8_t, 16>;
+inline gid gid_of_ipv4(uint32_t addr)   ///< `addr` in host order
+{
+    return {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, uint8_t(addr >> 24),
+            uint8_t(addr >> 16), uint8_t(addr >> 8), uint8_t(addr)};
+}
+
+/// ICRC of a RoCEv2 packet (A17.4.5.1): CRC-32 as IBA 7.8.1 over 64 bits of
+/// ones (where an LRH would be), the IPv4 header with TOS, TTL and header
+/// checksum as ones, the UDP header with its checksum as ones, and the
+/// packet from the BTH (Resv8a as ones) through its pad. icrc_headers()
+/// runs the register over everything through the BTH; crc32_update() the
+/// rest, and icrc_bytes() gives the four bytes that follow the pad.
+inline uint32_t icrc_headers(const ipv4_hdr &ip, const udp_hdr &udp, const bth &b)
+{
+    static constexpr uint8_t no_lrh[sizeof(lrh)] = {0xff, 0xff, 0xff, 0xff,
+                                                    0xff, 0xff, 0xff, 0xff};
+    ipv4_hdr i = ip;
+    i.tos = 0xff;
+    i.ttl = 0xff;
+    i.checksum.raw = 0xffff;
+    udp_hdr u = udp;
+    u.checksum.raw = 0xffff;
+    bth t = b;
+    reinterpret_cast<uint8_t *>(&t.dest_qp)[0] = 0xff;   // Resv8a
+    uint32_t c = crc32_update(~0u, no_lrh);
+    c = crc32_update(c, {reinterpret_cast<const uint8_t *>(&i), sizeof(i)});
+    c = crc32_update(c, {reinterpret_cast<const uint8_t *>(&u), sizeof(u)});
+    return crc32_update(c, {reinterpret_cast<const uint8_t *>(&t), sizeof(t)});
+}
+/// The whole ICRC of `bth_to_pad` (at least a BTH) in one piece.
+inline std::array<uint8_t, icrc_size> icrc(const ipv4_hdr &ip, const udp_hdr &udp,
+                                           std::span<const uint8_t> bth_to_pad)
+{
+    bth b;
+    std::memcpy(&b, bth_to_pad.data(), sizeof(b));
+    return icrc_bytes(crc32_update(icrc_headers(ip, udp, b), bth_to_pad.subspan(sizeof(b))));
+}
+
+/// The IPv4 and UDP headers of a datagram of `payload_len` bytes (BTH
+/// through ICRC) from `src` to `dst` (addresses in host order), as Linux
+/// sends it from an unconnected UDP socket with path MTU discovery on:
+/// don't-fragment set, and so an IP ID of 0 (RFC 6864 4.1). What the ICRC
+/// of a packet leaving or arriving covers.
+struct udp_flow {
+    uint32_t src_addr, dst_addr;
+    uint16_t src_port, dst_port;
+};
+inline void headers_of(const udp_flow &f, size_t payload_len, ipv4_hdr &ip, udp_hdr &udp)
+{
+    ip = {};
+    ip.version_ihl = 0x45;
+    ip.total_len.set(uint16_t(sizeof(ipv4_hdr) + sizeof(udp_hdr) + payload_len));
+    ip.flags_frag.set(ipv4_dont_fragment);
+    ip.protocol = ipv4_proto_udp;
+    ip.saddr.set(f.src_addr);
+    ip.daddr.set(f.dst_addr);
+    udp.sport.set(f.src_port);
+    udp.dport.set(f.dst_port);
+    udp.len.set(uint16_t(sizeof(udp_hdr) + payload_len));
+    udp.checksum = {};
+}
+
+} // namespace mlx4x::ib::roce
