@@ -57,10 +57,7 @@ struct limits {
     static constexpr uint32_t max_sg       = 32;
     static constexpr uint32_t max_desc_sz  = 1024;   ///< bytes per WQE
     static constexpr uint32_t mtu          = 4096;
-    /// Packets in flight per QP: several of the responder's ACK batches (one
-    /// per slice, up to 64 frames), so a stream never waits for an ACK; at
-    /// 64 the sender stopped at every batch. Full rings push back beyond it.
-    static constexpr uint32_t max_unacked  = 256;
+    static constexpr uint32_t max_unacked  = max_unacked_packets;   ///< objects.h
     static constexpr uint32_t log_max_mcg  = 8;      ///< MCG table entries (C14)
     static constexpr uint32_t log_max_qp_per_mcg = 6;
 };

@@ -153,6 +153,11 @@ struct tm_rndv {
 /// run_timers() (a real one is at least an ACK timeout, 4 us, past the
 /// clock's zero); next_timer_ns() reports it as due now.
 constexpr uint64_t timer_at_next_slice = 1;
+/// Packets in flight per QP at most: several of the responder's ACK
+/// batches (one per slice, up to 64 frames), so a stream never waits for an
+/// ACK; at 64 the sender stopped at every batch. Full rings push back
+/// beyond it.
+constexpr uint16_t max_unacked_packets = 256;
 
 /// How soon next_timer_ns() asks a sleeping process to send a packet the
 /// fabric pushed back (a full ring) again: the ring's owner drains it in
@@ -205,6 +210,10 @@ struct qp {
         uint32_t     cur_wqe = 0;        ///< WQE being sent
         uint32_t     cur_offset = 0;     ///< bytes of cur_wqe already sent
         uint32_t     next_psn = 0;
+        /// The next_psn a rewind went back from, at its highest: packets
+        /// before it were sent once, so an ACK for one of them is real (not
+        /// a ghost) while the requester is sending them again.
+        uint32_t     sent_psn = 0;
         bool         sending = false;    ///< cur_wqe is between first and last
         bool         drained_sent = false;   ///< SQ_DRAINED raised in this SQD
         std::vector<wqe_track> track;    ///< per SQ slot
@@ -238,6 +247,18 @@ struct qp {
         uint64_t     timer_deadline = 0; ///< ns; 0: not armed (or timer_at_next_slice)
         uint64_t     rnr_until = 0;      ///< ns; requester paused until then
         uint8_t      retries_left = 7, rnr_left = 7;
+        // A peer across a link that loses packets and names a
+        // retransmission timeout (fabric::port::retransmit_timeout_ns(),
+        // read when the timer is first armed): packets are sent again after
+        // it, well before the IBA ACK timeout, which still counts the
+        // retries, from `waiting_since` (engine/comp.cc, run_timers); the
+        // window of packets in flight backs off.
+        uint32_t     rto_ns = 0;         ///< 0: the ACK timeout only
+        uint8_t      rto_shift = 0;      ///< the timeout doubles per expiry
+        /// Packets in flight at most (requester::window_open): halved at
+        /// every loss, one more per ACK that moves acked_psn (AIMD).
+        uint16_t     cwnd = max_unacked_packets;
+        uint64_t     waiting_since = 0;  ///< ns; the IBA timeout's start
     } comp;
 
     struct responder {

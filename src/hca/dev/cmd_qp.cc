@@ -264,6 +264,7 @@ cmd_status firmware::qp_to_rtr(qp &q, const prm::qp_context &ctx)
 void firmware::qp_to_rts(qp &q, const prm::qp_context &ctx)
 {
     q.req.next_psn      = prm::psn_field::get(ctx.next_send_psn);
+    q.req.sent_psn      = q.req.next_psn;   // nothing sent before
     q.comp.acked_psn     = q.req.next_psn;
     q.retry_cnt     = uint8_t(prm::qpc_retry_cnt::get(ctx.params1));
     q.rnr_retry     = uint8_t(prm::qpc_rnr_retry::get(ctx.params1));

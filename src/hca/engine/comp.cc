@@ -193,7 +193,18 @@ void completer::complete(qp &q, const pkt &p)
 
     // Only PSNs of outstanding packets mean anything (IBA 9.7.5.2.1); an
     // ACK for acked_psn - 1 or older is a duplicate, later ones are ghosts.
-    if (ib::psn_diff(psn, q.comp.acked_psn) < 0 || ib::psn_diff(q.req.next_psn, psn) <= 0) {
+    // Outstanding: sent, also before a rewind (sent_psn) — the responder
+    // may have taken packets whose ACK was lost while a smaller window
+    // sends them again; its ACK for them moves the requester on.
+    uint32_t sent = ib::psn_diff(q.req.sent_psn, q.req.next_psn) > 0 ? q.req.sent_psn
+                                                                      : q.req.next_psn;
+    if (ib::psn_diff(psn, q.comp.acked_psn) < 0 || ib::psn_diff(sent, psn) <= 0) {
+        return;
+    }
+    if (ib::psn_diff(psn, q.req.next_psn) >= 0) {
+        if (cls == ib::ack_class::ack && p.opcode == uint8_t(ib::opcode::rc_acknowledge)) {
+            skip_acked(q, psn);
+        }
         return;
     }
 
@@ -226,6 +237,26 @@ void completer::complete(qp &q, const pkt &p)
     if (go_on) {
         restart_ack_timer(q);
     }
+}
+
+/// An ACK for `psn`, at or past what the requester sends next after a
+/// rewind: the responder had those packets. The requester resumes after
+/// them (rewind() finds the WQE and offset of a PSN either way). NAKs and
+/// responses for such PSNs are left to the timer, which sends from
+/// acked_psn again.
+void completer::skip_acked(qp &q, uint32_t psn)
+{
+    uint32_t to = ib::psn_add(psn, 1);
+    if (!advance_acked(q, to)) {
+        return;
+    }
+    if (ib::psn_diff(to, q.req.next_psn) > 0) {
+        req_.rewind(q, to);
+    }
+    if (ib::psn_diff(to, q.req.next_psn) > 0) {
+        q.req.next_psn = to;   // all sent WQEs done: nothing left to resume in
+    }
+    acknowledged(q);
 }
 
 /// x_direct_refused: the responder cannot reach this process's memory.
@@ -267,6 +298,7 @@ bool completer::rnr_naked(qp &q, uint8_t syn, uint32_t psn)
 bool completer::naked(qp &q, ib::nak_code code, uint32_t psn)
 {
     if (code == ib::nak_code::psn_seq_err) {
+        lost(q);
         req_.rewind(q, psn);
         return true;
     }
@@ -352,15 +384,54 @@ bool completer::copy_read_share(qp &q, const send_wqe &w, uint32_t share)
 /// 9.7.6.1.1); from the slice's clock, a few microseconds early at most.
 void completer::restart_ack_timer(qp &q)
 {
-    q.comp.timer_deadline = q.comp.acked_psn == q.req.next_psn ? 0 : hca_.slice_now() + req_.ack_timeout_ns(q);
+    if (q.comp.acked_psn == q.req.next_psn) {
+        q.comp.timer_deadline = 0;
+        return;
+    }
+    uint64_t now = hca_.slice_now();
+    q.comp.waiting_since = now;
+    q.comp.rto_shift     = 0;
+    q.comp.timer_deadline = next_deadline(q, now);
+}
+
+constexpr uint8_t  rto_max_shift = 16;
+/// The window a lossy link's losses leave at least.
+constexpr uint16_t min_cwnd = 8;
+
+/// When `q`'s timer expires next, at `now`: the ACK timeout; on a lossy
+/// link the retransmission timeout first, doubled per expiry, and the ACK
+/// timeout from when the oldest packet began to wait.
+uint64_t completer::next_deadline(const qp &q, uint64_t now) const
+{
+    uint64_t timeout = req_.ack_timeout_ns(q);
+    if (!q.comp.rto_ns) {
+        return now + timeout;
+    }
+    return std::min(now + (uint64_t{q.comp.rto_ns} << q.comp.rto_shift),
+                    q.comp.waiting_since + timeout);
+}
+
+/// A packet to `q`'s peer was lost (a PSN sequence NAK, a timeout): on a
+/// lossy link the window halves, as TCP's and RoCE's congestion control
+/// back off, so a stream through a congested or failing link slows down
+/// instead of resending a whole window per loss.
+void completer::lost(qp &q)
+{
+    if (q.comp.rto_ns) {
+        q.comp.cwnd = std::max<uint16_t>(q.comp.cwnd / 2, min_cwnd);
+    }
 }
 
 /// A positive ACK moved acked_psn: the retry counts start over, and the
-/// ACK timer runs again while packets are still outstanding.
+/// ACK timer runs again while packets are still outstanding; a lossy
+/// link's window grows by one.
 void completer::acknowledged(qp &q)
 {
     q.comp.retries_left   = q.retry_cnt;
     q.comp.rnr_left       = q.rnr_retry;
+    if (q.comp.rto_ns && q.comp.cwnd < limits::max_unacked) {
+        ++q.comp.cwnd;
+    }
     restart_ack_timer(q);
 }
 
@@ -479,7 +550,10 @@ bool completer::run_timers()
             t = hca_.slice_now();
         }
         if (q->comp.timer_deadline == timer_at_next_slice) {
-            q->comp.timer_deadline = t + req_.ack_timeout_ns(*q);
+            q->comp.rto_ns        = hca_.port_->retransmit_timeout_ns(q->dlid);
+            q->comp.waiting_since = t;
+            q->comp.rto_shift     = 0;
+            q->comp.timer_deadline = next_deadline(*q, t);
             continue;
         }
         if (t < q->comp.timer_deadline) {
@@ -495,6 +569,16 @@ bool completer::run_timers()
             q->comp.timer_deadline = t + req_.ack_timeout_ns(*q);
             continue;
         }
+        if (q->comp.rto_ns && t < q->comp.waiting_since + req_.ack_timeout_ns(*q)) {
+            // Sent again before the ACK timeout: not a retry (IBA
+            // 9.7.6.1.3 counts those), a lost packet's quick recovery.
+            lost(*q);
+            q->comp.rto_shift = std::min<uint8_t>(q->comp.rto_shift + 1, rto_max_shift);
+            req_.rewind(*q, q->comp.acked_psn);
+            q->comp.timer_deadline = next_deadline(*q, t);
+            fired = true;
+            continue;
+        }
         if (q->comp.retries_left == 0) {
             MLX4X_DEBUG("qp 0x%x: transport retry counter exceeded (lid %d)",
                         q->qpn, q->dlid);
@@ -505,8 +589,10 @@ bool completer::run_timers()
             continue;
         }
         --q->comp.retries_left;
+        lost(*q);
         req_.rewind(*q, q->comp.acked_psn);
-        q->comp.timer_deadline = t + req_.ack_timeout_ns(*q);
+        q->comp.waiting_since = t;   // the next ACK timeout counts from here
+        q->comp.timer_deadline = next_deadline(*q, t);
         fired = true;
     }
     return fired;

@@ -38,10 +38,11 @@ inline uint8_t rc_opcode(prm::send_opcode op, bool first, bool last)
     return static_cast<uint8_t>(o);
 }
 
-/// Whether `q` may send another packet: fewer than max_unacked in flight.
+/// Whether `q` may send another packet: fewer than its window in flight
+/// (limits::max_unacked, less after losses on a lossy link).
 inline bool window_open(const qp &q)
 {
-    return ib::psn_diff(q.req.next_psn, q.comp.acked_psn) < int32_t(limits::max_unacked);
+    return ib::psn_diff(q.req.next_psn, q.comp.acked_psn) < int32_t(q.comp.cwnd);
 }
 
 /// A BlueFlame WQE (prm_db.h), sent from the write itself when it is the

@@ -310,7 +310,7 @@ bool requester::send_request_packet(qp &q, const send_wqe &w)
     request_headers h(q, w, first, last);
     uint32_t psn    = ud ? 0 : q.req.next_psn;
     bool     ackreq = !ud && (last || ib::psn_diff(q.req.next_psn, q.comp.acked_psn) ==
-                                          int32_t(limits::max_unacked / 2));
+                                          int32_t(q.comp.cwnd / 2));
     status s = out_.emit({.pkey    = q.pkey,
                      .opcode  = h.op,
                      .dlid    = h.dlid,
@@ -528,6 +528,9 @@ uint64_t requester::ack_timeout_ns(const qp &q) const
 
 void requester::rewind(qp &q, uint32_t psn)
 {
+    if (ib::psn_diff(q.req.next_psn, q.req.sent_psn) > 0) {
+        q.req.sent_psn = q.req.next_psn;
+    }
     for (uint32_t i = q.comp.sq_tail; i != q.req.sq_head; ++i) {
         const wqe_track &t = q.req.track[i & (q.sq_size() - 1)];
         int32_t d = ib::psn_diff(psn, t.first_psn);

@@ -146,6 +146,12 @@ public:
     /// peer then means the peer is not progressing, not that a packet was
     /// lost.
     virtual bool lossless(uint16_t lid) const = 0;
+    /// A link that loses packets and knows its round trip names a
+    /// retransmission timeout for packets to `lid`: the device sends again
+    /// after it (doubling per expiry) instead of only after the IBA ACK
+    /// timeout, which still counts retries and tells a dead peer. 0: the
+    /// ACK timeout only.
+    virtual uint32_t retransmit_timeout_ns(uint16_t /*lid*/) const { return 0; }
     /// Packets the link dropped as damaged before the device saw them (a
     /// RoCEv2 datagram whose ICRC is wrong, or too short to be a packet):
     /// PortRcvErrors beside the device's own (IBA 16.1.3.5).

@@ -191,6 +191,13 @@ public:
         return !is_remote_lid(lid) && local_->delivered(lid);
     }
     uint64_t link_errors() const override { return link_errors_ + local_->link_errors(); }
+    /// Across hosts: a millisecond, far above a LAN's round trip (tens of
+    /// microseconds) and a busy peer's progress loop, far below the ACK
+    /// timeout (a second by default) that tells a dead peer.
+    uint32_t retransmit_timeout_ns(uint16_t lid) const override
+    {
+        return is_remote_lid(lid) ? 1'000'000 : local_->retransmit_timeout_ns(lid);
+    }
 
     // Single copies only between processes of this host.
     uint64_t direct_min(uint16_t lid) override
