@@ -19,7 +19,8 @@
 #                         UTS namespace whose host name is $HOST_NS_K).
 #   hosts_mpirun ARGS...  Open MPI's mpirun on host 1 with $HOSTS_MPIRUN_OPTS
 #                         (below) and ARGS: place ranks with --host
-#                         "$(hosts_list SLOTS)". Bounded by timeout(1) when
+#                         "$(hosts_list SLOTS)"; without a host option, all
+#                         hosts, one slot each. Bounded by timeout(1) when
 #                         HOSTS_TIMEOUT (seconds) is set.
 #   hosts_list [SLOTS]    "IP1:SLOTS,IP2:SLOTS,.." for --host (no SLOTS: IPs).
 #   hosts_netem K SPEC    netem SPEC ("loss 1%", "delay 1ms reorder 25% 50%",
@@ -250,12 +251,33 @@ hosts_list() {
 
 hosts_mpirun() {
     [ "$HOSTS_N" -gt 0 ] || { _hosts_err "no hosts (hosts_up N first)"; return 2; }
+    # No host option: every host, one slot each (Open MPI spreads the ranks
+    # evenly over them, oversubscribing each alike).
+    _h_hosts=$(hosts_list)
+    for _h_a in "$@"; do
+        case $_h_a in
+            -H|--host|-host|--host=*|-host=*|--hostfile|-hostfile|--machinefile|-machinefile|\
+            --default-hostfile|-default-hostfile) _h_hosts='' ;;
+        esac
+    done
+    set -- ${_h_hosts:+--host "$_h_hosts"} "$@"
     # shellcheck disable=SC2086  # the options are words
     if [ -n "${HOSTS_TIMEOUT:-}" ]; then
-        timeout -k 10 "$HOSTS_TIMEOUT" "$HOSTS_AGENT" --exec 1 mpirun $HOSTS_MPIRUN_OPTS "$@"
+        _hosts_bg timeout -k 10 "$HOSTS_TIMEOUT" "$HOSTS_AGENT" --exec 1 mpirun $HOSTS_MPIRUN_OPTS "$@"
     else
-        "$HOSTS_AGENT" --exec 1 mpirun $HOSTS_MPIRUN_OPTS "$@"
+        _hosts_bg "$HOSTS_AGENT" --exec 1 mpirun $HOSTS_MPIRUN_OPTS "$@"
     fi
+}
+
+# _hosts_bg CMD...: CMD in the background, waited for, so that a TERM or
+# INT to this shell runs its trap (exit, hosts_down) at once rather than
+# when CMD ends; CMD keeps this shell's stdin (through fd 7).
+_hosts_bg() {
+    exec 7<&0
+    "$@" <&7 7<&- &
+    _h_bg=$!
+    exec 7<&-
+    wait $_h_bg
 }
 
 hosts_link() {
