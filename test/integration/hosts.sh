@@ -14,7 +14,8 @@
 #                         on HUP, INT, TERM); set your own EXIT trap before
 #                         hosts_up: it is kept and run after hosts_down.
 #   hosts_down            kills what runs in those namespaces, deletes them
-#                         (their veths and bridge go with them); idempotent.
+#                         (their veths and bridge go with them) and Open
+#                         MPI's session directories of the hosts; idempotent.
 #   hosts_exec K CMD...   runs CMD on host K (its network namespace, and a
 #                         UTS namespace whose host name is $HOST_NS_K).
 #   hosts_mpirun ARGS...  Open MPI's mpirun on host 1 with $HOSTS_MPIRUN_OPTS
@@ -130,7 +131,11 @@ hosts_up() {
     : > "$MLX4X_HOSTS_MAP"
     export HOSTS_SW HOSTS_SUBNET MLX4X_HOSTS_MAP
     echo "$HOSTS_SW" > "$HOSTS_DIR/namespaces"
-    ip netns add "$HOSTS_SW" || { hosts_down; return 1; }
+    if ! ip netns add "$HOSTS_SW"; then
+        hosts_down
+        _hosts_err "cannot create network namespaces here (ip netns add failed)"
+        return 3
+    fi
     ip -n "$HOSTS_SW" link set lo up &&
         ip -n "$HOSTS_SW" link add name br0 type bridge &&
         ip -n "$HOSTS_SW" link set br0 up || { hosts_down; return 1; }
@@ -212,6 +217,9 @@ hosts_down() {
     done
     for _h_ns in $_h_nslist; do
         ip netns del "$_h_ns" 2>/dev/null
+        # Open MPI's session directory on that host (named after it), left
+        # when its daemon was killed.
+        rm -rf "${TMPDIR:-/tmp}/ompi.$_h_ns".*
     done
     rm -rf "$HOSTS_DIR"
     _h_k=1

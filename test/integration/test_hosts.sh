@@ -208,11 +208,12 @@ for ino in $inodes; do
     held=$((held + n + m))
 done
 links_after=$(ip -o link show | awk -F': ' '{ print $2 }' | sort)
+sessions=$(ls -d "${TMPDIR:-/tmp}/ompi.$HOSTS_PREFIX-"* 2>/dev/null | wc -l)
 if [ "$listed" -eq 0 ] && [ "$held" -eq 0 ] && [ "$links_before" = "$links_after" ] &&
-   [ ! -e "$hosts_dir" ]; then
-    ok "(d) no namespace, veth or process of the hosts left ($(echo $inodes | wc -w) namespaces freed)"
+   [ ! -e "$hosts_dir" ] && [ "$sessions" -eq 0 ]; then
+    ok "(d) no namespace, veth, process or session directory of the hosts left ($(echo $inodes | wc -w) namespaces freed)"
 else
-    fail "(d) left behind: $listed namespaces listed, $held holders of their inodes, root links changed: $([ "$links_before" = "$links_after" ] && echo no || echo yes)"
+    fail "(d) left behind: $listed namespaces listed, $held holders of their inodes, $sessions Open MPI session directories, root links changed: $([ "$links_before" = "$links_after" ] && echo no || echo yes)"
 fi
 rm -f "$log"
 echo "test_hosts: $(( $(date +%s) - test_start )) s"
