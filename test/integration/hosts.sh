@@ -31,6 +31,9 @@
 #   hosts_link K down|up  cuts host K's cable: the switch port pK goes down,
 #                         K's eth0 loses carrier, addresses and routes stay.
 #   hosts_bytes K         bytes through host K's switch port so far (rx+tx).
+#   hosts_tcpstat NAME    a TCP counter (Tcp: or TcpExt: of /proc/net/snmp,
+#                         netstat: RetransSegs, TCPOFOQueue, ...) summed
+#                         over the hosts: what their TCP saw of the faults.
 #   hosts_netem_hits K    packets the emulated faults acted on in host K
 #                         (dropped, copied, queued); "tc" with the qdisc.
 #
@@ -334,6 +337,21 @@ hosts_netem() {
     fi
     # shellcheck disable=SC2048,SC2086  # SPEC's words
     _hosts_emulate "$_h_k" "$_h_ns" $*
+}
+
+hosts_tcpstat() {
+    _h_k=1
+    while [ $_h_k -le "$HOSTS_N" ]; do
+        ip netns exec "$HOSTS_PREFIX-h$_h_k" cat /proc/net/snmp /proc/net/netstat
+        _h_k=$((_h_k + 1))
+    done | awk -v want="${1:-}" '
+        # Pairs of lines: "Tcp: Name1 Name2 ..." then "Tcp: value1 value2 ...".
+        $1 == "Tcp:" || $1 == "TcpExt:" {
+            if (!(($1) in names)) { names[$1] = $0; next }
+            split(names[$1], n); delete names[$1]
+            for (i = 2; i <= NF; i++) if (n[i] == want) t += $i
+        }
+        END { print t + 0 }'
 }
 
 hosts_netem_hits() {

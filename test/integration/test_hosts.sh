@@ -108,8 +108,13 @@ else
     fail "(b) only $bytes bytes crossed host 2's switch port (payload $payload)"
 fi
 
-# (a) with faults on host 2's link, both directions.
-for spec in "loss 1%" "loss 5%" "delay 1ms reorder 25% 50%" "duplicate 5%"; do
+# (a) with faults on host 2's link, both directions. The hosts' TCP must
+# have seen each: retransmissions for loss, segments out of order for
+# reordering, duplicate segments (answered with D-SACKs) for duplication.
+for spec in "loss 1%:RetransSegs" "loss 5%:RetransSegs" \
+            "delay 1ms reorder 25% 50%:TCPOFOQueue" "duplicate 5%:TCPDSACKOldSent"; do
+    counter=${spec#*:}
+    spec=${spec%:*}
     hosts_netem 2 "$spec" 2>"$log"
     nrc=$?
     if [ $nrc -eq 3 ]; then
@@ -119,13 +124,15 @@ for spec in "loss 1%" "loss 5%" "delay 1ms reorder 25% 50%" "duplicate 5%"; do
         fail "(a) hosts_netem 2 '$spec' (status $nrc): $(cat "$log")"
         continue
     fi
+    c0=$(hosts_tcpstat "$counter")
     job 2 1 "$pp" $pp_max
+    seen=$(( $(hosts_tcpstat "$counter") - c0 ))
     hits=$(hosts_netem_hits 2)
     hosts_netem 2 clear
-    if pp_ok && placed 1 2 && [ "$hits" != 0 ]; then
-        ok "(a) $spec: ping-pong 1 B .. $pp_max B verified (${secs} s; $HOSTS_NETEM_IMPL, $hits packets affected)"
+    if pp_ok && placed 1 2 && [ "$hits" != 0 ] && [ "$seen" -gt 0 ]; then
+        ok "(a) $spec: ping-pong 1 B .. $pp_max B verified (${secs} s; $HOSTS_NETEM_IMPL: $hits packets affected, TCP $counter +$seen)"
     else
-        fail "(a) $spec: ping-pong (exit $rc, $HOSTS_NETEM_IMPL, $hits packets affected)"
+        fail "(a) $spec: ping-pong (exit $rc; $HOSTS_NETEM_IMPL: $hits packets affected, TCP $counter +$seen)"
         show
     fi
 done
