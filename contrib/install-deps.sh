@@ -19,6 +19,7 @@ packages=(
     groff-base                  # test_install.sh renders the manual pages
     debhelper fakeroot          # the Debian package (debian/, test_deb.sh)
     tshark                      # test_dump.sh decodes mlx4x-dump's captures
+    iptables python3            # test_hosts.sh: netem's faults where the kernel lacks netem
 )
 
 sudo_if_needed() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
