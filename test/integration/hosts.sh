@@ -223,6 +223,7 @@ hosts_down() {
     done
     for _h_ns in $_h_nslist; do
         ip netns del "$_h_ns" 2>/dev/null
+        rm -rf "/dev/shm/$_h_ns.d"   # the host's /dev/shm (mlx4x-netns-rsh)
         # Open MPI's session directory on that host (named after it), left
         # when its daemon was killed.
         rm -rf "${TMPDIR:-/tmp}/ompi.$_h_ns".*

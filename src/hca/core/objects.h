@@ -128,6 +128,7 @@ struct resp_resource {
     /// direct_read: a single-copy READ, already placed; one response.
     enum class type : uint8_t { read, atomic, direct_read } kind = type::read;
     bool     queued = false;   ///< waiting in the response queue
+    bool     again = false;    ///< queued for a duplicate request (9.7.5.1.1)
     bool     rest_only = false;   ///< direct_read: the requester copied its share
     uint32_t psn  = 0;         ///< PSN of the first response packet
     uint32_t npackets = 0;     ///< READ: response packets of the request

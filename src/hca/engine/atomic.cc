@@ -107,8 +107,10 @@ void responder::respond_atomic(qp &q, const pkt &p)
     res.kind     = resp_resource::type::atomic;
     res.psn      = p.psn;
     res.npackets = 1;
-    if (q.resp.resp_count == q.resp.resources.size() ||
-        q.resp.resources[q.resp.res_next % q.resp.resources.size()].queued) {
+    if (resource_resending(q)) {
+        return;   // not executed: the requester sends it again
+    }
+    if (q.resp.resp_count == q.resp.resources.size()) {
         responder_error(q, ib::nak_code::invalid_request);   // depth exceeded
         return;
     }
@@ -127,6 +129,7 @@ void responder::replay_atomic(qp &q, uint32_t psn)
 {
     resp_resource *r = find_resource(q, psn);
     if (r && r->kind == resp_resource::type::atomic) {
+        r->again = r->again || !r->queued;
         queue_response(q, uint32_t(r - q.resp.resources.data()));
     }
 }

@@ -125,6 +125,19 @@ bool responder::take_resource(qp &q, const resp_resource &r)
     return true;
 }
 
+/// Whether the resource the next READ or atomic takes is still sending
+/// responses again for a duplicate of its old request. The requester
+/// cannot have more requests outstanding than the depth, so it is done
+/// with that one (the first responses reached it after it asked again):
+/// not a depth violation. The new request is dropped unanswered (its PSN
+/// not taken), and the requester's timer or the sequence NAK of its next
+/// packet sends it again once those have gone.
+bool responder::resource_resending(const qp &q) const
+{
+    const resp_resource &r = q.resp.resources[q.resp.res_next % q.resp.resources.size()];
+    return r.queued && r.again;
+}
+
 void responder::queue_response(qp &q, uint32_t idx)
 {
     resp_resource &r = q.resp.resources[idx];
@@ -168,6 +181,9 @@ std::optional<ib::reth> responder::checked_read_reth(qp &q, const pkt &p, bool d
 /// requester beyond the negotiated depth gets an invalid-request NAK.
 void responder::accept_read(qp &q, const resp_resource &res)
 {
+    if (resource_resending(q)) {
+        return;   // not taken: the requester sends it again (take_resource)
+    }
     if (!take_resource(q, res)) {
         responder_error(q, ib::nak_code::invalid_request);   // depth exceeded
         return;
@@ -191,6 +207,15 @@ void responder::respond_read(qp &q, const pkt &p, bool duplicate)
         if (!res || res->kind != resp_resource::type::read) {
             return;   // too old to answer: the requester's retries decide
         }
+        if (res->queued &&
+            ib::psn_diff(p.psn, ib::psn_add(res->psn, res->sent / q.mtu)) >= 0) {
+            // Its responses are still going out and have not reached that
+            // PSN yet: they answer it (a requester whose timer fired while
+            // they queued behind others). Starting them over would send
+            // them twice, and again at every expiry.
+            return;
+        }
+        res->again = true;
         res->psn  = p.psn;
         res->va   = r->va.get();
         res->len  = len;

@@ -129,6 +129,7 @@ private:
     const mpt *check_rkey(const qp &q, uint32_t rkey, uint64_t va, uint64_t len,
                           uint32_t perm) const;
     bool take_resource(qp &q, const resp_resource &r);
+    bool resource_resending(const qp &q) const;
     void queue_response(qp &q, uint32_t idx);
     resp_resource *find_resource(qp &q, uint32_t psn);
     bool send_response_packet(qp &q);

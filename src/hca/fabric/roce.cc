@@ -191,12 +191,15 @@ public:
         return !is_remote_lid(lid) && local_->delivered(lid);
     }
     uint64_t link_errors() const override { return link_errors_ + local_->link_errors(); }
-    /// Across hosts: a millisecond, far above a LAN's round trip (tens of
-    /// microseconds) and a busy peer's progress loop, far below the ACK
-    /// timeout (a second by default) that tells a dead peer.
+    /// Across hosts: 5 ms, far above a LAN's round trip (tens of
+    /// microseconds) and the gaps of a peer that shares its cores with
+    /// other processes (a time slice, a few milliseconds: a shorter
+    /// timeout sent streams of READs again that were only queued), far
+    /// below the ACK timeout (a second by default) that tells a dead peer.
+    /// Linux TCP's is 200 ms, 5 ms on the test hosts (hosts.sh).
     uint32_t retransmit_timeout_ns(uint16_t lid) const override
     {
-        return is_remote_lid(lid) ? 1'000'000 : local_->retransmit_timeout_ns(lid);
+        return is_remote_lid(lid) ? 5'000'000 : local_->retransmit_timeout_ns(lid);
     }
 
     // Single copies only between processes of this host.
