@@ -256,9 +256,10 @@ struct qp {
         // window of packets in flight backs off.
         uint32_t     rto_ns = 0;         ///< 0: the ACK timeout only
         uint8_t      rto_shift = 0;      ///< the timeout doubles per expiry
-        /// Packets in flight at most (requester::window_open): halved at
-        /// every loss, one more per ACK that moves acked_psn (AIMD).
+        /// Packets in flight at most (requester::window_open), and the
+        /// window below which it doubles per ACK (completer::lost()).
         uint16_t     cwnd = max_unacked_packets;
+        uint16_t     ssthresh = max_unacked_packets;
         uint64_t     waiting_since = 0;  ///< ns; the IBA timeout's start
     } comp;
 

@@ -298,7 +298,7 @@ bool completer::rnr_naked(qp &q, uint8_t syn, uint32_t psn)
 bool completer::naked(qp &q, ib::nak_code code, uint32_t psn)
 {
     if (code == ib::nak_code::psn_seq_err) {
-        lost(q);
+        lost(q, false);
         req_.rewind(q, psn);
         return true;
     }
@@ -411,26 +411,34 @@ uint64_t completer::next_deadline(const qp &q, uint64_t now) const
                     q.comp.waiting_since + timeout);
 }
 
-/// A packet to `q`'s peer was lost (a PSN sequence NAK, a timeout): on a
-/// lossy link the window halves, as TCP's and RoCE's congestion control
-/// back off, so a stream through a congested or failing link slows down
-/// instead of resending a whole window per loss.
-void completer::lost(qp &q)
+/// A packet to `q`'s peer was lost: on a lossy link the window backs off
+/// as TCP's (Reno) and RoCE's congestion control do, so a stream through a
+/// congested or failing link slows down instead of sending a whole window
+/// again per loss. A sequence NAK (the packets after the lost one arrive):
+/// half the window. A timeout (nothing arrives, or nothing comes back):
+/// one packet, then the window doubles per ACK up to half the old one
+/// (slow start) — one packet also finds out, from the ACK the responder
+/// sends for it, how much of the window had arrived (skip_acked).
+void completer::lost(qp &q, bool timeout)
 {
-    if (q.comp.rto_ns) {
-        q.comp.cwnd = std::max<uint16_t>(q.comp.cwnd / 2, min_cwnd);
+    if (!q.comp.rto_ns) {
+        return;
     }
+    q.comp.ssthresh = std::max<uint16_t>(q.comp.cwnd / 2, min_cwnd);
+    q.comp.cwnd     = timeout ? 1 : q.comp.ssthresh;
 }
 
 /// A positive ACK moved acked_psn: the retry counts start over, and the
 /// ACK timer runs again while packets are still outstanding; a lossy
-/// link's window grows by one.
+/// link's window grows, doubling below ssthresh, by one above it.
 void completer::acknowledged(qp &q)
 {
     q.comp.retries_left   = q.retry_cnt;
     q.comp.rnr_left       = q.rnr_retry;
     if (q.comp.rto_ns && q.comp.cwnd < limits::max_unacked) {
-        ++q.comp.cwnd;
+        q.comp.cwnd = q.comp.cwnd < q.comp.ssthresh
+                          ? uint16_t(std::min<uint32_t>(q.comp.cwnd * 2u, q.comp.ssthresh))
+                          : uint16_t(q.comp.cwnd + 1);
     }
     restart_ack_timer(q);
 }
@@ -572,7 +580,7 @@ bool completer::run_timers()
         if (q->comp.rto_ns && t < q->comp.waiting_since + req_.ack_timeout_ns(*q)) {
             // Sent again before the ACK timeout: not a retry (IBA
             // 9.7.6.1.3 counts those), a lost packet's quick recovery.
-            lost(*q);
+            lost(*q, true);
             q->comp.rto_shift = std::min<uint8_t>(q->comp.rto_shift + 1, rto_max_shift);
             req_.rewind(*q, q->comp.acked_psn);
             q->comp.timer_deadline = next_deadline(*q, t);
@@ -589,7 +597,7 @@ bool completer::run_timers()
             continue;
         }
         --q->comp.retries_left;
-        lost(*q);
+        lost(*q, true);
         req_.rewind(*q, q->comp.acked_psn);
         q->comp.waiting_since = t;   // the next ACK timeout counts from here
         q->comp.timer_deadline = next_deadline(*q, t);

@@ -54,7 +54,7 @@ private:
     void restart_ack_timer(qp &q);
     void skip_acked(qp &q, uint32_t psn);
     uint64_t next_deadline(const qp &q, uint64_t now) const;
-    static void lost(qp &q);
+    static void lost(qp &q, bool timeout);
     placement place_read_response(qp &q, const pkt &p, const send_wqe &w,
                                   uint32_t index, uint32_t first_psn);
     placement place_atomic_response(qp &q, const pkt &p, const send_wqe &w);

@@ -250,10 +250,23 @@ struct request_headers {
 
 } // namespace
 
+/// One packet of q's send queue (send_next_packet), counted as a
+/// retransmission when it was sent before a rewind (sent_psn). A BlueFlame
+/// send never is: it takes only the last WQE posted, with nothing before it.
+bool requester::send_one_packet(qp &q)
+{
+    uint32_t psn  = q.req.next_psn;
+    bool     sent = send_next_packet(q);
+    if (ib::psn_diff(q.req.sent_psn, psn) > 0 && q.req.next_psn != psn) {
+        hca_.count(counter::retransmits);
+    }
+    return sent;
+}
+
 /// One packet of q's send queue, if it may send one: the fast path for a
 /// whole inline message, a local WQE, a single request, else the next
 /// packet of the current message (segmented at the path MTU).
-bool requester::send_one_packet(qp &q)
+bool requester::send_next_packet(qp &q)
 {
     if (!requester_may_send(q)) {
         return false;
@@ -535,9 +548,6 @@ void requester::rewind(qp &q, uint32_t psn)
         const wqe_track &t = q.req.track[i & (q.sq_size() - 1)];
         int32_t d = ib::psn_diff(psn, t.first_psn);
         if (d >= 0 && uint32_t(d) < t.npackets) {
-            if (ib::psn_diff(q.req.next_psn, psn) > 0) {
-                hca_.count(counter::retransmits, uint32_t(ib::psn_diff(q.req.next_psn, psn)));
-            }
             q.req.cur_wqe    = i;
             q.req.cur_offset = uint32_t(d) * q.mtu;
             // A READ is re-requested from that PSN by a fresh request packet.

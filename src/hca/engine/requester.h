@@ -60,6 +60,7 @@ public:
 
 private:
     bool     send_one_packet(qp &q);
+    bool     send_next_packet(qp &q);
     bool     requester_may_send(qp &q);
     bool     fail_send_wqe(qp &q, prm::cqe_syndrome s);
     bool     run_local_wqe(qp &q, const send_wqe &w);

@@ -1,0 +1,203 @@
+#!/bin/sh
+# MPI over mlx4x across hosts (issue 31): two test hosts that are network
+# namespaces on a bridge, each with its own /dev/shm (hosts.sh,
+# contrib/mlx4x-netns-rsh), Open MPI's own launcher placing the ranks, and
+# mlx4x carrying everything between them as RoCEv2 datagrams over the
+# hosts' eth0 (UCX_TLS=mlx4x,self: no other transport is there). Checks:
+#  (a) the ping-pong (one rank per host, every byte verified, 1 B .. 256
+#      KiB) on a clean link: both ranks' mlx4x counters carry its payload;
+#      a capture of host 2's eth0 decodes as RoCEv2 in tshark, and every
+#      datagram's ICRC is right by zlib's CRC-32 over the kernel's IP and
+#      UDP headers (contrib/roce-icrc-check.py, IBA A17.4.5.1);
+#  (b) the same with faults on host 2's link, both directions: loss 1%,
+#      loss 5%, delay 1ms with 25% reordered, duplicate 5%: 0 data errors,
+#      and mlx4x's counters show it recovered (retransmits after losses
+#      and reordering, duplicates discarded);
+#  (c) the MPI suite (point-to-point, allreduce, bcast, allgather,
+#      alltoall, one-sided) with 2 ranks on each host, clean and at 1% loss:
+#      ranks of one host meet over shared memory, of two hosts over RoCEv2;
+#  (d) a rank of host 2 killed, and host 2's cable cut: the job ends with
+#      an error well before its time-out.
+# Needs root and Open MPI (skips without). About two minutes.
+. "$(dirname "$0")/lib.sh"
+HOSTS_UCX_NET_DEVICES=mlx4x_0:1
+. "$(dirname "$0")/hosts.sh"
+need_mpi "MPI over mlx4x across namespace hosts"
+if [ "$(id -u)" -ne 0 ]; then
+    skip "MPI over mlx4x across namespace hosts: network namespaces need root"
+    finish
+fi
+pp="$top_builddir/contrib/mlx4x-pingpong"
+suite="$top_builddir/test/mpi/mpi_suite"
+check_icrc="$top_srcdir/contrib/roce-icrc-check.py"
+pp_max=262144
+log=$(mktemp)
+test_start=$(date +%s)
+now() { date +%s.%N; }
+since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
+
+hosts_up 2 2>"$log"
+rc=$?
+if [ $rc -ne 0 ]; then
+    if [ $rc -eq 3 ]; then
+        skip "MPI over mlx4x across namespace hosts: $(cat "$log")"
+    else
+        fail "hosts_up 2: $(cat "$log")"
+    fi
+    rm -f "$log"
+    finish
+fi
+echo "hosts: $HOST_NS_1 $HOST_IP_1, $HOST_NS_2 $HOST_IP_2"
+HOSTS_TIMEOUT=150
+
+# job SLOTS PROG [ARGS...]: an MPI job over mlx4x across both hosts, SLOTS
+# ranks on each; output in $log, exit status in $rc, seconds in $secs.
+job() {
+    slots=$1
+    shift
+    t0=$(now)
+    hosts_mpirun --host "$(hosts_list "$slots")" -np $((2 * slots)) \
+        -x UCX_TLS=mlx4x,self -x UCX_MLX4X_NETDEV=eth0 -x UCX_MLX4X_COUNTERS=y \
+        -x MLX4X_LIB -x OMPI_MCA_osc=ucx "$HOSTS_WHERE" "$RUN" "$@" >"$log" 2>&1
+    rc=$?
+    secs=$(since "$t0")
+}
+pp_ok() { [ "$rc" -eq 0 ] && grep -q "^# OK: 0 data errors" "$log"; }
+# sum NAME: a counter of every rank's device, added up (printed at close).
+sum() { awk -v c="$1" '$1 == c && NF == 2 { t += $2 } END { print t + 0 }' "$log"; }
+show() { grep -v '^[0-9]' "$log" | grep -vE '^[a-z_]+ [0-9]+$' | tail -n 15; }
+
+# (a) Clean link, with a capture of host 2's eth0.
+cap="$HOSTS_DIR/roce.pcapng"
+hosts_exec 2 dumpcap -q -i eth0 -f udp -w "$cap" 2>/dev/null &
+dpid=$!
+sleep 1
+job 1 "$pp" $pp_max
+sleep 1
+for p in $(ip netns pids "$HOST_NS_2"); do   # dumpcap, under the agent's shells
+    [ "$(cat /proc/$p/comm 2>/dev/null)" = dumpcap ] && kill -INT "$p"
+done
+wait $dpid 2>/dev/null
+payload=$(( (2 * pp_max - 1) * 45 ))   # each rank sends 45 messages of each size at least
+ranks_ok=$(awk -v min=$payload '$1 == "tx_bytes" && $2 >= min { n++ } END { print n + 0 }' "$log")
+if pp_ok && [ "$ranks_ok" -eq 2 ]; then
+    ok "(a) clean link: ping-pong 1 B .. $pp_max B verified between the hosts over mlx4x (${secs} s; tx_bytes $(grep '^tx_bytes ' "$log" | awk '{ printf "%s ", $2 }'))"
+else
+    fail "(a) clean link: ping-pong over mlx4x (exit $rc, $ranks_ok ranks sent >= $payload bytes)"
+    show
+fi
+if command -v tshark >/dev/null && [ -s "$cap" ]; then
+    udp=$(tshark -r "$cap" -Y 'udp.port == 4791' 2>/dev/null | wc -l)
+    ib=$(tshark -r "$cap" -Y 'udp.port == 4791 && infiniband.bth' 2>/dev/null | wc -l)
+    bad=$(tshark -r "$cap" -Y 'udp.port == 4791 && _ws.malformed' 2>/dev/null | wc -l)
+    if [ "$udp" -gt 1000 ] && [ "$ib" -eq "$udp" ] && [ "$bad" -eq 0 ]; then
+        ok "(a) tshark decodes all $udp datagrams of host 2's eth0 as RoCEv2 (InfiniBand BTH), none malformed"
+    else
+        fail "(a) tshark: $udp datagrams on port 4791, $ib with an InfiniBand BTH, $bad malformed"
+    fi
+    out=$(python3 "$check_icrc" "$cap")
+    if [ $? -eq 0 ]; then
+        ok "(a) ICRC by zlib over the captured headers: $out"
+    else
+        fail "(a) ICRC: $out"
+    fi
+else
+    skip "(a) capture: tshark/dumpcap missing or no capture (install-deps.sh installs tshark)"
+fi
+
+# (b) Faults on host 2's link. Losses are recovered by sequence NAKs and
+# the retransmission timeout; reordered packets too (go-back-N); duplicates
+# are discarded by PSN.
+for spec in "loss 1%:retransmits" "loss 5%:retransmits" \
+            "delay 1ms reorder 25% 50%:retransmits" "duplicate 5%:duplicates"; do
+    counter=${spec#*:}
+    spec=${spec%:*}
+    hosts_netem 2 "$spec" 2>"$log"
+    nrc=$?
+    if [ $nrc -eq 3 ]; then
+        skip "(b) $spec: cannot shape host 2's link here: $(cat "$log")"
+        continue
+    elif [ $nrc -ne 0 ]; then
+        fail "(b) hosts_netem 2 '$spec' (status $nrc): $(cat "$log")"
+        continue
+    fi
+    job 1 "$pp" 65536
+    hits=$(hosts_netem_hits 2)
+    hosts_netem 2 clear
+    seen=$(sum "$counter")
+    if pp_ok && [ "$hits" != 0 ] && [ "$seen" -gt 0 ]; then
+        ok "(b) $spec: ping-pong 1 B .. 64 KiB verified (${secs} s; $hits packets affected; mlx4x $counter $seen, link_errors $(sum link_errors))"
+    else
+        fail "(b) $spec: ping-pong (exit $rc; $hits packets affected; mlx4x $counter $seen)"
+        show
+    fi
+done
+
+# (c) The MPI suite, 2 ranks on each host, clean and at 1% loss.
+for spec in clean "loss 1%"; do
+    if [ "$spec" != clean ]; then
+        hosts_netem 2 "$spec" 2>/dev/null || { skip "(c) $spec: cannot shape the link"; continue; }
+    fi
+    job 2 "$suite"
+    [ "$spec" != clean ] && hosts_netem 2 clear
+    n_ok=$(grep -c '^ok ' "$log")
+    if [ $rc -eq 0 ] && [ "$n_ok" -eq 7 ] && grep -q "^# 4 ranks: 0 failed" "$log"; then
+        ok "(c) MPI suite on 2 hosts x 2 ranks, $spec: $n_ok checks (${secs} s; retransmits $(sum retransmits))"
+    else
+        fail "(c) MPI suite on 2 hosts x 2 ranks, $spec (exit $rc, $n_ok checks ok)"
+        show
+    fi
+done
+
+# (d) Failures: a job that runs until told to stop, then a rank of host 2
+# killed, or host 2's link cut. The survivors must see an error (mlx4x's
+# retries: UCX_MLX4X_TIMEOUT x (RETRY_COUNT + 1), set to 8 x 0.5 s here;
+# or Open MPI's runtime first) well before the job's time-out.
+bound=30
+for how in kill cut; do
+    HOSTS_TIMEOUT=90
+    hosts_mpirun --host "$(hosts_list 1)" -np 2 -x UCX_TLS=mlx4x,self \
+        -x UCX_MLX4X_NETDEV=eth0 -x UCX_MLX4X_TIMEOUT=0.5s -x MLX4X_LIB "$HOSTS_WHERE" "$RUN" \
+        "$top_builddir/test/mpi/mpi_until_file" "$HOSTS_DIR/never" 80 >"$log" 2>&1 &
+    jpid=$!
+    i=0
+    while [ $i -lt 600 ] && ! grep -q '^ready' "$log" && kill -0 $jpid 2>/dev/null; do
+        sleep 0.1
+        i=$((i + 1))
+    done
+    if ! grep -q '^ready' "$log"; then
+        kill $jpid 2>/dev/null
+        wait $jpid
+        fail "(d) $how: the job did not start across the hosts"
+        show
+        continue
+    fi
+    sleep 1                              # messages flowing
+    t0=$(now)
+    if [ $how = kill ]; then
+        for p in $(ip netns pids "$HOST_NS_2"); do
+            [ "$(cat /proc/$p/comm 2>/dev/null)" = mpi_until_file ] && kill -9 "$p"
+        done
+        what="rank 1 (host 2) killed"
+    else
+        hosts_link 2 down
+        what="host 2's link cut"
+    fi
+    wait $jpid
+    rc=$?
+    secs=$(since "$t0")
+    [ $how = cut ] && hosts_link 2 up
+    why=$(grep -m 1 -E 'ERROR|lost communication|exited on signal|error' "$log")
+    if [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ $rc -ne 137 ] &&
+       awk -v s="$secs" -v b=$bound 'BEGIN { exit !(s < b) }'; then
+        ok "(d) $what: the job ended with status $rc after $secs s (bound $bound s): $why"
+    else
+        fail "(d) $what: status $rc after $secs s (bound $bound s, time-out $HOSTS_TIMEOUT s)"
+        show
+    fi
+done
+
+hosts_down
+rm -f "$log"
+echo "test_roce_hosts: $(( $(date +%s) - test_start )) s"
+finish
