@@ -277,6 +277,30 @@ TEST_F(roce_port_test, a_datagram_arrives_as_a_frame_from_its_neighbour_lid)
     EXPECT_EQ(port->link_errors(), 0u);
 }
 
+TEST_F(roce_port_test, peek_shows_the_datagram_poll_delivers_next)
+{
+    // The device's watchdog serves a process whose driver is away by
+    // peeking first (dev/ack_watchdog.cc): a port that showed only its
+    // shared-memory frames left the ACKs from other hosts unread, and the
+    // watchdog's timer passes sent the data again until the retries ran
+    // out (seen: MPI at 1% loss across hosts).
+    std::span<const uint8_t> seen;
+    EXPECT_FALSE(port->peek(seen));
+    auto pkt = send_only(0x42, {1, 2, 3, 4});
+    other.send_to(udp_port, datagram_from_other(pkt));
+    bool waiting = false;
+    for (int i = 0; i < 1000 && !waiting; ++i) {
+        waiting = port->peek(seen);
+    }
+    ASSERT_TRUE(waiting);
+    std::vector<uint8_t> peeked(seen.begin(), seen.end());
+    EXPECT_TRUE(port->peek(seen));   // still there
+    poll_some();
+    ASSERT_EQ(sink.got.size(), 1u);
+    EXPECT_EQ(sink.got[0], peeked);
+    EXPECT_FALSE(port->peek(seen));
+}
+
 TEST_F(roce_port_test, damaged_datagrams_are_dropped_and_counted)
 {
     // E-class: bad input from the fabric gets the IBA-defined treatment:
@@ -525,7 +549,7 @@ TEST_P(roce_rc, reads_cross_a_lossy_link_exactly_once)
 
 // Each seed throws the dice differently: losses of data, of ACKs, of NAKs,
 // duplicates and reordering at other places of the stream.
-INSTANTIATE_TEST_SUITE_P(seeds, roce_rc, ::testing::Values(1u, 2u, 3u, 0x726f6365u));
+INSTANTIATE_TEST_SUITE_P(seeds, roce_rc, ::testing::Range(1u, 41u));
 
 } // namespace
 } // namespace mlx4x::test

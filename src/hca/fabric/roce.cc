@@ -159,11 +159,20 @@ public:
     void   leave_multicast(uint16_t mlid) override { local_->leave_multicast(mlid); }
     shm::producer *shm_producer() override { return local_->shm_producer(); }
 
+    /// Neither source starves the other: they take turns going first.
+    /// With the socket read only from what the shared-memory ring left of
+    /// the budget, a busy ring (this host's ranks in an all-to-all) left
+    /// none, and the datagrams from other hosts, their ACKs among them,
+    /// queued megabytes deep until their senders' retries ran out.
     unsigned poll(frame_sink &sink, unsigned budget) override
     {
-        unsigned n = local_->poll(sink, budget);
-        if (n < budget && udp_due()) {
-            n += poll_datagrams(sink, budget - n);
+        if (!udp_due()) {
+            return local_->poll(sink, budget);
+        }
+        udp_first_ = !udp_first_;
+        unsigned n = udp_first_ ? poll_datagrams(sink, budget) : local_->poll(sink, budget);
+        if (n < budget) {
+            n += udp_first_ ? local_->poll(sink, budget - n) : poll_datagrams(sink, budget - n);
         }
         return n;
     }
@@ -172,9 +181,20 @@ public:
     {
         return local_->frame_waiting() || rx_next_ < rx_count_ || udp_due();
     }
+    /// The device's watchdog serves a process whose driver is away by
+    /// looking before it takes: datagrams waiting in the socket are read
+    /// into the batch for that (logically const: they would be poll()'s
+    /// next frames either way).
     bool peek(std::span<const uint8_t> &frame) const override
     {
-        return rx_next_ == rx_count_ && local_->peek(frame);
+        if (rx_next_ == rx_count_ && local_->peek(frame)) {
+            return true;
+        }
+        if (!receive_batch(rx_batch)) {
+            return false;
+        }
+        frame = rx_frames_[rx_next_];
+        return true;
     }
     bool peer_alive(uint16_t lid) const override
     {
@@ -253,9 +273,12 @@ private:
 
     status   send_datagram(std::span<const uint8_t> hdr, std::span<const uint8_t> payload);
     unsigned poll_datagrams(frame_sink &sink, unsigned budget);
+    /// Whether a frame of the batch is left, after reading up to `max`
+    /// datagrams if none was.
+    bool receive_batch(unsigned max) const;
     /// Datagram `i` of the last batch as the device's frame (LRH
     /// synthesized in front); empty when it is dropped.
-    std::span<const uint8_t> frame_of(unsigned i);
+    std::span<const uint8_t> frame_of(unsigned i) const;
 
     static constexpr unsigned rx_batch = 16;
     struct rx_buffer {
@@ -267,15 +290,19 @@ private:
     int                   sock_;
     int                   epoll_;
     udp_peer              self_;
-    std::vector<rx_buffer> rx_ = std::vector<rx_buffer>(rx_batch);
-    std::array<iovec, rx_batch>       rx_iov_{};
-    std::array<sockaddr_in, rx_batch> rx_from_{};
-    std::array<mmsghdr, rx_batch>     rx_msg_{};
-    unsigned rx_count_ = 0;   ///< datagrams of the last batch
-    unsigned rx_next_  = 0;   ///< the next one to hand over
+    // The batch of datagrams read and not yet delivered, as frames (peek()
+    // fills it too, hence mutable).
+    mutable std::vector<rx_buffer> rx_ = std::vector<rx_buffer>(rx_batch);
+    mutable std::array<iovec, rx_batch>       rx_iov_{};
+    mutable std::array<sockaddr_in, rx_batch> rx_from_{};
+    mutable std::array<mmsghdr, rx_batch>     rx_msg_{};
+    mutable std::array<std::span<const uint8_t>, rx_batch> rx_frames_{};
+    mutable unsigned rx_count_ = 0;   ///< frames of the batch
+    mutable unsigned rx_next_  = 0;   ///< the next one to hand over
     mutable uint32_t polls_since_datagram_ = hot_polls;
     mutable uint32_t idle_tick_            = 0;
-    uint64_t         link_errors_          = 0;
+    mutable uint64_t link_errors_          = 0;
+    bool             udp_first_            = false;   ///< poll()'s turn
     bool             warned_size_          = false;
 };
 
@@ -340,37 +367,42 @@ status roce_fabric::roce_port::send_datagram(std::span<const uint8_t> hdr,
     }
 }
 
+bool roce_fabric::roce_port::receive_batch(unsigned max) const
+{
+    while (rx_next_ == rx_count_) {
+        for (unsigned i = 0; i < rx_batch; ++i) {
+            rx_msg_[i].msg_hdr = {&rx_from_[i], sizeof(sockaddr_in), &rx_iov_[i], 1,
+                                  nullptr, 0, 0};
+        }
+        int got = recvmmsg(sock_, rx_msg_.data(), std::min(max, rx_batch), MSG_DONTWAIT,
+                           nullptr);
+        rx_count_ = rx_next_ = 0;
+        if (got <= 0) {
+            return false;
+        }
+        polls_since_datagram_ = 0;
+        for (unsigned i = 0; i < unsigned(got); ++i) {
+            if (auto f = frame_of(i); !f.empty()) {
+                rx_frames_[rx_count_++] = f;
+            }
+        }
+    }
+    return true;
+}
+
 unsigned roce_fabric::roce_port::poll_datagrams(frame_sink &sink, unsigned budget)
 {
     unsigned n = 0;
-    while (n < budget) {
-        if (rx_next_ == rx_count_) {
-            for (unsigned i = 0; i < rx_batch; ++i) {
-                rx_msg_[i].msg_hdr = {&rx_from_[i], sizeof(sockaddr_in), &rx_iov_[i], 1,
-                                      nullptr, 0, 0};
-            }
-            int got = recvmmsg(sock_, rx_msg_.data(), std::min(budget - n, rx_batch),
-                               MSG_DONTWAIT, nullptr);
-            rx_count_ = rx_next_ = 0;
-            if (got <= 0) {
-                break;
-            }
-            rx_count_ = unsigned(got);
-            polls_since_datagram_ = 0;
-        }
-        auto f = frame_of(rx_next_++);
-        if (f.empty()) {
-            continue;
-        }
+    while (n < budget && receive_batch(budget - n)) {
         ++n;
-        if (!sink.on_frame(f)) {
+        if (!sink.on_frame(rx_frames_[rx_next_++])) {
             break;
         }
     }
     return n;
 }
 
-std::span<const uint8_t> roce_fabric::roce_port::frame_of(unsigned i)
+std::span<const uint8_t> roce_fabric::roce_port::frame_of(unsigned i) const
 {
     const mmsghdr &m   = rx_msg_[i];
     uint8_t       *lrh = rx_[i].bytes;

@@ -1,0 +1,48 @@
+#!/bin/sh
+# roce-bench.sh [ROUNDS]: mlx4x over RoCEv2 against UCX's tcp across the same
+# veth link between two namespace hosts (test/integration/hosts.sh), side by
+# side in one run, alternating, ROUNDS rounds (default 2). ucx_perftest
+# tag_lat 8 B (median latency) and tag_bw 1 MiB (bandwidth), one process per
+# host; prints each figure and the ratio mlx4x/tcp. Needs root. The shared
+# VM's absolute figures drift; the ratios of one run are what to compare.
+top_srcdir=$(cd "$(dirname "$0")/../.." && pwd)
+rounds=${1:-2}
+HOSTS_UCX_NET_DEVICES=eth0
+. "$top_srcdir/test/integration/lib.sh"
+. "$top_srcdir/test/integration/hosts.sh"
+hosts_up 2 || exit 1
+port=23500
+# run TLS TEST SIZE N: prints the client's Final line's field (latency
+# median, or bandwidth average MB/s).
+run() {
+    tls=$1 test=$2 size=$3 n=$4
+    port=$((port + 1))
+    case $tls in
+        mlx4x*) env="UCX_TLS=$tls UCX_MLX4X_NETDEV=eth0"; pre=$RUN ;;
+        *)      env="UCX_TLS=$tls UCX_NET_DEVICES=eth0"; pre= ;;
+    esac
+    # shellcheck disable=SC2086
+    hosts_exec 1 env $env timeout 120 $pre ucx_perftest -p $port >/dev/null 2>&1 &
+    srv=$!
+    sleep 1.5
+    # shellcheck disable=SC2086
+    out=$(hosts_exec 2 env $env timeout 120 $pre ucx_perftest "$HOST_IP_1" -p $port -t "$test" \
+          -s "$size" -n "$n" 2>/dev/null | grep '^Final:')
+    wait $srv 2>/dev/null
+    case $test in
+        *lat) echo "$out" | awk '{ print $3 }' ;;    # 50th percentile, us
+        *)    echo "$out" | awk '{ print $6 }' ;;    # average bandwidth, MB/s
+    esac
+}
+printf '%-6s %-22s %12s %12s %8s\n' round test mlx4x tcp ratio
+r=1
+while [ $r -le "$rounds" ]; do
+    for t in "tag_lat 8 20000 us" "tag_bw 1048576 200 MB/s"; do
+        set -- $t
+        m=$(run mlx4x,self "$1" "$2" "$3")
+        c=$(run tcp,self "$1" "$2" "$3")
+        ratio=$(awk -v a="$m" -v b="$c" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "-" }')
+        printf '%-6s %-22s %12s %12s %8s\n' "$r" "$1 $2 ($4)" "${m:-fail}" "${c:-fail}" "$ratio"
+    done
+    r=$((r + 1))
+done
