@@ -549,7 +549,7 @@ TEST_P(roce_rc, reads_cross_a_lossy_link_exactly_once)
 
 // Each seed throws the dice differently: losses of data, of ACKs, of NAKs,
 // duplicates and reordering at other places of the stream.
-INSTANTIATE_TEST_SUITE_P(seeds, roce_rc, ::testing::Range(1u, 41u));
+INSTANTIATE_TEST_SUITE_P(seeds, roce_rc, ::testing::Range(1u, 13u));
 
 } // namespace
 } // namespace mlx4x::test

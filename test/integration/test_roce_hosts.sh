@@ -89,14 +89,14 @@ else
     show
 fi
 if command -v tshark >/dev/null && [ -s "$cap" ]; then
-    udp=$(tshark -r "$cap" -Y 'udp.port == 4791' 2>/dev/null | wc -l)
-    ib=$(tshark -r "$cap" -Y 'udp.port == 4791 && infiniband.bth' 2>/dev/null | wc -l)
-    bad=$(tshark -r "$cap" -Y 'udp.port == 4791 && _ws.malformed' 2>/dev/null | wc -l)
+    udp=$(tshark --disable-protocol rpcordma -r "$cap" -Y 'udp.port == 4791' 2>/dev/null | wc -l)
+    ib=$(tshark --disable-protocol rpcordma -r "$cap" -Y 'udp.port == 4791 && infiniband.bth' 2>/dev/null | wc -l)
+    bad=$(tshark --disable-protocol rpcordma -r "$cap" -Y 'udp.port == 4791 && _ws.malformed' 2>/dev/null | wc -l)
     if [ "$udp" -gt 1000 ] && [ "$ib" -eq "$udp" ] && [ "$bad" -eq 0 ]; then
         ok "(a) tshark decodes all $udp datagrams of host 2's eth0 as RoCEv2 (InfiniBand BTH), none malformed"
     else
         fail "(a) tshark: $udp datagrams on port 4791, $ib with an InfiniBand BTH, $bad malformed"
-        tshark -r "$cap" -Y '_ws.malformed' -V 2>/dev/null | grep -v '^ *$' | head -n 60
+        tshark --disable-protocol rpcordma -r "$cap" -Y '_ws.malformed' -V 2>/dev/null | grep -v '^ *$' | head -n 60
     fi
     out=$(python3 "$check_icrc" "$cap")
     if [ $? -eq 0 ]; then

@@ -255,13 +255,7 @@ struct qp {
         // retries, from `waiting_since` (engine/comp.cc, run_timers); the
         // window of packets in flight backs off.
         uint32_t     rto_ns = 0;         ///< 0: the ACK timeout only
-        uint32_t     rto_min_ns = 0;     ///< the port's; rto_ns adapts above it
         uint8_t      rto_shift = 0;      ///< the timeout doubles per expiry
-        /// Round-trip samples (RFC 6298, Karn: none from a packet sent
-        /// again): one packet timed at a time, from the slice's clock.
-        uint32_t     rtt_psn = 0;
-        uint64_t     rtt_sent_at = 0;    ///< ns; 0: none timed
-        uint32_t     srtt_ns = 0, rttvar_ns = 0;
         /// Packets in flight at most (requester::window_open), and the
         /// window below which it doubles per ACK (completer::lost()).
         uint16_t     cwnd = max_unacked_packets;

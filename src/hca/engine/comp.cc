@@ -389,9 +389,6 @@ void completer::restart_ack_timer(qp &q)
         return;
     }
     uint64_t now = hca_.slice_now();
-    if (q.comp.rtt_sent_at && ib::psn_diff(q.comp.acked_psn, q.comp.rtt_psn) > 0) {
-        sample_rtt(q, now - q.comp.rtt_sent_at);
-    }
     q.comp.waiting_since = now;
     q.comp.rto_shift     = 0;
     q.comp.timer_deadline = next_deadline(q, now);
@@ -412,27 +409,6 @@ uint64_t completer::next_deadline(const qp &q, uint64_t now) const
     }
     return std::min(now + (uint64_t{q.comp.rto_ns} << q.comp.rto_shift),
                     q.comp.waiting_since + timeout);
-}
-
-/// A round trip measured (RFC 6298 2.2-2.3): the retransmission timeout
-/// follows it, the smoothed round trip plus four times its variation, at
-/// least the port's. A receiver whose socket queues milliseconds of
-/// datagrams (a peer that shares its cores) then does not get the same
-/// data again at every expiry of a timeout shorter than its queue.
-void completer::sample_rtt(qp &q, uint64_t rtt)
-{
-    q.comp.rtt_sent_at = 0;
-    uint32_t r = uint32_t(std::min<uint64_t>(rtt, 1'000'000'000));
-    if (!q.comp.srtt_ns) {
-        q.comp.srtt_ns   = r;
-        q.comp.rttvar_ns = r / 2;
-    } else {
-        uint32_t dev = r > q.comp.srtt_ns ? r - q.comp.srtt_ns : q.comp.srtt_ns - r;
-        q.comp.rttvar_ns = q.comp.rttvar_ns - q.comp.rttvar_ns / 4 + dev / 4;
-        q.comp.srtt_ns   = q.comp.srtt_ns - q.comp.srtt_ns / 8 + r / 8;
-    }
-    uint64_t rto = uint64_t{q.comp.srtt_ns} + 4ull * q.comp.rttvar_ns;
-    q.comp.rto_ns = uint32_t(std::clamp<uint64_t>(rto, q.comp.rto_min_ns, 1'000'000'000));
 }
 
 /// A packet to `q`'s peer was lost: on a lossy link the window backs off
@@ -582,10 +558,7 @@ bool completer::run_timers()
             t = hca_.slice_now();
         }
         if (q->comp.timer_deadline == timer_at_next_slice) {
-            if (!q->comp.rto_min_ns) {
-                q->comp.rto_min_ns = hca_.port_->retransmit_timeout_ns(q->dlid);
-                q->comp.rto_ns     = q->comp.rto_min_ns;
-            }
+            q->comp.rto_ns        = hca_.port_->retransmit_timeout_ns(q->dlid);
             q->comp.waiting_since = t;
             q->comp.rto_shift     = 0;
             q->comp.timer_deadline = next_deadline(*q, t);

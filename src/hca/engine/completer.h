@@ -55,7 +55,6 @@ private:
     void skip_acked(qp &q, uint32_t psn);
     uint64_t next_deadline(const qp &q, uint64_t now) const;
     static void lost(qp &q, bool timeout);
-    static void sample_rtt(qp &q, uint64_t rtt);
     placement place_read_response(qp &q, const pkt &p, const send_wqe &w,
                                   uint32_t index, uint32_t first_psn);
     placement place_atomic_response(qp &q, const pkt &p, const send_wqe &w);

@@ -257,14 +257,8 @@ bool requester::send_one_packet(qp &q)
 {
     uint32_t psn  = q.req.next_psn;
     bool     sent = send_next_packet(q);
-    if (q.req.next_psn == psn) {
-        return sent;
-    }
-    if (ib::psn_diff(q.req.sent_psn, psn) > 0) {
+    if (ib::psn_diff(q.req.sent_psn, psn) > 0 && q.req.next_psn != psn) {
         hca_.count(counter::retransmits);
-    } else if (q.comp.rto_ns && !q.comp.rtt_sent_at) {
-        q.comp.rtt_psn     = psn;   // a new packet: timed (completer::sample_rtt)
-        q.comp.rtt_sent_at = hca_.slice_now();
     }
     return sent;
 }
@@ -547,7 +541,6 @@ uint64_t requester::ack_timeout_ns(const qp &q) const
 
 void requester::rewind(qp &q, uint32_t psn)
 {
-    q.comp.rtt_sent_at = 0;   // Karn: an answer may be to either sending
     if (ib::psn_diff(q.req.next_psn, q.req.sent_psn) > 0) {
         q.req.sent_psn = q.req.next_psn;
     }
