@@ -35,27 +35,43 @@ using namespace mlx4x::uct;
 
 namespace mlx4x::uct {
 
+/// A device address as the CM's private data carries it: its part on this
+/// host only. The sockaddr CM reaches this host only (its HCA is on the
+/// shared-memory fabric), and UCP's data needs the REQ's room: 37 of its
+/// 56 bytes at least, which the RoCEv2 part would not leave.
+struct __attribute__((packed)) cm_device_addr {
+    uint16_t lid;
+    uint64_t port_guid;
+    uint32_t fabric;
+
+    static cm_device_addr of(const device_addr &a) { return {a.lid, a.port_guid, a.fabric}; }
+    device_addr full() const { return {lid, port_guid, fabric, 0, 0}; }
+};
+static_assert(sizeof(cm_device_addr) == 14);
+
 /// Our header in front of UCP's private data.
 struct __attribute__((packed)) cm_priv_hdr {
-    uint8_t     length;   ///< bytes of UCP's data that follow
-    device_addr device;   ///< the sender's mlx4x device (lanes go there)
+    uint8_t        length;   ///< bytes of UCP's data that follow
+    cm_device_addr device;   ///< the sender's mlx4x device (lanes go there)
 };
-static_assert(sizeof(cm_priv_hdr) == 21);
+static_assert(sizeof(cm_priv_hdr) == 15);
 /// UCP's room: a REQ's private data after the Annex A11 header and ours
 /// (the REP has more; UCP asks one number for both).
 constexpr size_t max_conn_priv = mad::cm::ip_req_private_room - sizeof(cm_priv_hdr);
 
-/// What UCT's callbacks are told of the peer: its device address and UCP's
-/// data, both inside the private data `pd` that starts with `hdr`.
-uct_cm_remote_data_t remote_data(std::span<const uint8_t> pd, const cm_priv_hdr &hdr)
+/// What UCT's callbacks are told of the peer: its device address (written
+/// to `dev`, which must outlive the callback) and UCP's data, inside the
+/// private data `pd` that starts with `hdr`.
+uct_cm_remote_data_t remote_data(std::span<const uint8_t> pd, const cm_priv_hdr &hdr,
+                                 device_addr &dev)
 {
+    dev = hdr.device.full();
     uct_cm_remote_data_t remote{};
     remote.field_mask = UCT_CM_REMOTE_DATA_FIELD_DEV_ADDR |
                         UCT_CM_REMOTE_DATA_FIELD_DEV_ADDR_LENGTH |
                         UCT_CM_REMOTE_DATA_FIELD_CONN_PRIV_DATA |
                         UCT_CM_REMOTE_DATA_FIELD_CONN_PRIV_DATA_LENGTH;
-    remote.dev_addr              = reinterpret_cast<const uct_device_addr_t *>(
-                                       pd.data() + offsetof(cm_priv_hdr, device));
+    remote.dev_addr              = reinterpret_cast<const uct_device_addr_t *>(&dev);
     remote.dev_addr_length       = sizeof(device_addr);
     remote.conn_priv_data        = pd.data() + sizeof(hdr);
     remote.conn_priv_data_length = hdr.length;
@@ -349,7 +365,8 @@ void cm_listener::on_request(const mad::ip::event &e)
         return;
     }
     auto *req = new conn_request{mgr_, e.conn, e.peer};
-    uct_cm_remote_data_t remote = remote_data(e.private_data, hdr);
+    device_addr          dev;
+    uct_cm_remote_data_t remote = remote_data(e.private_data, hdr, dev);
     uct_cm_listener_conn_request_args_t args{};
     args.field_mask = UCT_CM_LISTENER_CONN_REQUEST_ARGS_FIELD_DEV_NAME |
                       UCT_CM_LISTENER_CONN_REQUEST_ARGS_FIELD_CONN_REQUEST |
@@ -370,7 +387,7 @@ ucs_status_t cm_ep::pack(std::span<const uint8_t> ucp, size_t room, std::vector<
     if (ucp.size() > max_conn_priv || sizeof(cm_priv_hdr) + ucp.size() > room) {
         return UCS_ERR_BUFFER_TOO_SMALL;
     }
-    cm_priv_hdr hdr{uint8_t(ucp.size()), cm_.local_device()};
+    cm_priv_hdr hdr{uint8_t(ucp.size()), cm_device_addr::of(cm_.local_device())};
     out.resize(sizeof(hdr) + ucp.size());
     std::memcpy(out.data(), &hdr, sizeof(hdr));
     if (!ucp.empty()) {
@@ -614,7 +631,8 @@ void cm_ep::on_response(const mad::ip::event &e)
         return;
     }
     phase_ = phase::connected;
-    uct_cm_remote_data_t remote = remote_data(e.private_data, hdr);
+    device_addr          dev;
+    uct_cm_remote_data_t remote = remote_data(e.private_data, hdr, dev);
     uct_cm_ep_client_connect_cb(base(), &remote, UCS_OK);
 }
 

@@ -186,6 +186,13 @@ for how in kill cut; do
     rc=$?
     secs=$(since "$t0")
     [ $how = cut ] && hosts_link 2 up
+    # The job's daemons and ranks end by themselves (their mpirun is gone)
+    # before the next job: a new daemon beside a dying one did not start.
+    i=0
+    while [ $i -lt 300 ] && [ -n "$(ip netns pids "$HOST_NS_1")$(ip netns pids "$HOST_NS_2")" ]; do
+        sleep 0.1
+        i=$((i + 1))
+    done
     why=$(grep -m 1 -E 'ERROR|lost communication|exited on signal|error' "$log")
     # Before the bound, so not the job's time-out (timeout's own status).
     if [ $rc -ne 0 ] && awk -v s="$secs" -v b=$bound 'BEGIN { exit !(s < b) }'; then

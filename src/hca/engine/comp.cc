@@ -388,9 +388,14 @@ void completer::restart_ack_timer(qp &q)
         q.comp.timer_deadline = 0;
         return;
     }
-    uint64_t now = hca_.slice_now();
-    q.comp.waiting_since = now;
-    q.comp.rto_shift     = 0;
+    arm_timer(q, hca_.slice_now());
+}
+
+/// The timer of `q` from `now`, its oldest packet waiting since then.
+void completer::arm_timer(qp &q, uint64_t now)
+{
+    q.comp.waiting_since  = now;
+    q.comp.rto_shift      = 0;
     q.comp.timer_deadline = next_deadline(q, now);
 }
 
@@ -558,10 +563,8 @@ bool completer::run_timers()
             t = hca_.slice_now();
         }
         if (q->comp.timer_deadline == timer_at_next_slice) {
-            q->comp.rto_ns        = hca_.port_->retransmit_timeout_ns(q->dlid);
-            q->comp.waiting_since = t;
-            q->comp.rto_shift     = 0;
-            q->comp.timer_deadline = next_deadline(*q, t);
+            q->comp.rto_ns = hca_.port_->retransmit_timeout_ns(q->dlid);
+            arm_timer(*q, t);
             continue;
         }
         if (t < q->comp.timer_deadline) {

@@ -52,6 +52,7 @@ private:
     bool     copy_read_share(qp &q, const send_wqe &w, uint32_t share);
     bool     carries_share_token(const qp &q, uint32_t index, const pkt &p) const;
     void restart_ack_timer(qp &q);
+    void arm_timer(qp &q, uint64_t now);
     void skip_acked(qp &q, uint32_t psn);
     uint64_t next_deadline(const qp &q, uint64_t now) const;
     static void lost(qp &q, bool timeout);
