@@ -358,6 +358,19 @@ hosts_tcpstat() {
         END { print t + 0 }'
 }
 
+# hosts_shape K SPEC CHECK: hosts_netem K SPEC before the check named
+# CHECK; where it cannot be done, the check is counted as skipped (this
+# host cannot shape links: status 3) or failed, and the status is non-zero.
+hosts_shape() {
+    _h_err=$(hosts_netem "$1" "$2" 2>&1)
+    case $? in
+        0) return 0 ;;
+        3) skip "$3: cannot shape host $1's link here: $_h_err" ;;
+        *) fail "$3: hosts_netem $1 '$2': $_h_err" ;;
+    esac
+    return 1
+}
+
 hosts_netem_hits() {
     _hosts_k "${1:-}" || return
     if [ "$HOSTS_NETEM_IMPL" = tc ]; then echo tc; return 0; fi

@@ -34,6 +34,18 @@ wait_listening() {
     return 1
 }
 
+# wait_for_line FILE REGEX PID: returns once a line of FILE matches REGEX
+# (a background job printed that it is ready), or when PID has exited;
+# at most 60 s.
+wait_for_line() {
+    _w_i=0
+    while [ $_w_i -lt 600 ] && ! grep -q "$2" "$1" && kill -0 "$3" 2>/dev/null; do
+        sleep 0.1
+        _w_i=$((_w_i + 1))
+    done
+    grep -q "$2" "$1"
+}
+
 # perftest_pair NAME TIMEOUT ARGS...: server and client on localhost; passes
 # when the client prints its "Final:" line and both exit 0.
 perftest_pair() {

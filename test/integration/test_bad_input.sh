@@ -62,6 +62,16 @@ else
     fail "overlong fabric name (exit $rc)"; echo "$out" | tail -n 3
 fi
 
+# 2e. A network interface for RoCEv2 that does not exist: the device is
+# refused with an error naming it, not opened on this host only.
+out=$(UCX_MLX4X_NETDEV=no-such-if0 timeout 60 "$RUN" ucx_info -d 2>&1); rc=$?
+if [ $rc -ne 124 ] && echo "$out" | grep -q "network interface no-such-if0: not found" &&
+   ! echo "$out" | grep -q "Transport: mlx4x"; then
+    ok "UCX_MLX4X_NETDEV naming no interface: refused with a clear error"
+else
+    fail "UCX_MLX4X_NETDEV=no-such-if0 (exit $rc)"; echo "$out" | tail -n 3
+fi
+
 # 3. Running inside a UCX of another version: the plugin stays out of UCX
 # with one clear line. A preloaded ucp_get_version() stands in for it.
 tmp=$(mktemp -d)

@@ -17,11 +17,7 @@ timeout 180 mpirun --allow-run-as-root --oversubscribe -np 2 \
     -x UCX_MLX4X_FABRIC -x MLX4X_LIB \
     "$RUN" "$top_builddir/test/mpi/mpi_until_file" "$stop" 120 $burst >"$log" 2>&1 &
 job=$!
-for i in $(seq 300); do
-    grep -q '^rank 0 pid' "$log" && break
-    sleep 0.2
-done
-grep -q '^rank 0 pid' "$log" || { fail "the MPI job did not start"; cat "$log"; }
+wait_for_line "$log" '^rank 0 pid' $job || { fail "the MPI job did not start"; cat "$log"; }
 lids=$("$bin/mlx4x-stat" --lids)
 
 # The whole fabric while rank 0 sends a burst.

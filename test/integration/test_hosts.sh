@@ -115,15 +115,7 @@ for spec in "loss 1%:RetransSegs" "loss 5%:RetransSegs" \
             "delay 1ms reorder 25% 50%:TCPOFOQueue" "duplicate 5%:TCPDSACKOldSent"; do
     counter=${spec#*:}
     spec=${spec%:*}
-    hosts_netem 2 "$spec" 2>"$log"
-    nrc=$?
-    if [ $nrc -eq 3 ]; then
-        skip "(a) $spec: cannot shape host 2's link here: $(cat "$log")"
-        continue
-    elif [ $nrc -ne 0 ]; then
-        fail "(a) hosts_netem 2 '$spec' (status $nrc): $(cat "$log")"
-        continue
-    fi
+    hosts_shape 2 "$spec" "(a) $spec" || continue
     c0=$(hosts_tcpstat "$counter")
     job 2 1 "$pp" $pp_max
     seen=$(( $(hosts_tcpstat "$counter") - c0 ))
@@ -164,12 +156,7 @@ hosts_mpirun --host "$(hosts_list 1)" -np 2 -x UCX_TLS="$HOSTS_TLS" -x MLX4X_LIB
     -x UCX_MLX4X_FABRIC "$HOSTS_WHERE" $launch "$top_builddir/test/mpi/mpi_until_file" \
     "$stop" 80 >"$log" 2>&1 &
 jpid=$!
-i=0
-while [ $i -lt 600 ] && ! grep -q '^ready' "$log" && kill -0 $jpid 2>/dev/null; do
-    sleep 0.1
-    i=$((i + 1))
-done
-if grep -q '^ready' "$log" && placed 1 2; then
+if wait_for_line "$log" '^ready' $jpid && placed 1 2; then
     sleep 1                              # messages flowing
     t0=$(now)
     hosts_link 2 down

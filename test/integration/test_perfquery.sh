@@ -17,11 +17,7 @@ UCX_MLX4X_SINGLE_COPY_THRESH=inf timeout 180 mpirun --allow-run-as-root --oversu
     -x UCX_MLX4X_FABRIC -x MLX4X_LIB -x UCX_MLX4X_SINGLE_COPY_THRESH \
     "$RUN" "$top_builddir/test/mpi/mpi_until_file" "$stop" 120 $burst >"$log" 2>&1 &
 job=$!
-for i in $(seq 300); do
-    grep -q '^rank 0 pid' "$log" && break
-    sleep 0.2
-done
-grep -q '^rank 0 pid' "$log" || { fail "the MPI job did not start"; cat "$log"; }
+wait_for_line "$log" '^rank 0 pid' $job || { fail "the MPI job did not start"; cat "$log"; }
 pid0=$(sed -n 's/^rank 0 pid //p' "$log")
 rank0=; rank1=
 for lid in $("$bin/mlx4x-stat" --lids); do
