@@ -35,6 +35,7 @@ void install_log_sink()
     set_log_sink(ucs_sink);
     set_log_level(ucs_log_is_enabled(UCS_LOG_LEVEL_DEBUG) ? log_level::debug
                   : ucs_log_is_enabled(UCS_LOG_LEVEL_INFO) ? log_level::info
+                  : ucs_log_is_enabled(UCS_LOG_LEVEL_DIAG) ? log_level::diag
                                                           : log_level::warn);
 }
 

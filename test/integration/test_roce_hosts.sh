@@ -14,10 +14,13 @@
 #      and mlx4x's counters show it recovered (retransmits after losses
 #      and reordering, duplicates discarded);
 #  (c) the MPI suite (point-to-point up to 16 MiB, allreduce, bcast,
-#      allgather, alltoall, one-sided) with 2 ranks on each host: ranks of
-#      one host meet over shared memory, of two hosts over RoCEv2. Clean
-#      link only: at 1% loss its 16 MiB rendezvous READs fail today (their
-#      responses go unpaced; docs/design-notes.md, "Across hosts");
+#      allgather, alltoall, one-sided, every byte checked) with 2 ranks on
+#      each host: ranks of one host meet over shared memory, of two hosts
+#      over RoCEv2. On a clean link, with loss 1% and with duplicate 5% on
+#      host 2's link: its 16 MiB rendezvous READs survive loss because they
+#      are asked for in window-sized requests (engine/req.cc). Not yet
+#      with loss 5%: about one run in four has a QP whose last packet is
+#      never acknowledged (docs/design-notes.md, "Across hosts");
 #  (d) a rank of host 2 killed: the job ends with an error well before its
 #      time-out. (Host 2's cable cut, checked after it, ended in 7.1 s with
 #      mlx4x's retry-exceeded error when run alone, but as the second job
@@ -133,15 +136,22 @@ for spec in "loss 1%:retransmits" "loss 5%:retransmits" \
     fi
 done
 
-# (c) The MPI suite, 2 ranks on each host.
-job 2 "$suite"
-n_ok=$(grep -c '^ok ' "$log")
-if [ $rc -eq 0 ] && [ "$n_ok" -eq 7 ] && grep -q "^# 4 ranks: 0 failed" "$log"; then
-    ok "(c) MPI suite on 2 hosts x 2 ranks: $n_ok checks (${secs} s; retransmits $(sum retransmits))"
-else
-    fail "(c) MPI suite on 2 hosts x 2 ranks (exit $rc, $n_ok checks ok)"
-    show
-fi
+# (c) The MPI suite, 2 ranks on each host, on a clean link and with faults
+# on host 2's link.
+for spec in clean "loss 1%" "duplicate 5%"; do
+    if [ "$spec" != clean ]; then
+        hosts_shape 2 "$spec" "(c) MPI suite, $spec" || continue
+    fi
+    job 2 "$suite"
+    [ "$spec" = clean ] || hosts_netem 2 clear
+    n_ok=$(grep -c '^ok ' "$log")
+    if [ $rc -eq 0 ] && [ "$n_ok" -eq 7 ] && grep -q "^# 4 ranks: 0 failed" "$log"; then
+        ok "(c) MPI suite on 2 hosts x 2 ranks, $spec: $n_ok checks (${secs} s; retransmits $(sum retransmits), duplicates $(sum duplicates))"
+    else
+        fail "(c) MPI suite on 2 hosts x 2 ranks, $spec (exit $rc, $n_ok checks ok)"
+        show
+    fi
+done
 
 # (d) Failures: a job that runs until told to stop, then a rank of host 2
 # killed. The survivors must see an error (mlx4x's

@@ -205,16 +205,24 @@ static void one_sided(void)
     MPI_Win_fence(0, win);
     MPI_Put(src, n, MPI_LONG, next, 0, n, MPI_LONG, win);
     MPI_Win_fence(0, win);
-    for (int i = 0; i < n; ++i) ok &= win_buf[i] == prev * 1000000L + i;
+    int bad = 0;
+    for (int i = 0; i < n; ++i) bad += win_buf[i] != prev * 1000000L + i;
+    if (bad) fprintf(stderr, "rank %d: put: %d of %d longs wrong\n", rank, bad, n);
     MPI_Get(got, n, MPI_LONG, next, 0, n, MPI_LONG, win);
     MPI_Win_fence(0, win);
-    for (int i = 0; i < n; ++i) ok &= got[i] == rank * 1000000L + i;
+    int bad_get = 0;
+    for (int i = 0; i < n; ++i) bad_get += got[i] != rank * 1000000L + i;
+    if (bad_get) fprintf(stderr, "rank %d: get: %d of %d longs wrong\n", rank, bad_get, n);
+    ok = !bad && !bad_get;
     long one = 1;
     if (rank == 0) win_buf[0] = 0;
     MPI_Win_fence(0, win);
     MPI_Accumulate(&one, 1, MPI_LONG, 0, 0, 1, MPI_LONG, MPI_SUM, win);
     MPI_Win_fence(0, win);
-    if (rank == 0) ok &= win_buf[0] == size;
+    if (rank == 0 && win_buf[0] != size) {
+        fprintf(stderr, "rank 0: accumulate: %ld, not %d\n", win_buf[0], size);
+        ok = 0;
+    }
     MPI_Win_free(&win);
     free(src);
     free(got);

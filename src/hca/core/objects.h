@@ -104,10 +104,13 @@ struct cq {
 struct wqe_track {
     uint32_t first_psn = 0;
     uint32_t npackets  = 0;
-    bool     rd_atomic = false;   ///< READ or atomic: completes on response
-    bool     shared    = false;   ///< a shared single-copy READ (its share ours)
-    bool     share_placed = false;   ///< ... whose share this side copied
-    bool     direct = false;   ///< went as a single copy: its post is freed at completion
+    bool     rd_atomic : 1 = false;   ///< READ or atomic: completes on response
+    bool     shared    : 1 = false;   ///< a shared single-copy READ (its share ours)
+    bool     share_placed : 1 = false;   ///< ... whose share this side copied
+    bool     direct : 1 = false;   ///< went as a single copy: its post is freed at completion
+    /// A READ asked for in requests of read_request_packets: a response
+    /// LAST ends each of them.
+    bool     chunked : 1 = false;
 };
 static_assert(sizeof(wqe_track) == 12);
 
@@ -159,6 +162,12 @@ constexpr uint64_t timer_at_next_slice = 1;
 /// ACK; at 64 the sender stopped at every batch. Full rings push back
 /// beyond it.
 constexpr uint16_t max_unacked_packets = 256;
+/// A READ to a peer across a lossy link is asked for in requests of at
+/// most this many response packets, each at a multiple of it from the
+/// READ's start: the responder sends a whole request at once, so the
+/// requester's window paces the responses only when the requests are
+/// smaller than the window (requester::send_single_request).
+constexpr uint32_t read_request_packets = 64;
 
 /// How soon next_timer_ns() asks a sleeping process to send a packet the
 /// fabric pushed back (a full ring) again: the ring's owner drains it in
@@ -250,7 +259,7 @@ struct qp {
         uint8_t      retries_left = 7, rnr_left = 7;
         // A peer across a link that loses packets and names a
         // retransmission timeout (fabric::port::retransmit_timeout_ns(),
-        // read when the timer is first armed): packets are sent again after
+        // read at RTR2RTS): packets are sent again after
         // it, well before the IBA ACK timeout, which still counts the
         // retries, from `waiting_since` (engine/comp.cc, run_timers); the
         // window of packets in flight backs off.

@@ -272,6 +272,10 @@ void firmware::qp_to_rts(qp &q, const prm::qp_context &ctx)
     q.max_rd_atomic = uint8_t(1u << prm::qpc_sra_max::get(ctx.params1));
     q.comp.retries_left  = q.retry_cnt;
     q.comp.rnr_left      = q.rnr_retry;
+    // A peer across a lossy link: packets are sent again after the port's
+    // retransmission timeout, and READs are asked for in window-sized
+    // requests (engine/comp.cc, engine/req.cc).
+    q.comp.rto_ns = hca_.port_ ? hca_.port_->retransmit_timeout_ns(q.dlid) : 0;
 }
 
 /// Optional attributes a transition may change (already validated).

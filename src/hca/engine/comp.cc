@@ -44,17 +44,20 @@ static uint32_t *find_rd_atomic(qp &q, uint32_t psn, uint32_t &index)
     return nullptr;
 }
 
-/// Whether READ response `p` is the one PSN `pos` of a READ of `npackets`
-/// response packets and `total_len` bytes can have (IBA 9.4.4, 9.7.5.1.3):
-/// LAST or ONLY exactly at its last PSN, with the rest of the bytes; FIRST
-/// or MIDDLE before it, with a full MTU; a MIDDLE or LAST only after an
-/// earlier packet of the READ. A FIRST may come at any PSN: the responder
-/// answers a READ asked again from its middle from there (9.7.4.1.4).
-static bool read_response_fits(const pkt &p, uint32_t pos, uint32_t npackets,
+/// Whether READ response `p` is the one PSN `pos` of READ `t` of
+/// `total_len` bytes can have (IBA 9.4.4, 9.7.5.1.3): LAST or ONLY exactly
+/// at the last PSN of a request (the READ's, or with t.chunked each of its
+/// read_request_packets), the READ's last with the rest of the bytes;
+/// FIRST or MIDDLE before it, with a full MTU; a MIDDLE or LAST only after
+/// an earlier packet of the READ. A FIRST may come at any PSN: the
+/// responder answers a READ asked again from its middle from there
+/// (9.7.4.1.4).
+static bool read_response_fits(const pkt &p, uint32_t pos, const wqe_track &t,
                                uint32_t mtu, uint32_t total_len)
 {
-    bool last = pos + 1 == npackets;
-    if (p.has(ib::kind_last) != last || (!p.has(ib::kind_first) && pos == 0)) {
+    bool last = pos + 1 == t.npackets;
+    bool ends_request = last || (t.chunked && (pos + 1) % read_request_packets == 0);
+    if (p.has(ib::kind_last) != ends_request || (!p.has(ib::kind_first) && pos == 0)) {
         return false;
     }
     uint64_t offset = uint64_t(pos) * mtu;
@@ -94,7 +97,7 @@ completer::placement completer::place_read_response(qp &q, const pkt &p,
         return placement::placed;
     }
     uint32_t pos = uint32_t(ib::psn_diff(p.psn, first_psn));
-    if (!read_response_fits(p, pos, t.npackets, q.mtu, w.total_len)) {
+    if (!read_response_fits(p, pos, t, q.mtu, w.total_len)) {
         // An unexpected response, silently dropped (IBA 9.7.5.2.2 leaves
         // invalid responses to the requester's timer; rxe's check_ack drops
         // a MIDDLE or LAST without FIRST too). Placed, a MIDDLE at the
@@ -563,7 +566,6 @@ bool completer::run_timers()
             t = hca_.slice_now();
         }
         if (q->comp.timer_deadline == timer_at_next_slice) {
-            q->comp.rto_ns = hca_.port_->retransmit_timeout_ns(q->dlid);
             arm_timer(*q, t);
             continue;
         }

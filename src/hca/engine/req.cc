@@ -189,9 +189,17 @@ requester::single_tx requester::try_single_request(qp &q, const send_wqe &w)
 {
     bool fresh     = int32_t(q.req.cur_wqe - q.req.sq_head) >= 0;   // not a resend
     bool rd_atomic = is_read(w.opcode) || is_atomic(w.opcode);
-    if (fresh && ((w.fence && q.req.rd_atomic_inflight) ||
-                  (rd_atomic && q.req.rd_atomic_inflight >= q.max_rd_atomic))) {
+    if (fresh && w.fence && q.req.rd_atomic_inflight) {
         return single_tx::busy;
+    }
+    // A new READ/atomic, or the next request of a READ asked for in parts
+    // (q.req.sending), within the initiator depth.
+    if ((fresh && rd_atomic) || q.req.sending) {
+        uint32_t out = chunks_reads(q) ? read_requests_outstanding(q)
+                                       : q.req.rd_atomic_inflight;
+        if (out >= q.max_rd_atomic) {
+            return single_tx::busy;
+        }
     }
     // A READ asked again from its middle goes as packets.
     bool direct = q.req.cur_offset == 0 && use_direct(q, w);
@@ -285,7 +293,7 @@ bool requester::send_next_packet(qp &q)
     if (is_local_op(w.opcode) && !q.req.sending) {
         return run_local_wqe(q, w);
     }
-    if (!q.datagram() && !q.req.sending) {
+    if (!q.datagram() && (!q.req.sending || is_read(w.opcode))) {
         switch (try_single_request(q, w)) {
         case single_tx::sent:       return true;
         case single_tx::busy:       return false;
@@ -417,15 +425,8 @@ requester::single_tx requester::send_single_request(qp &q, const send_wqe &w, bo
     ib::x_direct_ref ref{};
     size_t   ref_len = 0;
     bool     read  = is_read(w.opcode);
+    uint32_t end   = w.total_len;   // of the bytes this request asks for
     if (read || w.opcode == prm::send_opcode::rdma_write) {
-        uint32_t done = q.req.cur_offset;
-        uint32_t len  = w.total_len - done;
-        ib::reth r;
-        r.va.set(w.raddr + done);
-        r.rkey.set(w.rkey);
-        r.dma_len.set(len);
-        std::memcpy(ext.data(), &r, sizeof(r));
-        ext_len = sizeof(r);
         std::optional<uint32_t> slot;
         if (direct) {
             op = uint8_t(!read                ? opcode::x_rdma_write_direct
@@ -439,10 +440,18 @@ requester::single_tx requester::send_single_request(qp &q, const send_wqe &w, bo
             ref_len = sizeof(ref);
         } else if (read) {
             op       = uint8_t(opcode::rc_rdma_read_request);
-            npackets = packets_of(len, q.mtu);
+            end      = read_request_end(q, q.req.cur_offset, w.total_len);
+            npackets = packets_of(end - q.req.cur_offset, q.mtu);
         } else {
             return single_tx::not_single;   // a WRITE that goes as packets
         }
+        uint32_t done = q.req.cur_offset;
+        ib::reth r;
+        r.va.set(w.raddr + done);
+        r.rkey.set(w.rkey);
+        r.dma_len.set(end - done);
+        std::memcpy(ext.data(), &r, sizeof(r));
+        ext_len = sizeof(r);
     } else {
         ext_len = atomic_request(w, ext.data(), op);
     }
@@ -457,39 +466,85 @@ requester::single_tx requester::send_single_request(qp &q, const send_wqe &w, bo
     if (s == status::no_resource) {
         return single_tx::busy;
     }
-    single_request_sent(q, w, psn, npackets, op, direct, fresh);
+    single_request_sent(q, w, psn, npackets, op, direct, fresh, end);
     return single_tx::sent;
+}
+
+/// Where a READ request from byte `from` ends: at the READ's end, or on a
+/// lossy link at the next multiple of read_request_packets from its start
+/// (so a READ asked again from its middle ends where the original
+/// request did, and the completer knows where each LAST belongs).
+uint32_t requester::read_request_end(const qp &q, uint32_t from, uint32_t total_len)
+{
+    if (!chunks_reads(q)) {
+        return total_len;
+    }
+    uint64_t chunk = uint64_t(read_request_packets) * q.mtu;
+    return uint32_t(std::min<uint64_t>(total_len, (from / chunk + 1) * chunk));
+}
+
+/// READ requests whose responses have not all come: one per READ/atomic
+/// WQE outstanding, and a chunked READ's every request sent but not yet
+/// answered. The responder holds one resource per request (IBA 9.5.6).
+uint32_t requester::read_requests_outstanding(const qp &q) const
+{
+    uint32_t n = 0;
+    for (uint32_t i = q.comp.sq_tail; i != q.req.sq_head; ++i) {
+        const wqe_track &t = q.req.track[i & (q.sq_size() - 1)];
+        if (!t.chunked) {
+            n += t.rd_atomic;
+            continue;
+        }
+        // Requests from the first not answered to the last one sent.
+        int32_t answered = std::max(ib::psn_diff(q.comp.acked_psn, t.first_psn), 0);
+        int32_t asked    = std::clamp(ib::psn_diff(q.req.next_psn, t.first_psn), 0,
+                                      int32_t(t.npackets));
+        if (asked > answered) {
+            n += (uint32_t(asked) - 1) / read_request_packets -
+                 uint32_t(answered) / read_request_packets + 1;
+        }
+    }
+    return n;
 }
 
 /// A READ, atomic or single-copy request left: its WQE is tracked until
 /// the response (the PSNs it takes, whether it is one the initiator depth
-/// counts), and the send queue moves to the next WQE.
+/// counts), and the send queue moves to the next WQE — or, after a request
+/// for part of a READ, on to the next part (`end`).
 void requester::single_request_sent(qp &q, const send_wqe &w, uint32_t psn,
-                                 uint32_t npackets, uint8_t op, bool direct, bool fresh)
+                                 uint32_t npackets, uint8_t op, bool direct, bool fresh,
+                                 uint32_t end)
 {
-    // The WQE's PSNs: a READ asked again from its middle keeps those of the
-    // part already answered; anything sent again from its start (after a
-    // rewind, or as packets after a refused single copy) takes new ones.
-    uint32_t answered  = q.req.cur_offset / q.mtu;
+    // The WQE's PSNs: a READ asked for from its middle keeps those of the
+    // part before; anything sent again from its start (after a rewind, or
+    // as packets after a refused single copy) takes new ones.
+    uint32_t before    = q.req.cur_offset / q.mtu;
+    bool     read      = is_read(w.opcode) && !direct;
     bool     rd_atomic = is_read(w.opcode) || is_atomic(w.opcode);
     q.req.track[q.req.cur_wqe & (q.sq_size() - 1)] = {
-        .first_psn = ib::psn_add(psn, ib::psn_mask + 1 - answered),
-        .npackets  = answered + npackets,
+        .first_psn = ib::psn_add(psn, ib::psn_mask + 1 - before),
+        .npackets  = read ? packets_of(w.total_len, q.mtu) : npackets,
         .rd_atomic = rd_atomic,
         .shared    = op == uint8_t(opcode::x_rdma_read_direct_shared),
-        .direct    = direct};
-    if (q.req.cur_offset == 0) {   // not a READ asked again from its middle
+        .direct    = direct,
+        .chunked   = read && chunks_reads(q)};
+    if (q.req.cur_offset == 0) {   // not a READ asked for from its middle
         start_timing(q, w, direct);
     }
     if (int32_t(q.req.cur_wqe + 1 - q.req.sq_head) > 0) {
         q.req.sq_head = q.req.cur_wqe + 1;
     }
     q.req.rd_atomic_inflight += fresh && rd_atomic;
-    q.req.next_psn   = ib::psn_add(psn, npackets);
+    q.req.next_psn = ib::psn_add(psn, npackets);
+    comp_.start_ack_timer(q);
+    if (end < w.total_len) {
+        q.req.sending    = true;   // the READ's next request follows
+        q.req.cur_offset = end;
+        return;
+    }
     q.req.cur_offset = 0;
     q.req.sending    = false;
     ++q.req.cur_wqe;
-    comp_.start_ack_timer(q);
 }
 
 bool requester::gather_payload(qp &q, const send_wqe &w, uint32_t offset,

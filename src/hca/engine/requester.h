@@ -72,7 +72,13 @@ private:
     single_tx send_single_request(qp &q, const send_wqe &w, bool fresh,
                                   bool direct);
     void      single_request_sent(qp &q, const send_wqe &w, uint32_t psn,
-                                  uint32_t npackets, uint8_t op, bool direct, bool fresh);
+                                  uint32_t npackets, uint8_t op, bool direct, bool fresh,
+                                  uint32_t end);
+    /// Whether q's READs are asked for in parts (read_request_packets):
+    /// across a lossy link, where the window paces their responses.
+    static bool chunks_reads(const qp &q) { return q.comp.rto_ns != 0; }
+    static uint32_t read_request_end(const qp &q, uint32_t from, uint32_t total_len);
+    uint32_t  read_requests_outstanding(const qp &q) const;
     bool     use_direct(const qp &q, const send_wqe &w);
     bool     chooser_decides(const qp &q, const send_wqe &w);
     void     start_timing(qp &q, const send_wqe &w, bool direct);

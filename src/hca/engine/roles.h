@@ -43,5 +43,6 @@ using dev::wqe_track;
 using dev::dma;
 using dev::counter_of;
 using dev::timer_at_next_slice;
+using dev::read_request_packets;
 
 } // namespace mlx4x::engine

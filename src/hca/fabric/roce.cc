@@ -41,6 +41,8 @@ result<uint16_t> neighbour_table::lid_of(udp_peer p)
     entries_[n].store(valid | p.key(), std::memory_order_release);
     by_peer_.emplace(p.key(), lid);
     count_.store(n + 1, std::memory_order_relaxed);
+    MLX4X_DEBUG("roce: neighbour %u.%u.%u.%u:%u is lid %u", p.addr >> 24, p.addr >> 16 & 0xff,
+                p.addr >> 8 & 0xff, p.addr & 0xff, p.port, lid);
     return lid;
 }
 
