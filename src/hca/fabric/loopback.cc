@@ -71,6 +71,13 @@ public:
     }
 
     void release() override { fabric_.unreleased_.erase(lid_); }
+    /// Exact, as the shm fabric's is: a quiet device polls only when told
+    /// (frames held back for delivery later count: poll() moves them).
+    bool frame_waiting() const override
+    {
+        auto it = fabric_.queues_.find(lid_);
+        return !fabric_.held_.empty() || (it != fabric_.queues_.end() && !it->second.empty());
+    }
 
     bool peer_alive(uint16_t lid) const override
     {

@@ -168,9 +168,10 @@ public:
     /// queued megabytes deep until their senders' retries ran out.
     unsigned poll(frame_sink &sink, unsigned budget) override
     {
-        if (!udp_due()) {
+        if (!udp_owed_ && !udp_due()) {
             return local_->poll(sink, budget);
         }
+        udp_owed_ = false;
         udp_first_ = !udp_first_;
         unsigned n = udp_first_ ? poll_datagrams(sink, budget) : local_->poll(sink, budget);
         if (n < budget) {
@@ -179,9 +180,20 @@ public:
         return n;
     }
     void release() override { local_->release(); }
+    /// A turn of the socket that falls to this call is kept for the
+    /// poll() it tells the device to make: a quiet device asks here before
+    /// every poll, and when both took turns from the same count, the
+    /// socket's every idle_period-th turn always fell to this call, the
+    /// poll after it never read the socket, and a process that had been
+    /// without datagrams for hot_polls never read one again (its peers'
+    /// retries ran out).
     bool frame_waiting() const override
     {
-        return local_->frame_waiting() || rx_next_ < rx_count_ || udp_due();
+        if (local_->frame_waiting() || rx_next_ < rx_count_ || udp_owed_) {
+            return true;
+        }
+        udp_owed_ = udp_due();
+        return udp_owed_;
     }
     /// The device's watchdog serves a process whose driver is away by
     /// looking before it takes: datagrams waiting in the socket are read
@@ -304,6 +316,7 @@ private:
     mutable uint32_t polls_since_datagram_ = hot_polls;
     mutable uint32_t idle_tick_            = 0;
     mutable uint64_t link_errors_          = 0;
+    mutable bool     udp_owed_             = false;   ///< frame_waiting() took the turn
     bool             udp_first_            = false;   ///< poll()'s turn
     bool             warned_size_          = false;
 };

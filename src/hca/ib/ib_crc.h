@@ -36,13 +36,45 @@ template <typename T, T Poly> constexpr std::array<T, 256> reflected_table()
 }
 inline constexpr auto crc32_table = reflected_table<uint32_t, 0xedb88320u>();   // 0x04c11db7
 inline constexpr auto crc16_table = reflected_table<uint16_t, 0xd008u>();       // 0x100b
+
+/// Slicing-by-8 (Kounavis and Berry): table k advances the register over a
+/// byte followed by k zero bytes, so eight bytes take eight independent
+/// lookups instead of a chain of eight. Every RoCEv2 datagram's ICRC is
+/// computed on sending and on receiving: byte at a time it was a quarter
+/// of a bandwidth run's cycles.
+constexpr std::array<std::array<uint32_t, 256>, 8> crc32_slices()
+{
+    std::array<std::array<uint32_t, 256>, 8> t{};
+    t[0] = crc32_table;
+    for (unsigned k = 1; k < 8; ++k) {
+        for (unsigned i = 0; i < 256; ++i) {
+            t[k][i] = crc32_table[t[k - 1][i] & 0xff] ^ (t[k - 1][i] >> 8);
+        }
+    }
+    return t;
+}
+inline constexpr auto crc32_slice = crc32_slices();
 } // namespace detail
 
 /// CRC-32 register `c` advanced over `bytes` (no seed, no final complement).
 inline uint32_t crc32_update(uint32_t c, std::span<const uint8_t> bytes)
 {
-    for (uint8_t b : bytes) {
-        c = detail::crc32_table[(c ^ b) & 0xff] ^ (c >> 8);
+    const uint8_t *p = bytes.data();
+    size_t         n = bytes.size();
+    const auto    &t = detail::crc32_slice;
+    for (; n >= 8; n -= 8, p += 8) {
+        // Little-endian loads: the reflected register takes the first
+        // byte in its low bits.
+        uint32_t lo = (uint32_t(p[0]) | uint32_t(p[1]) << 8 | uint32_t(p[2]) << 16 |
+                       uint32_t(p[3]) << 24) ^ c;
+        uint32_t hi = uint32_t(p[4]) | uint32_t(p[5]) << 8 | uint32_t(p[6]) << 16 |
+                      uint32_t(p[7]) << 24;
+        c = t[7][lo & 0xff] ^ t[6][(lo >> 8) & 0xff] ^ t[5][(lo >> 16) & 0xff] ^
+            t[4][lo >> 24] ^ t[3][hi & 0xff] ^ t[2][(hi >> 8) & 0xff] ^
+            t[1][(hi >> 16) & 0xff] ^ t[0][hi >> 24];
+    }
+    for (; n; --n, ++p) {
+        c = detail::crc32_table[(c ^ *p) & 0xff] ^ (c >> 8);
     }
     return c;
 }
