@@ -739,8 +739,14 @@ bool interface::all_flushed()
             (void)e->signal_tail();   // no room now: the next flush asks again
         }
     }
+    // Requests in an endpoint's pending queue count as outstanding: UCP's
+    // worker flush completes when every interface flush says OK, and so
+    // did MPI_Win_fence with Puts still waiting there (for the connection,
+    // or for room in the send queue). Not on a failed endpoint: its error
+    // went to UCP, which purges them (its ep_flush says so too).
     for (const endpoint *e : eps_) {
-        if (e && e->posted != e->completed) {
+        if (e && (e->posted != e->completed ||
+                  (!e->pending.empty() && e->state() != ep_state::failed))) {
             return false;
         }
     }
