@@ -19,8 +19,8 @@
 #      over RoCEv2. On a clean link, with loss 1% and with duplicate 5% on
 #      host 2's link: its 16 MiB rendezvous READs survive loss because they
 #      are asked for in window-sized requests (engine/req.cc). Not yet
-#      with loss 5%: about one run in four has a QP whose last packet is
-#      never acknowledged (docs/design-notes.md, "Across hosts");
+#      with loss 5%: a run in four still has a peer that stops answering
+#      (docs/design-notes.md, "Across hosts");
 #  (d) a rank of host 2 killed: the job ends with an error well before its
 #      time-out. (Host 2's cable cut, checked after it, ended in 7.1 s with
 #      mlx4x's retry-exceeded error when run alone, but as the second job
