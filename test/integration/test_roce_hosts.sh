@@ -12,7 +12,9 @@
 #  (b) the same with faults on host 2's link, both directions: loss 1%,
 #      loss 5%, delay 1ms with 25% reordered, duplicate 5%: 0 data errors,
 #      and mlx4x's counters show it recovered (retransmits after losses
-#      and reordering, duplicates discarded);
+#      and reordering, duplicates discarded); and with the devices run by
+#      their own threads (UCX_MLX4X_ENGINE=thread), clean and loss 1%,
+#      the threads sleeping until a datagram wakes them;
 #  (c) the MPI suite (point-to-point up to 16 MiB, allreduce, bcast,
 #      allgather, alltoall, one-sided, every byte checked) with 2 ranks on
 #      each host: ranks of one host meet over shared memory, of two hosts
@@ -59,13 +61,16 @@ echo "hosts: $HOST_NS_1 $HOST_IP_1, $HOST_NS_2 $HOST_IP_2"
 HOSTS_TIMEOUT=150
 
 # job SLOTS PROG [ARGS...]: an MPI job over mlx4x across both hosts, SLOTS
-# ranks on each; output in $log, exit status in $rc, seconds in $secs.
+# ranks on each, the devices run by $engine; output in $log, exit status in
+# $rc, seconds in $secs.
+engine=progress
 job() {
     slots=$1
     shift
     t0=$(now)
     hosts_mpirun --host "$(hosts_list "$slots")" -np $((2 * slots)) \
         -x UCX_TLS=mlx4x,self -x UCX_MLX4X_NETDEV=eth0 -x UCX_MLX4X_COUNTERS=y \
+        -x UCX_MLX4X_ENGINE="$engine" \
         -x MLX4X_LIB -x OMPI_MCA_osc=ucx "$HOSTS_WHERE" "$RUN" "$@" >"$log" 2>&1
     rc=$?
     secs=$(since "$t0")
@@ -135,6 +140,26 @@ for spec in "loss 1%:retransmits" "loss 5%:retransmits" \
         show
     fi
 done
+
+# (b) The device's own thread (UCX_MLX4X_ENGINE=thread): it sleeps on the
+# port's epoll descriptor, which the socket wakes when a datagram comes
+# (interrupt = the socket readable), and recovers losses from its timers.
+engine=thread
+for spec in clean "loss 1%"; do
+    if [ "$spec" != clean ]; then
+        hosts_shape 2 "$spec" "(b) engine thread, $spec" || continue
+    fi
+    job 1 "$pp" 65536
+    [ "$spec" = clean ] || hosts_netem 2 clear
+    sleeps=$(sum engine_sleeps)
+    if pp_ok && [ "$sleeps" -gt 0 ]; then
+        ok "(b) engine thread, $spec: ping-pong 1 B .. 65536 B verified (${secs} s; the engines slept $sleeps times, retransmits $(sum retransmits))"
+    else
+        fail "(b) engine thread, $spec: ping-pong (exit $rc; engine_sleeps $sleeps)"
+        show
+    fi
+done
+engine=progress
 
 # (c) The MPI suite, 2 ranks on each host, on a clean link and with faults
 # on host 2's link.
