@@ -5,6 +5,8 @@
 # tag_lat 8 B (median latency) and tag_bw 1 MiB (bandwidth), one process per
 # host; prints each figure and the ratio mlx4x/tcp. Needs root. The shared
 # VM's absolute figures drift; the ratios of one run are what to compare.
+# Each round also measures tag_bw with 1% loss on host 2's link, and what
+# share of its loss-free bandwidth each transport keeps.
 # HOSTS_MTU=9000 gives the links jumbo frames (an IBA MTU of 4096 for
 # mlx4x, as RoCE fabrics are usually set up); default 1500 (IBA MTU 1024).
 top_srcdir=$(cd "$(dirname "$0")/../.." && pwd)
@@ -36,6 +38,7 @@ run() {
         *)    echo "$out" | awk '{ print $6 }' ;;    # average bandwidth, MB/s
     esac
 }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "-" }'; }
 echo "# link MTU $HOSTS_MTU"
 printf '%-6s %-22s %12s %12s %8s\n' round test mlx4x tcp ratio
 r=1
@@ -44,8 +47,16 @@ while [ $r -le "$rounds" ]; do
         set -- $t
         m=$(run mlx4x,self "$1" "$2" "$3")
         c=$(run tcp,self "$1" "$2" "$3")
-        ratio=$(awk -v a="$m" -v b="$c" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "-" }')
-        printf '%-6s %-22s %12s %12s %8s\n' "$r" "$1 $2 ($4)" "${m:-fail}" "${c:-fail}" "$ratio"
+        printf '%-6s %-22s %12s %12s %8s\n' "$r" "$1 $2 ($4)" "${m:-fail}" "${c:-fail}" "$(ratio "$m" "$c")"
     done
+    # The same bandwidth with 1% loss on host 2's link (both directions),
+    # and each transport's share of its loss-free figure just measured.
+    if hosts_netem 2 "loss 1%" 2>/dev/null; then
+        ml=$(run mlx4x,self tag_bw 1048576 200)
+        cl=$(run tcp,self tag_bw 1048576 200)
+        hosts_netem 2 clear
+        printf '%-6s %-22s %12s %12s %8s\n' "$r" "tag_bw, loss 1% (MB/s)" "${ml:-fail}" "${cl:-fail}" "$(ratio "$ml" "$cl")"
+        printf '%-6s %-22s %12s %12s\n' "$r" "loss 1% / loss-free" "$(ratio "$ml" "$m")" "$(ratio "$cl" "$c")"
+    fi
     r=$((r + 1))
 done
