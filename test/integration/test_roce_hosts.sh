@@ -76,6 +76,23 @@ job() {
     rc=$?
     secs=$(since "$t0")
 }
+# shaped_job SPEC CHECK SLOTS PROG [ARGS...]: job with host 2's link shaped
+# by SPEC (netem's words; "clean": not shaped), the packets the faults hit
+# in $hits; non-zero, and CHECK counted by hosts_shape, when the link
+# cannot be shaped.
+shaped_job() {
+    _spec=$1 _check=$2
+    shift 2
+    hits=0
+    if [ "$_spec" != clean ]; then
+        hosts_shape 2 "$_spec" "$_check" || return 1
+    fi
+    job "$@"
+    if [ "$_spec" != clean ]; then
+        hits=$(hosts_netem_hits 2)
+        hosts_netem 2 clear
+    fi
+}
 pp_ok() { [ "$rc" -eq 0 ] && grep -q "^# OK: 0 data errors" "$log"; }
 # sum NAME: a counter of every rank's device, added up (printed at close).
 sum() { awk -v c="$1" '$1 == c && NF == 2 { t += $2 } END { print t + 0 }' "$log"; }
@@ -127,12 +144,9 @@ for spec in "loss 1%:retransmits" "loss 5%:retransmits" \
             "delay 1ms reorder 25% 50%:retransmits" "duplicate 5%:duplicates"; do
     counter=${spec#*:}
     spec=${spec%:*}
-    hosts_shape 2 "$spec" "(b) $spec" || continue
     max=65536
     case $spec in delay*) max=16384 ;; esac   # the user-space delayer is slow
-    job 1 "$pp" $max
-    hits=$(hosts_netem_hits 2)
-    hosts_netem 2 clear
+    shaped_job "$spec" "(b) $spec" 1 "$pp" $max || continue
     seen=$(sum "$counter")
     if pp_ok && [ "$hits" != 0 ] && [ "$seen" -gt 0 ]; then
         ok "(b) $spec: ping-pong 1 B .. $max B verified (${secs} s; $hits packets affected; mlx4x $counter $seen, link_errors $(sum link_errors))"
@@ -147,11 +161,7 @@ done
 # (interrupt = the socket readable), and recovers losses from its timers.
 engine=thread
 for spec in clean "loss 1%"; do
-    if [ "$spec" != clean ]; then
-        hosts_shape 2 "$spec" "(b) engine thread, $spec" || continue
-    fi
-    job 1 "$pp" 65536
-    [ "$spec" = clean ] || hosts_netem 2 clear
+    shaped_job "$spec" "(b) engine thread, $spec" 1 "$pp" 65536 || continue
     sleeps=$(sum engine_sleeps)
     if pp_ok && [ "$sleeps" -gt 0 ]; then
         ok "(b) engine thread, $spec: ping-pong 1 B .. 65536 B verified (${secs} s; the engines slept $sleeps times, retransmits $(sum retransmits))"
@@ -170,12 +180,8 @@ engine=progress
 # worker).
 for spec in clean "loss 1%" "duplicate 5%"; do
     checks=7 args=
-    if [ "$spec" != clean ]; then
-        hosts_shape 2 "$spec" "(c) MPI suite, $spec" || continue
-    fi
     case $spec in loss*) checks=6 args=--no-one-sided ;; esac
-    job 2 "$suite" $args
-    [ "$spec" = clean ] || hosts_netem 2 clear
+    shaped_job "$spec" "(c) MPI suite, $spec" 2 "$suite" $args || continue
     n_ok=$(grep -c '^ok ' "$log")
     if [ $rc -eq 0 ] && [ "$n_ok" -eq $checks ] && grep -q "^# 4 ranks: 0 failed" "$log"; then
         ok "(c) MPI suite on 2 hosts x 2 ranks, $spec: $n_ok checks (${secs} s; retransmits $(sum retransmits), duplicates $(sum duplicates))"
