@@ -13,34 +13,10 @@
 #include "ucp_pair.h"
 
 #include <string.h>
-#include <time.h>
 
 #define MSG_SIZE 8000   /* one 8 KiB receive buffer each, as UCX's test */
 
 static struct side rx, tx;
-
-static double now(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec + t.tv_nsec * 1e-9;
-}
-
-/* Progresses `w`, and `other` if given, until `req` completes; 0 if it
- * failed or took over 30 s. */
-static int wait_for(ucp_worker_h w, ucp_worker_h other, void *req)
-{
-    if (req == NULL) return 1;
-    if (UCS_PTR_IS_ERR(req)) return 0;
-    double deadline = now() + 30;
-    ucs_status_t st;
-    while ((st = ucp_request_check_status(req)) == UCS_INPROGRESS && now() < deadline) {
-        ucp_worker_progress(w);
-        if (other) ucp_worker_progress(other);
-    }
-    ucp_request_free(req);
-    return st == UCS_OK;
-}
 
 static unsigned char pattern(int msg, int k) { return (unsigned char)(msg * 7 + k); }
 

@@ -16,38 +16,11 @@
 #include "ucp_pair.h"
 
 #include <string.h>
-#include <time.h>
 
 #define PUTS     64
 #define PUT_SIZE (64 * 1024)
 
 static struct side target, origin;
-
-static double now(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec + t.tv_nsec * 1e-9;
-}
-
-/* Progresses both workers until `req` completes; 0 if it failed or took
- * over 30 s. */
-static int wait_for(void *req)
-{
-    if (req == NULL) return 1;
-    if (UCS_PTR_IS_ERR(req)) return 0;
-    double deadline = now() + 30;
-    ucs_status_t st;
-    while ((st = ucp_request_check_status(req)) == UCS_INPROGRESS && now() < deadline) {
-        ucp_worker_progress(origin.worker);
-        ucp_worker_progress(target.worker);
-    }
-    if (st == UCS_INPROGRESS) {
-        return 0;
-    }
-    ucp_request_free(req);
-    return st == UCS_OK;
-}
 
 static unsigned char pattern(int round, size_t k) { return (unsigned char)(round * 31 + k / 7 + k); }
 
@@ -95,7 +68,8 @@ int main(int argc, char **argv)
             if (UCS_PTR_IS_ERR(req)) die("ucp_put_nbx", UCS_PTR_STATUS(req));
             if (req) ucp_request_free(req);   /* completion: the flush's */
         }
-        if (!wait_for(ucp_worker_flush_nbx(origin.worker, &none))) {
+        if (!wait_for(origin.worker, target.worker,
+                      ucp_worker_flush_nbx(origin.worker, &none))) {
             die("ucp_worker_flush_nbx", UCS_ERR_IO_ERROR);
         }
         /* The target's memory, right after the flush. */
@@ -111,7 +85,9 @@ int main(int argc, char **argv)
             ++passed;
         }
         ucp_rkey_destroy(rkey);
-        if (!wait_for(ucp_ep_close_nbx(ep, &none))) die("ucp_ep_close_nbx", UCS_ERR_IO_ERROR);
+        if (!wait_for(origin.worker, target.worker, ucp_ep_close_nbx(ep, &none))) {
+            die("ucp_ep_close_nbx", UCS_ERR_IO_ERROR);
+        }
     }
     ucp_rkey_buffer_release(packed);
     ucp_mem_unmap(target.ctx, memh);

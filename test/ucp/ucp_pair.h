@@ -9,6 +9,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 
 struct side {
     ucp_context_h ctx;
@@ -60,6 +61,29 @@ static void close_side(struct side *s)
 {
     ucp_worker_destroy(s->worker);
     ucp_cleanup(s->ctx);
+}
+
+static inline double now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+/* Progresses `w`, and `other` if given, until `req` completes, and frees
+ * it; 0 if it failed or took over 30 s. */
+static inline int wait_for(ucp_worker_h w, ucp_worker_h other, void *req)
+{
+    if (req == NULL) return 1;
+    if (UCS_PTR_IS_ERR(req)) return 0;
+    double deadline = now() + 30;
+    ucs_status_t st;
+    while ((st = ucp_request_check_status(req)) == UCS_INPROGRESS && now() < deadline) {
+        ucp_worker_progress(w);
+        if (other) ucp_worker_progress(other);
+    }
+    ucp_request_free(req);
+    return st == UCS_OK;
 }
 
 /* Blocking progress (UCP_FEATURE_WAKEUP): progress, and when that found
