@@ -218,12 +218,54 @@ bool agent::arm()
 
 unsigned agent::progress()
 {
-    if (!qp1_->ready() && !timers_armed_) {
+    if (!has_work()) {
         return 0;   // idle: nothing arrived, no timer running
     }
-    unsigned handled = qp1_->poll([this](uint16_t slid, const mad &m) { receive(slid, m); });
+    unsigned handled = receive_deferred();   // they arrived first
+    handled += qp1_->poll([this](uint16_t slid, const mad &m) { receive(slid, m); });
     run_timers();
     return handled;
+}
+
+unsigned agent::receive_deferred()
+{
+    unsigned n = 0;
+    for (; !deferred_.empty(); ++n) {
+        auto [slid, m] = deferred_.front();
+        deferred_.pop_front();
+        receive(slid, m);
+    }
+    deferred_count_.store(0, std::memory_order_relaxed);
+    return n;
+}
+
+unsigned agent::serve_passive()
+{
+    if (!qp1_->ready()) {
+        return 0;
+    }
+    return qp1_->poll([this](uint16_t slid, const mad &m) {
+        if (answered_alone(m)) {
+            receive(slid, m);
+        } else if (deferred_.size() < max_deferred) {
+            deferred_.emplace_back(slid, m);
+            deferred_count_.store(deferred_.size(), std::memory_order_relaxed);
+        }
+    });
+}
+
+bool agent::answered_alone(const mad &m) const
+{
+    switch (attr(m.hdr.attr_id.get())) {
+    case attr::req: {
+        // A REQ for no listener gets its REJ here; one for a consumer that
+        // answers later (on_req_later) waits for it.
+        auto l = listeners_.find(body<req>(m).service_id.get());
+        return l == listeners_.end() || l->second.on_req;
+    }
+    case attr::rtu: return true;
+    default:        return false;
+    }
 }
 
 /// A CM MAD from the port at `slid`. Anything that is not a CM Send of a
@@ -572,23 +614,23 @@ std::optional<std::chrono::steady_clock::time_point> agent::next_deadline() cons
 /// give up (IBA 12.9.2: the connection fails with a timeout).
 void agent::set_deadline(conn &c, std::chrono::steady_clock::time_point when)
 {
-    c.deadline    = when;
-    timers_armed_ = true;
+    c.deadline = when;
+    timers_armed_.store(true, std::memory_order_relaxed);
 }
 
 void agent::run_timers()
 {
-    if (!timers_armed_) {
+    if (!timers_armed_.load(std::memory_order_relaxed)) {
         return;
     }
     auto t = now();
     std::vector<uint32_t> expired;
-    timers_armed_ = false;
+    bool armed = false;
     for (auto &[id, c] : conns_) {
         if (c.deadline == std::chrono::steady_clock::time_point{}) {
             continue;
         }
-        timers_armed_ = true;
+        armed = true;
         if (t < c.deadline) {
             continue;
         }
@@ -601,6 +643,7 @@ void agent::run_timers()
         }
         expired.push_back(id);
     }
+    timers_armed_.store(armed, std::memory_order_relaxed);   // callbacks may arm more
     for (uint32_t id : expired) {
         conn c = conns_.at(id);
         forget(id);

@@ -8,14 +8,18 @@
 // passive side to RTS on the RTU).
 //
 // Connections are named by the local communication ID the agent assigns.
-// Everything runs in progress(); single-threaded, like the driver.
+// Everything runs in progress(), or, for the passive side while its consumer
+// is away, in serve_passive(); one caller at a time (the caller serializes
+// them), like the driver.
 #pragma once
 
 #include "hca/drv/verbs.h"
 #include "hca/ib/ib_cm.h"
 #include "mad/mad_qp.h"
 
+#include <atomic>
 #include <chrono>
+#include <deque>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -141,6 +145,21 @@ public:
     /// Receives CM messages and runs the timers; returns the messages
     /// handled. The device itself is progressed by the caller.
     unsigned progress();
+    /// The passive side's part of progress(), for a thread that answers
+    /// while the consumer is away (the device's away service, as the
+    /// kernel's CM answers for a process that computes): REQs, new and
+    /// repeated, to on_req() listeners, and RTUs. Every other message waits
+    /// for progress(), which runs the consumer's other callbacks; no timer
+    /// runs here. Returns the messages handled.
+    unsigned serve_passive();
+    /// Whether progress() has work: a message arrived or waits, or a timer
+    /// runs. Safe to ask without the caller's lock: a stale answer only
+    /// moves the work to the next call.
+    bool has_work() const
+    {
+        return qp1_->ready() || timers_armed_.load(std::memory_order_relaxed) ||
+               deferred_count_.load(std::memory_order_relaxed) != 0;
+    }
     /// Asks for a completion event at the next CM message (interrupt
     /// mode); false when one is already waiting.
     bool arm();
@@ -208,6 +227,10 @@ private:
     void   send_drep(uint16_t dlid, uint32_t local_id, uint32_t remote_id, uint64_t tid);
     void   send_rtu(uint32_t id, conn &c);
     void   run_timers();
+    /// A message serve_passive() may handle: it calls no callback but
+    /// on_req() and on_established().
+    bool   answered_alone(const mad &m) const;
+    unsigned receive_deferred();
     /// Arms a connection's retry timer (and the agent's timer scan).
     void   set_deadline(conn &c, std::chrono::steady_clock::time_point when);
     void   forget(uint32_t id);
@@ -218,7 +241,12 @@ private:
     std::unique_ptr<mad_qp>        qp1_;
     std::map<uint64_t, listener>   listeners_;
     std::map<uint32_t, conn>       conns_;            ///< by local comm ID
-    bool                           timers_armed_ = false;   ///< a conn may have a deadline
+    std::atomic<bool>              timers_armed_{false};   ///< a conn may have a deadline
+    /// Messages serve_passive() left for progress(), in arrival order; a
+    /// peer's retry replaces what a full queue drops.
+    std::deque<std::pair<uint16_t, mad>> deferred_;
+    std::atomic<size_t>            deferred_count_{0};
+    static constexpr size_t        max_deferred = 256;
     bool                           drep_after_consumer_ = false;
     std::map<uint64_t, uint32_t>   by_remote_;        ///< (peer lid, remote ID) -> local
     uint32_t                       next_id_;

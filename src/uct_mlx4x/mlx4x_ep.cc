@@ -133,7 +133,7 @@ status endpoint::connect(const device_addr &dev, const iface_addr &ifa)
                                                     : UCS_ERR_REJECTED);
     };
     const auto &cfg = iface_.config();
-    auto id = iface_.domain().cm().connect(peer_lid, service_id(ifa.service), self,
+    auto id = iface_.domain().cm()->connect(peer_lid, service_id(ifa.service), self,
                                            std::move(r),
                                            cm_timing(cfg.conn_timeout, cfg.conn_retries));
     if (!id.ok()) {
@@ -181,9 +181,9 @@ endpoint::~endpoint()
     if (cm_id) {
         // Connected: DREQ, so the peer frees its receiving QP (the CM
         // retries on its own and calls nobody back); else just forget it.
-        mad::cm::agent &cm = iface_.domain().cm();
-        if (state_ != ep_state::connected || cm.disconnect(*cm_id) != status::ok) {
-            cm.abandon(*cm_id);
+        auto cm = iface_.domain().cm();
+        if (state_ != ep_state::connected || cm->disconnect(*cm_id) != status::ok) {
+            cm->abandon(*cm_id);
         }
     }
     iface_.remove_ep(this);

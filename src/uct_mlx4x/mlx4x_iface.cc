@@ -227,7 +227,7 @@ uint64_t interface::next_deadline_ns() const
     if (rndv_probe_at_ && (!next || rndv_probe_at_ < next)) {
         next = rndv_probe_at_;
     }
-    if (auto cm = md_.cm().next_deadline()) {
+    if (auto cm = md_.cm()->next_deadline()) {
         uint64_t t = ns_of(*cm);
         if (!next || t < next) {
             next = t;
@@ -270,9 +270,9 @@ bool interface::try_arm()
         for (unsigned i = 0; i < 16 && ctx().progress(progress_budget); ++i) {
         }
     }
-    (void)md_.cm().progress();
+    (void)md_.progress_cm();
     probe_rndv_receivers_if_due();   // its deadline is the timer's (next_deadline_ns)
-    if (!md_.cm().arm()) {
+    if (!md_.cm()->arm()) {
         return false;   // a MAD came meanwhile
     }
     // Old interrupts are consumed; the CQs and the EQ ask for the next.
@@ -346,16 +346,17 @@ interface::~interface()
             print("tm_rx_malformed", tm_->malformed);
         }
     }
+    auto cm = md_.cm();   // rx_qps_ is the CM's too (accept())
     md_.remove_iface(this);
     if (listening_) {
-        md_.cm().stop_listening(service_id(service_));
+        cm->stop_listening(service_id(service_));
     }
     // QPs before the SRQ they receive from. Each incoming connection ends
     // with a DREQ, so the peer's CM forgets it too (IBA 12.9.6); one not
     // yet established is simply forgotten.
     for (auto &[id, q] : rx_qps_) {
-        if (md_.cm().disconnect(id) != status::ok) {
-            md_.cm().abandon(id);
+        if (cm->disconnect(id) != status::ok) {
+            cm->abandon(id);
         }
     }
     rx_qps_.clear();
@@ -452,7 +453,7 @@ unsigned interface::progress()
 unsigned interface::upkeep()
 {
     unsigned n = poll_send();
-    (void)md_.cm().progress();
+    (void)md_.progress_cm();
     if (!closed_rx_qps_.empty() && !recv_cq_->ready()) {
         closed_rx_qps_.clear();   // what they delivered has been polled
     }
@@ -646,7 +647,7 @@ status interface::listen()
     l.on_req = [this](uint32_t id, const mad::cm::peer_info &req,
                       mad::cm::endpoint_info &reply) { return accept(id, req, reply); };
     l.on_failed = [this](uint32_t id) { rx_qps_.erase(id); };   // no RTU came
-    if (status s = md_.cm().listen(service_id(service_), std::move(l)); s != status::ok) {
+    if (status s = md_.cm()->listen(service_id(service_), std::move(l)); s != status::ok) {
         return s;
     }
     listening_ = true;

@@ -183,8 +183,30 @@ public:
     void dereg(uct_mem_h memh, uct_completion_t *invalidated);
     bool cached() const { return rcache_ != nullptr; }
 
-    /// The CM on this context's QP1, shared by its interfaces.
-    mad::cm::agent &cm() { return *cm_; }
+    /// The CM on this context's QP1, shared by its interfaces, held for
+    /// as long as the reference lives (a full expression, or a scope): the
+    /// device's away service may be answering a peer with it meanwhile
+    /// (serve_connections_away).
+    class cm_ref {
+    public:
+        cm_ref(std::recursive_mutex &mu, mad::cm::agent &a) : hold_(mu), agent_(a) {}
+        mad::cm::agent *operator->() const { return &agent_; }
+
+    private:
+        std::unique_lock<std::recursive_mutex> hold_;
+        mad::cm::agent                        &agent_;
+    };
+    cm_ref cm() { return {cm_mu_, *cm_}; }
+    /// The CM's part of the driver's progress: its messages and timers.
+    /// Skipped while the away service has the CM (the next call does it).
+    unsigned progress_cm()
+    {
+        if (!cm_->has_work()) {
+            return 0;
+        }
+        std::unique_lock hold(cm_mu_, std::try_to_lock);
+        return hold ? cm_->progress() : 0;
+    }
     uint32_t new_service() { return next_service_++; }
     /// Interfaces hear of connections their peers tore down (DREQ).
     void add_iface(interface *i) { ifaces_.push_back(i); }
@@ -207,6 +229,7 @@ public:
 
 private:
     status reach_other_hosts(const std::string &netdev);
+    void serve_connections_away();
     void create_rcache(const uct_md_rcache_config_t &cfg);
     result<drv::mr *> register_region(uintptr_t start, uintptr_t end);
     static ucs_status_t rcache_reg(void *md, ucs_rcache_t *, void *,
@@ -223,6 +246,9 @@ private:
     std::unique_ptr<drv::mr>        dma_mr_;
     ucs_rcache_t                   *rcache_ = nullptr;
     std::unique_ptr<mad::cm::agent> cm_;           ///< before ctx_ goes
+    /// Held by whoever runs cm_: the driver (cm(), progress_cm()) or the
+    /// device's away service. Recursive: the CM's callbacks use cm() too.
+    std::recursive_mutex            cm_mu_;
     std::shared_ptr<fabric_node>     node_;        ///< keeps sm_ findable by other domains
     std::shared_ptr<mad::sm_service> sm_;          ///< the process's SM candidate
     uint32_t                        next_service_ = 0;

@@ -21,6 +21,9 @@ std::vector<memory_domain *>  open_domains;   ///< for memory_domain::any_open()
 
 memory_domain::~memory_domain()
 {
+    if (ctx_) {
+        ctx_->set_away_service({});   // before cm_ goes
+    }
     {
         std::lock_guard g(open_domains_lock);
         std::erase(open_domains, this);
@@ -69,6 +72,7 @@ memory_domain::open(const options &o)
         return cm.error();
     }
     m->cm_ = cm.take();
+    m->ctx_->set_away_service([md = m.get()] { md->serve_connections_away(); });
     m->cm_->on_disconnect([md = m.get()](uint32_t id) {
         MLX4X_DEBUG("cm: the peer closed connection 0x%x (DREQ)", id);
         for (interface *i : md->ifaces_) {
@@ -98,6 +102,25 @@ memory_domain::open(const options &o)
     std::lock_guard g(open_domains_lock);
     open_domains.push_back(m.get());
     return m;
+}
+
+/// The device's away service (hw::function::set_away_service): a peer's
+/// connection request is answered while the driver is away, as the kernel's
+/// CM answers for a process that computes. Without it a peer's first
+/// operation on a process that computes (a passive-target epoch right after
+/// MPI_Win_allocate) waited for that process's next progress call, seconds
+/// later, although the device answers the operation itself without it. It
+/// only tries the locks: a driver that holds one may wait for the device.
+void memory_domain::serve_connections_away()
+{
+    if (!cm_->has_work()) {
+        return;
+    }
+    std::unique_lock cm(cm_mu_, std::try_to_lock);
+    std::unique_lock admin(ctx_->admin_lock(), std::try_to_lock);
+    if (cm && admin) {
+        (void)cm_->serve_passive();
+    }
 }
 
 /// RoCEv2 on UCX_MLX4X_NETDEV (fabric/roce.h): the shared-memory fabric

@@ -309,6 +309,38 @@ TEST_F(cm_test, dreq_drep_disconnect_both_sides)
     EXPECT_EQ(a_.cm->disconnect(*cs.id), status::invalid_param);   // gone
 }
 
+// The away service (a device answering for a driver that computes): the
+// passive side's serve_passive() alone connects a requester (REQ, REP,
+// RTU) and the QPs carry data; a message for the consumer's other
+// callbacks (a DREQ) waits, counted by has_work(), until progress().
+TEST_F(cm_test, serve_passive_connects_alone_and_leaves_other_messages_to_progress)
+{
+    listen_state ls;
+    listen(b_, ls);
+    connect_state cs;
+    connect(a_, b_.ctx->port().lid, cs);
+    auto run_with_b_away = [&](auto done, unsigned rounds = 20000) {
+        for (unsigned i = 0; i < rounds && !done(); ++i) {
+            a_.ctx->progress();
+            b_.ctx->progress();
+            a_.cm->progress();
+            b_.cm->serve_passive();
+            now_ += std::chrono::microseconds(100);
+        }
+        return done();
+    };
+    ASSERT_TRUE(run_with_b_away([&] { return cs.established && ls.established == 1; }));
+    expect_carries_data(a_, *a_.qps[0], b_, *b_.qps[0], "answered while away");
+    ASSERT_EQ(a_.cm->disconnect(*cs.id), status::ok);
+    ASSERT_TRUE(run_with_b_away([&] { return b_.cm->has_work(); }));
+    (void)run_with_b_away([] { return false; }, 50);   // 5 ms: A's DREQ retried
+    EXPECT_TRUE(b_.disconnected.empty());   // the DREQ waits for B's consumer
+    EXPECT_EQ(a_.cm->connections(), 1u);    // no DREP yet
+    ASSERT_TRUE(run_until([&] {
+        return b_.disconnected.size() == 1 && a_.cm->connections() == 0;
+    }));
+}
+
 // The passive side is told of a disconnection before its DREP leaves, so
 // the side that asked, told by that DREP, may take it that the peer knows
 // (UCT's sockaddr stress test counts both sides' callbacks once every

@@ -11,8 +11,11 @@
  *   - the counter holds every add.
  * Two processes (fork before UCP starts; addresses over a socketpair).
  * With `loaders` > 0 that many busy processes share the target's CPU.
+ * With "late", the origin creates its endpoint only once the target
+ * computes: its connection request (a CM REQ to the target's interface)
+ * must be answered without the target, as the operations are.
  * Prints "passive target: ok" on success; exit status 0 then.
- * usage: ucp_passive_target [ops (default 200)] [loaders (default 0)] */
+ * usage: ucp_passive_target [ops (default 200)] [loaders (default 0)] [late] */
 #define _GNU_SOURCE
 #include <ucp/api/ucp.h>
 
@@ -180,7 +183,7 @@ static int target(int fd)
     return 0;
 }
 
-static int origin(int fd, int ops)
+static int origin(int fd, int ops, int connect_late)
 {
     ucp_context_h ctx;
     ucp_worker_h  w;
@@ -191,17 +194,24 @@ static int origin(int fd, int ops)
     size_t addr_len;
     check_st("ucp_worker_get_address", ucp_worker_get_address(w, &addr, &addr_len));
     send_blob(fd, addr, addr_len);
-    ucp_ep_h ep = connect_to(w, peer);
-    ucp_rkey_h rkey;
-    check_st("ucp_ep_rkey_unpack", ucp_ep_rkey_unpack(ep, rkey_buf, &rkey));
-    /* Connected while the target progresses: one GET through. */
     uint64_t got = 0, one = 1, result = 0, adds = 0;
     ucp_request_param_t prm = {.op_attr_mask = UCP_OP_ATTR_FIELD_DATATYPE,
                                .datatype     = ucp_dt_make_contig(8)};
-    check_st("first get", wait_req(w, ucp_get_nbx(ep, &got, 8, va + 8, rkey, &prm)));
-    check_st("flush", wait_req(w, ucp_worker_flush_nbx(w, &prm)));
+    ucp_ep_h ep = NULL;
+    ucp_rkey_h rkey;
+    if (!connect_late) {
+        /* Connected while the target progresses: one GET through. */
+        ep = connect_to(w, peer);
+        check_st("ucp_ep_rkey_unpack", ucp_ep_rkey_unpack(ep, rkey_buf, &rkey));
+        check_st("first get", wait_req(w, ucp_get_nbx(ep, &got, 8, va + 8, rkey, &prm)));
+        check_st("flush", wait_req(w, ucp_worker_flush_nbx(w, &prm)));
+    }
     xfer(fd, "c", 1, 1);
     usleep(100000);   /* the target is in its compute loop by now, mostly */
+    if (connect_late) {
+        ep = connect_to(w, peer);
+        check_st("ucp_ep_rkey_unpack", ucp_ep_rkey_unpack(ep, rkey_buf, &rkey));
+    }
     int failed = 0;
     for (int i = 0; i < ops; ++i) {
         ucp_request_param_t fp = prm;
@@ -254,6 +264,7 @@ int main(int argc, char **argv)
 {
     int ops = argc > 1 ? atoi(argv[1]) : 200;
     int loaders = argc > 2 ? atoi(argv[2]) : 0;
+    int connect_late = argc > 3 && strcmp(argv[3], "late") == 0;
     /* The origin on the first allowed CPU, the target (and its loaders) on
      * the last: the target's core is busy with its computation. */
     cpu_set_t set;
@@ -287,7 +298,7 @@ int main(int argc, char **argv)
     }
     close(sv[1]);
     if (first >= 0) bind_to(first);
-    int failed = origin(sv[0], ops);
+    int failed = origin(sv[0], ops, connect_late);
     int status;
     waitpid(child, &status, 0);
     for (int i = 0; i < loaders; ++i) {

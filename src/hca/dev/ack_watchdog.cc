@@ -29,7 +29,9 @@
 // at a tick, and a driver still away at the next one has its device
 // taken (take_from_away_driver) and served until it comes back
 // (serve_while_driver_away). The driver pays two stores per entry and its
-// existing check; the watchdog pays a membarrier() per absence.
+// existing check; the watchdog pays a membarrier() per absence. Between
+// its slices it runs the driver's away service (hw::function), so that a
+// peer's connection request is answered too, not only its READs.
 #include "hca/dev/device.h"
 #include "hca/base/log.h"
 #include "hca/engine/pkt.h"
@@ -95,6 +97,9 @@ void device::progress_return()
 
 void device::take_back_owed_acks()
 {
+    if (in_away_service) {
+        return;   // the service's own entry: the device is its thread's
+    }
     owed s = owed_.load(std::memory_order_acquire);
     while (true) {
         if (s == owed::sweeping || s == owed::serving) {
@@ -114,6 +119,9 @@ void device::take_back_owed_acks()
 
 void device::take_back_served()
 {
+    if (in_away_service) {
+        return;
+    }
     owed s = owed_.load(std::memory_order_acquire);
     while (s >= owed::serving) {
         if (s == owed::serving) {
@@ -246,6 +254,9 @@ void device::serve_while_driver_away()
     while (true) {
         for (unsigned i = 0; i < max_slices && serve_slice() != 0 && !driver_back(); ++i) {
         }
+        if (!driver_back()) {
+            run_away_service();   // a peer's connection request, say
+        }
         // Armed while the device is ours (the port's consumer state); a
         // frame already waiting: no sleep, the next slice takes it.
         bool sleep   = !driver_back() && hca_.port_ && hca_.port_->arm_wakeup();
@@ -315,6 +326,23 @@ bool device::would_starve(std::span<const uint8_t> frame)
     }
     qp *q = hca_.find_qp(p->dest_qp);
     return q && hca_.recv_posted(*q, hca_.srq_of(*q)) <= driver_slice_frames;
+}
+
+void device::set_away_service(std::function<void()> service)
+{
+    driver_in in(*this);
+    reclaim_owed_acks();         // waits for the watchdog's slice and service
+    auto lock = engine_lock();   // and for the engine thread's
+    away_service_ = std::move(service);
+}
+
+void device::run_away_service()
+{
+    if (away_service_) {
+        in_away_service = true;
+        away_service_();
+        in_away_service = false;
+    }
 }
 
 /// On the watchdog's thread, owning the responder's state: the plain

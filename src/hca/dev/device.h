@@ -128,6 +128,7 @@ public:
     /// Earliest transport timer deadline (the device clock, ns); 0: none.
     /// A packet the fabric pushed back (a full ring) is retried by then too.
     uint64_t next_timer_ns() const override;
+    void     set_away_service(std::function<void()> service) override;
 
     /// The device clock (monotonic ns), which the driver's timers share.
     uint64_t clock_ns() const override { return hca_.now(); }
@@ -159,7 +160,7 @@ private:
     /// thread lets a waiting driver in between its time slices.
     std::unique_lock<std::mutex> engine_lock()
     {
-        if (!thread_.joinable()) {
+        if (!thread_.joinable() || in_away_service) {
             return {};
         }
         mmio_waiters_.fetch_add(1, std::memory_order_relaxed);
@@ -194,14 +195,24 @@ private:
     /// store each way, no fence. The watchdog, which takes the device only
     /// from a driver that stayed away for a whole tick, pays for both
     /// sides (membarrier()). The entry's check of owed_ must follow.
+    /// The away service's own entries (run_away_service()) come from the
+    /// thread that owns the device: they neither mark the driver present
+    /// nor wait for the device.
     class [[nodiscard]] driver_in {
     public:
         explicit driver_in(device &d) : d_(d)
         {
-            d_.presence_.store(presence::in, std::memory_order_relaxed);
-            std::atomic_signal_fence(std::memory_order_seq_cst);
+            if (!in_away_service) [[likely]] {
+                d_.presence_.store(presence::in, std::memory_order_relaxed);
+                std::atomic_signal_fence(std::memory_order_seq_cst);
+            }
         }
-        ~driver_in() { d_.presence_.store(presence::out, std::memory_order_release); }
+        ~driver_in()
+        {
+            if (!in_away_service) [[likely]] {
+                d_.presence_.store(presence::out, std::memory_order_release);
+            }
+        }
         driver_in(const driver_in &) = delete;
         driver_in &operator=(const driver_in &) = delete;
 
@@ -226,6 +237,14 @@ private:
     }
     void take_back_owed_acks();
     void take_back_served();
+    /// Set on a thread while it runs the away service for a device it owns
+    /// (initial-exec: one load, no call, in every entry).
+    static inline thread_local bool in_away_service
+        __attribute__((tls_model("initial-exec"))) = false;
+    /// Runs the away service, if any, on a thread that owns the device
+    /// (the watchdog serving, the engine thread in its slice).
+    void run_away_service();
+    std::function<void()> away_service_;
     bool take_from_away_driver();
     void serve_while_driver_away();
     unsigned serve_slice();

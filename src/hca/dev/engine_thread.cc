@@ -100,7 +100,9 @@ void device::stop_engine_thread()
 unsigned device::run_slice()
 {
     std::lock_guard g(engine_mu_);
-    return run(64);
+    unsigned n = run(64);
+    run_away_service();   // the driver's connection manager, between slices
+    return n;
 }
 
 void device::engine_loop(const std::function<bool()> &on_start)

@@ -143,6 +143,15 @@ public:
     int      wakeup_fd() const { return dev_->wakeup_fd(); }
     bool     arm_wakeup() { return dev_->arm_wakeup(); }
     uint64_t next_timer_ns() const { return dev_->next_timer_ns(); }
+    /// What the device runs for the driver while it is away
+    /// (hw::function::set_away_service).
+    void set_away_service(std::function<void()> service)
+    {
+        dev_->set_away_service(std::move(service));
+    }
+    /// Held by every command and resource allocation. The away service
+    /// only tries it: a driver that holds it may be waiting for the device.
+    std::recursive_mutex &admin_lock() { return admin_; }
 
     // ---- events (C11-C13, C66-C68) ----
     /// eventfds the completion / async EQs' interrupts signal (readable
@@ -187,8 +196,10 @@ public:
     // bounded by what QUERY_DEV_CAP reported: exceeds_limit beyond it.
     result<uint32_t> alloc_cqn() { return cqns_.take(); }
     void             free_cqn(uint32_t n) { cqns_.give(n); }
+    // QP numbers under admin_: the away service creates QPs too.
     result<uint32_t> alloc_qpn()
     {
+        std::lock_guard g(admin_);
         qpns_.release_waiting(dev_->clock_ns());
         return qpns_.take();
     }
@@ -202,11 +213,16 @@ public:
         }
         return n;
     }
-    void             free_qpn(uint32_t n) { qpns_.give(n); }
+    void free_qpn(uint32_t n)
+    {
+        std::lock_guard g(admin_);
+        qpns_.give(n);
+    }
     /// C35: a connected QP's number returns to the pool only after TIME
     /// WAIT, at `until_ns` on the device clock.
-    void             free_qpn_after(uint32_t n, uint64_t until_ns)
+    void free_qpn_after(uint32_t n, uint64_t until_ns)
     {
+        std::lock_guard g(admin_);
         qpns_.give_after(n, until_ns);
     }
     uint64_t         clock_ns() const { return dev_->clock_ns(); }

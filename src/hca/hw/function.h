@@ -74,6 +74,18 @@ public:
     virtual int      wakeup_fd() const = 0;
     virtual bool     arm_wakeup() = 0;
     virtual uint64_t next_timer_ns() const = 0;
+
+    /// The driver's work that cannot wait for its application's next call:
+    /// its connection manager answering a peer's connection request, as the
+    /// kernel's CM answers for a process that computes. The device runs it
+    /// while it has its own time (the engine thread, or the watchdog serving
+    /// a driver that stays away; dev::device says when), owning the device:
+    /// the service's own MMIO goes straight in. It must return soon and
+    /// never block on the driver's locks (try them), since a driver that
+    /// holds one may be waiting for the device. Set at the driver's set-up,
+    /// and cleared (empty) before what it calls goes; setting waits for a
+    /// run in progress.
+    virtual void     set_away_service(std::function<void()> service) = 0;
 };
 
 /// Powers on a device attached to `fab` (its port joins at INIT_PORT),
