@@ -23,7 +23,9 @@
 #      rendezvous READs survive loss because they are asked for in
 #      window-sized requests (engine/req.cc). Not yet one-sided under loss,
 #      nor 5% loss: now and then a peer stops answering
-#      (docs/design-notes.md, "Across hosts");
+#      (docs/design-notes.md, "Across hosts"); and a passive target: a
+#      rank that computes right after MPI_Win_allocate answers the other
+#      host's gets, and its connection request, without calling MPI;
 #  (d) a rank of host 2 killed: the job ends with an error well before its
 #      time-out. (Host 2's cable cut, checked after it, ended in 7.1 s with
 #      mlx4x's retry-exceeded error when run alone, but as the second job
@@ -190,6 +192,32 @@ for spec in clean "loss 1%" "duplicate 5%"; do
         show
     fi
 done
+
+# (c) A passive target: rank 0 (host 1) computes right after
+# MPI_Win_allocate while rank 1 (host 2) locks, gets and unlocks; its
+# device answers the gets and the connection request that may come after
+# its last progress call (the away service). Before that service, 3 runs
+# of 6 waited for the whole compute phase.
+job_passive() {
+    t0=$(now)
+    hosts_mpirun --host "$(hosts_list 1)" -np 2 -x UCX_TLS=mlx4x,self \
+        -x UCX_MLX4X_NETDEV=eth0 -x MLX4X_LIB -x OMPI_MCA_osc=ucx "$HOSTS_WHERE" "$RUN" \
+        "$top_builddir/test/mpi/mpi_passive_target" 3 >"$log" 2>&1
+    rc=$?
+    secs=$(since "$t0")
+}
+passed=0
+for round in 1 2 3; do
+    job_passive
+    grep -q "^passive target: ok" "$log" && [ $rc -eq 0 ] || break
+    passed=$round
+done
+if [ $passed -eq 3 ]; then
+    ok "(c) passive target across hosts, 3 runs: $(grep -m 1 '^passive target' "$log")"
+else
+    fail "(c) passive target across hosts: run $((passed + 1)) (exit $rc)"
+    show
+fi
 
 # (d) Failures: a job that runs until told to stop, then a rank of host 2
 # killed. The survivors must see an error (mlx4x's
