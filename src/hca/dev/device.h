@@ -238,7 +238,8 @@ private:
     void take_back_owed_acks();
     void take_back_served();
     /// Set on a thread while it runs the away service for a device it owns
-    /// (initial-exec: one load, no call, in every entry).
+    /// (initial-exec: one load, no call, in every entry). Per thread, not
+    /// per device: a service touches its own device only.
     static inline thread_local bool in_away_service
         __attribute__((tls_model("initial-exec"))) = false;
     /// Runs the away service, if any, on a thread that owns the device
