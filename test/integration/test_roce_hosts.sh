@@ -206,16 +206,16 @@ job_passive() {
     rc=$?
     secs=$(since "$t0")
 }
-passed=0
+runs_ok=0   # not lib.sh's own counter, "passed"
 for round in 1 2 3; do
     job_passive
     grep -q "^passive target: ok" "$log" && [ $rc -eq 0 ] || break
-    passed=$round
+    runs_ok=$round
 done
-if [ $passed -eq 3 ]; then
+if [ $runs_ok -eq 3 ]; then
     ok "(c) passive target across hosts, 3 runs: $(grep -m 1 '^passive target' "$log")"
 else
-    fail "(c) passive target across hosts: run $((passed + 1)) (exit $rc)"
+    fail "(c) passive target across hosts: run $((runs_ok + 1)) (exit $rc)"
     show
 fi
 
