@@ -201,7 +201,15 @@ void completer::complete(qp &q, const pkt &p)
     // sends them again; its ACK for them moves the requester on.
     uint32_t sent = ib::psn_diff(q.req.sent_psn, q.req.next_psn) > 0 ? q.req.sent_psn
                                                                       : q.req.next_psn;
-    if (ib::psn_diff(psn, q.comp.acked_psn) < 0 || ib::psn_diff(sent, psn) <= 0) {
+    if (ib::psn_diff(psn, q.comp.acked_psn) < 0) {
+        return;
+    }
+    if (ib::psn_diff(sent, psn) <= 0) {
+        if (ghosts_to_tell_ != 0) {
+            --ghosts_to_tell_;
+            MLX4X_DIAG("qp 0x%x: ignored an answer (syndrome 0x%x) for PSN 0x%x, never sent "
+                       "(acked 0x%x, sent 0x%x)", q.qpn, syn, psn, q.comp.acked_psn, sent);
+        }
         return;
     }
     if (ib::psn_diff(psn, q.req.next_psn) >= 0) {
@@ -593,10 +601,11 @@ bool completer::run_timers()
             continue;
         }
         if (q->comp.retries_left == 0) {
-            MLX4X_DIAG("qp 0x%x: transport retry counter exceeded (lid %d qp 0x%x: "
+            std::string at = hca_.port_ ? hca_.port_->where(q->dlid) : std::string();
+            MLX4X_DIAG("qp 0x%x: transport retry counter exceeded (lid %d%s%s qp 0x%x: "
                        "PSN acked 0x%x next 0x%x sent 0x%x, WQE %u of %u, window %u, "
                        "%u READs/atomics out)",
-                       q->qpn, q->dlid, q->remote_qpn, q->comp.acked_psn, q->req.next_psn,
+                       q->qpn, q->dlid, at.empty() ? "" : " at ", at.c_str(), q->remote_qpn, q->comp.acked_psn, q->req.next_psn,
                        q->req.sent_psn, q->comp.sq_tail, q->req.sq_head, q->comp.cwnd,
                        q->req.rd_atomic_inflight);
             complete_wqe(*q, q->comp.sq_tail++,   // once: not flushed again

@@ -65,6 +65,10 @@ private:
     bool naked(qp &q, ib::nak_code code, uint32_t psn);
     void retire_acked(qp &q);
 
+    /// ACKs for PSNs never sent said at DIAG level, the first few per
+    /// device: a responder whose expected PSN ran ahead of ours answers
+    /// every retry with one, and the requester's retries run out.
+    unsigned      ghosts_to_tell_ = 16;
     dev::core    &hca_;
     requester    &req_;
     tag_matcher  &tm_;

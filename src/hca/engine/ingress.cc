@@ -8,6 +8,9 @@
 #include "hca/engine/pkt.h"
 #include "hca/engine/fast_rx.inl"
 #include "hca/ib/ib_psn.h"
+#include "hca/base/log.h"
+
+#include <string>
 
 namespace mlx4x::engine {
 
@@ -48,6 +51,7 @@ void ingress::receive(std::span<const uint8_t> frame)
     qp *q = hca_.find_qp(p->dest_qp);
     if (!q) {
         hca_.count(counter::unknown_qp);
+        tell_dropped(*p, "no such QP", nullptr);
         return;
     }
     if (!admits(*q, *p)) {
@@ -68,7 +72,20 @@ void ingress::receive(std::span<const uint8_t> frame)
         resp_.respond(*q, *p);
     } else {
         hca_.count(counter::bad_packets);   // RC packet from a foreign port
+        tell_dropped(*p, "sent by another port than the QP's peer", q);
     }
+}
+
+void ingress::tell_dropped(const pkt &p, const char *why, const qp *q)
+{
+    if (drops_to_tell_ == 0 || (p.info->kind & ib::kind_ud)) {
+        return;
+    }
+    --drops_to_tell_;
+    std::string from = hca_.port_ ? hca_.port_->where(p.slid) : std::string();
+    MLX4X_DIAG("dropped a packet from lid %u%s%s to qp 0x%x (PSN 0x%x): %s%s%s",
+               p.slid, from.empty() ? "" : " at ", from.c_str(), p.dest_qp, p.psn, why,
+               q ? ", state " : "", q ? std::to_string(unsigned(q->state)).c_str() : "");
 }
 
 /// Whether QP `q` takes packet `p` at all (IBA 9.6.1 header checks):
@@ -80,6 +97,7 @@ bool ingress::admits(const qp &q, const pkt &p)
          q.state != prm::qp_state::sqd && q.state != prm::qp_state::sqer)) {
         // Not receiving, or a TM command QP (never on the wire).
         hca_.count(counter::unknown_qp);
+        tell_dropped(p, "QP not receiving", &q);
         return false;
     }
     // P_Key check (IBA 9.6.1.1, 10.9.3; E41): same partition, and not two

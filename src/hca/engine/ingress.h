@@ -35,7 +35,13 @@ private:
     qp  *fast_path_qp(const ib::lrh &l, const ib::bth &b);
     bool receive_send_only(std::span<const uint8_t> frame);
     bool receive_ack(std::span<const uint8_t> frame);
+    /// A connected-service packet dropped for a reason a live connection
+    /// never gives (no such QP, a QP not receiving, another port's): said
+    /// at DIAG level, the first few per device, since its sender will
+    /// only see its retries run out.
+    void tell_dropped(const pkt &p, const char *why, const qp *q);
 
+    unsigned      drops_to_tell_ = 16;
     dev::core    &hca_;
     responder    &resp_;
     completer    &comp_;

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string>
 
 namespace mlx4x::fabric {
 
@@ -141,6 +142,9 @@ public:
     virtual bool peek(std::span<const uint8_t> & /*frame*/) const { return false; }
     /// Whether a port with this LID is attached and its owner alive.
     virtual bool peer_alive(uint16_t lid) const = 0;
+    /// Where the port at `lid` is, for diagnostics ("10.0.0.2:4791" on
+    /// another host); empty on this fabric.
+    virtual std::string where(uint16_t /*lid*/) const { return {}; }
     /// True when frames between this port and the live port `lid` are
     /// never lost (full rings push back instead). A missing ACK from a live
     /// peer then means the peer is not progressing, not that a packet was

@@ -216,6 +216,17 @@ public:
         // timer and retry count decide (IBA 9.7.6.1).
         return is_remote_lid(lid) || local_->peer_alive(lid);
     }
+    std::string where(uint16_t lid) const override
+    {
+        auto peer = is_remote_lid(lid) ? fab_.neighbours_.peer_of(lid) : std::nullopt;
+        if (!peer) {
+            return {};
+        }
+        char s[32];
+        std::snprintf(s, sizeof(s), "%u.%u.%u.%u:%u", peer->addr >> 24, peer->addr >> 16 & 0xff,
+                      peer->addr >> 8 & 0xff, peer->addr & 0xff, peer->port);
+        return s;
+    }
     bool lossless(uint16_t lid) const override
     {
         return !is_remote_lid(lid) && local_->lossless(lid);
