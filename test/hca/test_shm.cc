@@ -5,6 +5,7 @@
 // processes reclaimed, their full rings dropping frames; a dead peer
 // process ending in retry_exc_err.
 #include "hca_fixture.h"
+#include "hca/fabric/roce.h"
 #include "hca/fabric/shm_fabric.h"
 #include "hca/fabric/shm_region.h"
 #include "hca/base/process.h"
@@ -853,6 +854,180 @@ TEST_F(shm_test, watchdog_leaves_a_driver_slice_of_receive_wqes_and_no_rnr)
     for (unsigned i = 0; i < msgs; ++i) {
         EXPECT_EQ(std::memcmp(&dst[i * 64], src.data(), 64), 0) << "message " << i;
     }
+}
+
+/// Two hosts for the watchdog tests below: two shared-memory fabrics
+/// joined over RoCEv2 on the loopback interface, device clocks real (the
+/// senders' retry timers run while the receiver's driver is away).
+struct two_hosts {
+    static constexpr uint32_t loopback = 0x7f000001;
+    static uint64_t real_ns()
+    {
+        return uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                            clk::now().time_since_epoch()).count());
+    }
+    explicit two_hosts(const std::string &name) : name_a(name + "-a"), name_b(name + "-b") {}
+    ~two_hosts() { shm_unlink(("/" + name_a).c_str()), shm_unlink(("/" + name_b).c_str()); }
+    void open()
+    {
+        auto fa = shm_fabric::open(name_a);
+        auto fb = shm_fabric::open(name_b);
+        ASSERT_TRUE(fa.ok() && fb.ok());
+        fabric::roce_fabric::options lo{{"lo", loopback, 1500}, 0};
+        a = std::make_unique<fabric::roce_fabric>(fa.take(), lo);
+        b = std::make_unique<fabric::roce_fabric>(fb.take(), lo);
+    }
+    /// `q`, of a context on `from`, to RTS towards QP `peer_qpn` of `peer`,
+    /// a context on `to`: by its LID on one host, across by the neighbour
+    /// LID `from` gives its address. ACK timeout 4.096 us x 2^11 = 8.4 ms:
+    /// 7 retries are gone in 70 ms.
+    static void connect(drv::qp &q, fabric::roce_fabric &from, fabric::roce_fabric &to,
+                        const drv::context &peer, uint32_t peer_qpn)
+    {
+        drv::rc_connect_attr at{};
+        at.dlid = peer.port().lid;
+        if (&from != &to) {
+            auto lid = from.resolve({loopback, to.udp_port_of(peer.port().port_guid)});
+            ASSERT_TRUE(lid.ok());
+            at.dlid = *lid;
+        }
+        at.remote_qpn  = peer_qpn;
+        at.rq_psn      = 100;
+        at.sq_psn      = 100;
+        at.mtu         = 1024;
+        at.ack_timeout = 11;
+        ASSERT_EQ(q.to_init(all_remote_access), status::ok);
+        ASSERT_EQ(q.to_rtr(at), status::ok);
+        ASSERT_EQ(q.to_rts(at), status::ok);
+    }
+
+    std::string name_a, name_b;
+    std::unique_ptr<fabric::roce_fabric> a, b;
+};
+
+// Across hosts the watchdog holds no frame back. A held SEND's sender, on
+// a link that loses packets, counts the wait against its retries (IBA
+// 9.7.6.1.3) and fails the connection when the driver stays away longer
+// than they last; taken, the SEND is at worst RNR-NAKed, and RNR retry 7
+// waits for ever.
+TEST_F(shm_test, watchdog_holds_no_frame_from_another_host)
+{
+    constexpr unsigned reserve = dev::driver_slice_frames;
+    constexpr unsigned msgs    = reserve + 2;
+    two_hosts h(name);
+    ASSERT_NO_FATAL_FAILURE(h.open());
+    drv::qp_caps caps;
+    caps.max_send_wr = caps.max_recv_wr = 2 * reserve;
+    endpoint a, b;
+    a.open(*h.a, caps, two_hosts::real_ns);
+    b.open(*h.b, caps, two_hosts::real_ns);
+    ASSERT_NO_FATAL_FAILURE(two_hosts::connect(*a.qp, *h.a, *h.b, *b.ctx, b.qp->qpn()));
+    ASSERT_NO_FATAL_FAILURE(two_hosts::connect(*b.qp, *h.b, *h.a, *a.ctx, a.qp->qpn()));
+    std::vector<uint8_t> src(64, 7), dst(msgs * 64, 0);
+    auto &smr = a.reg(src.data(), src.size());
+    auto &dmr = b.reg(dst.data(), dst.size(), all_local);
+    for (unsigned i = 0; i < reserve + 1; ++i) {
+        ASSERT_EQ(b.post_recv(i, &dst[i * 64], 64, dmr.lkey()), status::ok);
+    }
+    // b's driver is away from here for 500 ms, seven times a's retries.
+    for (unsigned i = 0; i < msgs; ++i) {
+        ASSERT_EQ(a.post_send(i, src.data(), 64, smr.lkey()), status::ok);
+    }
+    auto away_until = clk::now() + std::chrono::milliseconds(500);
+    while (clk::now() < away_until) {
+        a.ctx->progress();
+        a.poll();
+    }
+    for (const drv::wc &w : a.send_wcs) {
+        ASSERT_EQ(w.status, drv::wc_status::success) << dump(a.send_wcs);
+    }
+    EXPECT_EQ(a.send_wcs.size(), reserve + 1);   // the last one waits for a receive
+    EXPECT_GT(b.counter(dev::counter::rnr_naks_sent), 0u);
+    ASSERT_EQ(b.post_recv(msgs - 1, &dst[(msgs - 1) * 64], 64, dmr.lkey()), status::ok);
+    auto deadline = clk::now() + std::chrono::seconds(10);
+    while ((a.send_wcs.size() < msgs || b.recv_wcs.size() < msgs) && clk::now() < deadline) {
+        b.ctx->progress();
+        b.poll();
+        a.ctx->progress();
+        a.poll();
+    }
+    ASSERT_EQ(a.send_wcs.size(), msgs) << dump(a.send_wcs);
+    for (const drv::wc &w : a.send_wcs) {
+        EXPECT_EQ(w.status, drv::wc_status::success);
+    }
+    EXPECT_EQ(b.recv_wcs.size(), msgs);
+    for (unsigned i = 0; i < msgs; ++i) {
+        EXPECT_EQ(std::memcmp(&dst[i * 64], src.data(), 64), 0) << "message " << i;
+    }
+}
+
+// ... nor behind one of this host that it holds: b's device keeps c's SEND
+// (c on b's host) in its ring, since it would take one of the last receive
+// WQEs of b's second QP, and still answers a's SENDs from the other host
+// to its first QP while b's driver is away. (Held, they waited behind c's
+// frame and a's retries ran out.)
+TEST_F(shm_test, watchdog_answers_another_host_past_a_frame_of_this_host_it_holds)
+{
+    constexpr unsigned reserve = dev::driver_slice_frames;
+    two_hosts h(name);
+    ASSERT_NO_FATAL_FAILURE(h.open());
+    drv::qp_caps caps;
+    caps.max_send_wr = caps.max_recv_wr = 2 * reserve;
+    endpoint a, b, c;
+    a.open(*h.a, caps, two_hosts::real_ns);
+    b.open(*h.b, caps, two_hosts::real_ns);
+    c.open(*h.b, caps, two_hosts::real_ns);
+    auto b2 = drv::qp::create(*b.ctx, b.pd, drv::qp_type::rc, *b.scq, *b.rcq, caps);
+    ASSERT_TRUE(b2.ok());
+    std::unique_ptr<drv::qp> b2_qp = b2.take();   // goes before b's CQs
+    drv::qp &to_c = *b2_qp;
+    ASSERT_NO_FATAL_FAILURE(two_hosts::connect(*a.qp, *h.a, *h.b, *b.ctx, b.qp->qpn()));
+    ASSERT_NO_FATAL_FAILURE(two_hosts::connect(*b.qp, *h.b, *h.a, *a.ctx, a.qp->qpn()));
+    ASSERT_NO_FATAL_FAILURE(two_hosts::connect(*c.qp, *h.b, *h.b, *b.ctx, to_c.qpn()));
+    ASSERT_NO_FATAL_FAILURE(two_hosts::connect(to_c, *h.b, *h.b, *c.ctx, c.qp->qpn()));
+    std::vector<uint8_t> src(64, 7), dst((reserve + 8) * 64, 0);
+    auto &amr = a.reg(src.data(), src.size());
+    auto &cmr = c.reg(src.data(), src.size());
+    auto &dmr = b.reg(dst.data(), dst.size(), all_local);
+    for (unsigned i = 0; i < reserve; ++i) {   // b2: no more than the reserve
+        drv::sge s{reinterpret_cast<uint64_t>(&dst[i * 64]), 64, dmr.lkey()};
+        ASSERT_EQ(to_c.post_recv(1000 + i, {&s, 1}), status::ok);
+    }
+    for (unsigned i = 0; i < 8; ++i) {
+        ASSERT_EQ(b.post_recv(i, &dst[(reserve + i) * 64], 64, dmr.lkey()), status::ok);
+    }
+    // b's driver is away from here for 500 ms. c's SEND is held first.
+    ASSERT_EQ(c.post_send(0, src.data(), 64, cmr.lkey()), status::ok);
+    auto held_by = clk::now() + std::chrono::milliseconds(20);
+    while (clk::now() < held_by) {
+        c.ctx->progress();
+        c.poll();
+    }
+    for (unsigned i = 0; i < 4; ++i) {
+        ASSERT_EQ(a.post_send(i, src.data(), 64, amr.lkey()), status::ok);
+    }
+    auto away_until = clk::now() + std::chrono::milliseconds(500);
+    while (clk::now() < away_until) {
+        a.ctx->progress();
+        a.poll();
+        c.ctx->progress();
+        c.poll();
+    }
+    ASSERT_EQ(a.send_wcs.size(), 4u) << dump(a.send_wcs);
+    for (const drv::wc &w : a.send_wcs) {
+        EXPECT_EQ(w.status, drv::wc_status::success);
+    }
+    EXPECT_TRUE(c.send_wcs.empty()) << dump(c.send_wcs);   // held: this host's waits
+    // b's driver is back: c's SEND goes in too.
+    auto deadline = clk::now() + std::chrono::seconds(10);
+    while (c.send_wcs.empty() && clk::now() < deadline) {
+        b.ctx->progress();
+        b.poll();
+        c.ctx->progress();
+        c.poll();
+    }
+    ASSERT_EQ(c.send_wcs.size(), 1u);
+    EXPECT_EQ(c.send_wcs[0].status, drv::wc_status::success);
 }
 
 TEST_F(shm_test, sleeping_process_is_woken_by_a_frame_from_another)

@@ -290,8 +290,10 @@ void device::serve_while_driver_away()
 /// the device would RNR-NAK it, each NAK a go-back-N of the sender's window
 /// and a wait of the RNR timer, where a frame left in the ring costs the
 /// sender only a wait (the lossless fabric pushes back, its timer sees the
-/// frame undelivered) until the driver comes back and reposts. Requests
-/// behind it on the ring wait with it.
+/// frame undelivered) until the driver comes back and reposts. This host's
+/// requests behind it on the ring wait with it; other hosts' datagrams do
+/// not (their senders count the wait against their retries, and a held
+/// frame blocked their ACKs and READs too).
 unsigned device::serve_slice()
 {
     hca_.slice_now_ = 0;
@@ -304,6 +306,7 @@ unsigned device::serve_slice()
         }
         if (would_starve(f)) {
             intake_blocked_ = true;
+            n += take_lossy_frames(64 - i);   // other hosts' are not behind it
             break;
         }
         n += take_frames(1);
@@ -311,9 +314,22 @@ unsigned device::serve_slice()
     return n + finish_slice();
 }
 
+/// take_frames() of the frames from senders that may lose packets only
+/// (fabric::port::poll_lossy).
+unsigned device::take_lossy_frames(unsigned budget)
+{
+    unsigned n = hca_.port_->poll_lossy(in_, budget);
+    if (n) {
+        slice_open_ = true;
+        slice_frames_ += n;
+    }
+    return n;
+}
+
 /// Whether `frame` would take a receive WQE (the first packet of a SEND,
 /// the last of a WRITE with immediate) from a queue that has no more than
-/// a driver's slice of them left. The driver, back, runs a slice before it
+/// a driver's slice of them left, and comes from a sender that waits
+/// without losing anything (this host's). The driver, back, runs a slice before it
 /// reposts what the watchdog consumed meanwhile; had the watchdog emptied
 /// the queue, that slice would RNR-NAK the frames it takes (seen under a
 /// CPU-heavy job: test_perftest.sh's stream of small messages).
@@ -322,6 +338,13 @@ bool device::would_starve(std::span<const uint8_t> frame)
     auto p = engine::parse(frame);
     if (!p || !((p->has(ib::kind_send) && p->has(ib::kind_first)) ||
                 p->has(ib::kind_write | ib::kind_imm | ib::kind_last))) {
+        return false;
+    }
+    if (!hca_.port_->lossless(p->slid)) {
+        // Another host's: held, its sender would spend its retries on the
+        // wait (IBA 9.7.6.1.3) and fail the connection if the driver stays
+        // away long; taken, the empty queue at worst RNR-NAKs it, and the
+        // sender waits without spending any (RNR retry 7: for ever).
         return false;
     }
     qp *q = hca_.find_qp(p->dest_qp);

@@ -249,6 +249,7 @@ private:
     bool take_from_away_driver();
     void serve_while_driver_away();
     unsigned serve_slice();
+    unsigned take_lossy_frames(unsigned budget);
     bool     would_starve(std::span<const uint8_t> frame);
     /// The watchdog left a frame in the ring that needs a receive WQE its
     /// queue does not have (serve_slice()).

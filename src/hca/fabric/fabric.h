@@ -140,6 +140,12 @@ public:
     /// there is none or the fabric cannot tell. Off the data path: the
     /// device's watchdog looks before it takes (device::serve_slice).
     virtual bool peek(std::span<const uint8_t> & /*frame*/) const { return false; }
+    /// poll() of only the frames whose senders may lose packets (other
+    /// hosts: not lossless()), leaving the lossless ones' ring as it is:
+    /// the device's watchdog, holding a frame of this host back, still
+    /// takes those of other hosts, whose senders would spend their retries
+    /// waiting.
+    virtual unsigned poll_lossy(frame_sink & /*sink*/, unsigned /*budget*/) { return 0; }
     /// Whether a port with this LID is attached and its owner alive.
     virtual bool peer_alive(uint16_t lid) const = 0;
     /// Where the port at `lid` is, for diagnostics ("10.0.0.2:4791" on

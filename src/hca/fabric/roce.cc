@@ -179,6 +179,10 @@ public:
         }
         return n;
     }
+    unsigned poll_lossy(frame_sink &sink, unsigned budget) override
+    {
+        return poll_datagrams(sink, budget);
+    }
     void release() override { local_->release(); }
     /// A turn of the socket that falls to this call is kept for the
     /// poll() it tells the device to make: a quiet device asks here before
