@@ -293,6 +293,11 @@ struct qp {
         std::vector<uint32_t> resp_queue;  ///< entry indices, ring of the same size
         uint32_t     resp_head = 0, resp_count = 0;
         bool         nak_sent = false;   ///< one NAK per sequence error
+        /// Packets refused (out of sequence, or duplicates) while epsn
+        /// stayed at refused_at: a requester that never sends what this
+        /// responder expects is said once (responder::tell_stuck).
+        uint32_t     refused_at = 0;
+        uint16_t     refused = 0;
         bool         comm_est_sent = false;  ///< COMM_EST raised (first RTR packet)
         bool         ack_pending = false;
         /// A NAK or single-copy refusal the fabric pushed back, sent again

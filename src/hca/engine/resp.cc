@@ -10,6 +10,7 @@
 #include "hca/engine/pkt.h"
 #include "hca/engine/fast_rx.inl"
 #include "hca/ib/ib_psn.h"
+#include "hca/base/log.h"
 #include "hca/ib/ib_tm.h"
 #include "hca/prm/prm_wqe.h"
 
@@ -18,9 +19,29 @@
 namespace mlx4x::engine {
 
 
+/// The requester keeps sending what this responder refuses (duplicates it
+/// answers, or packets past a gap it NAKed once): said at DIAG level once
+/// per expected PSN, after 64 of them. A requester whose retries run out
+/// against a responder that answers is seen from both sides then.
+void responder::tell_stuck(qp &q, uint32_t psn)
+{
+    if (q.resp.refused_at != q.resp.epsn) {
+        q.resp.refused_at = q.resp.epsn;
+        q.resp.refused    = 0;
+    }
+    if (++q.resp.refused == 64) {
+        MLX4X_DIAG("qp 0x%x: 64 packets refused from lid %u qp 0x%x while expecting PSN 0x%x "
+                   "(the last 0x%x; MSN %u, NAK sent: %s)", q.qpn, q.dlid, q.remote_qpn,
+                   q.resp.epsn, psn, q.resp.msn, q.resp.nak_sent ? "yes" : "no");
+    }
+}
+
 void responder::respond(qp &q, const pkt &p)
 {
     int32_t d = ib::psn_diff(p.psn, q.resp.epsn);
+    if (d != 0) [[unlikely]] {
+        tell_stuck(q, p.psn);
+    }
     if (d < 0) {
         // Duplicate (IBA 9.7.5.1.1): a READ is executed again, an atomic
         // answered from its saved result, anything else acknowledged again.

@@ -83,6 +83,7 @@ public:
     bool sweep_plain_acks(uint64_t &sent);
 
 private:
+    void tell_stuck(dev::qp &q, uint32_t psn);
     void deliver_datagram(qp &q, const pkt &p);
     qp  *qp0();
     void respond_send(qp &q, const pkt &p);
