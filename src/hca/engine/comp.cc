@@ -605,7 +605,8 @@ bool completer::run_timers()
             MLX4X_DIAG("qp 0x%x: transport retry counter exceeded (lid %d%s%s qp 0x%x: "
                        "PSN acked 0x%x next 0x%x sent 0x%x, WQE %u of %u, window %u, "
                        "%u READs/atomics out)",
-                       q->qpn, q->dlid, at.empty() ? "" : " at ", at.c_str(), q->remote_qpn, q->comp.acked_psn, q->req.next_psn,
+                       q->qpn, q->dlid, at.empty() ? "" : " at ", at.c_str(), q->remote_qpn,
+                       q->comp.acked_psn, q->req.next_psn,
                        q->req.sent_psn, q->comp.sq_tail, q->req.sq_head, q->comp.cwnd,
                        q->req.rd_atomic_inflight);
             complete_wqe(*q, q->comp.sq_tail++,   // once: not flushed again

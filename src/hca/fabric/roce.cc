@@ -27,6 +27,14 @@ namespace mlx4x::fabric {
 
 namespace roce = ib::roce;
 
+std::string udp_peer::str() const
+{
+    char s[32];
+    std::snprintf(s, sizeof(s), "%u.%u.%u.%u:%u", addr >> 24, addr >> 16 & 0xff, addr >> 8 & 0xff,
+                  addr & 0xff, port);
+    return s;
+}
+
 result<uint16_t> neighbour_table::lid_of(udp_peer p)
 {
     std::lock_guard g(lock_);
@@ -41,8 +49,7 @@ result<uint16_t> neighbour_table::lid_of(udp_peer p)
     entries_[n].store(valid | p.key(), std::memory_order_release);
     by_peer_.emplace(p.key(), lid);
     count_.store(n + 1, std::memory_order_relaxed);
-    MLX4X_DEBUG("roce: neighbour %u.%u.%u.%u:%u is lid %u", p.addr >> 24, p.addr >> 16 & 0xff,
-                p.addr >> 8 & 0xff, p.addr & 0xff, p.port, lid);
+    MLX4X_DEBUG("roce: neighbour %s is lid %u", p.str().c_str(), lid);
     return lid;
 }
 
@@ -223,13 +230,7 @@ public:
     std::string where(uint16_t lid) const override
     {
         auto peer = is_remote_lid(lid) ? fab_.neighbours_.peer_of(lid) : std::nullopt;
-        if (!peer) {
-            return {};
-        }
-        char s[32];
-        std::snprintf(s, sizeof(s), "%u.%u.%u.%u:%u", peer->addr >> 24, peer->addr >> 16 & 0xff,
-                      peer->addr >> 8 & 0xff, peer->addr & 0xff, peer->port);
-        return s;
+        return peer ? peer->str() : std::string();
     }
     bool lossless(uint16_t lid) const override
     {

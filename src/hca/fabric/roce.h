@@ -32,6 +32,8 @@ struct udp_peer {
     uint32_t addr = 0;
     uint16_t port = 0;
     uint64_t key() const { return uint64_t{addr} << 16 | port; }
+    /// "a.b.c.d:port", for messages.
+    std::string str() const;
 };
 
 /// The remote ports this process has talked to, each with its neighbour
