@@ -798,6 +798,28 @@ TEST_F(shm_test, reads_and_atomics_to_a_target_that_never_calls_are_answered)
     EXPECT_EQ(std::atomic_ref<uint64_t>(target[7]).load(), 1012u);
 }
 
+/// `b`'s driver is back: both drivers run until `a` has `msgs` send
+/// completions and `b` as many receives (10 s at most).
+void run_until_delivered(endpoint &a, endpoint &b, size_t msgs)
+{
+    auto deadline = clk::now() + std::chrono::seconds(10);
+    while ((a.send_wcs.size() < msgs || b.recv_wcs.size() < msgs) && clk::now() < deadline) {
+        b.ctx->progress();
+        b.poll();
+        a.ctx->progress();
+        a.poll();
+    }
+}
+
+/// Each of the `msgs` 64-byte messages in `dst` holds `src`.
+void expect_each_message(const std::vector<uint8_t> &dst, const std::vector<uint8_t> &src,
+                         unsigned msgs)
+{
+    for (unsigned i = 0; i < msgs; ++i) {
+        EXPECT_EQ(std::memcmp(&dst[i * 64], src.data(), 64), 0) << "message " << i;
+    }
+}
+
 // The watchdog serving an away driver's device takes no SEND that would
 // find its receive queue empty: the driver, away, reposts nothing, and an
 // RNR NAK would cost the sender a go-back-N of its window. The SEND waits
@@ -841,19 +863,11 @@ TEST_F(shm_test, watchdog_leaves_a_driver_slice_of_receive_wqes_and_no_rnr)
     }
     EXPECT_EQ(a.send_wcs.size(), 1u);   // the reserve stays for b's driver
     ASSERT_EQ(b.post_recv(msgs - 1, &dst[(msgs - 1) * 64], 64, dmr.lkey()), status::ok);
-    deadline = clk::now() + std::chrono::seconds(10);
-    while ((a.send_wcs.size() < msgs || b.recv_wcs.size() < msgs) && clk::now() < deadline) {
-        b.ctx->progress();
-        b.poll();
-        a.ctx->progress();
-        a.poll();
-    }
+    run_until_delivered(a, b, msgs);
     ASSERT_EQ(a.send_wcs.size(), msgs) << dump(a.send_wcs);
     EXPECT_EQ(b.recv_wcs.size(), msgs);
     EXPECT_EQ(b.counter(dev::counter::rnr_naks_sent), 0u);
-    for (unsigned i = 0; i < msgs; ++i) {
-        EXPECT_EQ(std::memcmp(&dst[i * 64], src.data(), 64), 0) << "message " << i;
-    }
+    expect_each_message(dst, src, msgs);
 }
 
 /// Two hosts for the watchdog tests below: two shared-memory fabrics
@@ -944,21 +958,13 @@ TEST_F(shm_test, watchdog_holds_no_frame_from_another_host)
     EXPECT_EQ(a.send_wcs.size(), reserve + 1);   // the last one waits for a receive
     EXPECT_GT(b.counter(dev::counter::rnr_naks_sent), 0u);
     ASSERT_EQ(b.post_recv(msgs - 1, &dst[(msgs - 1) * 64], 64, dmr.lkey()), status::ok);
-    auto deadline = clk::now() + std::chrono::seconds(10);
-    while ((a.send_wcs.size() < msgs || b.recv_wcs.size() < msgs) && clk::now() < deadline) {
-        b.ctx->progress();
-        b.poll();
-        a.ctx->progress();
-        a.poll();
-    }
+    run_until_delivered(a, b, msgs);
     ASSERT_EQ(a.send_wcs.size(), msgs) << dump(a.send_wcs);
     for (const drv::wc &w : a.send_wcs) {
         EXPECT_EQ(w.status, drv::wc_status::success);
     }
     EXPECT_EQ(b.recv_wcs.size(), msgs);
-    for (unsigned i = 0; i < msgs; ++i) {
-        EXPECT_EQ(std::memcmp(&dst[i * 64], src.data(), 64), 0) << "message " << i;
-    }
+    expect_each_message(dst, src, msgs);
 }
 
 // ... nor behind one of this host that it holds: b's device keeps c's SEND
