@@ -92,11 +92,15 @@ TEST(roce_wire, crc32_by_slices_equals_the_bitwise_crc_at_every_length_and_split
     // crc32_update() takes eight bytes per step: lengths around the steps
     // and a register carried across a split into two calls must give the
     // CRC the bit-by-bit definition gives.
-    std::vector<uint8_t> bytes(1100);
+    // From 64 bytes on, whole 16-byte blocks go through carry-less
+    // multiplication where the CPU has it (ib::crc32_clmul): lengths
+    // around its 64-byte steps and its 16-byte tail too.
+    std::vector<uint8_t> bytes(4200);
     for (size_t i = 0; i < bytes.size(); ++i) {
         bytes[i] = uint8_t(i * 131 + (i >> 3) * 7 + 1);
     }
-    for (size_t len : {0, 1, 7, 8, 9, 15, 16, 17, 63, 64, 65, 1024, 1027, 1100}) {
+    for (size_t len : {0, 1, 7, 8, 9, 15, 16, 17, 63, 64, 65, 79, 80, 81, 127, 128, 129, 143,
+                       144, 191, 192, 1024, 1027, 1100, 4111, 4200}) {
         std::vector<uint8_t> part(bytes.begin(), bytes.begin() + len);
         std::span<const uint8_t> s{part};
         EXPECT_EQ(~ib::crc32_update(~0u, s), bitwise_crc32(part)) << len;

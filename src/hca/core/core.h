@@ -218,6 +218,31 @@ public:
                                                           : port_->commit(f);
     }
     status count_tx(status s, size_t payload_bytes, size_t frame_bytes);
+    /// One QP's burst of packets, batched by the port when the peer is on
+    /// another host (fabric::port::begin_batch: one system call and one
+    /// pass through the kernel's stack for a run of packets, where each
+    /// packet cost both). Frames to this host's ports are never batched.
+    class [[nodiscard]] tx_batch {
+    public:
+        tx_batch(core &hca, uint16_t dlid)
+            : hca_(fabric::is_remote_lid(dlid) && hca.port_ ? &hca : nullptr)
+        {
+            if (hca_) [[unlikely]] {
+                hca_->port_->begin_batch();
+            }
+        }
+        ~tx_batch()
+        {
+            if (hca_ && hca_->port_ && hca_->port_->end_batch() == status::no_resource) {
+                hca_->pushed_back_ = true;   // come back: the port sends it then
+            }
+        }
+        tx_batch(const tx_batch &) = delete;
+        tx_batch &operator=(const tx_batch &) = delete;
+
+    private:
+        core *hca_;
+    };
     static uint8_t *write_headers(const fabric::frame_slot &f, const ib::lrh &l,
                                   const ib::bth &b, uint8_t opcode, size_t payload_len,
                                   uint32_t psn, bool ackreq, bool solicited);

@@ -97,7 +97,10 @@ unsigned requester::run_requester(qp &q)
         }
         return work;
     }
-    for (; work < burst_per_qp && send_one_packet(q); ++work) {
+    {
+        dev::core::tx_batch batch(hca_, q.dlid);
+        for (; work < burst_per_qp && send_one_packet(q); ++work) {
+        }
     }
     if (q.state == prm::qp_state::sqd && !q.req.drained_sent && !q.req.sending &&
         q.comp.sq_tail == q.req.sq_head) {

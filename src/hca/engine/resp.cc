@@ -266,8 +266,11 @@ unsigned responder::run_responders()
     unsigned work = 0;
     bool     left = false;
     for (qp *q : hca_.active_qps_) {
-        while (q->responses_pending() && send_response_packet(*q)) {
-            ++work;
+        if (q->responses_pending()) {
+            dev::core::tx_batch batch(hca_, q->dlid);
+            while (q->responses_pending() && send_response_packet(*q)) {
+                ++work;
+            }
         }
         left |= q->responses_pending();
     }

@@ -102,6 +102,15 @@ public:
         return status::ok;
     }
     virtual status commit(const frame_slot &f) { return send({f.data, f.len}, {}); }
+    /// Frames sent from begin_batch() to end_batch() may wait in the port
+    /// and leave together (across hosts: one UDP GSO datagram for a run of
+    /// equal-sized packets to one peer, fabric/roce.h), each still
+    /// reported sent. The device brackets a burst of one QP's packets.
+    /// end_batch() sends what waits; no_resource: the socket had no room,
+    /// and the port sends it first thing at its next send or poll (the
+    /// device comes back as for a pushed-back frame).
+    virtual void   begin_batch() {}
+    virtual status end_batch() { return status::ok; }
     /// send() of a whole unicast frame from another thread while the owner
     /// goes on using the port (the device's ACK watchdog), where
     /// sends_concurrently(); unsupported elsewhere.

@@ -11,12 +11,14 @@
 #include <cstring>
 #include <fstream>
 #include <sstream>
+#include <utility>
 #include <vector>
 
 #include <arpa/inet.h>
 #include <ifaddrs.h>
 #include <net/if.h>
 #include <netinet/in.h>
+#include <netinet/udp.h>
 #include <poll.h>
 #include <sys/epoll.h>
 #include <sys/ioctl.h>
@@ -129,6 +131,13 @@ public:
         for (unsigned i = 0; i < rx_batch; ++i) {
             rx_iov_[i] = {rx_[i].bytes + sizeof(ib::lrh), sizeof(rx_[i].bytes) - sizeof(ib::lrh)};
         }
+        // UDP GSO where the kernel has it (Linux 4.18); a receiver that
+        // takes a batch whole (UDP_GRO, Linux 5.0) reads it in one piece.
+        int       seg = 0;
+        socklen_t seg_len = sizeof(seg);
+        gso_ = getsockopt(sock_, SOL_UDP, UDP_SEGMENT, &seg, &seg_len) == 0;
+        int on = 1;
+        (void)setsockopt(sock_, SOL_UDP, UDP_GRO, &on, sizeof(on));
     }
     ~roce_port() override
     {
@@ -157,10 +166,16 @@ public:
     bool   sends_concurrently() const override { return local_->sends_concurrently(); }
     status send_concurrent(std::span<const uint8_t> frame) override
     {
-        // A datagram's pad and ICRC are built on the stack: safe beside
-        // the owner's sends.
-        return is_remote_lid(frame_dlid(frame)) ? send_datagram(frame, {})
+        // Built on the stack, not in the owner's batch: safe beside the
+        // owner's sends.
+        return is_remote_lid(frame_dlid(frame)) ? send_alone(frame)
                                                 : local_->send_concurrent(frame);
+    }
+    void   begin_batch() override { batching_ = gso_; }
+    status end_batch() override
+    {
+        batching_ = false;
+        return tx_.count ? flush_batch() : status::ok;
     }
     // Multicast stays on the host (no IP multicast: the SM's groups are
     // the local subnet's).
@@ -175,6 +190,9 @@ public:
     /// queued megabytes deep until their senders' retries ran out.
     unsigned poll(frame_sink &sink, unsigned budget) override
     {
+        if (tx_.count && !batching_) [[unlikely]] {
+            (void)flush_batch();   // what end_batch() found no room for
+        }
         if (!udp_owed_ && !udp_due()) {
             return local_->poll(sink, budget);
         }
@@ -200,7 +218,7 @@ public:
     /// retries ran out).
     bool frame_waiting() const override
     {
-        if (local_->frame_waiting() || rx_next_ < rx_count_ || udp_owed_) {
+        if (local_->frame_waiting() || !rx_cur_.empty() || rx_next_ < rx_count_ || udp_owed_) {
             return true;
         }
         udp_owed_ = udp_due();
@@ -212,13 +230,13 @@ public:
     /// next frames either way).
     bool peek(std::span<const uint8_t> &frame) const override
     {
-        if (rx_next_ == rx_count_ && local_->peek(frame)) {
+        if (rx_cur_.empty() && rx_next_ == rx_count_ && local_->peek(frame)) {
             return true;
         }
-        if (!receive_batch(rx_batch)) {
+        if (!next_frame(rx_batch)) {
             return false;
         }
-        frame = rx_frames_[rx_next_];
+        frame = rx_cur_;
         return true;
     }
     bool peer_alive(uint16_t lid) const override
@@ -274,7 +292,7 @@ public:
     int  wakeup_fd() const override { return epoll_; }
     bool arm_wakeup() override
     {
-        if (rx_next_ < rx_count_) {
+        if (!rx_cur_.empty() || rx_next_ < rx_count_) {
             return false;
         }
         if (local_->wakeup_fd() >= 0 && !local_->arm_wakeup()) {
@@ -301,18 +319,58 @@ private:
     static constexpr uint32_t hot_polls   = 1u << 14;
     static constexpr uint32_t idle_period = 32;
 
-    status   send_datagram(std::span<const uint8_t> hdr, std::span<const uint8_t> payload);
+    /// A frame (LRH first) to a remote port: the peer it goes to, and the
+    /// datagram's length (BTH through ICRC) and pad; unreachable or
+    /// invalid_param when it cannot go.
+    struct outgoing {
+        udp_peer to;
+        size_t   len, pad;
+    };
+    result<outgoing> route(std::span<const uint8_t> hdr, size_t payload_len) const;
+    /// The datagram of `hdr` + `payload` written at `at`: the LRH dropped,
+    /// the pad and the ICRC for IP ID `ip_id` added (A17.4).
+    void write_datagram(uint8_t *at, const outgoing &o, std::span<const uint8_t> hdr,
+                        std::span<const uint8_t> payload, uint16_t ip_id) const;
+    status send_datagram(std::span<const uint8_t> hdr, std::span<const uint8_t> payload);
+    /// A whole frame as one datagram, not batched (send_concurrent()).
+    status send_alone(std::span<const uint8_t> frame);
+    status flush_batch();
+    status sent_or_why(size_t len);   ///< sendmsg()'s outcome as a status
+
     unsigned poll_datagrams(frame_sink &sink, unsigned budget);
-    /// Whether a frame of the batch is left, after reading up to `max`
+    /// Whether a frame is ready in rx_cur_, after reading up to `max`
     /// datagrams if none was.
+    bool next_frame(unsigned max) const;
     bool receive_batch(unsigned max) const;
-    /// Datagram `i` of the last batch as the device's frame (LRH
-    /// synthesized in front); empty when it is dropped.
-    std::span<const uint8_t> frame_of(unsigned i) const;
+    /// The segment of datagram `i` at `off` as the device's frame (LRH
+    /// synthesized in front, over the end of the segment before it, which
+    /// was delivered); empty when it is dropped.
+    std::span<const uint8_t> frame_of(unsigned i, size_t off, size_t len) const;
+    /// Whether `pkt` (BTH through ICRC) from `src` has a right ICRC for an
+    /// IP ID its sender's kernel may have given it (datagram_ids).
+    bool icrc_right(udp_peer src, std::span<const uint8_t> pkt, bool first_of_datagram) const;
 
     static constexpr unsigned rx_batch = 16;
+    /// A GSO batch's segments at most, and its UDP payload at most.
+    static constexpr unsigned max_segments = 64;
+    static constexpr size_t   max_batch_bytes = 65507;
     struct rx_buffer {
-        alignas(64) uint8_t bytes[sizeof(ib::lrh) + max_frame_size + ib::icrc_size + 64];
+        alignas(64) uint8_t bytes[sizeof(ib::lrh) + 65536];
+    };
+    /// The datagrams of a GSO batch: all to one peer, all of `seg` bytes
+    /// but the last, which may be shorter. Datagram i carries the IP ID i
+    /// (the kernel numbers the segments from the first's 0), which its
+    /// ICRC covers.
+    struct tx_batch {
+        udp_peer to;
+        size_t   seg = 0, bytes = 0;
+        unsigned count = 0;
+        bool     closed = false;   ///< a shorter one came: it is the last
+        bool fits(const outgoing &o) const
+        {
+            return o.to.key() == to.key() && o.len <= seg && !closed &&
+                   count < max_segments && bytes + o.len <= max_batch_bytes;
+        }
     };
 
     roce_fabric          &fab_;
@@ -326,9 +384,23 @@ private:
     mutable std::array<iovec, rx_batch>       rx_iov_{};
     mutable std::array<sockaddr_in, rx_batch> rx_from_{};
     mutable std::array<mmsghdr, rx_batch>     rx_msg_{};
-    mutable std::array<std::span<const uint8_t>, rx_batch> rx_frames_{};
-    mutable unsigned rx_count_ = 0;   ///< frames of the batch
-    mutable unsigned rx_next_  = 0;   ///< the next one to hand over
+    struct alignas(cmsghdr) rx_control {
+        char bytes[CMSG_SPACE(sizeof(int))];
+    };
+    mutable std::array<rx_control, rx_batch> rx_ctl_{};
+    mutable std::array<size_t, rx_batch>     rx_seg_{};   ///< segment size (UDP_GRO)
+    mutable unsigned rx_count_ = 0;   ///< datagrams of the batch
+    mutable unsigned rx_next_  = 0;   ///< the one whose segments are being handed over
+    mutable size_t   rx_off_   = 0;   ///< its next segment
+    mutable std::span<const uint8_t> rx_cur_;   ///< the frame ready; empty: none
+    /// The IP ID the next datagram from rx_id_src_ has if it continues
+    /// that sender's GSO batch (icrc_right).
+    mutable uint64_t rx_id_src_ = 0;
+    mutable uint16_t rx_next_id_ = 0;
+    bool             gso_      = false;   ///< the kernel segments UDP (UDP_SEGMENT)
+    bool             batching_ = false;   ///< between begin_batch() and end_batch()
+    tx_batch         tx_;
+    std::vector<uint8_t> tx_buf_ = std::vector<uint8_t>(max_batch_bytes);
     mutable uint32_t polls_since_datagram_ = hot_polls;
     mutable uint32_t idle_tick_            = 0;
     mutable uint64_t link_errors_          = 0;
@@ -337,10 +409,8 @@ private:
     bool             warned_size_          = false;
 };
 
-/// A frame (LRH first) to a remote port as a RoCEv2 datagram: the LRH
-/// dropped, the pad the BTH announces and the ICRC added (A17.4).
-status roce_fabric::roce_port::send_datagram(std::span<const uint8_t> hdr,
-                                             std::span<const uint8_t> payload)
+result<roce_fabric::roce_port::outgoing>
+roce_fabric::roce_port::route(std::span<const uint8_t> hdr, size_t payload_len) const
 {
     if (hdr.size() < sizeof(ib::lrh) + sizeof(ib::bth) ||
         (hdr[1] & 3) != ib::lnh_iba_local) {
@@ -350,37 +420,120 @@ status roce_fabric::roce_port::send_datagram(std::span<const uint8_t> hdr,
     if (!peer) {
         return status::unreachable;
     }
-    auto     body = hdr.subspan(sizeof(ib::lrh));
-    ib::bth  b;
-    std::memcpy(&b, body.data(), sizeof(b));
-    size_t   pad = (b.se_m_pad_tver >> 4) & 3;
-    size_t   len = body.size() + payload.size() + pad + ib::icrc_size;
+    ib::bth b;
+    std::memcpy(&b, hdr.data() + sizeof(ib::lrh), sizeof(b));
+    size_t pad = (b.se_m_pad_tver >> 4) & 3;
+    return outgoing{*peer, hdr.size() - sizeof(ib::lrh) + payload_len + pad + ib::icrc_size, pad};
+}
+
+void roce_fabric::roce_port::write_datagram(uint8_t *at, const outgoing &o,
+                                            std::span<const uint8_t> hdr,
+                                            std::span<const uint8_t> payload,
+                                            uint16_t ip_id) const
+{
+    auto body = hdr.subspan(sizeof(ib::lrh));
+    std::memcpy(at, body.data(), body.size());
+    if (!payload.empty()) {
+        std::memcpy(at + body.size(), payload.data(), payload.size());
+    }
+    uint8_t *pad = at + body.size() + payload.size();
+    std::memset(pad, 0, o.pad);
     roce::ipv4_hdr ip;
     roce::udp_hdr  udp;
-    roce::headers_of({self_.addr, peer->addr, self_.port, peer->port}, len, ip, udp);
-    uint32_t c = roce::icrc_headers(ip, udp, b);
-    c = ib::crc32_update(c, body.subspan(sizeof(b)));
-    c = ib::crc32_update(c, payload);
-    uint8_t tail[3 + ib::icrc_size] = {};
-    c = ib::crc32_update(c, {tail, pad});
-    auto icrc = ib::icrc_bytes(c);
-    std::memcpy(tail + pad, icrc.data(), icrc.size());
+    roce::headers_of({self_.addr, o.to.addr, self_.port, o.to.port}, o.len, ip, udp);
+    ip.id.set(ip_id);
+    auto icrc = roce::icrc(ip, udp, {at, o.len - ib::icrc_size});
+    std::memcpy(pad + o.pad, icrc.data(), icrc.size());
+}
 
-    iovec iov[3] = {{const_cast<uint8_t *>(body.data()), body.size()},
-                    {const_cast<uint8_t *>(payload.data()), payload.size()},
-                    {tail, pad + ib::icrc_size}};
+/// Outside a batch the datagram leaves at once; inside, it joins the batch
+/// when it fits (same peer, not longer than the first), and the batch
+/// leaves first when it does not.
+status roce_fabric::roce_port::send_datagram(std::span<const uint8_t> hdr,
+                                             std::span<const uint8_t> payload)
+{
+    auto o = route(hdr, payload.size());
+    if (!o.ok()) {
+        return o.error();
+    }
+    if (tx_.count && !(batching_ && tx_.fits(*o))) {
+        if (status s = flush_batch(); s == status::no_resource) {
+            return s;   // the batch still waits, and goes first
+        }
+    }
+    if (!tx_.count) {
+        tx_ = {o->to, o->len};
+    }
+    write_datagram(tx_buf_.data() + tx_.bytes, *o, hdr, payload, uint16_t(tx_.count));
+    tx_.bytes += o->len;
+    ++tx_.count;
+    tx_.closed = o->len < tx_.seg;
+    if (batching_) {
+        return status::ok;
+    }
+    status s = flush_batch();
+    if (s == status::no_resource) {
+        tx_ = {};   // not sent: the device sends it again
+    }
+    return s;
+}
+
+status roce_fabric::roce_port::send_alone(std::span<const uint8_t> frame)
+{
+    auto o = route(frame, 0);
+    if (!o.ok()) {
+        return o.error();
+    }
+    std::array<uint8_t, max_frame_size + 3 + ib::icrc_size> d;
+    if (o->len > d.size()) {
+        return status::invalid_param;
+    }
+    write_datagram(d.data(), *o, frame, {}, 0);
     sockaddr_in to{};
     to.sin_family      = AF_INET;
-    to.sin_addr.s_addr = htonl(peer->addr);
-    to.sin_port        = htons(peer->port);
+    to.sin_addr.s_addr = htonl(o->to.addr);
+    to.sin_port        = htons(o->to.port);
+    if (sendto(sock_, d.data(), o->len, MSG_DONTWAIT, reinterpret_cast<sockaddr *>(&to),
+               sizeof(to)) >= 0) {
+        return status::ok;
+    }
+    return sent_or_why(o->len);
+}
+
+/// The batch as one sendmsg: a single datagram as it is, more as one UDP
+/// GSO send that the kernel (or the NIC) cuts into `seg`-byte datagrams.
+status roce_fabric::roce_port::flush_batch()
+{
+    sockaddr_in to{};
+    to.sin_family      = AF_INET;
+    to.sin_addr.s_addr = htonl(tx_.to.addr);
+    to.sin_port        = htons(tx_.to.port);
+    iovec  iov{tx_buf_.data(), tx_.bytes};
     msghdr m{};
     m.msg_name    = &to;
     m.msg_namelen = sizeof(to);
-    m.msg_iov     = iov;
-    m.msg_iovlen  = 3;
-    if (sendmsg(sock_, &m, MSG_DONTWAIT) >= 0) {
-        return status::ok;
+    m.msg_iov     = &iov;
+    m.msg_iovlen  = 1;
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(uint16_t))] = {};
+    if (tx_.count > 1) {
+        m.msg_control    = control;
+        m.msg_controllen = sizeof(control);
+        cmsghdr *c    = CMSG_FIRSTHDR(&m);
+        c->cmsg_level = SOL_UDP;
+        c->cmsg_type  = UDP_SEGMENT;
+        c->cmsg_len   = CMSG_LEN(sizeof(uint16_t));
+        uint16_t seg  = uint16_t(tx_.seg);
+        std::memcpy(CMSG_DATA(c), &seg, sizeof(seg));
     }
+    status s = sendmsg(sock_, &m, MSG_DONTWAIT) >= 0 ? status::ok : sent_or_why(tx_.seg);
+    if (s != status::no_resource) {
+        tx_ = {};   // sent, or lost on the way: the ACK timer recovers
+    }
+    return s;
+}
+
+status roce_fabric::roce_port::sent_or_why(size_t len)
+{
     switch (errno) {
     case EAGAIN:
     case ENOBUFS:
@@ -400,23 +553,58 @@ status roce_fabric::roce_port::send_datagram(std::span<const uint8_t> hdr,
 
 bool roce_fabric::roce_port::receive_batch(unsigned max) const
 {
-    while (rx_next_ == rx_count_) {
-        for (unsigned i = 0; i < rx_batch; ++i) {
-            rx_msg_[i].msg_hdr = {&rx_from_[i], sizeof(sockaddr_in), &rx_iov_[i], 1,
-                                  nullptr, 0, 0};
-        }
-        int got = recvmmsg(sock_, rx_msg_.data(), std::min(max, rx_batch), MSG_DONTWAIT,
-                           nullptr);
-        rx_count_ = rx_next_ = 0;
-        if (got <= 0) {
-            return false;
-        }
-        polls_since_datagram_ = 0;
-        for (unsigned i = 0; i < unsigned(got); ++i) {
-            if (auto f = frame_of(i); !f.empty()) {
-                rx_frames_[rx_count_++] = f;
+    unsigned want = std::min(max, rx_batch);
+    for (unsigned i = 0; i < want; ++i) {
+        rx_msg_[i].msg_hdr = {&rx_from_[i], sizeof(sockaddr_in), &rx_iov_[i], 1,
+                              rx_ctl_[i].bytes, sizeof(rx_ctl_[i].bytes), 0};
+    }
+    int got = recvmmsg(sock_, rx_msg_.data(), want, MSG_DONTWAIT, nullptr);
+    rx_count_ = rx_next_ = 0;
+    rx_off_   = 0;
+    if (got <= 0) {
+        return false;
+    }
+    polls_since_datagram_ = 0;
+    rx_count_ = unsigned(got);
+    for (unsigned i = 0; i < rx_count_; ++i) {
+        // A GSO batch read whole (UDP_GRO) names its segments' size.
+        msghdr &h = rx_msg_[i].msg_hdr;
+        rx_seg_[i] = rx_msg_[i].msg_len;
+        for (cmsghdr *c = CMSG_FIRSTHDR(&h); c; c = CMSG_NXTHDR(&h, c)) {
+            int seg = 0;
+            if (c->cmsg_level == SOL_UDP && c->cmsg_type == UDP_GRO &&
+                c->cmsg_len >= CMSG_LEN(sizeof(seg))) {
+                std::memcpy(&seg, CMSG_DATA(c), sizeof(seg));
+                rx_seg_[i] = seg > 0 ? size_t(seg) : rx_seg_[i];
             }
         }
+    }
+    return true;
+}
+
+bool roce_fabric::roce_port::next_frame(unsigned max) const
+{
+    while (rx_cur_.empty()) {
+        if (rx_next_ == rx_count_ && !receive_batch(max)) {
+            return false;
+        }
+        unsigned       i     = rx_next_;
+        const mmsghdr &m     = rx_msg_[i];
+        size_t         total = m.msg_len;
+        size_t         off   = rx_off_;
+        size_t         len   = std::min(rx_seg_[i], total - off);
+        rx_off_ += len;
+        if (rx_off_ >= total) {
+            ++rx_next_;
+            rx_off_ = 0;
+        }
+        if ((m.msg_hdr.msg_flags & MSG_TRUNC) || m.msg_hdr.msg_namelen != sizeof(sockaddr_in)) {
+            ++link_errors_;   // no RoCEv2 packet: the whole datagram goes
+            ++rx_next_;
+            rx_off_ = 0;
+            continue;
+        }
+        rx_cur_ = frame_of(i, off, len);
     }
     return true;
 }
@@ -424,37 +612,68 @@ bool roce_fabric::roce_port::receive_batch(unsigned max) const
 unsigned roce_fabric::roce_port::poll_datagrams(frame_sink &sink, unsigned budget)
 {
     unsigned n = 0;
-    while (n < budget && receive_batch(budget - n)) {
+    while (n < budget && next_frame(budget - n)) {
         ++n;
-        if (!sink.on_frame(rx_frames_[rx_next_++])) {
+        auto frame = std::exchange(rx_cur_, {});
+        if (!sink.on_frame(frame)) {
             break;
         }
     }
     return n;
 }
 
-std::span<const uint8_t> roce_fabric::roce_port::frame_of(unsigned i) const
+/// A17.4.5.1's ICRC covers the IP ID, which a socket's reader never sees.
+/// Linux gives a datagram sent alone from an unconnected socket with
+/// don't-fragment the ID 0, and the segments of a GSO batch 0, 1, 2, ...
+/// A batch arrives whole (UDP_GRO: its segments in order) or, from a link
+/// that cut it and a receiver that did not coalesce it, as datagrams in
+/// sequence. So at most three IDs are tried: 0 and the one after this
+/// sender's last (0 first for a datagram's first segment), and one more
+/// after that (a segment lost). A damaged datagram costs three CRCs at
+/// most.
+bool roce_fabric::roce_port::icrc_right(udp_peer src, std::span<const uint8_t> pkt,
+                                        bool first_of_datagram) const
 {
-    const mmsghdr &m   = rx_msg_[i];
-    uint8_t       *lrh = rx_[i].bytes;
-    uint8_t       *pkt = lrh + sizeof(ib::lrh);
-    size_t         len = m.msg_len;
-    if ((m.msg_hdr.msg_flags & MSG_TRUNC) || m.msg_hdr.msg_namelen != sizeof(sockaddr_in) ||
-        len < sizeof(ib::bth) + ib::icrc_size) {
+    uint16_t next = src.key() == rx_id_src_ ? rx_next_id_ : 0;
+    std::array<uint16_t, 3> ids{0, next, uint16_t(next + 1)};
+    if (!first_of_datagram) {
+        std::swap(ids[0], ids[1]);
+    }
+    roce::ipv4_hdr ip;
+    roce::udp_hdr  udp;
+    roce::headers_of({src.addr, self_.addr, src.port, self_.port}, pkt.size(), ip, udp);
+    auto body = pkt.first(pkt.size() - ib::icrc_size);
+    for (size_t k = 0; k < ids.size(); ++k) {
+        if (std::find(ids.begin(), ids.begin() + k, ids[k]) != ids.begin() + k) {
+            continue;   // tried
+        }
+        ip.id.set(ids[k]);
+        auto icrc = roce::icrc(ip, udp, body);
+        if (std::memcmp(icrc.data(), body.data() + body.size(), icrc.size()) == 0) {
+            rx_id_src_  = src.key();
+            rx_next_id_ = uint16_t(ids[k] + 1);
+            return true;
+        }
+    }
+    return false;
+}
+
+std::span<const uint8_t> roce_fabric::roce_port::frame_of(unsigned i, size_t off,
+                                                          size_t len) const
+{
+    uint8_t *pkt = rx_[i].bytes + sizeof(ib::lrh) + off;
+    uint8_t *lrh = pkt - sizeof(ib::lrh);
+    if (len < sizeof(ib::bth) + ib::icrc_size) {
         ++link_errors_;   // no RoCEv2 packet
         return {};
     }
     const sockaddr_in &from = rx_from_[i];
     udp_peer src{ntohl(from.sin_addr.s_addr), ntohs(from.sin_port)};
-    roce::ipv4_hdr ip;
-    roce::udp_hdr  udp;
-    roce::headers_of({src.addr, self_.addr, src.port, self_.port}, len, ip, udp);
-    std::span<const uint8_t> body{pkt, len - ib::icrc_size};
-    auto icrc = roce::icrc(ip, udp, body);
-    if (std::memcmp(icrc.data(), pkt + body.size(), icrc.size()) != 0) {
+    if (!icrc_right(src, {pkt, len}, off == 0)) {
         ++link_errors_;   // damaged (or not from a RoCEv2 sender): A17.4.5.1
         return {};
     }
+    std::span<const uint8_t> body{pkt, len - ib::icrc_size};
     ib::bth b;
     std::memcpy(&b, pkt, sizeof(b));
     size_t pad = (b.se_m_pad_tver >> 4) & 3;

@@ -17,6 +17,10 @@
 #include <cstdint>
 #include <span>
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
 namespace mlx4x::ib {
 
 constexpr size_t vcrc_size = 2;
@@ -56,11 +60,85 @@ constexpr std::array<std::array<uint32_t, 256>, 8> crc32_slices()
 inline constexpr auto crc32_slice = crc32_slices();
 } // namespace detail
 
+#if defined(__x86_64__)
+namespace detail {
+[[gnu::target("pclmul,sse4.1")]] inline __m128i load(const uint8_t *at)
+{
+    return _mm_loadu_si128(reinterpret_cast<const __m128i *>(at));
+}
+/// x * x^k mod P, k by the lane's distance, plus the data it lands on.
+[[gnu::target("pclmul,sse4.1")]] inline __m128i fold(__m128i x, __m128i k, __m128i data)
+{
+    return _mm_xor_si128(
+        _mm_xor_si128(_mm_clmulepi64_si128(x, k, 0x00), _mm_clmulepi64_si128(x, k, 0x11)), data);
+}
+} // namespace detail
+
+/// The register advanced over `n` bytes (a multiple of 16, at least 64)
+/// by carry-less multiplication (Gopal et al., "Fast CRC computation for
+/// generic polynomials using PCLMULQDQ", Intel 2009): four 128-bit lanes
+/// are folded forward 512 bits per step, then into one, which a Barrett
+/// reduction takes to 32 bits. The constants are x^k mod P for the
+/// reflected polynomial (P' = 0x1db710641, mu = 0x1f7011641). Slicing-by-8
+/// took 42 % of a RoCEv2 bandwidth run's cycles once GSO had removed the
+/// per-packet system calls.
+[[gnu::target("pclmul,sse4.1")]] inline uint32_t crc32_clmul(uint32_t c, const uint8_t *p,
+                                                             size_t n)
+{
+    const __m128i k1k2   = _mm_set_epi64x(0x1c6e41596, 0x154442bd4);   // x^(512+32), x^(512-32)
+    const __m128i k3k4   = _mm_set_epi64x(0x0ccaa009e, 0x1751997d0);   // x^(128+32), x^(128-32)
+    const __m128i k5     = _mm_set_epi64x(0, 0x163cd6124);             // x^64
+    const __m128i poly   = _mm_set_epi64x(0x1f7011641, 0x1db710641);   // mu, P'
+    const __m128i mask32 = _mm_set_epi32(0, 0, 0, -1);
+    using detail::fold;
+    using detail::load;
+    __m128i x0 = _mm_xor_si128(load(p), _mm_cvtsi32_si128(int(c)));
+    __m128i x1 = load(p + 16), x2 = load(p + 32), x3 = load(p + 48);
+    for (p += 64, n -= 64; n >= 64; p += 64, n -= 64) {
+        x0 = fold(x0, k1k2, load(p));
+        x1 = fold(x1, k1k2, load(p + 16));
+        x2 = fold(x2, k1k2, load(p + 32));
+        x3 = fold(x3, k1k2, load(p + 48));
+    }
+    x0 = fold(x0, k3k4, x1);
+    x0 = fold(x0, k3k4, x2);
+    x0 = fold(x0, k3k4, x3);
+    for (; n >= 16; p += 16, n -= 16) {
+        x0 = fold(x0, k3k4, load(p));
+    }
+    // 128 bits to 64, then to 32 (appending the 32 zero bits a CRC
+    // register implies), then Barrett: c = x - floor(x * mu) * P.
+    x0 = _mm_xor_si128(_mm_srli_si128(x0, 8), _mm_clmulepi64_si128(x0, k3k4, 0x10));
+    x0 = _mm_xor_si128(_mm_srli_si128(x0, 4),
+                       _mm_clmulepi64_si128(_mm_and_si128(x0, mask32), k5, 0x00));
+    __m128i t = _mm_clmulepi64_si128(_mm_and_si128(x0, mask32), poly, 0x10);
+    t = _mm_clmulepi64_si128(_mm_and_si128(t, mask32), poly, 0x00);
+    return uint32_t(_mm_extract_epi32(_mm_xor_si128(x0, t), 1));
+}
+
+inline bool has_clmul()
+{
+    static const bool yes = [] {
+        __builtin_cpu_init();
+        return __builtin_cpu_supports("pclmul") && __builtin_cpu_supports("sse4.1");
+    }();
+    return yes;
+}
+#endif
+
 /// CRC-32 register `c` advanced over `bytes` (no seed, no final complement).
 inline uint32_t crc32_update(uint32_t c, std::span<const uint8_t> bytes)
 {
     const uint8_t *p = bytes.data();
     size_t         n = bytes.size();
+#if defined(__x86_64__)
+    if (n >= 64 && has_clmul()) {
+        size_t whole = n & ~size_t(15);
+        c = crc32_clmul(c, p, whole);
+        p += whole;
+        n -= whole;
+    }
+#endif
     const auto    &t = detail::crc32_slice;
     for (; n >= 8; n -= 8, p += 8) {
         // Little-endian loads: the reflected register takes the first
