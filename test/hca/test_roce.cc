@@ -17,6 +17,7 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <netinet/udp.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -194,6 +195,55 @@ struct udp_socket {
                          sizeof(a)),
                   ssize_t(d.size()));
     }
+    /// `segments` (of equal size but the last) as one UDP GSO send.
+    void send_batch_to(uint16_t to, const std::vector<std::vector<uint8_t>> &segments) const
+    {
+        std::vector<uint8_t> all;
+        for (const auto &d : segments) {
+            all.insert(all.end(), d.begin(), d.end());
+        }
+        sockaddr_in a{};
+        a.sin_family = AF_INET;
+        a.sin_addr.s_addr = htonl(localhost);
+        a.sin_port = htons(to);
+        int seg = int(segments[0].size());
+        ASSERT_EQ(setsockopt(fd, SOL_UDP, UDP_SEGMENT, &seg, sizeof(seg)), 0);
+        EXPECT_EQ(sendto(fd, all.data(), all.size(), 0, reinterpret_cast<sockaddr *>(&a),
+                         sizeof(a)),
+                  ssize_t(all.size())) << std::strerror(errno);
+        seg = 0;
+        setsockopt(fd, SOL_UDP, UDP_SEGMENT, &seg, sizeof(seg));
+    }
+    /// The next datagram as UDP_GRO gives it (a GSO batch whole), and the
+    /// size of its segments (its own size when it is not a batch).
+    /// From now on a GSO batch arrives whole (UDP_GRO): receive_whole().
+    void take_batches_whole() const
+    {
+        int on = 1;
+        ASSERT_EQ(setsockopt(fd, SOL_UDP, UDP_GRO, &on, sizeof(on)), 0);
+    }
+    std::vector<uint8_t> receive_whole(size_t &segment) const
+    {
+        std::vector<uint8_t> d(65536);
+        iovec  iov{d.data(), d.size()};
+        alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+        msghdr m{};
+        m.msg_iov        = &iov;
+        m.msg_iovlen     = 1;
+        m.msg_control    = control;
+        m.msg_controllen = sizeof(control);
+        ssize_t n = recvmsg(fd, &m, 0);
+        d.resize(n > 0 ? size_t(n) : 0);
+        segment = d.size();
+        for (cmsghdr *c = CMSG_FIRSTHDR(&m); c; c = CMSG_NXTHDR(&m, c)) {
+            if (c->cmsg_level == SOL_UDP && c->cmsg_type == UDP_GRO) {
+                int seg = 0;
+                std::memcpy(&seg, CMSG_DATA(c), sizeof(seg));
+                segment = size_t(seg);
+            }
+        }
+        return d;
+    }
     std::vector<uint8_t> receive(sockaddr_in *from = nullptr, int flags = 0) const
     {
         std::vector<uint8_t> d(8192);
@@ -241,11 +291,14 @@ struct roce_port_test : ::testing::Test {
             (void)port->poll(sink, 16);
         }
     }
-    std::vector<uint8_t> datagram_from_other(std::vector<uint8_t> pkt)
+    /// `pkt` with its ICRC as the other host's kernel would send it, with
+    /// IP ID `ip_id` (segment ip_id of a GSO batch; 0 alone).
+    std::vector<uint8_t> datagram_from_other(std::vector<uint8_t> pkt, uint16_t ip_id = 0)
     {
         roce::ipv4_hdr ip;
         roce::udp_hdr  udp;
         roce::headers_of({localhost, localhost, other.port, udp_port}, pkt.size() + 4, ip, udp);
+        ip.id.set(ip_id);
         auto c = reference_icrc(bytes_of(ip, udp), pkt);
         pkt.insert(pkt.end(), c.begin(), c.end());
         return pkt;
@@ -280,6 +333,90 @@ TEST_F(roce_port_test, a_frame_leaves_as_a_rocev2_datagram)
     roce::headers_of({localhost, localhost, udp_port, other.port}, d.size(), ip, udp);
     auto c = reference_icrc(bytes_of(ip, udp), pkt);
     EXPECT_TRUE(std::equal(c.begin(), c.end(), d.end() - 4));
+}
+
+TEST_F(roce_port_test, a_burst_leaves_as_one_gso_send_each_segment_protected_with_its_ip_id)
+{
+    // One QP's burst (core::tx_batch) to another host leaves as one UDP
+    // GSO send: the kernel (or the NIC) cuts it into datagrams whose IP
+    // IDs count 0, 1, 2, ..., and the ICRC covers the IP ID (A17.4.5.1),
+    // so segment i's ICRC is computed over ID i. Read whole here
+    // (UDP_GRO); the capture in test_roce_hosts.sh checks the IDs a link
+    // that cuts the batch gives.
+    auto to = fab.resolve({localhost, other.port});
+    ASSERT_TRUE(to.ok());
+    other.take_batches_whole();
+    std::vector<std::vector<uint8_t>> pkts;
+    port->begin_batch();
+    for (uint8_t k = 0; k < 5; ++k) {
+        // four of 100 payload bytes, the last shorter (with a pad)
+        std::vector<uint8_t> payload(k < 4 ? 100 : 37, uint8_t(k + 1));
+        pkts.push_back(send_only(0x77, payload));
+        ib::lrh l{};
+        l.sl_lnh = ib::lnh_iba_local;
+        l.dlid.set(*to);
+        l.slid.set(port->lid());
+        std::vector<uint8_t> frame(sizeof(l));
+        std::memcpy(frame.data(), &l, sizeof(l));
+        size_t pad = (pkts.back()[1] >> 4) & 3;
+        frame.insert(frame.end(), pkts.back().begin(), pkts.back().end() - long(pad));
+        ASSERT_EQ(port->send(frame, {}), status::ok);
+    }
+    ASSERT_EQ(port->end_batch(), status::ok);
+
+    size_t seg = 0;
+    auto   all = other.receive_whole(seg);
+    ASSERT_EQ(seg, pkts[0].size() + 4);   // one datagram: the five segments
+    size_t off = 0;
+    for (uint16_t i = 0; i < pkts.size(); ++i) {
+        size_t len = pkts[i].size() + 4;
+        ASSERT_LE(off + len, all.size());
+        EXPECT_TRUE(std::equal(pkts[i].begin(), pkts[i].end(), all.begin() + long(off))) << i;
+        roce::ipv4_hdr ip;
+        roce::udp_hdr  udp;
+        roce::headers_of({localhost, localhost, udp_port, other.port}, len, ip, udp);
+        ip.id.set(i);
+        auto c = reference_icrc(bytes_of(ip, udp), pkts[i]);
+        EXPECT_TRUE(std::equal(c.begin(), c.end(), all.begin() + long(off + len - 4))) << i;
+        off += len;
+    }
+    EXPECT_EQ(off, all.size());
+}
+
+TEST_F(roce_port_test, a_gso_batch_arrives_as_its_frames_in_order_a_damaged_one_dropped)
+{
+    std::vector<std::vector<uint8_t>> segments;
+    for (uint16_t i = 0; i < 6; ++i) {
+        segments.push_back(datagram_from_other(send_only(0x42, std::vector<uint8_t>(64, uint8_t(i))), i));
+    }
+    segments[3][20] ^= 1;   // a payload bit of the fourth
+    other.send_batch_to(udp_port, segments);
+    for (int i = 0; i < 256 && sink.got.size() < 5; ++i) {
+        (void)port->poll(sink, 16);
+    }
+    ASSERT_EQ(sink.got.size(), 5u);
+    uint8_t expect[] = {0, 1, 2, 4, 5};
+    for (size_t k = 0; k < 5; ++k) {
+        EXPECT_EQ(sink.got[k].back(), expect[k]) << k;   // the last payload byte
+    }
+    EXPECT_EQ(port->link_errors(), 1u);
+}
+
+TEST_F(roce_port_test, segments_a_link_cut_arrive_alone_and_are_taken_in_sequence)
+{
+    // A NIC without UDP segmentation cuts the batch on the wire, and a
+    // receiver that does not coalesce it reads the segments one by one:
+    // their IP IDs (which a socket does not show) are the sender's
+    // sequence, tried from the last one seen; one lost segment is
+    // skipped, more than that is not guessed (three CRCs at most).
+    for (uint16_t id : {0, 1, 2, 3, 5, 6, 11, 0}) {   // 4 lost, 11 a jump
+        other.send_to(udp_port, datagram_from_other(send_only(0x42, {uint8_t(id), 2, 3, 4}), id));
+    }
+    for (int i = 0; i < 256 && sink.got.size() < 7; ++i) {
+        (void)port->poll(sink, 16);
+    }
+    ASSERT_EQ(sink.got.size(), 7u);
+    EXPECT_EQ(port->link_errors(), 1u);   // the one at 11
 }
 
 TEST_F(roce_port_test, a_datagram_arrives_as_a_frame_from_its_neighbour_lid)
