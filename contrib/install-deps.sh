@@ -19,6 +19,7 @@ packages=(
     groff-base                  # test_install.sh renders the manual pages
     debhelper fakeroot          # the Debian package (debian/, test_deb.sh)
     tshark                      # test_dump.sh decodes mlx4x-dump's captures
+    ethtool                     # test_roce_hosts.sh: veths that cut GSO batches for a capture
     iptables python3            # test_hosts.sh: netem's faults where the kernel lacks netem
 )
 

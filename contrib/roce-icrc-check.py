@@ -9,8 +9,13 @@ packet up to the ICRC. It uses zlib's CRC-32, not mlx4x's code, and the
 headers as the kernel sent them, so it shows the wire is right on its own.
 
 Datagrams to or from UDP port 4791 count, and to or from the ports given.
-Prints "N RoCEv2 datagrams, M with a wrong ICRC" and exits 1 if M > 0 or
-N == 0."""
+Prints "N RoCEv2 datagrams (S cut from GSO batches), M with a wrong ICRC"
+and exits 1 if M > 0 or N == 0. S counts the datagrams with an IP ID
+other than 0: a datagram sent alone has 0, the segments of a UDP GSO
+batch count 0, 1, 2, ... (the ICRC covers the ID). A capture of a
+virtual link that carries a batch uncut shows it as one IP packet larger
+than the link's MTU: cut it before the capture (ethtool -K DEV
+tx-udp-segmentation off)."""
 import struct
 import sys
 import zlib
@@ -54,7 +59,7 @@ def main():
     if len(sys.argv) < 2:
         sys.exit(__doc__)
     ports = {4791} | {int(p) for p in sys.argv[2:]}
-    total = bad = 0
+    total = bad = cut = 0
     for f in packets(sys.argv[1]):
         if len(f) < 14 + 20 + 8 + 12 + 4 or f[12:14] != b'\x08\x00':
             continue
@@ -68,9 +73,11 @@ def main():
         if sport not in ports and dport not in ports:
             continue
         total += 1
+        cut += struct.unpack_from('>H', ip, 4)[0] != 0
         if not icrc_ok(ip, udp):
             bad += 1
-    print('%d RoCEv2 datagrams, %d with a wrong ICRC' % (total, bad))
+    print('%d RoCEv2 datagrams (%d cut from GSO batches), %d with a wrong ICRC'
+          % (total, cut, bad))
     return 1 if bad or not total else 0
 
 

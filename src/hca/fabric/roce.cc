@@ -346,9 +346,6 @@ private:
     /// synthesized in front, over the end of the segment before it, which
     /// was delivered); empty when it is dropped.
     std::span<const uint8_t> frame_of(unsigned i, size_t off, size_t len) const;
-    /// Whether `pkt` (BTH through ICRC) from `src` has a right ICRC for an
-    /// IP ID its sender's kernel may have given it (datagram_ids).
-    bool icrc_right(udp_peer src, std::span<const uint8_t> pkt, bool first_of_datagram) const;
 
     static constexpr unsigned rx_batch = 16;
     /// A GSO batch's segments at most, and its UDP payload at most.
@@ -393,10 +390,7 @@ private:
     mutable unsigned rx_next_  = 0;   ///< the one whose segments are being handed over
     mutable size_t   rx_off_   = 0;   ///< its next segment
     mutable std::span<const uint8_t> rx_cur_;   ///< the frame ready; empty: none
-    /// The IP ID the next datagram from rx_id_src_ has if it continues
-    /// that sender's GSO batch (icrc_right).
-    mutable uint64_t rx_id_src_ = 0;
-    mutable uint16_t rx_next_id_ = 0;
+    mutable roce::ip_id_finder ip_ids_;   ///< each datagram's IP ID, from its ICRC
     bool             gso_      = false;   ///< the kernel segments UDP (UDP_SEGMENT)
     bool             batching_ = false;   ///< between begin_batch() and end_batch()
     tx_batch         tx_;
@@ -622,42 +616,6 @@ unsigned roce_fabric::roce_port::poll_datagrams(frame_sink &sink, unsigned budge
     return n;
 }
 
-/// A17.4.5.1's ICRC covers the IP ID, which a socket's reader never sees.
-/// Linux gives a datagram sent alone from an unconnected socket with
-/// don't-fragment the ID 0, and the segments of a GSO batch 0, 1, 2, ...
-/// A batch arrives whole (UDP_GRO: its segments in order) or, from a link
-/// that cut it and a receiver that did not coalesce it, as datagrams in
-/// sequence. So at most three IDs are tried: 0 and the one after this
-/// sender's last (0 first for a datagram's first segment), and one more
-/// after that (a segment lost). A damaged datagram costs three CRCs at
-/// most.
-bool roce_fabric::roce_port::icrc_right(udp_peer src, std::span<const uint8_t> pkt,
-                                        bool first_of_datagram) const
-{
-    uint16_t next = src.key() == rx_id_src_ ? rx_next_id_ : 0;
-    std::array<uint16_t, 3> ids{0, next, uint16_t(next + 1)};
-    if (!first_of_datagram) {
-        std::swap(ids[0], ids[1]);
-    }
-    roce::ipv4_hdr ip;
-    roce::udp_hdr  udp;
-    roce::headers_of({src.addr, self_.addr, src.port, self_.port}, pkt.size(), ip, udp);
-    auto body = pkt.first(pkt.size() - ib::icrc_size);
-    for (size_t k = 0; k < ids.size(); ++k) {
-        if (std::find(ids.begin(), ids.begin() + k, ids[k]) != ids.begin() + k) {
-            continue;   // tried
-        }
-        ip.id.set(ids[k]);
-        auto icrc = roce::icrc(ip, udp, body);
-        if (std::memcmp(icrc.data(), body.data() + body.size(), icrc.size()) == 0) {
-            rx_id_src_  = src.key();
-            rx_next_id_ = uint16_t(ids[k] + 1);
-            return true;
-        }
-    }
-    return false;
-}
-
 std::span<const uint8_t> roce_fabric::roce_port::frame_of(unsigned i, size_t off,
                                                           size_t len) const
 {
@@ -669,7 +627,10 @@ std::span<const uint8_t> roce_fabric::roce_port::frame_of(unsigned i, size_t off
     }
     const sockaddr_in &from = rx_from_[i];
     udp_peer src{ntohl(from.sin_addr.s_addr), ntohs(from.sin_port)};
-    if (!icrc_right(src, {pkt, len}, off == 0)) {
+    roce::ipv4_hdr ip;
+    roce::udp_hdr  udp;
+    roce::headers_of({src.addr, self_.addr, src.port, self_.port}, len, ip, udp);
+    if (!ip_ids_.find(ip, udp, {pkt, len})) {
         ++link_errors_;   // damaged (or not from a RoCEv2 sender): A17.4.5.1
         return {};
     }

@@ -157,6 +157,46 @@ inline uint32_t crc32_update(uint32_t c, std::span<const uint8_t> bytes)
     return c;
 }
 
+namespace detail {
+/// a(x) * b(x) mod P(x), both as CRC registers (reflected: bit 31 is x^0).
+constexpr uint32_t crc32_mulmod(uint32_t a, uint32_t b)
+{
+    uint32_t p = 0;
+    for (uint32_t m = 1u << 31; m; m >>= 1) {
+        if (a & m) {
+            p ^= b;
+        }
+        b = (b & 1) ? (b >> 1) ^ 0xedb88320u : b >> 1;
+    }
+    return p;
+}
+/// x^(8 * 2^k) mod P: k = 0 is one byte (x^8, bit 23 as a register).
+constexpr std::array<uint32_t, 64> crc32_byte_powers()
+{
+    std::array<uint32_t, 64> t{};
+    t[0] = 1u << 23;
+    for (unsigned k = 1; k < t.size(); ++k) {
+        t[k] = crc32_mulmod(t[k - 1], t[k - 1]);
+    }
+    return t;
+}
+inline constexpr auto crc32_byte_power = crc32_byte_powers();
+} // namespace detail
+
+/// x^(8n) mod P: what advancing a register over `n` zero bytes multiplies
+/// it by (crc32_mulmod(crc32_zeros_factor(n), c) = crc32_update(c, n zeros)).
+constexpr uint32_t crc32_zeros_factor(uint64_t n)
+{
+    uint32_t f = 1u << 31;   // x^0
+    for (unsigned k = 0; n; n >>= 1, ++k) {
+        if (n & 1) {
+            f = detail::crc32_mulmod(detail::crc32_byte_power[k], f);
+        }
+    }
+    return f;
+}
+using detail::crc32_mulmod;
+
 /// The ICRC's four bytes on the wire from its final register `c`.
 inline std::array<uint8_t, icrc_size> icrc_bytes(uint32_t c)
 {

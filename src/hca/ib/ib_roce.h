@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <optional>
 #include <span>
 
 namespace mlx4x::ib::roce {
@@ -107,6 +108,70 @@ inline std::array<uint8_t, icrc_size> icrc(const ipv4_hdr &ip, const udp_hdr &ud
     std::memcpy(&b, bth_to_pad.data(), sizeof(b));
     return icrc_bytes(crc32_update(icrc_headers(ip, udp, b), bth_to_pad.subspan(sizeof(b))));
 }
+
+/// The IP ID a datagram was sent with, found from its ICRC (A17.4.5.1
+/// covers the ID, which a socket's reader does not see). Linux gives a
+/// datagram sent alone (unconnected socket, don't-fragment) the ID 0, and
+/// the segments of a UDP GSO batch 0, 1, 2, ..., which may arrive whole
+/// (UDP_GRO), cut and in any order. The CRC is linear: the registers of
+/// one packet under IDs 0 and X differ by X's bits advanced over the bytes
+/// after the ID field as zeros, a sum of one term per ID bit that depends
+/// only on the packet's length. So one CRC over the packet tells the ID,
+/// whichever it is, and a damaged packet costs no more than a good one.
+class ip_id_finder {
+public:
+    /// IDs 0 .. ids-1 are looked for: a GSO batch has at most 64 segments.
+    static constexpr unsigned id_bits = 6, ids = 1u << id_bits;
+
+    /// The ID among them for which `bth_to_icrc` (the UDP payload) has a
+    /// right ICRC under `ip` and `udp` (ip.id is ignored); none: damaged,
+    /// or not from a RoCEv2 sender.
+    std::optional<uint16_t> find(ipv4_hdr ip, const udp_hdr &udp,
+                                 std::span<const uint8_t> bth_to_icrc)
+    {
+        ip.id = {};
+        auto body = bth_to_icrc.first(bth_to_icrc.size() - icrc_size);
+        bth  b;
+        std::memcpy(&b, body.data(), sizeof(b));
+        uint32_t c0 = crc32_update(icrc_headers(ip, udp, b), body.subspan(sizeof(b)));
+        const uint8_t *w = body.data() + body.size();
+        uint32_t sent = ~(uint32_t(w[0]) | uint32_t(w[1]) << 8 | uint32_t(w[2]) << 16 |
+                          uint32_t(w[3]) << 24);
+        uint32_t delta = c0 ^ sent;
+        if (delta == 0) {
+            return 0;
+        }
+        learn(sizeof(ipv4_hdr) - offsetof(ipv4_hdr, id) - sizeof(ip.id) + sizeof(udp_hdr) +
+              body.size());
+        uint32_t of[ids] = {};   // of[X]: the registers' difference under ID X
+        for (unsigned x = 1; x < ids; ++x) {
+            of[x] = of[x & (x - 1)] ^ bit_[__builtin_ctz(x)];
+            if (of[x] == delta) {
+                return uint16_t(x);
+            }
+        }
+        return std::nullopt;
+    }
+
+private:
+    /// The term of each ID bit for packets with `after` bytes after the
+    /// ID field, kept for the next one of that length (a batch's segments
+    /// share it).
+    void learn(size_t after)
+    {
+        if (after == after_) {
+            return;
+        }
+        after_ = after;
+        uint32_t zeros = crc32_zeros_factor(after);
+        for (unsigned k = 0; k < id_bits; ++k) {
+            const uint8_t id[2] = {0, uint8_t(1u << k)};   // big-endian: the low byte last
+            bit_[k] = crc32_mulmod(zeros, crc32_update(0, id));
+        }
+    }
+    size_t                          after_ = 0;
+    std::array<uint32_t, id_bits>   bit_{};
+};
 
 /// The IPv4 and UDP headers of a datagram of `payload_len` bytes (BTH
 /// through ICRC) from `src` to `dst` (addresses in host order), as Linux
