@@ -391,6 +391,8 @@ private:
     mutable size_t   rx_off_   = 0;   ///< its next segment
     mutable std::span<const uint8_t> rx_cur_;   ///< the frame ready; empty: none
     mutable roce::ip_id_finder ip_ids_;   ///< each datagram's IP ID, from its ICRC
+    mutable uint64_t rx_src_key_ = ~uint64_t{0};   ///< the last sender (udp_peer::key)
+    mutable uint16_t rx_src_lid_ = 0;              ///< and its neighbour LID
     bool             gso_      = false;   ///< the kernel segments UDP (UDP_SEGMENT)
     bool             batching_ = false;   ///< between begin_batch() and end_batch()
     tx_batch         tx_;
@@ -642,10 +644,16 @@ std::span<const uint8_t> roce_fabric::roce_port::frame_of(unsigned i, size_t off
         ++link_errors_;
         return {};
     }
-    auto from_lid = fab_.neighbours_.lid_of(src);
-    if (!from_lid.ok()) {
-        ++link_errors_;   // the neighbour table is full: dropped, counted
-        return {};
+    if (src.key() != rx_src_key_) {
+        // The table's lock and search once per sender in a row, not per
+        // packet (a GSO batch's segments share it; entries never change).
+        auto lid = fab_.neighbours_.lid_of(src);
+        if (!lid.ok()) {
+            ++link_errors_;   // the neighbour table is full: dropped, counted
+            return {};
+        }
+        rx_src_key_ = src.key();
+        rx_src_lid_ = *lid;
     }
     // The frame as the device's ports carry it: an LRH (IBA local, VL 0)
     // from the sender's neighbour LID to this port, no pad, no ICRC.
@@ -653,7 +661,7 @@ std::span<const uint8_t> roce_fabric::roce_port::frame_of(unsigned i, size_t off
     ib::lrh l{};
     l.sl_lnh = ib::lnh_iba_local;
     l.dlid.set(local_->lid());
-    l.slid.set(*from_lid);
+    l.slid.set(rx_src_lid_);
     l.pkt_len.set(uint16_t(((frame_len + ib::icrc_size + 3) / 4) & 0x7ff));
     std::memcpy(lrh, &l, sizeof(l));
     return {lrh, frame_len};

@@ -143,20 +143,24 @@ public:
         }
         learn(sizeof(ipv4_hdr) - offsetof(ipv4_hdr, id) - sizeof(ip.id) + sizeof(udp_hdr) +
               body.size());
-        uint32_t of[ids] = {};   // of[X]: the registers' difference under ID X
-        for (unsigned x = 1; x < ids; ++x) {
-            of[x] = of[x & (x - 1)] ^ bit_[__builtin_ctz(x)];
-            if (of[x] == delta) {
-                return uint16_t(x);
+        // A batch's segments come in order most of the time: the ID after
+        // the last one first.
+        unsigned x = next_ % ids;
+        if (of_[x] != delta) {
+            for (x = 1; x < ids && of_[x] != delta; ++x) {
+            }
+            if (x == ids) {
+                return std::nullopt;
             }
         }
-        return std::nullopt;
+        next_ = x + 1;
+        return uint16_t(x);
     }
 
 private:
-    /// The term of each ID bit for packets with `after` bytes after the
-    /// ID field, kept for the next one of that length (a batch's segments
-    /// share it).
+    /// The registers' difference under each ID for packets with `after`
+    /// bytes after the ID field, kept for the next one of that length (a
+    /// batch's segments share it): the sum of the terms of X's bits.
     void learn(size_t after)
     {
         if (after == after_) {
@@ -164,13 +168,18 @@ private:
         }
         after_ = after;
         uint32_t zeros = crc32_zeros_factor(after);
+        std::array<uint32_t, id_bits> bit;
         for (unsigned k = 0; k < id_bits; ++k) {
             const uint8_t id[2] = {0, uint8_t(1u << k)};   // big-endian: the low byte last
-            bit_[k] = crc32_mulmod(zeros, crc32_update(0, id));
+            bit[k] = crc32_mulmod(zeros, crc32_update(0, id));
+        }
+        for (unsigned x = 1; x < ids; ++x) {
+            of_[x] = of_[x & (x - 1)] ^ bit[unsigned(__builtin_ctz(x))];
         }
     }
-    size_t                          after_ = 0;
-    std::array<uint32_t, id_bits>   bit_{};
+    size_t                    after_ = 0;
+    unsigned                  next_  = 1;
+    std::array<uint32_t, ids> of_{};   ///< of_[0] stays 0
 };
 
 /// The IPv4 and UDP headers of a datagram of `payload_len` bytes (BTH
