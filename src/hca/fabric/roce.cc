@@ -150,18 +150,15 @@ public:
     uint16_t lid() const override { return local_->lid(); }
     uint64_t port_guid() const override { return local_->port_guid(); }
 
-    status send(std::span<const uint8_t> hdr, std::span<const uint8_t> payload) override
-    {
-        return is_remote_lid(frame_dlid(hdr)) ? send_datagram(hdr, payload)
-                                              : local_->send(hdr, payload);
-    }
+    status send(std::span<const uint8_t> hdr, std::span<const uint8_t> payload) override;
     status reserve(uint16_t dlid, size_t len, frame_slot &f) override
     {
-        return is_remote_lid(dlid) ? port::reserve(dlid, len, f) : local_->reserve(dlid, len, f);
+        return is_remote_lid(dlid) ? reserve_datagram(dlid, len, f)
+                                   : local_->reserve(dlid, len, f);
     }
     status commit(const frame_slot &f) override
     {
-        return is_remote_lid(f.dlid) ? send_datagram({f.data, f.len}, {}) : local_->commit(f);
+        return is_remote_lid(f.dlid) ? commit_datagram(f) : local_->commit(f);
     }
     bool   sends_concurrently() const override { return local_->sends_concurrently(); }
     status send_concurrent(std::span<const uint8_t> frame) override
@@ -319,22 +316,29 @@ private:
     static constexpr uint32_t hot_polls   = 1u << 14;
     static constexpr uint32_t idle_period = 32;
 
-    /// A frame (LRH first) to a remote port: the peer it goes to, and the
-    /// datagram's length (BTH through ICRC) and pad; unreachable or
-    /// invalid_param when it cannot go.
+    /// A frame of `len` bytes (LRH first, no pad) to a remote port: the
+    /// peer it goes to, and its datagram's length (BTH through ICRC) and
+    /// pad (the payload's, to a multiple of 4: IBA 9.2.2; headers are
+    /// whole words).
     struct outgoing {
         udp_peer to;
         size_t   len, pad;
     };
-    result<outgoing> route(std::span<const uint8_t> hdr, size_t payload_len) const;
-    /// The datagram of `hdr` + `payload` written at `at`: the LRH dropped,
-    /// the pad and the ICRC for IP ID `ip_id` added (A17.4).
-    void write_datagram(uint8_t *at, const outgoing &o, std::span<const uint8_t> hdr,
-                        std::span<const uint8_t> payload, uint16_t ip_id) const;
-    status send_datagram(std::span<const uint8_t> hdr, std::span<const uint8_t> payload);
+    result<outgoing> route(uint16_t dlid, size_t len) const;
+    /// A frame written in place at the end of the batch: its LRH goes over
+    /// the last 8 bytes of the datagram before it (saved here and put
+    /// back at commit; the buffer has room before the first), its BTH
+    /// where the datagram starts, so a packet is copied once, by the
+    /// device, and only its pad and ICRC are added.
+    status reserve_datagram(uint16_t dlid, size_t len, frame_slot &f);
+    status commit_datagram(const frame_slot &f);
+    /// The datagram at `at` (BTH through payload) sealed: its pad and the
+    /// ICRC for IP ID `ip_id` added (A17.4).
+    void seal(uint8_t *at, const outgoing &o, uint16_t ip_id) const;
     /// A whole frame as one datagram, not batched (send_concurrent()).
     status send_alone(std::span<const uint8_t> frame);
     status flush_batch();
+    uint8_t *batch_end() { return tx_buf_.data() + sizeof(ib::lrh) + tx_.bytes; }
     status sent_or_why(size_t len);   ///< sendmsg()'s outcome as a status
 
     unsigned poll_datagrams(frame_sink &sink, unsigned budget);
@@ -396,7 +400,9 @@ private:
     bool             gso_      = false;   ///< the kernel segments UDP (UDP_SEGMENT)
     bool             batching_ = false;   ///< between begin_batch() and end_batch()
     tx_batch         tx_;
-    std::vector<uint8_t> tx_buf_ = std::vector<uint8_t>(max_batch_bytes);
+    outgoing         tx_next_{};                     ///< reserved, not committed
+    uint8_t          tx_saved_[sizeof(ib::lrh)] = {};   ///< what its LRH covers
+    std::vector<uint8_t> tx_buf_ = std::vector<uint8_t>(sizeof(ib::lrh) + max_batch_bytes);
     mutable uint32_t polls_since_datagram_ = hot_polls;
     mutable uint32_t idle_tick_            = 0;
     mutable uint64_t link_errors_          = 0;
@@ -405,34 +411,23 @@ private:
     bool             warned_size_          = false;
 };
 
-result<roce_fabric::roce_port::outgoing>
-roce_fabric::roce_port::route(std::span<const uint8_t> hdr, size_t payload_len) const
+result<roce_fabric::roce_port::outgoing> roce_fabric::roce_port::route(uint16_t dlid,
+                                                                       size_t   len) const
 {
-    if (hdr.size() < sizeof(ib::lrh) + sizeof(ib::bth) ||
-        (hdr[1] & 3) != ib::lnh_iba_local) {
-        return status::invalid_param;   // the device sends no GRH
+    if (len < sizeof(ib::lrh) + sizeof(ib::bth) || len > max_frame_size) {
+        return status::invalid_param;
     }
-    auto peer = fab_.neighbours_.peer_of(frame_dlid(hdr));
+    auto peer = fab_.neighbours_.peer_of(dlid);
     if (!peer) {
         return status::unreachable;
     }
-    ib::bth b;
-    std::memcpy(&b, hdr.data() + sizeof(ib::lrh), sizeof(b));
-    size_t pad = (b.se_m_pad_tver >> 4) & 3;
-    return outgoing{*peer, hdr.size() - sizeof(ib::lrh) + payload_len + pad + ib::icrc_size, pad};
+    size_t pad = (0 - len) & 3;
+    return outgoing{*peer, len - sizeof(ib::lrh) + pad + ib::icrc_size, pad};
 }
 
-void roce_fabric::roce_port::write_datagram(uint8_t *at, const outgoing &o,
-                                            std::span<const uint8_t> hdr,
-                                            std::span<const uint8_t> payload,
-                                            uint16_t ip_id) const
+void roce_fabric::roce_port::seal(uint8_t *at, const outgoing &o, uint16_t ip_id) const
 {
-    auto body = hdr.subspan(sizeof(ib::lrh));
-    std::memcpy(at, body.data(), body.size());
-    if (!payload.empty()) {
-        std::memcpy(at + body.size(), payload.data(), payload.size());
-    }
-    uint8_t *pad = at + body.size() + payload.size();
+    uint8_t *pad = at + o.len - ib::icrc_size - o.pad;
     std::memset(pad, 0, o.pad);
     roce::ipv4_hdr ip;
     roce::udp_hdr  udp;
@@ -442,13 +437,12 @@ void roce_fabric::roce_port::write_datagram(uint8_t *at, const outgoing &o,
     std::memcpy(pad + o.pad, icrc.data(), icrc.size());
 }
 
-/// Outside a batch the datagram leaves at once; inside, it joins the batch
-/// when it fits (same peer, not longer than the first), and the batch
-/// leaves first when it does not.
-status roce_fabric::roce_port::send_datagram(std::span<const uint8_t> hdr,
-                                             std::span<const uint8_t> payload)
+/// Outside a batch the datagram leaves at commit; inside, it joins the
+/// batch when it fits (same peer, not longer than the first), and the
+/// batch leaves first when it does not.
+status roce_fabric::roce_port::reserve_datagram(uint16_t dlid, size_t len, frame_slot &f)
 {
-    auto o = route(hdr, payload.size());
+    auto o = route(dlid, len);
     if (!o.ok()) {
         return o.error();
     }
@@ -457,13 +451,31 @@ status roce_fabric::roce_port::send_datagram(std::span<const uint8_t> hdr,
             return s;   // the batch still waits, and goes first
         }
     }
-    if (!tx_.count) {
-        tx_ = {o->to, o->len};
+    tx_next_ = *o;
+    uint8_t *lrh = batch_end() - sizeof(ib::lrh);
+    std::memcpy(tx_saved_, lrh, sizeof(tx_saved_));
+    f = {lrh, len, 0, dlid};
+    return status::ok;
+}
+
+status roce_fabric::roce_port::commit_datagram(const frame_slot &f)
+{
+    bool    local_route = (f.data[1] & 3) == ib::lnh_iba_local;   // the device sends no GRH
+    ib::bth b;
+    std::memcpy(&b, f.data + sizeof(ib::lrh), sizeof(b));
+    bool    pad_right = size_t((b.se_m_pad_tver >> 4) & 3) == tx_next_.pad;
+    std::memcpy(f.data, tx_saved_, sizeof(tx_saved_));
+    if (!local_route || !pad_right) {
+        return status::invalid_param;
     }
-    write_datagram(tx_buf_.data() + tx_.bytes, *o, hdr, payload, uint16_t(tx_.count));
-    tx_.bytes += o->len;
+    const outgoing &o = tx_next_;
+    if (!tx_.count) {
+        tx_ = {o.to, o.len};
+    }
+    seal(batch_end(), o, uint16_t(tx_.count));
+    tx_.bytes += o.len;
     ++tx_.count;
-    tx_.closed = o->len < tx_.seg;
+    tx_.closed = o.len < tx_.seg;
     if (batching_) {
         return status::ok;
     }
@@ -474,17 +486,38 @@ status roce_fabric::roce_port::send_datagram(std::span<const uint8_t> hdr,
     return s;
 }
 
+status roce_fabric::roce_port::send(std::span<const uint8_t> hdr,
+                                    std::span<const uint8_t> payload)
+{
+    uint16_t dlid = frame_dlid(hdr);
+    if (!is_remote_lid(dlid)) {
+        return local_->send(hdr, payload);
+    }
+    frame_slot f;
+    if (status s = reserve_datagram(dlid, hdr.size() + payload.size(), f); s != status::ok) {
+        return s;
+    }
+    std::memcpy(f.data, hdr.data(), hdr.size());
+    if (!payload.empty()) {
+        std::memcpy(f.data + hdr.size(), payload.data(), payload.size());
+    }
+    return commit_datagram(f);
+}
+
 status roce_fabric::roce_port::send_alone(std::span<const uint8_t> frame)
 {
-    auto o = route(frame, 0);
+    auto o = route(frame_dlid(frame), frame.size());
     if (!o.ok()) {
         return o.error();
     }
-    std::array<uint8_t, max_frame_size + 3 + ib::icrc_size> d;
-    if (o->len > d.size()) {
+    ib::bth b;
+    std::memcpy(&b, frame.data() + sizeof(ib::lrh), sizeof(b));
+    if ((frame[1] & 3) != ib::lnh_iba_local || size_t((b.se_m_pad_tver >> 4) & 3) != o->pad) {
         return status::invalid_param;
     }
-    write_datagram(d.data(), *o, frame, {}, 0);
+    std::array<uint8_t, max_frame_size + 3 + ib::icrc_size> d;
+    std::memcpy(d.data(), frame.data() + sizeof(ib::lrh), frame.size() - sizeof(ib::lrh));
+    seal(d.data(), *o, 0);
     sockaddr_in to{};
     to.sin_family      = AF_INET;
     to.sin_addr.s_addr = htonl(o->to.addr);
@@ -504,7 +537,7 @@ status roce_fabric::roce_port::flush_batch()
     to.sin_family      = AF_INET;
     to.sin_addr.s_addr = htonl(tx_.to.addr);
     to.sin_port        = htons(tx_.to.port);
-    iovec  iov{tx_buf_.data(), tx_.bytes};
+    iovec  iov{tx_buf_.data() + sizeof(ib::lrh), tx_.bytes};
     msghdr m{};
     m.msg_name    = &to;
     m.msg_namelen = sizeof(to);
