@@ -133,7 +133,11 @@ struct resp_resource {
     bool     queued = false;   ///< waiting in the response queue
     bool     again = false;    ///< queued for a duplicate request (9.7.5.1.1)
     bool     rest_only = false;   ///< direct_read: the requester copied its share
-    uint32_t psn  = 0;         ///< PSN of the first response packet
+    uint32_t psn  = 0;         ///< PSN of the first response packet (to send)
+    /// The request's PSNs (from req_psn, npackets of them; set when the
+    /// resource is taken): a duplicate may ask again from any of them
+    /// (9.7.5.1.1), and changes only what is sent, never this range.
+    uint32_t req_psn = 0;
     uint32_t npackets = 0;     ///< READ: response packets of the request
     uint32_t rkey = 0;
     uint64_t va   = 0;
@@ -265,6 +269,10 @@ struct qp {
         // window of packets in flight backs off.
         uint32_t     rto_ns = 0;         ///< 0: the ACK timeout only
         uint8_t      rto_shift = 0;      ///< the timeout doubles per expiry
+        /// The tail probe of this wait went (completer::run_timers): the
+        /// last packet again, a fraction of the timeout after the oldest
+        /// began to wait.
+        bool         probed = false;
         /// Packets in flight at most (requester::window_open), and the
         /// window below which it doubles per ACK (completer::lost()).
         uint16_t     cwnd = max_unacked_packets;

@@ -407,6 +407,7 @@ void completer::arm_timer(qp &q, uint64_t now)
 {
     q.comp.waiting_since  = now;
     q.comp.rto_shift      = 0;
+    q.comp.probed         = false;
     q.comp.timer_deadline = next_deadline(q, now);
 }
 
@@ -414,17 +415,42 @@ constexpr uint8_t  rto_max_shift = 16;
 /// The window a lossy link's losses leave at least.
 constexpr uint16_t min_cwnd = 8;
 
+/// The tail probe waits this fraction of the retransmission timeout.
+constexpr unsigned probe_shift = 3;
+
 /// When `q`'s timer expires next, at `now`: the ACK timeout; on a lossy
-/// link the retransmission timeout first, doubled per expiry, and the ACK
-/// timeout from when the oldest packet began to wait.
+/// link the tail probe first, then the retransmission timeout, doubled
+/// per expiry, and the ACK timeout from when the oldest packet began to
+/// wait.
 uint64_t completer::next_deadline(const qp &q, uint64_t now) const
 {
     uint64_t timeout = req_.ack_timeout_ns(q);
     if (!q.comp.rto_ns) {
         return now + timeout;
     }
-    return std::min(now + (uint64_t{q.comp.rto_ns} << q.comp.rto_shift),
-                    q.comp.waiting_since + timeout);
+    uint64_t wait = q.comp.probed || q.comp.rto_shift
+                        ? uint64_t{q.comp.rto_ns} << q.comp.rto_shift
+                        : uint64_t{q.comp.rto_ns} >> probe_shift;
+    return std::min(now + wait, q.comp.waiting_since + timeout);
+}
+
+/// A tail loss probe (TCP's, RFC 8985 7): when the last packets of a
+/// burst are lost nothing comes after them to show the gap, and only the
+/// retransmission timeout would send them again. The last packet sent, sent
+/// again early, shows it cheaply: the responder answers a gap before it
+/// with a sequence NAK (or, for a READ, the responses after the gap show
+/// it), and a packet that had arrived with an ACK. False: no probe (the
+/// requester is sending again from an earlier PSN already).
+bool completer::probe_tail(qp &q, uint64_t now)
+{
+    q.comp.probed = true;
+    if (ib::psn_diff(q.req.sent_psn, q.req.next_psn) > 0 ||
+        q.req.next_psn == q.comp.acked_psn) {
+        return false;
+    }
+    req_.rewind(q, ib::psn_add(q.req.next_psn, ib::psn_mask));   // the last one
+    q.comp.timer_deadline = next_deadline(q, now);
+    return true;
 }
 
 /// A packet to `q`'s peer was lost: on a lossy link the window backs off
@@ -593,6 +619,10 @@ bool completer::run_timers()
         if (q->comp.rto_ns && t < q->comp.waiting_since + req_.ack_timeout_ns(*q)) {
             // Sent again before the ACK timeout: not a retry (IBA
             // 9.7.6.1.3 counts those), a lost packet's quick recovery.
+            if (!q->comp.probed && !q->comp.rto_shift && probe_tail(*q, t)) {
+                fired = true;
+                continue;
+            }
             lost(*q, true);
             q->comp.rto_shift = std::min<uint8_t>(q->comp.rto_shift + 1, rto_max_shift);
             req_.rewind(*q, q->comp.acked_psn);

@@ -55,6 +55,7 @@ private:
     void arm_timer(qp &q, uint64_t now);
     void skip_acked(qp &q, uint32_t psn);
     uint64_t next_deadline(const qp &q, uint64_t now) const;
+    bool     probe_tail(qp &q, uint64_t now);
     static void lost(qp &q, bool timeout);
     placement place_read_response(qp &q, const pkt &p, const send_wqe &w,
                                   uint32_t index, uint32_t first_psn);

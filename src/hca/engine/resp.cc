@@ -140,7 +140,8 @@ bool responder::take_resource(qp &q, const resp_resource &r)
     if (q.resp.resp_count == q.resp.resources.size() || q.resp.resources[idx].queued) {
         return false;
     }
-    q.resp.resources[idx] = r;
+    q.resp.resources[idx]         = r;
+    q.resp.resources[idx].req_psn = r.psn;
     ++q.resp.res_next;
     queue_response(q, idx);
     return true;
@@ -174,7 +175,7 @@ void responder::queue_response(qp &q, uint32_t idx)
 resp_resource *responder::find_resource(qp &q, uint32_t psn)
 {
     for (resp_resource &r : q.resp.resources) {
-        int32_t d = ib::psn_diff(psn, r.psn);
+        int32_t d = ib::psn_diff(psn, r.req_psn);
         if (r.npackets && d >= 0 && uint32_t(d) < r.npackets) {
             return &r;
         }
@@ -241,7 +242,6 @@ void responder::respond_read(qp &q, const pkt &p, bool duplicate)
         res->va   = r->va.get();
         res->len  = len;
         res->sent = 0;
-        res->npackets = npackets;
         queue_response(q, uint32_t(res - q.resp.resources.data()));
         return;
     }
