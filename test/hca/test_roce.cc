@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <functional>
 #include <optional>
 #include <random>
 #include <vector>
@@ -580,6 +581,9 @@ struct relay {
     uint16_t a_port = 0, b_port = 0;
     std::mt19937 dice{0x726f6365};
     unsigned drop = 10, dup = 20, hold = 15, corrupt = 25;   // 1 in n
+    bool faults = true;   ///< the dice above; off: only drop_if drops
+    /// Drops the datagrams (BTH on) it says, before any dice.
+    std::function<bool(std::span<const uint8_t>)> drop_if;
     std::vector<hop> held;
     unsigned dropped = 0, corrupted = 0;
     uint32_t largest_read_request = 0;   ///< bytes a READ request asked for
@@ -592,7 +596,7 @@ struct relay {
         roce::headers_of({localhost, localhost, h.via->port, h.dest}, d.size() + 4, ip, udp);
         auto c = roce::icrc(ip, udp, d);
         d.insert(d.end(), c.begin(), c.end());
-        if (dice() % corrupt == 0) {
+        if (faults && dice() % corrupt == 0) {
             d[sizeof(ib::bth)] ^= 0x01;
             ++corrupted;
         }
@@ -614,13 +618,13 @@ struct relay {
                     largest_read_request = std::max(largest_read_request, r.dma_len.get());
                 }
                 hop h{out, dest, std::move(d)};
-                if (dice() % drop == 0) {
+                if ((drop_if && drop_if(h.d)) || (faults && dice() % drop == 0)) {
                     ++dropped;
-                } else if (dice() % hold == 0) {
+                } else if (faults && dice() % hold == 0) {
                     held.push_back(std::move(h));   // behind later ones
                 } else {
                     forward(h);
-                    if (dice() % dup == 0) {
+                    if (faults && dice() % dup == 0) {
                         forward(h);
                     }
                 }
@@ -673,7 +677,8 @@ protected:
             ASSERT_EQ(self->qp->to_rts(at), status::ok);
         }
     }
-    template <typename Pred> bool progress_until(Pred pred, unsigned max_rounds = 40000)
+    template <typename Pred>
+    bool progress_until(Pred pred, unsigned max_rounds = 40000, uint64_t round_ns = 1000000)
     {
         for (unsigned i = 0; i < max_rounds; ++i) {
             a.poll();
@@ -685,7 +690,7 @@ protected:
             net.pump();
             b.ctx->progress();
             net.pump();
-            manual_clock::advance(1000000);
+            manual_clock::advance(round_ns);
         }
         return pred();
     }
@@ -742,6 +747,44 @@ TEST_P(roce_rc, data_crosses_a_lossy_reordering_duplicating_corrupting_link_exac
     EXPECT_EQ(link_errors, net.corrupted);
     progress_until([] { return false; }, 200);
     EXPECT_EQ(b.recv_wcs.size(), size_t(sends));   // nothing delivered twice
+}
+
+TEST_P(roce_rc, a_lost_last_packet_is_probed_for_before_the_retransmission_timeout)
+{
+    // Nothing follows the last packet of a burst to show it lost: the
+    // tail probe sends it again an eighth of the retransmission timeout
+    // (5 ms across hosts) after the wait began, and the responder's ACK or
+    // NAK for it ends the wait well before that timeout.
+    ASSERT_NO_FATAL_FAILURE(start());
+    net.faults = false;
+    bool lost = false;
+    net.drop_if = [&](std::span<const uint8_t> d) {
+        bool last = d[0] == uint8_t(ib::opcode::rc_send_last) && !lost;
+        lost |= last;
+        return last;
+    };
+    constexpr size_t len = 4096;   // FIRST, MIDDLE, MIDDLE, LAST
+    std::vector<uint8_t> src(len, 0x5a), dst(2 * len, 0);
+    auto &smr = a.reg(src.data(), len);
+    auto &dmr = b.reg(dst.data(), dst.size());
+    // A first message wakes both ports (a quiet one reads its socket
+    // every 32nd call, a round here being a millisecond); its LAST goes.
+    ASSERT_EQ(b.post_recv(1, dst.data(), len, dmr.lkey()), status::ok);
+    ASSERT_EQ(a.post_send(1, src.data(), len, smr.lkey()), status::ok);
+    lost = true;
+    ASSERT_TRUE(progress_until([&] { return a.send_wcs.size() == 1 && b.recv_wcs.size() == 1; }));
+    lost = false;
+    uint64_t retransmits = a.counter(dev::counter::retransmits);
+    ASSERT_EQ(b.post_recv(2, dst.data() + len, len, dmr.lkey()), status::ok);
+    ASSERT_EQ(a.post_send(2, src.data(), len, smr.lkey()), status::ok);
+    uint64_t start_ns = manual_clock::now_ns;
+    ASSERT_TRUE(progress_until([&] { return a.send_wcs.size() == 2 && b.recv_wcs.size() == 2; },
+                               400000, 100000));   // rounds of 100 us
+    EXPECT_TRUE(lost);
+    EXPECT_EQ(a.send_wcs[1].status, drv::wc_status::success);
+    EXPECT_TRUE(std::equal(src.begin(), src.end(), dst.begin() + len));
+    EXPECT_LT(manual_clock::now_ns - start_ns, 5'000'000u);   // the retransmission timeout
+    EXPECT_EQ(a.counter(dev::counter::retransmits) - retransmits, 1u);   // the probe alone
 }
 
 TEST_P(roce_rc, reads_cross_a_lossy_link_exactly_once)
