@@ -105,6 +105,10 @@ _hosts_err() { echo "hosts: $*" >&2; }
 
 # _hosts_trap: hosts_down at exit, before the EXIT trap already set.
 _hosts_trap() {
+    # Once per script: a second hosts_up would take this trap for the
+    # script's own and run itself for ever at exit.
+    [ -n "${_hosts_trapped:-}" ] && return 0
+    _hosts_trapped=1
     _hosts_prev_exit=
     _hosts_t=$(mktemp) || return 1
     trap > "$_hosts_t"                  # not in $(...): dash resets traps there

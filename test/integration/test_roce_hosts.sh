@@ -29,10 +29,9 @@
 #      rank that computes right after MPI_Win_allocate answers the other
 #      host's gets, and its connection request, without calling MPI;
 #  (d) a rank of host 2 killed: the job ends with an error well before its
-#      time-out. (Host 2's cable cut, checked after it, ended in 7.1 s with
-#      mlx4x's retry-exceeded error when run alone, but as the second job
-#      of this test it did not start in two CI runs out of five: left out
-#      until that is understood; test_hosts.sh cuts a cable under tcp.)
+#      time-out;
+#  (e) host 2's cable cut (its veth down) mid-job, on hosts built again:
+#      the same.
 # Needs root and Open MPI (skips without). About two minutes.
 . "$(dirname "$0")/lib.sh"
 HOSTS_UCX_NET_DEVICES=mlx4x_0:1
@@ -264,6 +263,40 @@ else
     kill $jpid 2>/dev/null
     wait $jpid
     fail "(d) the job to kill a rank of did not start across the hosts"
+    tail -n 20 "$log"
+fi
+
+# (e) Host 2's cable cut while the ranks exchange messages, on hosts
+# built again (so that nothing of (d)'s job is left to wait for): rank 0
+# on host 1 gets mlx4x's retry-exceeded error after UCX_MLX4X_TIMEOUT x
+# (RETRY_COUNT + 1) = 4 s, or Open MPI's runtime ends the job first
+# (its daemon's TCP keepalive, 7 s); either well before the bound.
+hosts_down
+hosts_up 2 2>"$log" || { fail "(e) hosts_up 2 again: $(cat "$log")"; rm -f "$log"; finish; }
+hosts_mpirun --host "$(hosts_list 1)" -np 2 -x UCX_TLS=mlx4x,self \
+    -x UCX_MLX4X_NETDEV=eth0 -x UCX_MLX4X_TIMEOUT=0.5s -x MLX4X_LIB "$HOSTS_WHERE" "$RUN" \
+    "$top_builddir/test/mpi/mpi_until_file" "$HOSTS_DIR/never" 80 >"$log" 2>&1 &
+jpid=$!
+if wait_for_line "$log" '^ready' $jpid; then
+    sleep 1                              # messages flowing
+    t0=$(now)
+    hosts_link 2 down
+    wait $jpid
+    rc=$?
+    secs=$(since "$t0")
+    why=$(grep -m 1 -E 'retry|ERROR|lost communication|error' "$log")
+    if [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ $rc -ne 137 ] &&
+       awk -v s="$secs" -v b=$bound 'BEGIN { exit !(s < b) }'; then
+        ok "(e) host 2's cable cut: the job ended with status $rc after $secs s (bound $bound s): $why"
+    else
+        fail "(e) host 2's cable cut: status $rc after $secs s (bound $bound s, time-out $HOSTS_TIMEOUT s)"
+        show
+    fi
+    hosts_link 2 up
+else
+    kill $jpid 2>/dev/null
+    wait $jpid
+    fail "(e) the job to cut the cable of did not start across the hosts"
     tail -n 20 "$log"
 fi
 
