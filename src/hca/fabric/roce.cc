@@ -362,7 +362,7 @@ private:
     /// but the last, which may be shorter. Datagram i carries the IP ID i
     /// (the kernel numbers the segments from the first's 0), which its
     /// ICRC covers.
-    struct tx_batch {
+    struct gso_batch {
         udp_peer to;
         size_t   seg = 0, bytes = 0;
         unsigned count = 0;
@@ -399,7 +399,7 @@ private:
     mutable uint16_t rx_src_lid_ = 0;              ///< and its neighbour LID
     bool             gso_      = false;   ///< the kernel segments UDP (UDP_SEGMENT)
     bool             batching_ = false;   ///< between begin_batch() and end_batch()
-    tx_batch         tx_;
+    gso_batch        tx_;
     outgoing         tx_next_{};                     ///< reserved, not committed
     uint8_t          tx_saved_[sizeof(ib::lrh)] = {};   ///< what its LRH covers
     std::vector<uint8_t> tx_buf_ = std::vector<uint8_t>(sizeof(ib::lrh) + max_batch_bytes);
@@ -458,14 +458,23 @@ status roce_fabric::roce_port::reserve_datagram(uint16_t dlid, size_t len, frame
     return status::ok;
 }
 
+namespace {
+/// Whether a frame of the device is what a datagram carries: no GRH (the
+/// device sends none) and the pad its BTH announces the one its length
+/// implies (route()).
+bool sendable(const uint8_t *frame, size_t pad)
+{
+    ib::bth b;
+    std::memcpy(&b, frame + sizeof(ib::lrh), sizeof(b));
+    return (frame[1] & 3) == ib::lnh_iba_local && size_t((b.se_m_pad_tver >> 4) & 3) == pad;
+}
+} // namespace
+
 status roce_fabric::roce_port::commit_datagram(const frame_slot &f)
 {
-    bool    local_route = (f.data[1] & 3) == ib::lnh_iba_local;   // the device sends no GRH
-    ib::bth b;
-    std::memcpy(&b, f.data + sizeof(ib::lrh), sizeof(b));
-    bool    pad_right = size_t((b.se_m_pad_tver >> 4) & 3) == tx_next_.pad;
-    std::memcpy(f.data, tx_saved_, sizeof(tx_saved_));
-    if (!local_route || !pad_right) {
+    bool ok = sendable(f.data, tx_next_.pad);
+    std::memcpy(f.data, tx_saved_, sizeof(tx_saved_));   // the previous datagram's end
+    if (!ok) {
         return status::invalid_param;
     }
     const outgoing &o = tx_next_;
@@ -510,9 +519,7 @@ status roce_fabric::roce_port::send_alone(std::span<const uint8_t> frame)
     if (!o.ok()) {
         return o.error();
     }
-    ib::bth b;
-    std::memcpy(&b, frame.data() + sizeof(ib::lrh), sizeof(b));
-    if ((frame[1] & 3) != ib::lnh_iba_local || size_t((b.se_m_pad_tver >> 4) & 3) != o->pad) {
+    if (!sendable(frame.data(), o->pad)) {
         return status::invalid_param;
     }
     std::array<uint8_t, max_frame_size + 3 + ib::icrc_size> d;
@@ -617,21 +624,21 @@ bool roce_fabric::roce_port::next_frame(unsigned max) const
         if (rx_next_ == rx_count_ && !receive_batch(max)) {
             return false;
         }
-        unsigned       i     = rx_next_;
-        const mmsghdr &m     = rx_msg_[i];
-        size_t         total = m.msg_len;
-        size_t         off   = rx_off_;
-        size_t         len   = std::min(rx_seg_[i], total - off);
-        rx_off_ += len;
-        if (rx_off_ >= total) {
-            ++rx_next_;
-            rx_off_ = 0;
-        }
+        unsigned       i = rx_next_;
+        const mmsghdr &m = rx_msg_[i];
         if ((m.msg_hdr.msg_flags & MSG_TRUNC) || m.msg_hdr.msg_namelen != sizeof(sockaddr_in)) {
             ++link_errors_;   // no RoCEv2 packet: the whole datagram goes
             ++rx_next_;
             rx_off_ = 0;
             continue;
+        }
+        size_t total = m.msg_len;
+        size_t off   = rx_off_;
+        size_t len   = std::min(rx_seg_[i], total - off);
+        rx_off_ += len;
+        if (rx_off_ >= total) {
+            ++rx_next_;
+            rx_off_ = 0;
         }
         rx_cur_ = frame_of(i, off, len);
     }

@@ -85,9 +85,9 @@ namespace detail {
 [[gnu::target("pclmul,sse4.1")]] inline uint32_t crc32_clmul(uint32_t c, const uint8_t *p,
                                                              size_t n)
 {
-    const __m128i k1k2   = _mm_set_epi64x(0x1c6e41596, 0x154442bd4);   // x^(512+32), x^(512-32)
-    const __m128i k3k4   = _mm_set_epi64x(0x0ccaa009e, 0x1751997d0);   // x^(128+32), x^(128-32)
-    const __m128i k5     = _mm_set_epi64x(0, 0x163cd6124);             // x^64
+    const __m128i k1k2   = _mm_set_epi64x(0x1c6e41596, 0x154442bd4);   // a lane 512 bits on
+    const __m128i k3k4   = _mm_set_epi64x(0x0ccaa009e, 0x1751997d0);   // 128 bits on
+    const __m128i k5     = _mm_set_epi64x(0, 0x163cd6124);             // 64 bits to 32
     const __m128i poly   = _mm_set_epi64x(0x1f7011641, 0x1db710641);   // mu, P'
     const __m128i mask32 = _mm_set_epi32(0, 0, 0, -1);
     using detail::fold;
