@@ -4,9 +4,12 @@
 // A17.4.5.1 lays it out; a frame leaving as a datagram (no LRH, padded,
 // ICRC last) and a datagram arriving as a frame (LRH synthesized from its
 // source); damaged datagrams dropped and counted (PortRcvErrors); the
-// neighbour table's bound; and an RC connection between two devices on two
-// fabrics carrying data through a relay that drops, duplicates, reorders
-// and corrupts datagrams, with nothing lost or duplicated.
+// neighbour table's bound; a burst leaving as one UDP GSO send (each
+// segment's ICRC over its IP ID) and a batch arriving whole or cut, its
+// IP IDs found from the ICRCs; and an RC connection between two devices on
+// two fabrics carrying data through a relay that drops, duplicates,
+// reorders and corrupts datagrams, with nothing lost or duplicated, and a
+// lost last packet probed for before the retransmission timeout.
 #include "hca_fixture.h"
 #include "hca/fabric/loopback.h"
 #include "hca/fabric/roce.h"
