@@ -338,35 +338,49 @@ struct roce_port_test : ::testing::Test {
             (void)port->poll(sink, 16);
         }
     }
+    /// The ICRC of `pkt` (BTH through pad) sent from port `from` to port
+    /// `to` with IP ID `ip_id`, by the bitwise reference.
+    static std::array<uint8_t, 4> expected_icrc(uint16_t from, uint16_t to,
+                                                const std::vector<uint8_t> &pkt,
+                                                uint16_t ip_id)
+    {
+        roce::ipv4_hdr ip;
+        roce::udp_hdr  udp;
+        roce::headers_of({localhost, localhost, from, to}, pkt.size() + 4, ip, udp);
+        ip.id.set(ip_id);
+        return reference_icrc(bytes_of(ip, udp), pkt);
+    }
     /// `pkt` with its ICRC as the other host's kernel would send it, with
     /// IP ID `ip_id` (segment ip_id of a GSO batch; 0 alone).
     std::vector<uint8_t> datagram_from_other(std::vector<uint8_t> pkt, uint16_t ip_id = 0)
     {
-        roce::ipv4_hdr ip;
-        roce::udp_hdr  udp;
-        roce::headers_of({localhost, localhost, other.port, udp_port}, pkt.size() + 4, ip, udp);
-        ip.id.set(ip_id);
-        auto c = reference_icrc(bytes_of(ip, udp), pkt);
+        auto c = expected_icrc(other.port, udp_port, pkt, ip_id);
         pkt.insert(pkt.end(), c.begin(), c.end());
         return pkt;
+    }
+    /// The device's frame of `pkt` to the other host: an LRH to its
+    /// neighbour LID, then the packet without its pad (the in-host fabrics
+    /// carry none).
+    std::vector<uint8_t> frame_to_other(const std::vector<uint8_t> &pkt)
+    {
+        auto to = fab.resolve({localhost, other.port});
+        EXPECT_TRUE(to.ok());
+        ib::lrh l{};
+        l.sl_lnh = ib::lnh_iba_local;
+        l.dlid.set(to.ok() ? *to : 0);
+        l.slid.set(port->lid());
+        std::vector<uint8_t> frame(sizeof(l));
+        std::memcpy(frame.data(), &l, sizeof(l));
+        size_t pad = (pkt[1] >> 4) & 3;
+        frame.insert(frame.end(), pkt.begin(), pkt.end() - long(pad));
+        return frame;
     }
 };
 
 TEST_F(roce_port_test, a_frame_leaves_as_a_rocev2_datagram)
 {
-    auto to = fab.resolve({localhost, other.port});
-    ASSERT_TRUE(to.ok());
-    // The device's frame: LRH to the neighbour LID, then the packet
-    // without its pad (the in-host fabrics carry none).
-    auto pkt = send_only(0x77, {9, 8, 7, 6, 5});
-    ib::lrh l{};
-    l.sl_lnh = ib::lnh_iba_local;
-    l.dlid.set(*to);
-    l.slid.set(port->lid());
-    std::vector<uint8_t> frame(sizeof(l));
-    std::memcpy(frame.data(), &l, sizeof(l));
-    frame.insert(frame.end(), pkt.begin(), pkt.end() - 3);   // 3 bytes of pad
-    ASSERT_EQ(port->send(frame, {}), status::ok);
+    auto pkt = send_only(0x77, {9, 8, 7, 6, 5});   // 3 bytes of pad
+    ASSERT_EQ(port->send(frame_to_other(pkt), {}), status::ok);
 
     sockaddr_in from{};
     auto d = other.receive(&from);
@@ -375,10 +389,7 @@ TEST_F(roce_port_test, a_frame_leaves_as_a_rocev2_datagram)
     // kernel put in front (from an unconnected socket with DF: IP ID 0).
     ASSERT_EQ(d.size(), pkt.size() + 4);
     EXPECT_TRUE(std::equal(pkt.begin(), pkt.end(), d.begin()));
-    roce::ipv4_hdr ip;
-    roce::udp_hdr  udp;
-    roce::headers_of({localhost, localhost, udp_port, other.port}, d.size(), ip, udp);
-    auto c = reference_icrc(bytes_of(ip, udp), pkt);
+    auto c = expected_icrc(udp_port, other.port, pkt, 0);
     EXPECT_TRUE(std::equal(c.begin(), c.end(), d.end() - 4));
 }
 
@@ -390,8 +401,6 @@ TEST_F(roce_port_test, a_burst_leaves_as_one_gso_send_each_segment_protected_wit
     // so segment i's ICRC is computed over ID i. Read whole here
     // (UDP_GRO); the capture in test_roce_hosts.sh checks the IDs a link
     // that cuts the batch gives.
-    auto to = fab.resolve({localhost, other.port});
-    ASSERT_TRUE(to.ok());
     other.take_batches_whole();
     std::vector<std::vector<uint8_t>> pkts;
     port->begin_batch();
@@ -399,15 +408,7 @@ TEST_F(roce_port_test, a_burst_leaves_as_one_gso_send_each_segment_protected_wit
         // four of 100 payload bytes, the last shorter (with a pad)
         std::vector<uint8_t> payload(k < 4 ? 100 : 37, uint8_t(k + 1));
         pkts.push_back(send_only(0x77, payload));
-        ib::lrh l{};
-        l.sl_lnh = ib::lnh_iba_local;
-        l.dlid.set(*to);
-        l.slid.set(port->lid());
-        std::vector<uint8_t> frame(sizeof(l));
-        std::memcpy(frame.data(), &l, sizeof(l));
-        size_t pad = (pkts.back()[1] >> 4) & 3;
-        frame.insert(frame.end(), pkts.back().begin(), pkts.back().end() - long(pad));
-        ASSERT_EQ(port->send(frame, {}), status::ok);
+        ASSERT_EQ(port->send(frame_to_other(pkts.back()), {}), status::ok);
     }
     ASSERT_EQ(port->end_batch(), status::ok);
 
@@ -419,11 +420,7 @@ TEST_F(roce_port_test, a_burst_leaves_as_one_gso_send_each_segment_protected_wit
         size_t len = pkts[i].size() + 4;
         ASSERT_LE(off + len, all.size());
         EXPECT_TRUE(std::equal(pkts[i].begin(), pkts[i].end(), all.begin() + long(off))) << i;
-        roce::ipv4_hdr ip;
-        roce::udp_hdr  udp;
-        roce::headers_of({localhost, localhost, udp_port, other.port}, len, ip, udp);
-        ip.id.set(i);
-        auto c = reference_icrc(bytes_of(ip, udp), pkts[i]);
+        auto c = expected_icrc(udp_port, other.port, pkts[i], i);
         EXPECT_TRUE(std::equal(c.begin(), c.end(), all.begin() + long(off + len - 4))) << i;
         off += len;
     }

@@ -238,20 +238,34 @@ fi
 # or Open MPI's runtime first) well before the job's time-out.
 bound=30
 HOSTS_TIMEOUT=90
-hosts_mpirun --host "$(hosts_list 1)" -np 2 -x UCX_TLS=mlx4x,self \
-    -x UCX_MLX4X_NETDEV=eth0 -x UCX_MLX4X_TIMEOUT=0.5s -x MLX4X_LIB "$HOSTS_WHERE" "$RUN" \
-    "$top_builddir/test/mpi/mpi_until_file" "$HOSTS_DIR/never" 80 >"$log" 2>&1 &
-jpid=$!
-if wait_for_line "$log" '^ready' $jpid; then
+# failure_job CMD...: one rank per host exchanging messages until told to
+# stop, CMD run once they flow; then $rc, $secs (since CMD) and $why (the
+# log's first error line). Non-zero, the job stopped, when it did not
+# start across the hosts.
+failure_job() {
+    hosts_mpirun --host "$(hosts_list 1)" -np 2 -x UCX_TLS=mlx4x,self \
+        -x UCX_MLX4X_NETDEV=eth0 -x UCX_MLX4X_TIMEOUT=0.5s -x MLX4X_LIB "$HOSTS_WHERE" "$RUN" \
+        "$top_builddir/test/mpi/mpi_until_file" "$HOSTS_DIR/never" 80 >"$log" 2>&1 &
+    jpid=$!
+    if ! wait_for_line "$log" '^ready' $jpid; then
+        kill $jpid 2>/dev/null
+        wait $jpid
+        return 1
+    fi
     sleep 1                              # messages flowing
     t0=$(now)
-    for p in $(ip netns pids "$HOST_NS_2"); do
-        [ "$(cat /proc/$p/comm 2>/dev/null)" = mpi_until_file ] && kill -9 "$p"
-    done
+    "$@"
     wait $jpid
     rc=$?
     secs=$(since "$t0")
-    why=$(grep -m 1 -E 'ERROR|lost communication|exited on signal|error' "$log")
+    why=$(grep -m 1 -E 'retry|ERROR|lost communication|exited on signal|error' "$log")
+}
+kill_host_2_rank() {
+    for p in $(ip netns pids "$HOST_NS_2"); do
+        [ "$(cat /proc/$p/comm 2>/dev/null)" = mpi_until_file ] && kill -9 "$p"
+    done
+}
+if failure_job kill_host_2_rank; then
     # Before the bound, so not the job's time-out (timeout's own status).
     if [ $rc -ne 0 ] && awk -v s="$secs" -v b=$bound 'BEGIN { exit !(s < b) }'; then
         ok "(d) rank 1 (host 2) killed: the job ended with status $rc after $secs s (bound $bound s): $why"
@@ -260,8 +274,6 @@ if wait_for_line "$log" '^ready' $jpid; then
         show
     fi
 else
-    kill $jpid 2>/dev/null
-    wait $jpid
     fail "(d) the job to kill a rank of did not start across the hosts"
     tail -n 20 "$log"
 fi
@@ -273,18 +285,7 @@ fi
 # (its daemon's TCP keepalive, 7 s); either well before the bound.
 hosts_down
 hosts_up 2 2>"$log" || { fail "(e) hosts_up 2 again: $(cat "$log")"; rm -f "$log"; finish; }
-hosts_mpirun --host "$(hosts_list 1)" -np 2 -x UCX_TLS=mlx4x,self \
-    -x UCX_MLX4X_NETDEV=eth0 -x UCX_MLX4X_TIMEOUT=0.5s -x MLX4X_LIB "$HOSTS_WHERE" "$RUN" \
-    "$top_builddir/test/mpi/mpi_until_file" "$HOSTS_DIR/never" 80 >"$log" 2>&1 &
-jpid=$!
-if wait_for_line "$log" '^ready' $jpid; then
-    sleep 1                              # messages flowing
-    t0=$(now)
-    hosts_link 2 down
-    wait $jpid
-    rc=$?
-    secs=$(since "$t0")
-    why=$(grep -m 1 -E 'retry|ERROR|lost communication|error' "$log")
+if failure_job hosts_link 2 down; then
     if [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ $rc -ne 137 ] &&
        awk -v s="$secs" -v b=$bound 'BEGIN { exit !(s < b) }'; then
         ok "(e) host 2's cable cut: the job ended with status $rc after $secs s (bound $bound s): $why"
@@ -294,8 +295,6 @@ if wait_for_line "$log" '^ready' $jpid; then
     fi
     hosts_link 2 up
 else
-    kill $jpid 2>/dev/null
-    wait $jpid
     fail "(e) the job to cut the cable of did not start across the hosts"
     tail -n 20 "$log"
 fi

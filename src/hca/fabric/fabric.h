@@ -10,6 +10,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <span>
 #include <string>
@@ -212,6 +213,23 @@ public:
     /// Clears old wake-ups and asks senders to signal wakeup_fd() at the
     /// next frame. False when a frame is already waiting: do not sleep.
     virtual bool arm_wakeup() { return false; }
+
+protected:
+    /// send() for a port whose frames are written in place: reserve(),
+    /// the header and payload copied in, commit().
+    status send_in_place(uint16_t dlid, std::span<const uint8_t> hdr,
+                         std::span<const uint8_t> payload)
+    {
+        frame_slot f;
+        if (status s = reserve(dlid, hdr.size() + payload.size(), f); s != status::ok) {
+            return s;
+        }
+        std::memcpy(f.data, hdr.data(), hdr.size());
+        if (!payload.empty()) {
+            std::memcpy(f.data + hdr.size(), payload.data(), payload.size());
+        }
+        return commit(f);
+    }
 
 private:
     std::array<uint8_t, max_frame_size> staged_;   ///< reserve()'s default

@@ -499,18 +499,7 @@ status roce_fabric::roce_port::send(std::span<const uint8_t> hdr,
                                     std::span<const uint8_t> payload)
 {
     uint16_t dlid = frame_dlid(hdr);
-    if (!is_remote_lid(dlid)) {
-        return local_->send(hdr, payload);
-    }
-    frame_slot f;
-    if (status s = reserve_datagram(dlid, hdr.size() + payload.size(), f); s != status::ok) {
-        return s;
-    }
-    std::memcpy(f.data, hdr.data(), hdr.size());
-    if (!payload.empty()) {
-        std::memcpy(f.data + hdr.size(), payload.data(), payload.size());
-    }
-    return commit_datagram(f);
+    return is_remote_lid(dlid) ? send_in_place(dlid, hdr, payload) : local_->send(hdr, payload);
 }
 
 status roce_fabric::roce_port::send_alone(std::span<const uint8_t> frame)

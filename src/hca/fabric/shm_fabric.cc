@@ -279,7 +279,7 @@ public:
             send_multicast(dlid, hdr, payload);
             return status::ok;
         }
-        return send_to(dlid, hdr, payload);
+        return send_in_place(dlid, hdr, payload);
     }
 
     status join_multicast(uint16_t mlid) override
@@ -323,26 +323,13 @@ private:
             }
             for (const auto &g : e.multicast) {
                 if (g.load(std::memory_order_acquire) == mlid) {
-                    (void)send_to(uint16_t(i + 1), hdr, payload);
+                    (void)send_in_place(uint16_t(i + 1), hdr, payload);
                     break;
                 }
             }
         }
     }
 
-    status send_to(uint16_t dlid, std::span<const uint8_t> hdr,
-                   std::span<const uint8_t> payload)
-    {
-        frame_slot f;
-        if (status s = reserve(dlid, hdr.size() + payload.size(), f); s != status::ok) {
-            return s;
-        }
-        std::memcpy(f.data, hdr.data(), hdr.size());
-        if (!payload.empty()) {
-            std::memcpy(f.data + hdr.size(), payload.data(), payload.size());
-        }
-        return commit(f);
-    }
 
 public:
     status reserve(uint16_t dlid, size_t len, frame_slot &f) override
