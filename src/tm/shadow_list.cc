@@ -1,15 +1,70 @@
 // SPDX-License-Identifier: BSD-3-Clause
 #include "tm/shadow_list.h"
 
+#include <bit>
+
 namespace mlx4x::tm {
 
 shadow_list::shadow_list(uint32_t size, uint32_t max_ops, uint32_t sync_every)
-    : slots_(size), max_ops_(max_ops), sync_every_(sync_every ? sync_every : 1)
+    : slots_(size),
+      by_buffer_(std::bit_ceil(2 * size_t{size} + 1), none),
+      by_buffer_shift_(64 - unsigned(std::countr_zero(by_buffer_.size()))),
+      max_ops_(max_ops), sync_every_(sync_every ? sync_every : 1)
 {
     for (uint32_t i = size; i-- > 0;) {
         slots_[i].next_free = free_head_;
         free_head_ = i;
     }
+}
+
+/// Fibonacci hashing of the address: its top bits pick the bucket.
+size_t shadow_list::bucket_of(const void *buffer) const
+{
+    return size_t((uint64_t(reinterpret_cast<uintptr_t>(buffer)) * 0x9e3779b97f4a7c15ull) >>
+                  by_buffer_shift_);
+}
+
+bool shadow_list::buffer_posted(const void *buffer) const
+{
+    size_t mask = by_buffer_.size() - 1;
+    for (size_t b = bucket_of(buffer); by_buffer_[b] != none; b = (b + 1) & mask) {
+        if (slots_[by_buffer_[b]].r.buffer == buffer) {
+            return true;
+        }
+    }
+    return false;
+}
+
+void shadow_list::index_slot(uint32_t index)
+{
+    size_t mask = by_buffer_.size() - 1;
+    size_t b    = bucket_of(slots_[index].r.buffer);
+    while (by_buffer_[b] != none) {
+        b = (b + 1) & mask;
+    }
+    by_buffer_[b] = index;
+}
+
+/// Removes `index` (not just any slot of its buffer: a force-cancelled
+/// slot keeps its buffer's address after a new one took it) and closes
+/// the gap by moving back the entries of its probe run that may live there
+/// (linear probing's deletion; no tombstones to age the table).
+void shadow_list::unindex_slot(uint32_t index)
+{
+    size_t mask = by_buffer_.size() - 1;
+    size_t hole = bucket_of(slots_[index].r.buffer);
+    while (by_buffer_[hole] != index) {
+        hole = (hole + 1) & mask;   // it is there: indexed() held
+    }
+    for (size_t b = (hole + 1) & mask; by_buffer_[b] != none; b = (b + 1) & mask) {
+        size_t home = bucket_of(slots_[by_buffer_[b]].r.buffer);
+        // The entry at b may fill the hole when its home is not in (hole, b].
+        if (((b - home) & mask) >= ((b - hole) & mask)) {
+            by_buffer_[hole] = by_buffer_[b];
+            hole = b;
+        }
+    }
+    by_buffer_[hole] = none;
 }
 
 bool shadow_list::reserve_op()
@@ -23,15 +78,11 @@ bool shadow_list::reserve_op()
 
 status shadow_list::post(const receive &r, uint32_t &index)
 {
-    // The same buffer twice would let two matches write one buffer. A scan
-    // of the posted slots is what the device's own list walk costs too. A
+    // The same buffer twice would let two matches write one buffer. A
     // force-cancelled receive gave its buffer back already (UCT contract:
     // it may be posted again at once; the old entry's match is dropped).
-    for (const slot &s : slots_) {
-        if (s.state != slot_state::free && !(s.cancel_requested && s.forced) &&
-            s.r.buffer == r.buffer) {
-            return status::already_exists;
-        }
+    if (buffer_posted(r.buffer)) {
+        return status::already_exists;
     }
     if (free_head_ == none || !reserve_op()) {
         return status::exceeds_limit;
@@ -42,6 +93,7 @@ status shadow_list::post(const receive &r, uint32_t &index)
     s = slot{};
     s.r = r;
     s.state = slot_state::posted;
+    index_slot(index);
     ++posted_;
     ++appends_in_flight_;
     return status::ok;
@@ -50,6 +102,9 @@ status shadow_list::post(const receive &r, uint32_t &index)
 void shadow_list::release(uint32_t index)
 {
     slot &s = slots_[index];
+    if (indexed(s)) {
+        unindex_slot(index);
+    }
     s = slot{};
     s.next_free = free_head_;
     free_head_ = index;
@@ -66,6 +121,9 @@ status shadow_list::cancel(uint32_t index, bool forced, cancel_result &out)
         return status::no_resource;
     }
     slot &s = slots_[index];
+    if (forced) {
+        unindex_slot(index);   // its buffer is given back now
+    }
     s.cancel_requested = true;
     s.forced = forced;
     s.remove_in_flight = true;

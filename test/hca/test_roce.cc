@@ -331,10 +331,11 @@ struct roce_port_test : ::testing::Test {
         ASSERT_NE(udp_port, 0);
     }
     /// Polls until a frame arrives or enough polls passed for an idle port
-    /// to have read its socket several times.
+    /// without remote peers to have read its socket several times (every
+    /// 1024th poll).
     void poll_some()
     {
-        for (int i = 0; i < 256 && sink.got.empty(); ++i) {
+        for (int i = 0; i < 4096 && sink.got.empty(); ++i) {
             (void)port->poll(sink, 16);
         }
     }
@@ -435,7 +436,7 @@ TEST_F(roce_port_test, a_gso_batch_arrives_as_its_frames_in_order_a_damaged_one_
     }
     segments[3][20] ^= 1;   // a payload bit of the fourth
     other.send_batch_to(udp_port, segments);
-    for (int i = 0; i < 256 && sink.got.size() < 5; ++i) {
+    for (int i = 0; i < 4096 && sink.got.size() < 5; ++i) {
         (void)port->poll(sink, 16);
     }
     ASSERT_EQ(sink.got.size(), 5u);
@@ -460,7 +461,7 @@ TEST_F(roce_port_test, segments_a_link_cut_arrive_alone_in_any_order)
     auto damaged = datagram_from_other(send_only(0x42, {1, 2, 3, 4}), 7);
     damaged[13] ^= 4;
     other.send_to(udp_port, damaged);
-    for (int i = 0; i < 256 && sink.got.size() < 10; ++i) {
+    for (int i = 0; i < 4096 && sink.got.size() < 10; ++i) {
         (void)port->poll(sink, 16);
     }
     EXPECT_EQ(sink.got.size(), 10u);
@@ -489,8 +490,8 @@ TEST_F(roce_port_test, a_quiet_device_reads_its_socket_long_after_the_last_datag
 {
     // A quiet device asks frame_waiting() before each poll (device::
     // idle_call) and polls only when told. Long after its last datagram
-    // the port reads its socket every 32nd time: that turn must reach a
-    // poll. (Both calls took turns from one count: the turn always fell to
+    // the port reads its socket every 32nd time (every 1024th while it has
+    // no remote peer, as here): that turn must reach a poll. (Both calls took turns from one count: the turn always fell to
     // frame_waiting(), the poll after it never read the socket, and the
     // peers' retries ran out; seen as "transport retry counter exceeded"
     // across hosts at 5 % loss.)
@@ -501,12 +502,38 @@ TEST_F(roce_port_test, a_quiet_device_reads_its_socket_long_after_the_last_datag
     }
     ASSERT_TRUE(sink.got.empty());
     other.send_to(udp_port, datagram_from_other(send_only(0x42, {1, 2, 3, 4})));
-    for (int i = 0; i < 256 && sink.got.empty(); ++i) {
+    for (int i = 0; i < 4096 && sink.got.empty(); ++i) {
         if (port->frame_waiting()) {
             (void)port->poll(sink, 16);
         }
     }
     EXPECT_EQ(sink.got.size(), 1u);
+}
+
+TEST_F(roce_port_test, a_port_reads_its_socket_seldom_until_it_has_a_remote_peer)
+{
+    // A single-host job's port has no remote peer: a system call every
+    // 32nd poll added a third to its 8-byte MPI latency, so it reads the
+    // socket every 1024th poll (a fresh port is cold: the count starts at
+    // its first poll). Once a peer on another host is known, every 32nd
+    // while quiet, as a peer's next message must not wait long.
+    other.send_to(udp_port, datagram_from_other(send_only(0x42, {1, 2, 3, 4})));
+    usleep(1000);   // in the socket's queue before the first poll
+    for (int i = 1; i < 1024; ++i) {
+        (void)port->poll(sink, 16);
+    }
+    EXPECT_TRUE(sink.got.empty()) << "the socket was read before its 1024th poll";
+    (void)port->poll(sink, 16);
+    ASSERT_EQ(sink.got.size(), 1u) << "the socket was not read at its 1024th poll";
+    for (int i = 0; i < (1 << 15); ++i) {   // cold again, now with a peer
+        (void)port->poll(sink, 16);
+    }
+    other.send_to(udp_port, datagram_from_other(send_only(0x43, {1, 2, 3, 4})));
+    usleep(1000);
+    for (int i = 0; i < 32 && sink.got.size() == 1; ++i) {
+        (void)port->poll(sink, 16);
+    }
+    EXPECT_EQ(sink.got.size(), 2u) << "a port with a remote peer waited over 32 polls";
 }
 
 TEST_F(roce_port_test, peek_shows_the_datagram_poll_delivers_next)

@@ -8,6 +8,10 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
+#include <random>
+#include <vector>
+
 namespace mlx4x::tm {
 namespace {
 
@@ -50,6 +54,54 @@ TEST(shadow_list, the_same_buffer_posted_twice_is_rejected)
     ASSERT_EQ(s.post(recv(0), a), status::ok);
     EXPECT_EQ(s.post(recv(0), b), status::already_exists);
     EXPECT_EQ(s.posted(), 1u);
+}
+
+// The duplicate check is a hash of the posted buffers (shadow_list.h):
+// thousands of posts, matches and forced cancels of 128 buffers 64 bytes
+// apart (long probe runs in a 128-bucket table) in random order; a buffer
+// is refused exactly while a receive holds it.
+TEST(shadow_list, a_buffer_is_refused_exactly_while_a_receive_holds_it)
+{
+    constexpr uint32_t size = 64;
+    static char many[128][64];
+    shadow_list s(size, 4 * size);
+    std::mt19937 rng(7);
+    std::map<unsigned, uint32_t> held;      // buffer -> slot of its receive
+    std::vector<uint32_t> forced_pending;   // slots whose REMOVE is under way
+    auto recv_of = [](unsigned b) { return shadow_list::receive{b, 0, many[b], b}; };
+    for (int step = 0; step < 20000; ++step) {
+        unsigned b = rng() % 128;
+        uint32_t slot;
+        status st = s.post(recv_of(b), slot);
+        if (held.count(b)) {
+            ASSERT_EQ(st, status::already_exists) << "step " << step;
+        } else if (held.size() + forced_pending.size() == size) {
+            ASSERT_EQ(st, status::exceeds_limit) << "step " << step;
+        } else {
+            ASSERT_EQ(st, status::ok) << "step " << step;
+            s.on_append_done(slot, true);
+            held[b] = slot;
+        }
+        if (held.empty() || rng() % 3 == 0) {
+            continue;
+        }
+        auto it = std::next(held.begin(), long(rng() % held.size()));
+        shadow_list::receive r;
+        if (rng() % 2) {
+            ASSERT_TRUE(s.on_match(it->second, r));
+            EXPECT_EQ(r.buffer, many[it->first]);
+        } else {
+            cancel_result how;
+            ASSERT_EQ(s.cancel(it->second, true, how), status::ok);
+            forced_pending.push_back(it->second);
+        }
+        held.erase(it);
+        if (!forced_pending.empty() && rng() % 2) {
+            EXPECT_FALSE(s.on_remove_done(forced_pending.back(), true, r));
+            forced_pending.pop_back();
+        }
+    }
+    EXPECT_EQ(s.posted(), held.size() + forced_pending.size());
 }
 
 TEST(shadow_list, a_buffer_may_be_posted_again_right_after_a_forced_cancel_only)
