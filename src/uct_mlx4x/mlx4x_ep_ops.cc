@@ -251,7 +251,7 @@ extern "C" ssize_t uct_mlx4x_ep_am_bcopy(uct_ep_h h, uint8_t id,
     if (ucs_status_t st = tx_check(e); st != UCS_OK) {
         return st;
     }
-    uint8_t *buf = e.bounce_slot();
+    uint8_t *buf = e.bounce_slot_for_pack();
     buf[0]       = uint8_t(ib::tmh_opcode::no_tag);
     buf[1]       = id;
     size_t len   = pack_cb(buf + sizeof(am_hdr), arg);

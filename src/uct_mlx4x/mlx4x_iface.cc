@@ -67,7 +67,7 @@ interface::interface(uct_mlx4x_iface_t *uct, memory_domain &m, const uct_mlx4x_i
 /// The interface's settings, each refused with the reason it is wrong.
 status interface::check_config() const
 {
-    if (seg_size_ < 64 || seg_size_ > (size_t{1} << 20) || !cfg_.tx_queue_len ||
+    if (seg_size_ < 4 * bounce_headroom || seg_size_ > (size_t{1} << 20) || !cfg_.tx_queue_len ||
         !cfg_.rx_queue_len) {
         MLX4X_ERROR("invalid UCX_MLX4X_SEG_SIZE/TX_QUEUE_LEN/RX_QUEUE_LEN");
         return status::invalid_param;

@@ -212,7 +212,7 @@ extern "C" ucs_status_t uct_mlx4x_iface_query(uct_iface_h h, uct_iface_attr_t *a
     size_t mtu                = i.ctx().port().mtu;
     // UCT counts the 8-byte am_short header in max_short.
     attr->cap.am.max_short    = i.max_inline() - sizeof(am_hdr);
-    attr->cap.am.max_bcopy    = i.seg_size() - sizeof(am_hdr);
+    attr->cap.am.max_bcopy    = i.pack_room() - sizeof(am_hdr);
     attr->cap.am.min_zcopy    = 0;
     // Header and payload together (UCX's rc convention: UCP subtracts the
     // headers it sends from max_zcopy, and sizes its largest AM user header
@@ -251,7 +251,7 @@ extern "C" ucs_status_t uct_mlx4x_iface_query(uct_iface_h h, uct_iface_attr_t *a
         t.recv.max_iov         = 1;
         t.recv.max_outstanding = i.srq().tm_list_size();
         t.eager.max_short      = i.max_inline() - sizeof(ib::tmh);
-        t.eager.max_bcopy      = i.seg_size() - sizeof(ib::tmh);
+        t.eager.max_bcopy      = i.pack_room() - sizeof(ib::tmh);
         t.eager.max_zcopy      = i.seg_size() - sizeof(ib::tmh);
         t.eager.max_iov        = max_iov - 1;   // one entry carries the tmh
         t.rndv.max_zcopy       = max_rdma_zcopy;

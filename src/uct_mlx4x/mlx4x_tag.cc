@@ -125,7 +125,7 @@ extern "C" ssize_t uct_mlx4x_ep_tag_eager_bcopy(uct_ep_h h, uct_tag_t tag,
     if (ucs_status_t st = tx_check(e); st != UCS_OK) {
         return st;
     }
-    uint8_t *buf = e.bounce_slot();
+    uint8_t *buf = e.bounce_slot_for_pack();
     size_t   len = pack_cb(buf + sizeof(ib::tmh), arg);
     drv::sge sg{reinterpret_cast<uint64_t>(buf), uint32_t(sizeof(ib::tmh) + len),
                 e.bounce.mr->lkey()};

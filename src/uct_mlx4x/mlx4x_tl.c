@@ -92,8 +92,9 @@ static ucs_config_field_t uct_mlx4x_iface_config_table[] = {
      UCS_CONFIG_TYPE_TABLE(uct_iface_config_table)},
 
     {"SEG_SIZE", "8k",
-     "Largest active message or RDMA payload sent from a bounce buffer\n"
-     "(am_bcopy / put_bcopy), in bytes.",
+     "Size of a bounce buffer and of a receive buffer, in bytes (256 to 1M):\n"
+     "the largest put_bcopy / get_bcopy; am_bcopy and tag_eager_bcopy carry\n"
+     "64 bytes less than the rest (their packet starts 64 bytes in).",
      ucs_offsetof(uct_mlx4x_iface_config_t, seg_size), UCS_CONFIG_TYPE_MEMUNITS},
 
     {"TX_QUEUE_LEN", "256",

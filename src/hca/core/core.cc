@@ -5,6 +5,7 @@
 // interrupts (C68), asynchronous events, and the catastrophic error an EQ
 // overflow is (E12).
 #include "hca/core/core.h"
+#include "hca/base/copy.h"
 #include "hca/base/log.h"
 
 #include <algorithm>
@@ -89,7 +90,7 @@ scatter_result core::scatter_segs(const qp &q, const uint8_t *segs,
             }
             uint32_t from = uint32_t(offset + done - pos);
             size_t   cnt  = std::min<size_t>(n - from, data.size() - done);
-            std::memcpy(dma<uint8_t>(addr) + from, data.data() + done, cnt);
+            copy_bytes(dma<uint8_t>(addr) + from, data.data() + done, cnt);
             done += cnt;
         }
         pos += n;

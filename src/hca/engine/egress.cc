@@ -3,6 +3,7 @@
 // place in the destination's ring, multicast staged), and a multicast one
 // looped back to this HCA's own members.
 #include "hca/engine/egress.h"
+#include "hca/base/copy.h"
 
 #include <array>
 #include <cstring>
@@ -46,7 +47,7 @@ status egress::emit(const tx_packet &p)
         }
     } else {
         if (!payload.empty()) {
-            std::memcpy(f.data + hdr_len, payload.data(), payload.size());
+            copy_bytes(f.data + hdr_len, payload.data(), payload.size());
         }
         s = hca_.commit_frame(f);
     }
@@ -64,7 +65,7 @@ void egress::loop_back_multicast(std::span<const uint8_t> hdr,
         return;
     }
     std::memcpy(loopback_frame_.data(), hdr.data(), hdr.size());
-    std::memcpy(loopback_frame_.data() + hdr.size(), payload.data(), payload.size());
+    copy_bytes(loopback_frame_.data() + hdr.size(), payload.data(), payload.size());
     (void)loopback_.on_frame({loopback_frame_.data(), hdr.size() + payload.size()});
 }
 

@@ -568,7 +568,7 @@ bool requester::gather_payload(qp &q, const send_wqe &w, uint32_t offset,
                 out = {data + from, cnt};   // contiguous: no staging copy
                 copied = len;
             } else {
-                std::memcpy(stage + copied, data + from, cnt);
+                copy_bytes(stage + copied, data + from, cnt);
                 copied += cnt;
                 out = {stage, copied};
             }

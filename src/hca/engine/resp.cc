@@ -3,6 +3,7 @@
 // posted tags, RDMA WRITEs and READs after their R_Key checks, responder
 // resources and the queue of READ responses and atomic ACKs.
 #include "hca/engine/responder.h"
+#include "hca/base/copy.h"
 #include "hca/engine/completer.h"
 #include "hca/engine/tag_matcher.h"
 #include "hca/engine/egress.h"
@@ -474,8 +475,8 @@ void responder::respond_write(qp &q, const pkt &p)
         // A zero-length WRITE names no memory: its VA may be anything,
         // NULL included (its R_Key and VA are not checked, check_rkey), and
         // memcpy(NULL, ..., 0) is undefined behaviour all the same.
-        std::memcpy(reinterpret_cast<void *>(static_cast<uintptr_t>(q.resp.write_va)),
-                    p.payload.data(), p.payload.size());
+        copy_bytes(reinterpret_cast<void *>(static_cast<uintptr_t>(q.resp.write_va)),
+                   p.payload.data(), p.payload.size());
     }
     q.resp.write_va   += p.payload.size();
     q.resp.write_left -= uint32_t(p.payload.size());

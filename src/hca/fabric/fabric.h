@@ -4,6 +4,7 @@
 // the same bytes (one packet path: loopback may not skip the protocol).
 #pragma once
 
+#include "hca/base/copy.h"
 #include "hca/base/status.h"
 #include "hca/ib/ib_hdr.h"
 
@@ -226,7 +227,7 @@ protected:
         }
         std::memcpy(f.data, hdr.data(), hdr.size());
         if (!payload.empty()) {
-            std::memcpy(f.data + hdr.size(), payload.data(), payload.size());
+            copy_bytes(f.data + hdr.size(), payload.data(), payload.size());
         }
         return commit(f);
     }

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: BSD-3-Clause
 #include "hca/fabric/shm_fabric.h"
+#include "hca/base/copy.h"
 #include "hca/fabric/shm_producer.h"
 #include "hca/fabric/shm_region.h"
 #include "hca/base/log.h"
@@ -358,7 +359,7 @@ public:
         if (status s = claim(dlid, frame.size(), f, fresh, false); s != status::ok) {
             return s;
         }
-        std::memcpy(f.data, frame.data(), frame.size());
+        copy_bytes(f.data, frame.data(), frame.size());
         publish(f);
         if (f.wake) {
             // Rare (the owner sleeps): a socket of its own, not wake_tx_.
