@@ -111,6 +111,10 @@ struct wqe_track {
     /// A READ asked for in requests of read_request_packets: a response
     /// LAST ends each of them.
     bool     chunked : 1 = false;
+    /// Known unsignalled when sent (no CQE at completion, C64): its
+    /// retirement need not read the WQE's control segment again, a cache
+    /// line written long before. false: not known, the WQE is read.
+    bool     unsignaled : 1 = false;
 };
 static_assert(sizeof(wqe_track) == 12);
 

@@ -158,7 +158,10 @@ requester::send_inline_message(qp &q, const uint8_t *wqe, size_t room)
     }
     // status::unreachable: lost on the wire, as in emit()'s callers.
 
-    q.req.track[q.req.cur_wqe & (q.sq_size() - 1)] = {psn, 1};
+    q.req.track[q.req.cur_wqe & (q.sq_size() - 1)] = {
+        .first_psn  = psn,
+        .npackets   = 1,
+        .unsignaled = !(ctrl.srcrb_flags.get() & prm::ctrl_cq_update)};
     q.req.next_psn = ib::psn_add(psn, 1);
     comp_.start_ack_timer(q);
     q.req.cur_offset = 0;

@@ -367,7 +367,10 @@ void requester::request_packet_sent(qp &q, const send_wqe &w, uint32_t psn, bool
                                  bool last, uint32_t next)
 {
     if (first) {
-        q.req.track[q.req.cur_wqe & (q.sq_size() - 1)] = {psn, packets_of(w.total_len, q.mtu)};
+        q.req.track[q.req.cur_wqe & (q.sq_size() - 1)] = {
+            .first_psn  = psn,
+            .npackets   = packets_of(w.total_len, q.mtu),
+            .unsignaled = !w.signaled};
         start_timing(q, w, false);
         // sq_head is the next WQE not yet started, so rewind() and the
         // error paths see the one being sent.
@@ -530,7 +533,8 @@ void requester::single_request_sent(qp &q, const send_wqe &w, uint32_t psn,
         .rd_atomic = rd_atomic,
         .shared    = op == uint8_t(opcode::x_rdma_read_direct_shared),
         .direct    = direct,
-        .chunked   = read && chunks_reads(q)};
+        .chunked   = read && chunks_reads(q),
+        .unsignaled = !w.signaled};
     if (q.req.cur_offset == 0) {   // not a READ asked for from its middle
         start_timing(q, w, direct);
     }
