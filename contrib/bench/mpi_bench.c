@@ -1,9 +1,11 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
-/* OSU-style 2-rank MPI benchmarks for the side-by-side suite
- * (contrib/bench/run-bench.sh). Rank 0 prints; columns follow the OSU
+/* OSU-style MPI benchmarks for the side-by-side suite
+ * (contrib/bench/run-bench.sh): point to point between 2 ranks, and
+ * collectives on any number. Rank 0 prints; columns follow the OSU
  * micro-benchmarks so existing tooling can read them.
  *
  *   mpirun -np 2 [mlx4x-run] mpi_bench MODE [-q] [-m MIN] [-M MAX]
+ *   mpirun -np N [mlx4x-run] mpi_bench allreduce|alltoall|bcast ...
  *
  * MODE
  *   lat      ping-pong latency, half round trip       "# Size  Latency (us)"
@@ -20,8 +22,14 @@
  *            MPI_Get of 8 bytes, each with MPI_Win_flush, one at a time
  *            "# Op  Ops  Median (us)  p99 (us)  Max (us)"; run it with
  *            --mca osc ucx (on one node Open MPI otherwise maps the window).
+ *   allreduce MPI_Allreduce of SIZE/4 floats (sum), as osu_allreduce
+ *   alltoall  MPI_Alltoall of SIZE bytes to each rank, as osu_alltoall
+ *   bcast     MPI_Bcast of SIZE bytes from rank 0, as osu_bcast
+ *            "# Size  Avg Latency (us)": each rank's mean time per call,
+ *            averaged over the ranks (OSU's figure).
  * Sizes go from MIN to MAX in powers of two (overlap: powers of four).
- * Defaults: lat/bw/bibw 1 B .. 4 MiB, mr 1 B .. 8 KiB, overlap 1 .. 16 MiB.
+ * Defaults: lat/bw/bibw 1 B .. 4 MiB, mr 1 B .. 8 KiB, overlap 1 .. 16 MiB,
+ * collectives 8 B .. 1 MiB.
  * -q runs about a tenth of the iterations (smoke test); MPI_BENCH_ITERS=N in
  * the environment runs N (plus the warm-up tenth) for every size.
  * MB/s is 10^6 bytes per second, as in OSU. Data is not verified here
@@ -35,9 +43,15 @@
 
 #define WINDOW 64
 
-enum mode { M_LAT, M_BW, M_BIBW, M_MR, M_OVERLAP, M_PASSIVE };
+enum mode { M_LAT, M_BW, M_BIBW, M_MR, M_OVERLAP, M_PASSIVE,
+            M_ALLREDUCE, M_ALLTOALL, M_BCAST };
 
-static int rank, peer, quick;
+static int rank, nranks, peer, quick;
+
+static int collective(enum mode m)
+{
+    return m == M_ALLREDUCE || m == M_ALLTOALL || m == M_BCAST;
+}
 static unsigned char *sbuf, *rbuf;
 
 static int iters_for(enum mode m, size_t size)
@@ -54,6 +68,9 @@ static int iters_for(enum mode m, size_t size)
     case M_BW:
     case M_BIBW: n = size <= 8192 ? 200 : size <= 262144 ? 50 : 20; break;
     case M_MR:   n = 2000; break;
+    case M_ALLREDUCE:
+    case M_ALLTOALL:
+    case M_BCAST: n = size <= 8192 ? 2000 : size <= 262144 ? 200 : 50; break;
     default:     n = 50; break;
     }
     if (quick) {
@@ -128,6 +145,40 @@ static double stream(enum mode m, size_t size, long *msgs)
     double t = MPI_Wtime() - t0;
     *msgs = (long)iters * WINDOW * (bidir ? 2 : 1);
     return t;
+}
+
+/* ---- collectives ------------------------------------------------------ */
+
+/* OSU's average latency of one collective of `size` bytes: every rank's
+ * mean time per call, averaged over the ranks (a barrier before the timed
+ * calls only, as osu_allreduce). */
+static double coll(enum mode m, size_t size)
+{
+    int iters = iters_for(m, size), skip = skip_for(iters);
+    int floats = size / sizeof(float) > 0 ? (int)(size / sizeof(float)) : 1;
+    double t0 = 0;
+
+    MPI_Barrier(MPI_COMM_WORLD);
+    for (int i = 0; i < iters + skip; ++i) {
+        if (i == skip) {
+            t0 = MPI_Wtime();
+        }
+        switch (m) {
+        case M_ALLREDUCE:
+            MPI_Allreduce(sbuf, rbuf, floats, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+            break;
+        case M_ALLTOALL:
+            MPI_Alltoall(sbuf, (int)size, MPI_BYTE, rbuf, (int)size, MPI_BYTE,
+                         MPI_COMM_WORLD);
+            break;
+        default:
+            MPI_Bcast(sbuf, (int)size, MPI_BYTE, 0, MPI_COMM_WORLD);
+            break;
+        }
+    }
+    double mine = (MPI_Wtime() - t0) * 1e6 / iters, sum = 0;
+    MPI_Reduce(&mine, &sum, 1, MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD);
+    return sum / nranks;
 }
 
 /* ---- overlap ---------------------------------------------------------- */
@@ -259,8 +310,8 @@ static void overlap(size_t size, double per_us, double out[4])
 
 static void usage(void)
 {
-    fprintf(stderr, "usage: mpi_bench lat|bw|bibw|mr|overlap|passive [-q] [-m MIN] "
-            "[-M MAX]\n");
+    fprintf(stderr, "usage: mpi_bench lat|bw|bibw|mr|overlap|passive|allreduce|alltoall|bcast "
+            "[-q] [-m MIN] [-M MAX]\n");
 }
 
 static void print_ops(const char *op, double *v, int n)
@@ -327,7 +378,6 @@ static void passive(void)
 
 int main(int argc, char **argv)
 {
-    int nranks;
     enum mode m;
     size_t min = 1, max = 4u << 20;
 
@@ -356,6 +406,11 @@ int main(int argc, char **argv)
         max = 16u << 20;
     } else if (!strcmp(argv[1], "passive")) {
         m = M_PASSIVE;
+    } else if (!strcmp(argv[1], "allreduce") || !strcmp(argv[1], "alltoall") ||
+               !strcmp(argv[1], "bcast")) {
+        m = argv[1][1] == 'l' ? (argv[1][3] == 'r' ? M_ALLREDUCE : M_ALLTOALL) : M_BCAST;
+        min = 8;
+        max = 1u << 20;
     } else {
         if (rank == 0) {
             usage();
@@ -378,9 +433,10 @@ int main(int argc, char **argv)
             return 2;
         }
     }
-    if (nranks != 2) {
+    if (collective(m) ? nranks < 2 : nranks != 2) {
         if (rank == 0) {
-            fprintf(stderr, "mpi_bench needs exactly 2 ranks\n");
+            fprintf(stderr, "mpi_bench %s needs %s 2 ranks\n", argv[1],
+                    collective(m) ? "at least" : "exactly");
         }
         MPI_Abort(MPI_COMM_WORLD, 2);
     }
@@ -391,14 +447,16 @@ int main(int argc, char **argv)
         MPI_Abort(MPI_COMM_WORLD, 2);
     }
     peer = 1 - rank;
-    sbuf = aligned_alloc(4096, (max + 4095) & ~(size_t)4095);
-    rbuf = aligned_alloc(4096, (max + 4095) & ~(size_t)4095);
+    /* An all-to-all sends and receives a block per rank. */
+    size_t room = (max * (m == M_ALLTOALL ? (size_t)nranks : 1) + 4095) & ~(size_t)4095;
+    sbuf = aligned_alloc(4096, room);
+    rbuf = aligned_alloc(4096, room);
     if (!sbuf || !rbuf) {
         fprintf(stderr, "mpi_bench: out of memory\n");
         MPI_Abort(MPI_COMM_WORLD, 1);
     }
-    memset(sbuf, 'a', max);
-    memset(rbuf, 'b', max);
+    memset(sbuf, 0, room);   /* zero: floats the allreduce may add */
+    memset(rbuf, 'b', room);
     if (m == M_PASSIVE) {
         if (rank == 0) {
             printf("# mpi_bench: passive-target RMA to a computing rank (8 B, flushed one by one)\n");
@@ -436,6 +494,12 @@ int main(int argc, char **argv)
                    "Compute (us)", "Total (us)", "Overlap (%)");
             break;
         case M_PASSIVE:   /* passive() printed its own */
+            break;
+        case M_ALLREDUCE:
+        case M_ALLTOALL:
+        case M_BCAST:
+            printf("# mpi_bench: OSU-style MPI %s latency test (%d ranks)\n", argv[1], nranks);
+            printf("%-10s%18s\n", "# Size", "Avg Latency (us)");
             break;
         }
         fflush(stdout);
@@ -477,6 +541,14 @@ int main(int argc, char **argv)
             }
             break;
         case M_PASSIVE:
+            break;
+        case M_ALLREDUCE:
+        case M_ALLTOALL:
+        case M_BCAST:
+            t = coll(m, size);
+            if (rank == 0) {
+                printf("%-10zu%18.2f\n", size, t);
+            }
             break;
         }
         if (rank == 0) {

@@ -13,10 +13,16 @@
 # batches as at full speed); the sender's includes one ACK per message,
 # where at full speed the receiver sends one per batch of ~24 (a sender's
 # ACK costs ~170 instructions: on_frame, acknowledged, advance_acked, the
-# ring poll).
+# ring poll). PROFILE_BOTH=1 runs both ranks under callgrind at once
+# instead (one run per length gives both ranks' figures): both are slowed
+# alike, so the sender takes its ACKs as at full speed, but it also spins
+# in its progress loop while the receiver catches up (interface::progress,
+# idle_call, frame_waiting, ucp_worker_progress: the waiting, not work
+# per message).
 #
-# usage: contrib/bench/profile-mpi-rate.sh [short long (iterations of 64
-#        messages; default 1000 4000)] [top functions (default 20)]
+# usage: [PROFILE_BOTH=1] contrib/bench/profile-mpi-rate.sh [short long
+#        (iterations of 64 messages; default 1000 4000)] [top functions
+#        (default 20)]
 # Needs valgrind, mpicc/mpirun and the built plugin (MLX4X_LIB as for
 # mlx4x-run). About 5 minutes on 2 cores.
 set -u
@@ -37,6 +43,9 @@ mpicc -O2 -std=c11 -o "$out/mpi_bench" "$top/contrib/bench/mpi_bench.c" ||
 # The rank to profile goes through this wrapper, the other runs as is.
 cat >"$out/under-callgrind" <<'EOF'
 #!/bin/sh
+if [ "$PROFILE_RANK" = both ]; then
+    exec valgrind --tool=callgrind --callgrind-out-file="$PROFILE_OUT.$OMPI_COMM_WORLD_RANK" "$@" 2>/dev/null
+fi
 if [ "$OMPI_COMM_WORLD_RANK" = "$PROFILE_RANK" ]; then
     exec valgrind --tool=callgrind --callgrind-out-file="$PROFILE_OUT" "$@" 2>/dev/null
 fi
@@ -45,6 +54,7 @@ EOF
 chmod +x "$out/under-callgrind"
 
 # stream TRANSPORT RANK ITERATIONS: one callgrind run, its file's path printed
+# (RANK both: the path both ranks' files start with, .0 and .1 appended)
 stream() {
     local cg="$out/$1.r$2.$3.cg"
     local -a mpirun=(timeout -k 10 900 mpirun --allow-run-as-root --oversubscribe -np 2
@@ -59,21 +69,31 @@ stream() {
             "${mpirun[@]}" -x UCX_TLS=sm,self --mca pml ucx "$out/under-callgrind" \
             "$out/mpi_bench" mr -m 8 -M 8 >"$cg.log" 2>&1 ;;
     esac
-    [ -s "$cg" ] || { echo "profile-mpi-rate: $1 rank $2 failed, see:" >&2; cat "$cg.log" >&2; exit 1; }
+    local f=$cg
+    [ "$2" = both ] && f=$cg.1
+    [ -s "$f" ] || { echo "profile-mpi-rate: $1 rank $2 failed, see:" >&2; cat "$cg.log" >&2; exit 1; }
     echo "$cg"
 }
 
 # Messages a run of N iterations sends: N and mpi_bench's warm-up tenth.
 messages() { local skip=$(($1 / 10)); [ $skip -gt 1 ] || skip=1; echo $((($1 + skip) * 64)); }
 
-echo "# Instructions per 8-byte MPI message (mpi_bench mr, window 64; runs of $short and $long iterations)"
+echo "# Instructions per 8-byte MPI message (mpi_bench mr, window 64; runs of $short and $long iterations$([ "${PROFILE_BOTH:-0}" = 1 ] && echo ', both ranks under callgrind at once'))"
 for t in mlx4x sm; do
+    if [ "${PROFILE_BOTH:-0}" = 1 ]; then
+        a=$(stream $t both "$short") || exit 1
+        b=$(stream $t both "$long") || exit 1
+    fi
     for r in 0 1; do
-        a=$(stream $t $r "$short") || exit 1
-        b=$(stream $t $r "$long") || exit 1
+        if [ "${PROFILE_BOTH:-0}" = 1 ]; then
+            fa=$a.$r fb=$b.$r
+        else
+            fa=$(stream $t $r "$short") || exit 1
+            fb=$(stream $t $r "$long") || exit 1
+        fi
         echo
         echo "## $t, rank $r ($([ $r = 0 ] && echo sender || echo receiver))"
-        python3 "$top/contrib/bench/callgrind-per-msg.py" "$a" "$(messages "$short")" \
-            "$b" "$(messages "$long")" "$nfun"
+        python3 "$top/contrib/bench/callgrind-per-msg.py" "$fa" "$(messages "$short")" \
+            "$fb" "$(messages "$long")" "$nfun"
     done
 done

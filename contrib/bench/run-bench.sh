@@ -8,7 +8,8 @@
 #                1 with -q)
 #   -q           quick mode: about a tenth of the iterations (smoke test)
 #   -o DIR       results directory (default bench-results/<date>, git-ignored)
-#   -s SECTIONS  comma-separated subset of uct,ucp,mpi,passive (default: all)
+#   -s SECTIONS  comma-separated subset of uct,ucp,mpi,coll,passive (default:
+#                all)
 #
 # UCT   ucx_perftest server/client pairs on localhost: am_lat, put_lat,
 #       put_bw, get (bandwidth). mlx4x: -x mlx4x -d mlx4x_0:1 through
@@ -21,6 +22,9 @@
 # MPI   contrib/bench/mpi_bench.c (built here with mpicc): latency, bandwidth,
 #       bi-directional bandwidth, message rate and receive overlap, each with
 #       mpirun -np 2 over pml ucx on the same three transports.
+# COLL  contrib/bench/mpi_bench.c allreduce, alltoall and bcast, 8 B - 1 MiB,
+#       mpirun -np 4 on this machine's cores (oversubscribed on 2 cores, as
+#       tests and laptops run), the same three transports.
 # PASSIVE contrib/bench/passive-bench.sh: UCP fetch-and-add and GET latency
 #       to a target that progresses and to one that computes without
 #       calling UCP (its CPU idle, then shared with busy processes), the
@@ -50,7 +54,7 @@ cmdline="contrib/bench/run-bench.sh${*:+ $*}"
 runs=""
 quick=0
 out=""
-sections="uct,ucp,mpi,passive"
+sections="uct,ucp,mpi,coll,passive"
 usage() { sed -n '2,/^set -u/{/^set -u/d;s/^# \{0,1\}//;p}' "$0"; }
 while getopts "r:qo:s:h" opt; do
     case $opt in
@@ -73,7 +77,7 @@ case $runs in
 esac
 has_section() { case ",$sections," in *",$1,"*) return 0 ;; esac; return 1; }
 for s in ${sections//,/ }; do
-    case $s in uct | ucp | mpi | passive) ;; *) echo "run-bench: unknown section '$s'" >&2; exit 2 ;; esac
+    case $s in uct | ucp | mpi | coll | passive) ;; *) echo "run-bench: unknown section '$s'" >&2; exit 2 ;; esac
 done
 
 if [ $quick -eq 1 ]; then
@@ -90,7 +94,7 @@ missing=()
 for tool in timeout ucx_perftest ucx_info; do
     command -v $tool >/dev/null 2>&1 || missing+=("$tool")
 done
-if has_section mpi; then
+if has_section mpi || has_section coll; then
     for tool in mpirun mpicc; do
         command -v $tool >/dev/null 2>&1 || missing+=("$tool")
     done
@@ -452,11 +456,27 @@ if has_section mpi; then
     done
 fi
 
+# Collectives at coll_ranks ranks: mode -> headline sizes, as for MPI.
+coll_ranks=4
+coll_modes=(allreduce alltoall bcast)
+for m in "${coll_modes[@]}"; do
+    MPI_HEAD[$m]="8 1024 65536 262144 1048576"
+    MPI_LABEL[$m]="$m ($coll_ranks ranks)"
+    MPI_COL[$m]=2
+done
+if has_section coll; then
+    for m in "${coll_modes[@]}"; do
+        for size in ${MPI_HEAD[$m]}; do
+            row "mpi_${m}_$size" COLL "${MPI_LABEL[$m]}" "$size" us lower "sm<=1.3"
+        done
+    done
+fi
+
 # ---- MPI ----------------------------------------------------------------
 
 mpi_bin="$out/build/mpi_bench"
 mpi_ok=0
-if has_section mpi; then
+if has_section mpi || has_section coll; then
     mkdir -p "$out/build"
     if mpicc -O2 -std=c11 -Wall -o "$mpi_bin" "$top/contrib/bench/mpi_bench.c" >"$out/build/mpicc.log" 2>&1; then
         mpi_ok=1
@@ -466,15 +486,16 @@ if has_section mpi; then
     fi
 fi
 
-# mpi_bench_run VARIANT MODE RUN: one mpirun, headline values recorded; the
-# full table stays in the log for the plots.
+# mpi_bench_run VARIANT MODE RUN [RANKS]: one mpirun (2 ranks unless
+# told), headline values recorded; the full table stays in the log for
+# the plots.
 mpi_bench_run() {
-    local v=$1 m=$2 r=$3 logf="$out/raw/mpi_$2.$1.r$3.log" rc size val
+    local v=$1 m=$2 r=$3 np=${4:-2} logf="$out/raw/mpi_$2.$1.r$3.log" rc size val
     local -a q=()
     [ $quick -eq 1 ] && q=(-q)
     note_placement
     if [ $mpi_ok -eq 1 ]; then
-        local -a mpirun=(mpirun --allow-run-as-root --oversubscribe -np 2)
+        local -a mpirun=(mpirun --allow-run-as-root --oversubscribe -np "$np")
         case $v in
         mlx4x)
             # Overlap is what the engine thread is for; the rest measures
@@ -542,6 +563,13 @@ for ((r = 1; r <= runs; r++)); do
         for m in "${mpi_modes[@]}"; do
             for v in "${variants[@]}"; do
                 mpi_bench_run "$v" "$m" "$r"
+            done
+        done
+    fi
+    if has_section coll; then
+        for m in "${coll_modes[@]}"; do
+            for v in "${variants[@]}"; do
+                mpi_bench_run "$v" "$m" "$r" "$coll_ranks"
             done
         done
     fi
@@ -726,7 +754,7 @@ mpi_sweep() {
 pngs=()
 make_plots() {
     local gp="$out/data/plots.gp" m
-    for m in lat bw bibw mr overlap; do
+    for m in lat bw bibw mr overlap "${coll_modes[@]}"; do
         mpi_sweep $m
     done
     # Headline ratios as "mlx4x speed relative to X" (latency inverted so
@@ -772,7 +800,10 @@ GP
     for spec in "lat|mpi_latency.png|latency (us)|MPI ping-pong latency (lower is better)" \
                 "bw|mpi_bandwidth.png|bandwidth (MB/s)|MPI streaming bandwidth, window 64 (higher is better)" \
                 "bibw|mpi_bibw.png|bandwidth (MB/s)|MPI bi-directional bandwidth, window 64 (higher is better)" \
-                "mr|mpi_msgrate.png|million messages/s|MPI message rate, window 64 (higher is better)"; do
+                "mr|mpi_msgrate.png|million messages/s|MPI message rate, window 64 (higher is better)" \
+                "allreduce|mpi_allreduce.png|latency (us)|MPI_Allreduce, $coll_ranks ranks on $(nproc) cores (lower is better)" \
+                "alltoall|mpi_alltoall.png|latency (us)|MPI_Alltoall, $coll_ranks ranks on $(nproc) cores (lower is better)" \
+                "bcast|mpi_bcast.png|latency (us)|MPI_Bcast, $coll_ranks ranks on $(nproc) cores (lower is better)"; do
         IFS='|' read -r m png ylab ttl <<<"$spec"
         [ -s "$out/data/mpi_$m.dat" ] || continue
         [ "$(wc -l <"$out/data/mpi_$m.dat")" -gt 1 ] || continue
@@ -902,7 +933,7 @@ md="$out/results.md"
     echo "† mlx4x and that transport ran this run's figure in different placements of the two cores (a cache-line round trip under 150 ns measured before one, over it before the other): the ratio compares placements more than transports. Each figure's round trip is in results.csv."
     echo
     echo "Overlap for mlx4x runs with device tag matching and UCX_MLX4X_ENGINE=thread (the device matches the posted receive and reads the rendezvous data on its own thread); on a 2-core machine that thread shares the cores with both ranks, so the figure also measures scheduling. sm and tcp progress only inside MPI calls."
-    for sec in UCT UCP MPI; do
+    for sec in UCT UCP MPI COLL; do
         sec_rows=0
         for key in "${row_keys[@]}"; do [ "${R_SEC[$key]}" = $sec ] && sec_rows=1; done
         [ $sec_rows -eq 1 ] || continue
@@ -911,6 +942,7 @@ md="$out/results.md"
         UCT) echo "## UCT (ucx_perftest, one process pair on localhost)" ;;
         UCP) echo "## UCP (ucx_perftest, tag matching)" ;;
         MPI) echo "## MPI (contrib/bench/mpi_bench.c, Open MPI pml ucx, 2 ranks)" ;;
+        COLL) echo "## MPI collectives (contrib/bench/mpi_bench.c, Open MPI pml ucx, $coll_ranks ranks on $(nproc) cores)" ;;
         esac
         echo
         if [ $sec = UCT ]; then
