@@ -12,8 +12,11 @@
 // code (mlx4x_tag.cc fills in UCP's sizes, with static_asserts).
 #pragma once
 
+#include "hca/ib/ib_tm.h"
+
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <span>
 
 namespace mlx4x::tm {
@@ -84,5 +87,24 @@ unexpected_msg parse_unexpected(std::span<const uint8_t> msg, bool with_imm,
 /// receive (in the receive's buffer, `len` bytes): malformed_reason::none
 /// when the upper layer may be given it.
 malformed_reason check_sw_rts(uint32_t len, const rndv_rules &rules);
+
+/// The common unexpected message, told apart inline without building an
+/// unexpected_msg: eager data without an immediate, which is what
+/// parse_unexpected() makes of a whole tmh whose opcode is not rendezvous
+/// (test_unexpected holds the two equal on random input). `tag` and
+/// `data` as parse_unexpected() would give them; false: ask it.
+inline bool plain_eager(std::span<const uint8_t> msg, bool with_imm, uint64_t &tag,
+                        std::span<const uint8_t> &data)
+{
+    if (with_imm || msg.size() < sizeof(ib::tmh) ||
+        msg[0] == uint8_t(ib::tmh_opcode::rndv)) {
+        return false;
+    }
+    be64 t;
+    std::memcpy(&t, msg.data() + offsetof(ib::tmh, tag), sizeof(t));
+    tag  = t.get();
+    data = msg.subspan(sizeof(ib::tmh));
+    return true;
+}
 
 } // namespace mlx4x::tm

@@ -505,6 +505,15 @@ void interface::on_unexpected(const uint8_t *buf, uint32_t byte_len, bool with_i
     if (!tm_) {
         return;
     }
+    uint64_t                 tag;
+    std::span<const uint8_t> eager;
+    if (tm::plain_eager({buf, byte_len}, with_imm, tag, eager)) [[likely]] {
+        void *context = nullptr;
+        (void)tm_->eager_cb(tm_->eager_arg, const_cast<uint8_t *>(eager.data()),
+                            unsigned(eager.size()), UCT_CB_PARAM_FLAG_FIRST, tag, 0, &context);
+        tm_note_unexpected();
+        return;
+    }
     tm::unexpected_msg m = tm::parse_unexpected({buf, byte_len}, with_imm, imm_data,
                                                 tm_->rules);
     auto *data = const_cast<uint8_t *>(m.data.data());

@@ -167,7 +167,18 @@ TEST(unexpected, random_messages_pass_on_only_what_the_rules_allow)
         auto r = rules(ucp);
         // A copy of exactly `len` bytes: ASan sees any read past it.
         std::vector<uint8_t> exact(buf.begin(), buf.end());
-        auto u = tm::parse_unexpected(exact, rng() % 2, uint32_t(rng() % 3), r);
+        bool     with_imm = rng() % 2;
+        auto     u = tm::parse_unexpected(exact, with_imm, uint32_t(rng() % 3), r);
+        uint64_t tag = 0;
+        std::span<const uint8_t> data;
+        // The UCT layer's inline shortcut for the common eager message
+        // decides exactly as parse_unexpected() does.
+        ASSERT_EQ(tm::plain_eager(exact, with_imm, tag, data), u.kind == unexpected_kind::eager);
+        if (u.kind == unexpected_kind::eager) {
+            ASSERT_EQ(tag, u.tag);
+            ASSERT_EQ(data.data(), u.data.data());
+            ASSERT_EQ(data.size(), u.data.size());
+        }
         if (u.kind == unexpected_kind::malformed) {
             EXPECT_NE(u.why, malformed_reason::none);
             continue;

@@ -21,13 +21,18 @@ namespace mlx4x {
 /// non-temporal stores win, and no packet is that large.
 constexpr size_t copy_blocks_max = size_t{64} << 10;
 
-/// memcpy(dst, src, n) for 64 < n <= copy_blocks_max: 64-byte blocks, the
-/// last one overlapping the one before. Not inlined (the small case is);
-/// the pragma keeps GCC from turning the loop back into a memcpy call.
+/// memcpy(dst, src, n) for n > 64: 64-byte blocks, the last one
+/// overlapping the one before, up to copy_blocks_max; memcpy beyond. Not
+/// inlined (the small case is); the pragma keeps GCC from turning the
+/// loop back into a memcpy call.
 #pragma GCC push_options
 #pragma GCC optimize("no-tree-loop-distribute-patterns")
-[[gnu::noinline]] inline void copy_blocks(uint8_t *d, const uint8_t *s, size_t n)
+[[gnu::noinline]] inline void copy_large(uint8_t *d, const uint8_t *s, size_t n)
 {
+    if (n > copy_blocks_max) {
+        std::memcpy(d, s, n);
+        return;
+    }
     size_t i = 0;
     for (; i + 64 < n; i += 64) {
         std::memcpy(d + i, s + i, 64);
@@ -42,11 +47,7 @@ constexpr size_t copy_blocks_max = size_t{64} << 10;
     auto *d = static_cast<uint8_t *>(dst);
     auto *s = static_cast<const uint8_t *>(src);
     if (n > 64) [[unlikely]] {
-        if (n <= copy_blocks_max) {
-            copy_blocks(d, s, n);
-        } else {
-            std::memcpy(d, s, n);
-        }
+        copy_large(d, s, n);
     } else if (n >= 8) {
         for (size_t i = 0; i + 8 < n; i += 8) {
             std::memcpy(d + i, s + i, 8);
@@ -68,8 +69,8 @@ inline void copy_bytes(void *dst, const void *src, size_t n)
 {
     auto *d = static_cast<uint8_t *>(dst);
     auto *s = static_cast<const uint8_t *>(src);
-    if (n > 64 && n <= copy_blocks_max) {
-        copy_blocks(d, s, n);
+    if (n > 64) {
+        copy_large(d, s, n);
     } else {
         std::memcpy(d, s, n);
     }
