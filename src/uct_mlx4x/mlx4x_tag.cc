@@ -505,12 +505,16 @@ void interface::on_unexpected(const uint8_t *buf, uint32_t byte_len, bool with_i
     if (!tm_) {
         return;
     }
+    // Eager data, handed over as is: UCP copies it.
+    auto to_eager_cb = [this](std::span<const uint8_t> data, uint64_t tag) {
+        void *context = nullptr;
+        (void)tm_->eager_cb(tm_->eager_arg, const_cast<uint8_t *>(data.data()),
+                            unsigned(data.size()), UCT_CB_PARAM_FLAG_FIRST, tag, 0, &context);
+    };
     uint64_t                 tag;
     std::span<const uint8_t> eager;
     if (tm::plain_eager({buf, byte_len}, with_imm, tag, eager)) [[likely]] {
-        void *context = nullptr;
-        (void)tm_->eager_cb(tm_->eager_arg, const_cast<uint8_t *>(eager.data()),
-                            unsigned(eager.size()), UCT_CB_PARAM_FLAG_FIRST, tag, 0, &context);
+        to_eager_cb(eager, tag);
         tm_note_unexpected();
         return;
     }
@@ -532,12 +536,9 @@ void interface::on_unexpected(const uint8_t *buf, uint32_t byte_len, bool with_i
     case tm::unexpected_kind::sync_eager:
         unexpected_sync_eager(data, len, m.tag, m.imm);
         break;
-    case tm::unexpected_kind::eager: {
-        void *context = nullptr;
-        (void)tm_->eager_cb(tm_->eager_arg, data, len, UCT_CB_PARAM_FLAG_FIRST, m.tag,
-                            0, &context);
+    case tm::unexpected_kind::eager:   // plain_eager() took these
+        to_eager_cb(m.data, m.tag);
         break;
-    }
     case tm::unexpected_kind::malformed:
         note_malformed(m.why, m.tag);
         break;

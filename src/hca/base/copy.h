@@ -5,10 +5,11 @@
 // loop of 64-byte moves up to a few pages.
 //
 // Why not memcpy: glibc before 2.39 copies from 2 KiB on with `rep movsb`,
-// which AMD Zen cores run several times slower than vector moves at these
-// sizes (glibc bug 30994). Every packet of 2 KiB or more took the
-// slow path twice, and an MPI ping-pong of 2,560 bytes took 1.8 us where
-// 2,048 took 0.8 (0.7 us at 4 KiB with the vector moves, docs/benchmarks.md).
+// which AMD Zen cores run ~20 times slower when the destination lies 1 to
+// 31 bytes past the source within a page (glibc bug 30994; 1.4-1.9 us for
+// 4 KiB instead of 50-85 ns, docs/benchmarks.md). The device's copies have
+// offsets that ring slots and buffer layouts set, chosen for other
+// reasons; 64-byte vector blocks take 80-120 ns for 4 KiB at any of them.
 #pragma once
 
 #include <cstddef>
