@@ -330,12 +330,13 @@ struct roce_port_test : ::testing::Test {
         udp_port = fab.udp_port_of(port->port_guid());
         ASSERT_NE(udp_port, 0);
     }
-    /// Polls until a frame arrives or enough polls passed for an idle port
-    /// without remote peers to have read its socket several times (every
-    /// 1024th poll).
+    /// Polls enough for an idle port without remote peers (it reads its
+    /// socket every 1024th poll) to have read the socket several times.
+    static constexpr int polls_to_read = 4096;
+    /// Polls until a frame arrives or polls_to_read polls passed.
     void poll_some()
     {
-        for (int i = 0; i < 4096 && sink.got.empty(); ++i) {
+        for (int i = 0; i < polls_to_read && sink.got.empty(); ++i) {
             (void)port->poll(sink, 16);
         }
     }
@@ -436,7 +437,7 @@ TEST_F(roce_port_test, a_gso_batch_arrives_as_its_frames_in_order_a_damaged_one_
     }
     segments[3][20] ^= 1;   // a payload bit of the fourth
     other.send_batch_to(udp_port, segments);
-    for (int i = 0; i < 4096 && sink.got.size() < 5; ++i) {
+    for (int i = 0; i < polls_to_read && sink.got.size() < 5; ++i) {
         (void)port->poll(sink, 16);
     }
     ASSERT_EQ(sink.got.size(), 5u);
@@ -461,7 +462,7 @@ TEST_F(roce_port_test, segments_a_link_cut_arrive_alone_in_any_order)
     auto damaged = datagram_from_other(send_only(0x42, {1, 2, 3, 4}), 7);
     damaged[13] ^= 4;
     other.send_to(udp_port, damaged);
-    for (int i = 0; i < 4096 && sink.got.size() < 10; ++i) {
+    for (int i = 0; i < polls_to_read && sink.got.size() < 10; ++i) {
         (void)port->poll(sink, 16);
     }
     EXPECT_EQ(sink.got.size(), 10u);
@@ -502,7 +503,7 @@ TEST_F(roce_port_test, a_quiet_device_reads_its_socket_long_after_the_last_datag
     }
     ASSERT_TRUE(sink.got.empty());
     other.send_to(udp_port, datagram_from_other(send_only(0x42, {1, 2, 3, 4})));
-    for (int i = 0; i < 4096 && sink.got.empty(); ++i) {
+    for (int i = 0; i < polls_to_read && sink.got.empty(); ++i) {
         if (port->frame_waiting()) {
             (void)port->poll(sink, 16);
         }

@@ -29,6 +29,16 @@ for v in SEG_SIZE TX_QUEUE_LEN RX_QUEUE_LEN MAX_INLINE TIMEOUT RETRY_COUNT \
         || fail "no UCX_MLX4X_$v in ucx_info -c"
 done
 # Out-of-range transport settings are refused with a message, not clamped.
+# SEG_SIZE: an AM or tagged bcopy's packet starts 64 bytes into its bounce
+# slot, so below 256 bytes there is hardly room left.
+for s in 128 2M; do
+    out=$(UCX_MLX4X_SEG_SIZE=$s timeout 60 "$RUN" ucx_info -u t -e 2>&1)
+    echo "$out" | grep -q "invalid UCX_MLX4X_SEG_SIZE" \
+        && ok "SEG_SIZE=$s refused with a message" || fail "SEG_SIZE=$s not refused"
+done
+out=$(UCX_MLX4X_SEG_SIZE=256 timeout 60 "$RUN" ucx_info -u t -e 2>&1)
+echo "$out" | grep -q "invalid UCX_MLX4X_SEG_SIZE" \
+    && fail "SEG_SIZE=256 refused" || ok "SEG_SIZE=256 accepted"
 out=$(UCX_MLX4X_RETRY_COUNT=8 timeout 60 "$RUN" ucx_info -u t -e 2>&1)
 echo "$out" | grep -q "invalid UCX_MLX4X_TIMEOUT/RETRY_COUNT/RNR_RETRY_COUNT" \
     && ok "RETRY_COUNT=8 refused with a message" || fail "RETRY_COUNT=8 not refused"

@@ -316,12 +316,15 @@ private:
             ++polls_since_datagram_;
             return true;
         }
-        uint32_t period = fab_.neighbours_.size() ? idle_period : alone_period;
-        return (++idle_tick_ & (period - 1)) == 0;
+        if ((++idle_tick_ & (idle_period - 1)) != 0) {
+            return false;   // the idle poll's common answer: no neighbour lookup
+        }
+        return fab_.neighbours_.size() || (idle_tick_ & (alone_period - 1)) == 0;
     }
     static constexpr uint32_t hot_polls    = 1u << 14;
     static constexpr uint32_t idle_period  = 32;
     static constexpr uint32_t alone_period = 1024;
+    static_assert(alone_period % idle_period == 0, "an alone turn is an idle turn");
 
     /// A frame of `len` bytes (LRH first, no pad) to a remote port: the
     /// peer it goes to, and its datagram's length (BTH through ICRC) and
