@@ -161,6 +161,7 @@ public:
     struct options {
         std::string fabric_name;          ///< the shm segment; empty: default
         std::string netdev;               ///< UCX_MLX4X_NETDEV: "", a name, "none"
+        std::string netns;                ///< UCX_MLX4X_NETNS: "", or test hosts "a,b,..."
         bool engine_thread = false;       ///< the device on its own thread
                                           ///< (placed with hwloc, mlx4x_locality.cc)
         const uct_md_rcache_config_t *rcache = nullptr;   ///< cache registrations
@@ -228,6 +229,9 @@ public:
     static std::optional<open_device> any_open();
 
 private:
+    static result<std::unique_ptr<memory_domain>> open_on(const options &o,
+                                                          const std::string &host_netns);
+    static result<std::string> least_used_netns(const std::string &list);
     status reach_other_hosts(const std::string &netdev);
     void serve_connections_away();
     void create_rcache(const uct_md_rcache_config_t &cfg);
@@ -239,6 +243,7 @@ private:
                             char *buf, size_t max);
 
     std::string                     fabric_name_;
+    std::string                     netns_;        ///< its test host (UCX_MLX4X_NETNS), or ""
     std::unique_ptr<fabric::fabric> fabric_;
     fabric::roce_fabric            *roce_ = nullptr;   ///< fabric_, when it reaches other hosts
     std::unique_ptr<drv::context>   ctx_;

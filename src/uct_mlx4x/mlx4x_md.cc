@@ -5,10 +5,12 @@
 #include "uct_mlx4x/mlx4x_boundary.h"
 #include "uct_mlx4x/mlx4x_locality.h"
 #include "hca/base/log.h"
+#include "hca/fabric/netns.h"
 #include "hca/fabric/roce.h"
 #include "hca/fabric/shm_fabric.h"
 #include "hca/fw/device_sma.h"
 
+#include <algorithm>
 #include <mutex>
 #include <utility>
 
@@ -33,12 +35,61 @@ memory_domain::~memory_domain()
     }
 }
 
+/// UCX_MLX4X_NETNS: of the listed namespaces, the one the fewest open
+/// domains of this process are on (the first of those), so that the two
+/// entities of a UCX gtest, opened one after the other, are on two hosts.
+result<std::string> memory_domain::least_used_netns(const std::string &list)
+{
+    std::vector<std::string> names;
+    for (size_t at = 0; at <= list.size();) {
+        size_t end = std::min(list.find(',', at), list.size());
+        names.push_back(list.substr(at, end - at));
+        at = end + 1;
+    }
+    for (const std::string &n : names) {
+        if (!fabric::netns_name_ok(n)) {
+            MLX4X_ERROR("UCX_MLX4X_NETNS=%s: '%s' is not a namespace name (1 to 255 "
+                        "characters without '/', separated by ',')", list.c_str(), n.c_str());
+            return status::invalid_param;
+        }
+    }
+    std::lock_guard g(open_domains_lock);
+    auto on = [](const std::string &n) {
+        return std::ranges::count_if(open_domains,
+                                     [&](const memory_domain *d) { return d->netns_ == n; });
+    };
+    return *std::ranges::min_element(names, {}, on);
+}
+
 result<std::unique_ptr<memory_domain>>
 memory_domain::open(const options &o)
+{
+    if (o.netns.empty()) {
+        return open_on(o, "");
+    }
+    auto host = least_used_netns(o.netns);
+    if (!host.ok()) {
+        return host.error();
+    }
+    // Everything the device makes while it opens (its ports' UDP and
+    // wake-up sockets, the SM's port, the engine thread) is made there.
+    auto in_host = fabric::netns_scope::enter(*host);
+    if (!in_host.ok()) {
+        return in_host.error();
+    }
+    return open_on(o, *host);
+}
+
+result<std::unique_ptr<memory_domain>>
+memory_domain::open_on(const options &o, const std::string &host_netns)
 {
     auto m = std::make_unique<memory_domain>();
     m->fabric_name_ = o.fabric_name.empty() ? fabric::shm_fabric::default_name()
                                             : o.fabric_name;
+    if (!host_netns.empty()) {
+        m->fabric_name_ += "." + host_netns;   // a host of its own
+        m->netns_ = host_netns;
+    }
     auto f = fabric::shm_fabric::open(m->fabric_name_,
                                       {.single_copy_min     = o.single_copy_min,
                                        .single_copy_try_min = o.single_copy_try_min});

@@ -71,6 +71,7 @@ extern "C" ucs_status_t uct_mlx4x_md_init(uct_mlx4x_md_t *m,
         auto r = memory_domain::open({
             .fabric_name     = config->fabric ? config->fabric : "",
             .netdev          = config->netdev ? config->netdev : "",
+            .netns           = config->netns ? config->netns : "",
             .engine_thread   = config->engine == UCT_MLX4X_ENGINE_THREAD,
             .rcache          = config->rcache_enable ? &config->rcache : nullptr,
             .subnet_manager  = config->sm != 0,

@@ -48,6 +48,15 @@ static ucs_config_field_t uct_mlx4x_md_config_table[] = {
      "the default route, if it has one. \"none\": this host only.",
      ucs_offsetof(uct_mlx4x_md_config_t, netdev), UCS_CONFIG_TYPE_STRING},
 
+    {"NETNS", "",
+     "Test hosts in one process: comma-separated network namespaces (names of\n"
+     "ip netns, /run/netns/<name>). Each memory domain opened takes the one\n"
+     "that the fewest open domains of this process have, and is a device on\n"
+     "that host: its fabric is <FABRIC>.<namespace>, its UDP socket lives in\n"
+     "the namespace. For UCX's gtest across namespace hosts; needs\n"
+     "CAP_SYS_ADMIN. Empty: the process's own namespace and fabric.",
+     ucs_offsetof(uct_mlx4x_md_config_t, netns), UCS_CONFIG_TYPE_STRING},
+
     {"RCACHE", "y",
      "Keep memory registrations in UCX's registration cache: registering a\n"
      "buffer again (each rendezvous of an MPI_Send from the same buffer) finds\n"

@@ -310,7 +310,7 @@ hosts_link() {
 hosts_bytes() {
     _hosts_k "${1:-}" || return
     ip netns exec "$HOSTS_SW" cat "/sys/class/net/p$1/statistics/rx_bytes" \
-        "/sys/class/net/p$1/statistics/tx_bytes" | awk '{ t += $1 } END { print t + 0 }'
+        "/sys/class/net/p$1/statistics/tx_bytes" | awk '{ t += $1 } END { printf "%.0f\n", t }'
 }
 
 # _hosts_netem_impl: tc where the kernel has netem, else emulate (cached).

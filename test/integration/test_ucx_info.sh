@@ -42,6 +42,16 @@ echo "$out" | grep -q "invalid UCX_MLX4X_SEG_SIZE" \
 out=$(UCX_MLX4X_RETRY_COUNT=8 timeout 60 "$RUN" ucx_info -u t -e 2>&1)
 echo "$out" | grep -q "invalid UCX_MLX4X_TIMEOUT/RETRY_COUNT/RNR_RETRY_COUNT" \
     && ok "RETRY_COUNT=8 refused with a message" || fail "RETRY_COUNT=8 not refused"
+# UCX_MLX4X_NETNS (test hosts in one process) names ip-netns namespaces
+# only: a path is refused before anything is opened, as is a namespace
+# that does not exist.
+out=$(UCX_MLX4X_NETNS=../../proc/1/ns/net timeout 60 "$RUN" ucx_info -u t -e 2>&1)
+echo "$out" | grep -q "'../../proc/1/ns/net' is not a namespace name" \
+    && ok "NETNS=../../proc/1/ns/net refused with a message" || fail "NETNS with a path not refused"
+out=$(UCX_MLX4X_NETNS=mlx4x-none-$$ timeout 60 "$RUN" ucx_info -u t -e 2>&1)
+echo "$out" | grep -q "network namespace /run/netns/mlx4x-none-$$: No such file" \
+    && ok "NETNS naming no namespace refused with a message" \
+    || fail "NETNS naming no namespace not refused: $(echo "$out" | grep -i netns | head -2)"
 # The launcher answers --help and --version itself (it used to exec them).
 out=$("$RUN" --help 2>&1); rc=$?
 [ $rc -eq 0 ] && echo "$out" | grep -q "^usage: mlx4x-run CMD" \

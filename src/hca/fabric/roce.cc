@@ -57,10 +57,11 @@ result<uint16_t> neighbour_table::lid_of(udp_peer p)
 
 namespace {
 
-/// The interface of the default route (/proc/net/route: destination 0).
+/// The interface of the default route (destination 0) in the calling
+/// thread's network namespace (/proc/net is the main thread's).
 std::string default_route_netdev()
 {
-    std::ifstream in("/proc/net/route");
+    std::ifstream in("/proc/thread-self/net/route");
     std::string   line;
     std::getline(in, line);   // the column names
     while (std::getline(in, line)) {

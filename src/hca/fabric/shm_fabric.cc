@@ -238,7 +238,11 @@ public:
           single_copy_try_min_(opts.single_copy_try_min)
     {
         // The port's interrupt line; without it the owner never sleeps.
+        // Both sockets are made here, in the network namespace the port
+        // is opened in: their abstract addresses are that namespace's, and
+        // a thread that sends later may be in another (UCX_MLX4X_NETNS).
         wake_rx_ = wakeup_socket();
+        wake_tx_ = wakeup_socket();
         sockaddr_un a;
         socklen_t   len = wakeup_address(a, h_, lid(), ports_[index_].generation);
         if (wake_rx_ >= 0 && bind(wake_rx_, reinterpret_cast<sockaddr *>(&a), len) != 0) {
@@ -343,8 +347,8 @@ public:
     bool sends_concurrently() const override { return true; }
 
     /// Uses the rings' atomics only, none of the port's per-destination
-    /// caches (what a full ring was last seen as, the liveness checks, the
-    /// wake-up socket): safe next to the owner's own sends.
+    /// caches (what a full ring was last seen as, the liveness checks), and
+    /// the wake-up socket with one sendto: safe next to the owner's sends.
     status send_concurrent(std::span<const uint8_t> frame) override
     {
         if (frame.size() < 4) {
@@ -362,11 +366,7 @@ public:
         copy_bytes(f.data, frame.data(), frame.size());
         publish(f);
         if (f.wake) {
-            // Rare (the owner sleeps): a socket of its own, not wake_tx_.
-            if (int fd = wakeup_socket(); fd >= 0) {
-                send_wakeup(fd, dlid, ports_[dlid - 1].generation);
-                close(fd);
-            }
+            wake(dlid, ports_[dlid - 1].generation);   // one sendto: safe from two threads
         }
         return status::ok;
     }
@@ -573,10 +573,9 @@ private:
     /// buffer already holds a wake-up, so EAGAIN is fine.
     void wake(uint16_t dlid, uint32_t generation) override
     {
-        if (wake_tx_ < 0 && (wake_tx_ = wakeup_socket()) < 0) {
-            return;
+        if (wake_tx_ >= 0) {
+            send_wakeup(wake_tx_, dlid, generation);
         }
-        send_wakeup(wake_tx_, dlid, generation);
     }
 
     void send_wakeup(int fd, uint16_t dlid, uint32_t generation) const
