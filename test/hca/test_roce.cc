@@ -19,16 +19,43 @@
 #include <gtest/gtest.h>
 
 #include <arpa/inet.h>
+#include <dlfcn.h>
 #include <netinet/in.h>
 #include <netinet/udp.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstring>
 #include <functional>
 #include <optional>
 #include <random>
 #include <vector>
+
+// A kernel that refuses UDP GSO (EIO, as Linux does for a device without
+// checksum offload) stands in for this machine's, which takes it: this
+// binary's sendmsg, which the library's calls resolve to, refuses a send
+// with a UDP_SEGMENT size while refuse_udp_gso is set.
+namespace {
+std::atomic<bool> refuse_udp_gso{false};
+std::atomic<int>  udp_gso_refused{0};
+} // namespace
+
+extern "C" ssize_t sendmsg(int fd, const msghdr *m, int flags)
+{
+    using sendmsg_fn = ssize_t (*)(int, const msghdr *, int);
+    static const auto real = reinterpret_cast<sendmsg_fn>(dlsym(RTLD_NEXT, "sendmsg"));
+    if (refuse_udp_gso.load()) {
+        for (cmsghdr *c = CMSG_FIRSTHDR(m); c; c = CMSG_NXTHDR(const_cast<msghdr *>(m), c)) {
+            if (c->cmsg_level == SOL_UDP && c->cmsg_type == UDP_SEGMENT) {
+                ++udp_gso_refused;
+                errno = EIO;
+                return -1;
+            }
+        }
+    }
+    return real(fd, m, flags);
+}
 
 namespace mlx4x::test {
 namespace {
@@ -427,6 +454,35 @@ TEST_F(roce_port_test, a_burst_leaves_as_one_gso_send_each_segment_protected_wit
         off += len;
     }
     EXPECT_EQ(off, all.size());
+}
+
+TEST_F(roce_port_test, a_burst_the_kernel_will_not_segment_leaves_datagram_by_datagram)
+{
+    // A kernel that refuses the GSO send (EIO) would lose every burst
+    // again, and the ACK timer would resend it into the same refusal until
+    // the connection's retries ran out. The port sends the refused batch
+    // one datagram at a time, each sealed for the IP ID 0 a lone datagram
+    // gets, and batches no more: one refusal in all.
+    refuse_udp_gso  = true;
+    udp_gso_refused = 0;
+    for (int burst = 0; burst < 2; ++burst) {
+        std::vector<std::vector<uint8_t>> pkts;
+        port->begin_batch();
+        for (uint8_t k = 0; k < 4; ++k) {
+            pkts.push_back(send_only(0x77, std::vector<uint8_t>(k < 3 ? 100 : 37, uint8_t(k))));
+            ASSERT_EQ(port->send(frame_to_other(pkts.back()), {}), status::ok);
+        }
+        ASSERT_EQ(port->end_batch(), status::ok);
+        for (const auto &pkt : pkts) {
+            auto d = other.receive();
+            ASSERT_EQ(d.size(), pkt.size() + 4) << "burst " << burst;
+            EXPECT_TRUE(std::equal(pkt.begin(), pkt.end(), d.begin()));
+            auto c = expected_icrc(udp_port, other.port, pkt, 0);
+            EXPECT_TRUE(std::equal(c.begin(), c.end(), d.end() - 4));
+        }
+    }
+    refuse_udp_gso = false;
+    EXPECT_EQ(udp_gso_refused.load(), 1);
 }
 
 TEST_F(roce_port_test, a_gso_batch_arrives_as_its_frames_in_order_a_damaged_one_dropped)

@@ -119,6 +119,17 @@ result<netdev> find_netdev(const std::string &name)
     return d;
 }
 
+namespace {
+sockaddr_in sockaddr_of(udp_peer p)
+{
+    sockaddr_in a{};
+    a.sin_family      = AF_INET;
+    a.sin_addr.s_addr = htonl(p.addr);
+    a.sin_port        = htons(p.port);
+    return a;
+}
+} // namespace
+
 /// A port of the local fabric and a UDP socket for remote ports (roce.h).
 class roce_fabric::roce_port final : public port {
 public:
@@ -349,6 +360,7 @@ private:
     /// A whole frame as one datagram, not batched (send_concurrent()).
     status send_alone(std::span<const uint8_t> frame);
     status flush_batch();
+    status send_segments_alone();   ///< flush_batch() without UDP GSO
     uint8_t *batch_end() { return tx_buf_.data() + sizeof(ib::lrh) + tx_.bytes; }
     status sent_or_why(size_t len);   ///< sendmsg()'s outcome as a status
 
@@ -525,10 +537,7 @@ status roce_fabric::roce_port::send_alone(std::span<const uint8_t> frame)
     std::array<uint8_t, max_frame_size + 3 + ib::icrc_size> d;
     std::memcpy(d.data(), frame.data() + sizeof(ib::lrh), frame.size() - sizeof(ib::lrh));
     seal(d.data(), *o, 0);
-    sockaddr_in to{};
-    to.sin_family      = AF_INET;
-    to.sin_addr.s_addr = htonl(o->to.addr);
-    to.sin_port        = htons(o->to.port);
+    sockaddr_in to = sockaddr_of(o->to);
     if (sendto(sock_, d.data(), o->len, MSG_DONTWAIT, reinterpret_cast<sockaddr *>(&to),
                sizeof(to)) >= 0) {
         return status::ok;
@@ -540,10 +549,7 @@ status roce_fabric::roce_port::send_alone(std::span<const uint8_t> frame)
 /// GSO send that the kernel (or the NIC) cuts into `seg`-byte datagrams.
 status roce_fabric::roce_port::flush_batch()
 {
-    sockaddr_in to{};
-    to.sin_family      = AF_INET;
-    to.sin_addr.s_addr = htonl(tx_.to.addr);
-    to.sin_port        = htons(tx_.to.port);
+    sockaddr_in to = sockaddr_of(tx_.to);
     iovec  iov{tx_buf_.data() + sizeof(ib::lrh), tx_.bytes};
     msghdr m{};
     m.msg_name    = &to;
@@ -561,11 +567,49 @@ status roce_fabric::roce_port::flush_batch()
         uint16_t seg  = uint16_t(tx_.seg);
         std::memcpy(CMSG_DATA(c), &seg, sizeof(seg));
     }
-    status s = sendmsg(sock_, &m, MSG_DONTWAIT) >= 0 ? status::ok : sent_or_why(tx_.seg);
+    if (sendmsg(sock_, &m, MSG_DONTWAIT) >= 0) {
+        tx_ = {};
+        return status::ok;
+    }
+    if (errno == EIO && tx_.count > 1) {
+        // Linux refuses UDP GSO through a device without checksum offload
+        // (udp_send_skb: EIO; this machine's 6.18 checksums in software
+        // instead, older kernels do not), and would refuse every batch
+        // again: the port stops batching.
+        MLX4X_WARN("roce: %s does not take UDP GSO sends (no checksum offload?): "
+                   "sending datagram by datagram", fab_.dev().name.c_str());
+        gso_      = false;
+        batching_ = false;
+        return send_segments_alone();
+    }
+    status s = sent_or_why(tx_.seg);
     if (s != status::no_resource) {
-        tx_ = {};   // sent, or lost on the way: the ACK timer recovers
+        tx_ = {};   // lost on the way: the ACK timer recovers
     }
     return s;
+}
+
+/// The batch's datagrams one sendto each, each sealed again for the IP ID
+/// 0 that a lone datagram gets. The first pushed back keeps the batch; a
+/// later one is lost on the way, and the ACK timer recovers it.
+status roce_fabric::roce_port::send_segments_alone()
+{
+    sockaddr_in to = sockaddr_of(tx_.to);
+    uint8_t    *all = tx_buf_.data() + sizeof(ib::lrh);
+    for (size_t off = 0; off < tx_.bytes; off += tx_.seg) {
+        uint8_t *d   = all + off;
+        size_t   len = std::min(tx_.seg, tx_.bytes - off);
+        ib::bth  b;
+        std::memcpy(&b, d, sizeof(b));
+        seal(d, {tx_.to, len, size_t((b.se_m_pad_tver >> 4) & 3)}, 0);
+        if (sendto(sock_, d, len, MSG_DONTWAIT, reinterpret_cast<sockaddr *>(&to),
+                   sizeof(to)) < 0 &&
+            off == 0 && sent_or_why(len) == status::no_resource) {
+            return status::no_resource;
+        }
+    }
+    tx_ = {};
+    return status::ok;
 }
 
 status roce_fabric::roce_port::sent_or_why(size_t len)
@@ -747,10 +791,7 @@ result<int> open_socket(uint32_t addr, uint16_t first_port)
     setsockopt(s, IPPROTO_IP, IP_MTU_DISCOVER, &pmtu, sizeof(pmtu));
     setsockopt(s, SOL_SOCKET, SO_RCVBUF, &buf, sizeof(buf));
     setsockopt(s, SOL_SOCKET, SO_SNDBUF, &buf, sizeof(buf));
-    sockaddr_in a{};
-    a.sin_family      = AF_INET;
-    a.sin_addr.s_addr = htonl(addr);
-    a.sin_port        = htons(first_port);
+    sockaddr_in a = sockaddr_of({addr, first_port});
     if (bind(s, reinterpret_cast<sockaddr *>(&a), sizeof(a)) != 0) {
         a.sin_port = 0;   // another process of the host has it
         if (bind(s, reinterpret_cast<sockaddr *>(&a), sizeof(a)) != 0) {
