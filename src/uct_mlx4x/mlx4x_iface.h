@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-namespace mlx4x::fabric { class roce_fabric; }
+namespace mlx4x::fabric { class roce_fabric; struct netdev; }
 
 namespace mlx4x::uct {
 
@@ -220,6 +220,8 @@ public:
     /// The path MTU of a connection to the port at `lid`.
     uint32_t mtu_to(uint16_t lid) const;
     const std::string &fabric_name() const { return fabric_name_; }
+    /// The interface that reaches other hosts (RoCEv2), or null: this host only.
+    const fabric::netdev *other_hosts_via() const;
     /// A memory domain open in this process (the first still open), for
     /// the connection manager: its peers' lanes connect to this device.
     struct open_device {

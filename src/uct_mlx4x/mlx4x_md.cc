@@ -194,6 +194,11 @@ status memory_domain::reach_other_hosts(const std::string &netdev)
     return status::ok;
 }
 
+const fabric::netdev *memory_domain::other_hosts_via() const
+{
+    return roce_ ? &roce_->dev() : nullptr;
+}
+
 device_addr memory_domain::address() const
 {
     const drv::port_attr &p = ctx_->port();

@@ -7,6 +7,10 @@
 #include "hca/base/log.h"
 
 #include <ucs/sys/string.h>
+#include <ucs/sys/topo/base/topo.h>
+#include "hca/fabric/roce.h"
+#include <arpa/inet.h>
+#include <cstdio>
 
 #include <climits>
 #include <cstring>
@@ -164,12 +168,36 @@ extern "C" ucs_status_t uct_mlx4x_rkey_unpack(uct_component_t *,
     return UCS_OK;
 }
 
+namespace {
+/// What the device reaches, where `ucx_info -d` shows it: with RoCEv2 on,
+/// the system device is the NIC of UCX_MLX4X_NETDEV (as an IB device's
+/// is its HCA's PCI function), named after the interface and address the
+/// device reaches other hosts through. Unknown: this host only, or an
+/// interface without a PCI function (a veth).
+ucs_sys_device_t nic_of(uct_md_h h)
+{
+    auto *m = static_cast<memory_domain *>(reinterpret_cast<uct_mlx4x_md_t *>(h)->impl);
+    const fabric::netdev *nic = m->other_hosts_via();
+    ucs_sys_device_t      sys = UCS_SYS_DEVICE_ID_UNKNOWN;
+    if (!nic || nic->pci_bdf.empty() ||
+        ucs_topo_find_device_by_bdf_name(nic->pci_bdf.c_str(), &sys) != UCS_OK) {
+        return UCS_SYS_DEVICE_ID_UNKNOWN;
+    }
+    in_addr a{htonl(nic->addr)};
+    char    name[96];
+    std::snprintf(name, sizeof(name), "%s (%s %s, RoCEv2 to other hosts)",
+                  nic->pci_bdf.c_str(), nic->name.c_str(), inet_ntoa(a));
+    (void)ucs_topo_sys_device_set_name(sys, name);
+    return sys;
+}
+} // namespace
+
 extern "C" ucs_status_t uct_mlx4x_query_devices(uct_md_h memory_domain,
                                                 uct_tl_device_resource_t **devs,
                                                 unsigned *num)
 {
     return uct_single_device_resource(memory_domain, device_name, UCT_DEVICE_TYPE_NET,
-                                      UCS_SYS_DEVICE_ID_UNKNOWN, devs, num);
+                                      nic_of(memory_domain), devs, num);
 }
 
 // ---- iface -------------------------------------------------------------------

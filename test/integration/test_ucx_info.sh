@@ -42,6 +42,26 @@ echo "$out" | grep -q "invalid UCX_MLX4X_SEG_SIZE" \
 out=$(UCX_MLX4X_RETRY_COUNT=8 timeout 60 "$RUN" ucx_info -u t -e 2>&1)
 echo "$out" | grep -q "invalid UCX_MLX4X_TIMEOUT/RETRY_COUNT/RNR_RETRY_COUNT" \
     && ok "RETRY_COUNT=8 refused with a message" || fail "RETRY_COUNT=8 not refused"
+# What the device reaches (issue 31): with RoCEv2 on (the default route's
+# interface), its system device is that NIC, named after the interface
+# and address it reaches other hosts through; this host only: unknown.
+nic=$(ip route show default 2>/dev/null | awk '{ print $5; exit }')
+bdf=$( [ -n "$nic" ] && readlink -f "/sys/class/net/$nic/device" | tr / '\n' |
+       grep -E '^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-9a-f]$' | tail -n 1)
+addr=$( [ -n "$nic" ] && ip -4 -o addr show dev "$nic" | awk '{ sub("/.*", "", $4); print $4; exit }')
+reach=$(timeout 60 "$RUN" ucx_info -d 2>&1 | grep -A3 "Transport: mlx4x" | grep "System device:")
+if [ -n "$bdf" ] && [ -n "$addr" ]; then
+    echo "$reach" | grep -qF "System device: $bdf ($nic $addr, RoCEv2 to other hosts)" \
+        && ok "ucx_info -d: reaches other hosts through $nic $addr" \
+        || fail "ucx_info -d does not say it reaches other hosts through $nic $addr: $reach"
+else
+    skip "ucx_info -d's reach: no default route through a PCI NIC with an IPv4 address here"
+fi
+reach=$(UCX_MLX4X_NETDEV=none timeout 60 "$RUN" ucx_info -d 2>&1 | grep -A3 "Transport: mlx4x" |
+        grep "System device:")
+echo "$reach" | grep -qF "System device: <unknown>" \
+    && ok "ucx_info -d with NETDEV=none: no NIC (this host only)" \
+    || fail "ucx_info -d with NETDEV=none names a NIC: $reach"
 # UCX_MLX4X_NETNS (test hosts in one process) names ip-netns namespaces
 # only: a path is refused before anything is opened, as is a namespace
 # that does not exist.

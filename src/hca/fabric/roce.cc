@@ -7,6 +7,8 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <climits>
+#include <cstdlib>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -74,6 +76,27 @@ std::string default_route_netdev()
     return {};
 }
 
+/// The PCI function under /sys/class/net/NAME/device: the last component
+/// of its path that reads as a BDF ("0000:00:03.0"; a virtio NIC's device
+/// is the virtio device under it). Empty when there is none.
+std::string pci_function_of(const std::string &name)
+{
+    char real[PATH_MAX];
+    if (!realpath(("/sys/class/net/" + name + "/device").c_str(), real)) {
+        return {};
+    }
+    std::string bdf, part;
+    for (std::istringstream parts(real); std::getline(parts, part, '/');) {
+        unsigned dom, bus, dev, fn;
+        char     end;
+        if (part.size() == 12 &&
+            std::sscanf(part.c_str(), "%4x:%2x:%2x.%1x%c", &dom, &bus, &dev, &fn, &end) == 4) {
+            bdf = part;   // behind a PCI bridge the NIC is the deepest
+        }
+    }
+    return bdf;
+}
+
 } // namespace
 
 result<netdev> find_netdev(const std::string &name)
@@ -96,6 +119,7 @@ result<netdev> find_netdev(const std::string &name)
         }
     }
     freeifaddrs(all);
+    d.pci_bdf = pci_function_of(d.name);
     int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
     ifreq r{};
     std::snprintf(r.ifr_name, sizeof(r.ifr_name), "%s", d.name.c_str());

@@ -71,6 +71,9 @@ struct netdev {
     std::string name;
     uint32_t    addr = 0;   ///< host order
     uint32_t    mtu  = 0;
+    /// The PCI function of the NIC ("0000:00:03.0"); empty for a virtual
+    /// interface (veth, bridge, lo).
+    std::string pci_bdf;
 };
 /// The interface `name`, or the one of the default route when `name` is
 /// empty. no_device (with the reason on stderr at debug level for the
