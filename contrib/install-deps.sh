@@ -61,6 +61,14 @@ SRC
         && dpkg-source -x "ucx_${ucx_version#*:}.dsc" "ucx-$upstream" >/dev/null)
 fi
 # config.h of the installed binary (stats, asserts, ... change struct layouts).
+# Rewritten only when it changed: the build depends on it, and a run of
+# this script from a test (contrib/run-ucx-gtest) must not make the built
+# plugin out of date.
 mkdir -p "$src_dir/mlx4x-cfg"
-ucx_info -b > "$src_dir/mlx4x-cfg/config.h"
+ucx_info -b > "$src_dir/mlx4x-cfg/config.h.new"
+if cmp -s "$src_dir/mlx4x-cfg/config.h.new" "$src_dir/mlx4x-cfg/config.h"; then
+    rm -f "$src_dir/mlx4x-cfg/config.h.new"
+else
+    mv "$src_dir/mlx4x-cfg/config.h.new" "$src_dir/mlx4x-cfg/config.h"
+fi
 echo "install-deps: UCX $upstream source at $src_dir"
