@@ -13,6 +13,7 @@
 #include "hca_fixture.h"
 #include "hca/fabric/loopback.h"
 #include "hca/fabric/roce.h"
+#include "hca/engine/responder.h"
 #include "hca/ib/ib_opcode.h"
 #include "hca/ib/ib_roce.h"
 
@@ -871,6 +872,91 @@ TEST_P(roce_rc, a_lost_last_packet_is_probed_for_before_the_retransmission_timeo
     EXPECT_EQ(a.counter(dev::counter::retransmits) - retransmits, 1u);   // the probe alone
 }
 
+// ---- ACKs across hosts: held unless asked for (responder::ack_delay_ns) ----
+
+/// A clean link whose ACK datagrams (B to A) are counted, and a first
+/// signalled message that wakes both ports.
+class roce_acks : public roce_rc {
+protected:
+    static constexpr size_t msg = 64;
+    std::vector<uint8_t> src = std::vector<uint8_t>(msg, 0x33);
+    std::vector<uint8_t> dst = std::vector<uint8_t>(16 * msg, 0);
+    drv::mr *smr = nullptr, *dmr = nullptr;
+    unsigned acks = 0;
+    unsigned received = 0;
+
+    void SetUp() override
+    {
+        roce_rc::SetUp();
+        ASSERT_NO_FATAL_FAILURE(start());
+        net.faults  = false;
+        net.drop_if = [this](std::span<const uint8_t> d) {
+            acks += d[0] == uint8_t(ib::opcode::rc_acknowledge);
+            return false;
+        };
+        smr = &a.reg(src.data(), msg);
+        dmr = &b.reg(dst.data(), dst.size());
+        // In rounds of 1 us: a timeout would shrink the window, and a small
+        // window asks for ACKs itself (requester::asks_for_ack).
+        ASSERT_NO_FATAL_FAILURE(send(drv::send_signaled));
+        ASSERT_TRUE(progress_until([&] { return a.send_wcs.size() == 1; }, 400, 1000));
+        ASSERT_EQ(a.counter(dev::counter::retransmits), 0u);
+        acks = 0;
+    }
+    /// One message, delivered in rounds of 1 us of the device clock.
+    void send(uint32_t flags)
+    {
+        ASSERT_EQ(b.post_recv(received, dst.data() + received * msg, msg, dmr->lkey()), status::ok);
+        ASSERT_EQ(a.post_send(received, src.data(), msg, smr->lkey(), flags), status::ok);
+        ++received;
+        ASSERT_TRUE(progress_until([&] { return b.recv_wcs.size() == received; }, 40, 1000));
+    }
+    void rounds(unsigned n, uint64_t ns) { progress_until([] { return false; }, n, ns); }
+};
+
+TEST_P(roce_acks, one_ack_covers_the_unsignalled_sends_before_a_signalled_one)
+{
+    // Nobody waits for an unsignalled send's completion: its ACK may wait
+    // and cover the next ones (IBA 9.7.5.1.1). The signalled send asks
+    // (AckReq), and its ACK retires them all: one datagram for five.
+    for (int i = 0; i < 4; ++i) {
+        ASSERT_NO_FATAL_FAILURE(send(0));
+    }
+    EXPECT_EQ(acks, 0u);   // well within ack_delay_ns
+    ASSERT_NO_FATAL_FAILURE(send(drv::send_signaled));
+    ASSERT_TRUE(progress_until([&] { return a.send_wcs.size() == 2; }, 40, 1000));
+    EXPECT_EQ(acks, 1u);
+    EXPECT_EQ(a.send_wcs[1].status, drv::wc_status::success);
+}
+
+TEST_P(roce_acks, a_held_ack_leaves_after_the_delay)
+{
+    ASSERT_NO_FATAL_FAILURE(send(0));
+    rounds(4, 10'000);
+    EXPECT_EQ(acks, 0u);
+    rounds(20, 10'000);   // past ack_delay_ns
+    EXPECT_EQ(acks, 1u);
+}
+
+TEST_P(roce_acks, a_flush_behind_unacknowledged_sends_asks_for_their_ack_at_once)
+{
+    // A flush (a signalled NOP behind unsignalled sends, as UCT's
+    // endpoint::signal_tail) completes once they are acknowledged: the
+    // requester sends the last packet again, whose duplicate the
+    // responder answers at once, rather than waiting for a held ACK.
+    ASSERT_NO_FATAL_FAILURE(send(0));
+    drv::send_wr nop;
+    nop.wr_id  = 99;
+    nop.opcode = drv::wr_opcode::nop;
+    nop.flags  = drv::send_signaled;
+    ASSERT_EQ(a.qp->post_send(nop), status::ok);
+    uint64_t start_ns = manual_clock::now_ns;
+    ASSERT_TRUE(progress_until([&] { return a.send_wcs.size() == 2; }, 400, 1000));
+    EXPECT_EQ(a.send_wcs[1].wr_id, 99u);
+    EXPECT_LT(manual_clock::now_ns - start_ns, engine::responder::ack_delay_ns / 2);
+    EXPECT_EQ(b.recv_wcs.size(), received);   // the duplicate was not delivered
+}
+
 TEST_P(roce_rc, reads_cross_a_lossy_link_exactly_once)
 {
     // READs whose requests or responses are lost, duplicated or reordered
@@ -985,6 +1071,7 @@ TEST_P(roce_rc, large_writes_then_reads_of_the_same_memory_are_exact)
 // Each seed throws the dice differently: losses of data, of ACKs, of NAKs,
 // duplicates and reordering at other places of the stream.
 INSTANTIATE_TEST_SUITE_P(seeds, roce_rc, ::testing::Range(1u, 13u));
+INSTANTIATE_TEST_SUITE_P(clean, roce_acks, ::testing::Values(1u));
 
 } // namespace
 } // namespace mlx4x::test

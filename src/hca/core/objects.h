@@ -312,6 +312,12 @@ struct qp {
         uint16_t     refused = 0;
         bool         comm_est_sent = false;  ///< COMM_EST raised (first RTR packet)
         bool         ack_pending = false;
+        /// A packet the pending ACK covers asked for it (AckReq, or a
+        /// duplicate): it goes with this slice's ACKs, not delayed.
+        bool         ack_wanted = false;
+        /// When the slices began to hold an ACK nothing asked for (0: not
+        /// yet): a remote QP's waits up to responder::ack_delay_ns.
+        uint64_t     ack_held_since = 0;
         /// A NAK or single-copy refusal the fabric pushed back, sent again
         /// with the ACKs: on a lossless fabric nothing else would recover it.
         struct nak_hold {

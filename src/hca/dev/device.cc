@@ -7,6 +7,7 @@
 #include "hca/engine/fast_tx.inl"
 #include "hca/prm/prm_db.h"
 
+#include <algorithm>
 #include <cstring>
 
 namespace mlx4x::dev {
@@ -319,6 +320,11 @@ uint64_t device::next_timer_ns() const
     // send queue behind it and requests in UCX's pending queue) is woken to
     // send it again, or it would sleep for ever on work nobody else can do.
     uint64_t next = hca_.pushed_back_ ? hca_.now() + pushed_back_retry_ns : 0;
+    if (resp_.acks_owed()) {
+        // An ACK held for another host (responder::ack_delay_ns) is due.
+        uint64_t due = hca_.now() + engine::responder::ack_delay_ns;
+        next = next ? std::min(next, due) : due;
+    }
     for (const qp *q : hca_.active_qps_) {
         if (q->comp.timer_deadline && (!next || q->comp.timer_deadline < next)) {
             next = q->comp.timer_deadline;

@@ -5,6 +5,7 @@
 #include "hca/engine/completer.h"
 #include "hca/engine/egress.h"
 #include "hca/engine/pkt.h"
+#include "hca/fabric/fabric.h"
 #include "hca/ib/ib_psn.h"
 
 #include <algorithm>
@@ -92,6 +93,9 @@ void responder::flush_acks()
         if (!q || !q->resp.ack_pending) {
             return true;
         }
+        if (holds_ack(*q)) {
+            return false;
+        }
         if (q->responses_pending()) {
             // An ACK covering a READ whose responses are not out yet would
             // tell the requester they were lost (9.7.5.1.1): wait for them.
@@ -101,8 +105,27 @@ void responder::flush_acks()
             return false;   // ring full: keep it for the next round
         }
         q->resp.ack_pending = false;
+        q->resp.ack_wanted  = false;
         return true;
     });
+}
+
+/// An ACK to another host that no packet asked for waits up to
+/// ack_delay_ns, so that one covers the packets of that time: across
+/// hosts each ACK is a datagram through the kernel, a system call and
+/// the peer's read (docs/benchmarks.md, "Delayed ACKs"). On this host's
+/// fabric an ACK is a ring slot, and goes at once.
+bool responder::holds_ack(qp &q)
+{
+    if (q.resp.ack_wanted || !fabric::is_remote_lid(q.dlid)) {
+        return false;
+    }
+    uint64_t now = hca_.slice_now();
+    if (!q.resp.ack_held_since) {
+        q.resp.ack_held_since = now;
+        return true;
+    }
+    return now - q.resp.ack_held_since < ack_delay_ns;
 }
 
 /// What flush_acks() would send, for the QPs that owe a plain ACK, sent
@@ -131,6 +154,7 @@ bool responder::sweep_plain_acks(uint64_t &sent)
             continue;
         }
         q->resp.ack_pending = false;   // sent, or lost on the wire (unreachable)
+        q->resp.ack_wanted  = false;
         sent += s == status::ok;
     }
     return all;

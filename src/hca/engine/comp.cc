@@ -453,6 +453,13 @@ bool completer::probe_tail(qp &q, uint64_t now)
     return true;
 }
 
+void completer::ask_for_ack(qp &q)
+{
+    if (q.comp.rto_ns && !q.comp.probed) {
+        (void)probe_tail(q, hca_.slice_now());
+    }
+}
+
 /// A packet to `q`'s peer was lost: on a lossy link the window backs off
 /// as TCP's (Reno) and RoCE's congestion control do, so a stream through a
 /// congested or failing link slows down instead of sending a whole window

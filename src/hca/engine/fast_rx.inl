@@ -150,7 +150,7 @@ responder::complete_receive(dev::core &hca, qp &q, const received &m, uint16_t s
     }
     responder::complete_receive(hca, *q, {wqe, uint32_t(payload.size()), unexpected}, l.slid.get(), imm,
                      imm_data, (b.se_m_pad_tver & ib::bth_se_bit) != 0);
-    resp_.schedule_ack(*q);
+    resp_.schedule_ack(*q, ib::bth_ackreq::get(b.apsn));
     return true;
 }
 

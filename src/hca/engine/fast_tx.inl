@@ -127,8 +127,9 @@ requester::send_inline_message(qp &q, const uint8_t *wqe, size_t room)
     uint32_t psn = q.req.next_psn;
     if (s == status::ok) {
         bool solicited = (ctrl.srcrb_flags.get() & prm::ctrl_solicited) != 0;
-        // AckReq: the message's last packet.
-        uint8_t *out = dev::core::write_rc_headers(f, q, opcode, len, psn, true, solicited);
+        bool signaled  = (ctrl.srcrb_flags.get() & prm::ctrl_cq_update) != 0;
+        uint8_t *out   = dev::core::write_rc_headers(f, q, opcode, len, psn,
+                                                     asks_for_ack(q, true, signaled), solicited);
         if (write) {
             prm::wqe_raddr_seg r;
             std::memcpy(&r, wqe + sizeof(ctrl), sizeof(r));

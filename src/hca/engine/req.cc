@@ -172,7 +172,13 @@ bool requester::fail_send_wqe(qp &q, prm::cqe_syndrome s)
 bool requester::run_local_wqe(qp &q, const send_wqe &w)
 {
     switch (q.datagram() ? local_op::failed : run_local_op(q, w)) {
-    case local_op::waiting: return false;
+    case local_op::waiting:
+        // A NOP behind sends (a flush: uct endpoint::signal_tail) waits for
+        // their ACK, which a peer on another host may hold when no packet
+        // asked for it (responder::ack_delay_ns): the last packet again,
+        // whose duplicate it answers at once.
+        comp_.ask_for_ack(q);
+        return false;
     case local_op::failed:  return fail_send_wqe(q, prm::cqe_syndrome::mw_bind_err);
     case local_op::done:    break;
     }
@@ -333,8 +339,7 @@ bool requester::send_request_packet(qp &q, const send_wqe &w)
     }
     request_headers h(q, w, first, last);
     uint32_t psn    = ud ? 0 : q.req.next_psn;
-    bool     ackreq = !ud && (last || ib::psn_diff(q.req.next_psn, q.comp.acked_psn) ==
-                                          int32_t(q.comp.cwnd / 2));
+    bool     ackreq = !ud && asks_for_ack(q, last, w.signaled);
     status s = out_.emit({.pkey    = q.pkey,
                      .opcode  = h.op,
                      .dlid    = h.dlid,

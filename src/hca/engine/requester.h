@@ -26,6 +26,17 @@ public:
     requester(const requester &) = delete;
     requester &operator=(const requester &) = delete;
 
+    /// AckReq (IBA 9.7.5.1.1: the responder schedules an ACK at once) for
+    /// a packet of `q`: the last of a signalled WQE, whose completion
+    /// someone waits for, and one at half the window, so that a stream
+    /// gets ACKs while it sends. Across hosts only those: the responder
+    /// holds the other ACKs a while (responder::ack_delay_ns) and one
+    /// covers many. On this host's fabric every message's last packet.
+    static bool asks_for_ack(const qp &q, bool last, bool signaled)
+    {
+        return (last && (signaled || !fabric::is_remote_lid(q.dlid))) ||
+               ib::psn_diff(q.req.next_psn, q.comp.acked_psn) == int32_t(q.comp.cwnd / 2);
+    }
     unsigned run_requesters(bool &all_idle);   ///< all_idle: no QP had anything to send
     unsigned run_requester(qp &q);   ///< one QP's burst
     void     complete_with_error(qp &q, uint32_t index, prm::cqe_syndrome s);

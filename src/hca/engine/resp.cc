@@ -52,14 +52,14 @@ void responder::respond(qp &q, const pkt &p)
             if (p.has(ib::kind_read)) {
                 respond_direct_read(q, p, true);
             } else {
-                schedule_ack(q);
+                schedule_ack(q, true);
             }
         } else if (p.has(ib::kind_read)) {
             respond_read(q, p, true);
         } else if (p.has(ib::kind_atomic)) {
             replay_atomic(q, p.psn);
         } else {
-            schedule_ack(q);
+            schedule_ack(q, true);   // a lost ACK, or a probe (completer::probe_tail)
         }
         return;
     }
@@ -394,7 +394,7 @@ void responder::respond_send(qp &q, const pkt &p)
             q.resp.msn     = ib::psn_add(q.resp.msn, 1);
             tm_.tm_complete_eager(q, p, false);
         }
-        schedule_ack(q);
+        schedule_ack(q, p.ackreq);
         return;
     }
     if (dev::scatter_result r = hca_.scatter(q, q.resp.recv_wqe, q.resp.recv_offset, p.payload);
@@ -415,7 +415,7 @@ void responder::respond_send(qp &q, const pkt &p)
                          imm, ib::bth_solicited(p.bth));
         q.resp.recv_unexpected = false;
     }
-    schedule_ack(q);
+    schedule_ack(q, p.ackreq);
 }
 
 /// A SEND's data could not be placed in its receive WQE. E35: longer than
@@ -496,7 +496,7 @@ void responder::respond_write(qp &q, const pkt &p)
             hca_.write_cqe(q, false, c, ib::bth_solicited(p.bth));
         }
     }
-    schedule_ack(q);
+    schedule_ack(q, p.ackreq);
 }
 
 } // namespace mlx4x::engine

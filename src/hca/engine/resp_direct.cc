@@ -128,7 +128,7 @@ void responder::respond_direct_write(qp &q, const pkt &p)
     served_copy(len);
     q.resp.epsn = ib::psn_add(q.resp.epsn, 1);
     q.resp.msn  = ib::psn_add(q.resp.msn, 1);
-    schedule_ack(q);
+    schedule_ack(q, p.ackreq);
 }
 
 /// Single-copy RDMA READ: checked as a READ and against the requester's

@@ -175,7 +175,7 @@ bool tag_matcher::tm_first_packet(qp &q, srq &s, const pkt &p, bool last)
     // The rendezvous header is consumed like a complete SEND.
     q.resp.epsn = ib::psn_add(q.resp.epsn, 1);
     q.resp.msn  = ib::psn_add(q.resp.msn, 1);
-    resp_.schedule_ack(q);
+    resp_.schedule_ack(q, p.ackreq);
     return false;
 }
 
