@@ -135,12 +135,14 @@ void device::engine_sleep()
     std::atomic_thread_fence(std::memory_order_seq_cst);
     // The port under the device lock: CLOSE_PORT (a command, from the
     // driver's thread) may take it away meanwhile.
-    int wake_fd = -1;
+    int  wake_fd  = -1;
+    bool ack_held = false;
     {
         std::lock_guard g(engine_mu_);
         if (hca_.port_ && hca_.port_->arm_wakeup()) {
             wake_fd = hca_.port_->wakeup_fd();
         }
+        ack_held = resp_.acks_owed();
     }
     bool frames_armed = wake_fd >= 0;
     // A WQE posted or a frame sent before the flags were visible is found
@@ -149,8 +151,12 @@ void device::engine_sleep()
     if (n == 0 && !engine_stop_.load(std::memory_order_relaxed)) {
         hca_.count(counter::engine_sleeps);
         pollfd fds[2] = {{doorbell_fd_, POLLIN, 0}, {wake_fd, POLLIN, 0}};
-        // Without a wake-up line (loopback fabric) only a short nap.
-        (void)poll(fds, 2, frames_armed ? tick_ms : 0);
+        // Without a wake-up line (loopback fabric) only a short nap; an ACK
+        // held for another host (responder::ack_delay_ns) wakes it sooner.
+        timespec nap{0, !frames_armed ? 0
+                        : ack_held    ? long(engine::responder::ack_delay_ns)
+                                      : long(tick_ms) * 1'000'000};
+        (void)ppoll(fds, 2, &nap, nullptr);
     }
     engine_sleeping_.store(false, std::memory_order_relaxed);
     uint64_t v;
