@@ -18,16 +18,17 @@ namespace mlx4x::engine {
 
 class completer final : public dev::qp_error_sink {
 public:
-    /// Someone waits for the ACK of `q`'s packets in flight (a flush):
-    /// on a lossy link's QP, the tail probe now instead of at its timer,
-    /// once per ACK timer.
-    void     ask_for_ack(qp &q);
     completer(dev::core &hca, requester &req, tag_matcher &tm)
         : hca_(hca), req_(req), tm_(tm)
     {
     }
     completer(const completer &) = delete;
     completer &operator=(const completer &) = delete;
+
+    /// Someone waits for the ACK of `q`'s packets in flight (a flush):
+    /// on a lossy link's QP, the tail probe now instead of at its timer,
+    /// once per ACK timer.
+    void     ask_for_ack(qp &q);
 
     void set_qp_error(qp &q);
     void flush_sq(qp &q);
