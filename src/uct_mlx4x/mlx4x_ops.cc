@@ -5,14 +5,14 @@
 #include "uct_mlx4x/mlx4x_iface.h"
 #include "uct_mlx4x/mlx4x_post.h"
 #include "hca/base/log.h"
+#include "hca/fabric/roce.h"
 
 #include <ucs/sys/string.h>
 #include <ucs/sys/topo/base/topo.h>
-#include "hca/fabric/roce.h"
-#include <arpa/inet.h>
-#include <cstdio>
 
+#include <arpa/inet.h>
 #include <climits>
+#include <cstdio>
 #include <cstring>
 
 using namespace mlx4x;
