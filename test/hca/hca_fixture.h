@@ -11,6 +11,9 @@
 
 #include <gtest/gtest.h>
 
+#include <poll.h>
+
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -147,6 +150,25 @@ protected:
 
     fabric::loopback_fabric  fab{};
     endpoint                 a, b;
+};
+
+/// A frame that is a minimal LRH addressed to `dlid` (a fabric routes by it).
+inline std::array<uint8_t, 8> frame_to(uint16_t dlid)
+{
+    return {0xf0, 0x02, uint8_t(dlid >> 8), uint8_t(dlid), 0, 2, 0, 0};
+}
+
+/// `fd` becomes readable within `timeout_ms` (a port's wake-up line).
+inline bool readable(int fd, int timeout_ms)
+{
+    pollfd p{fd, POLLIN, 0};
+    return poll(&p, 1, timeout_ms) == 1;
+}
+
+/// Takes and counts a port's frames.
+struct drop_frames final : fabric::frame_sink {
+    unsigned n = 0;
+    bool on_frame(std::span<const uint8_t>) override { ++n; return true; }
 };
 
 } // namespace mlx4x::test

@@ -2,12 +2,12 @@
 // Test hosts inside one process (fabric/netns.h, UCX_MLX4X_NETNS): a thread
 // enters a network namespace for a scope, what it makes there stays there,
 // and the names that config value may give are plain ip-netns names only.
+#include "hca_fixture.h"
 #include "hca/fabric/netns.h"
 #include "hca/fabric/shm_fabric.h"
 
 #include <gtest/gtest.h>
 
-#include <array>
 #include <cstdlib>
 #include <string>
 #include <thread>
@@ -15,7 +15,6 @@
 
 #include <fcntl.h>
 #include <linux/sockios.h>
-#include <poll.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
@@ -120,17 +119,6 @@ TEST_F(netns_test, a_socket_made_in_the_scope_stays_in_the_namespace)
     close(sock);
 }
 
-bool readable(int fd, int timeout_ms)
-{
-    pollfd p{fd, POLLIN, 0};
-    return poll(&p, 1, timeout_ms) == 1;
-}
-
-struct drop_frames final : fabric::frame_sink {
-    unsigned n = 0;
-    bool on_frame(std::span<const uint8_t>) override { ++n; return true; }
-};
-
 // A port's wake-up line is an abstract unix socket, whose address belongs
 // to a network namespace: ports opened on a test host must wake each other
 // from any thread of the process (the engine thread, the application's),
@@ -153,9 +141,7 @@ TEST_F(netns_test, ports_opened_in_a_namespace_wake_each_other_from_outside_it)
     }
     ASSERT_GE(rx->wakeup_fd(), 0);
     ASSERT_TRUE(rx->arm_wakeup());
-    uint16_t lid = rx->lid();
-    std::array<uint8_t, 8> frame{0xf0, 0x02, uint8_t(lid >> 8), uint8_t(lid), 0, 2, 0, 0};
-    ASSERT_EQ(tx->send(frame, {}), status::ok);
+    ASSERT_EQ(tx->send(frame_to(rx->lid()), {}), status::ok);
     EXPECT_TRUE(readable(rx->wakeup_fd(), 2000));
     drop_frames sink;
     EXPECT_EQ(rx->poll(sink, 16), 1u);

@@ -633,23 +633,6 @@ TEST_F(shm_test, reopening_a_valid_segment_shares_the_port_table)
 
 // ---- wake-up line -------------------------------------------------------------
 
-/// A frame is a minimal LRH addressed to `dlid` (the fabric routes by it).
-static std::array<uint8_t, 8> frame_to(uint16_t dlid)
-{
-    return {0xf0, 0x02, uint8_t(dlid >> 8), uint8_t(dlid), 0, 2, 0, 0};
-}
-
-static bool readable(int fd, int timeout_ms)
-{
-    pollfd p{fd, POLLIN, 0};
-    return poll(&p, 1, timeout_ms) == 1;
-}
-
-struct drop_frames final : fabric::frame_sink {
-    unsigned n = 0;
-    bool on_frame(std::span<const uint8_t>) override { ++n; return true; }
-};
-
 TEST_F(shm_test, armed_port_is_woken_by_the_next_frame_only)
 {
     auto f = shm_fabric::open(name);

@@ -8,8 +8,8 @@
 #include <algorithm>
 #include <cerrno>
 #include <climits>
-#include <cstdlib>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -513,7 +513,7 @@ bool sendable(const uint8_t *frame, size_t pad)
 {
     ib::bth b;
     std::memcpy(&b, frame + sizeof(ib::lrh), sizeof(b));
-    return (frame[1] & 3) == ib::lnh_iba_local && size_t((b.se_m_pad_tver >> 4) & 3) == pad;
+    return (frame[1] & 3) == ib::lnh_iba_local && ib::bth_pad(b) == pad;
 }
 } // namespace
 
@@ -625,7 +625,7 @@ status roce_fabric::roce_port::send_segments_alone()
         size_t   len = std::min(tx_.seg, tx_.bytes - off);
         ib::bth  b;
         std::memcpy(&b, d, sizeof(b));
-        seal(d, {tx_.to, len, size_t((b.se_m_pad_tver >> 4) & 3)}, 0);
+        seal(d, {tx_.to, len, ib::bth_pad(b)}, 0);
         if (sendto(sock_, d, len, MSG_DONTWAIT, reinterpret_cast<sockaddr *>(&to),
                    sizeof(to)) < 0 &&
             off == 0 && sent_or_why(len) == status::no_resource) {
@@ -747,7 +747,7 @@ std::span<const uint8_t> roce_fabric::roce_port::frame_of(unsigned i, size_t off
     std::span<const uint8_t> body{pkt, len - ib::icrc_size};
     ib::bth b;
     std::memcpy(&b, pkt, sizeof(b));
-    size_t pad = (b.se_m_pad_tver >> 4) & 3;
+    size_t pad = ib::bth_pad(b);
     if (body.size() < sizeof(b) + pad) {
         ++link_errors_;
         return {};

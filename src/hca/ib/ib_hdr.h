@@ -36,6 +36,8 @@ using bth_qpn    = bits<be32, 0, 24>;
 using bth_ackreq = bits<be32, 31, 1>;
 using bth_psn    = bits<be32, 0, 24>;
 constexpr uint8_t bth_se_bit = 0x80;
+/// The pad count (IBA 9.2: 0..3 bytes after the payload, to a 4-byte multiple).
+constexpr size_t bth_pad(const bth &b) { return (b.se_m_pad_tver >> 4) & 3; }
 /// LIDs (IBA 4.1.1, 7.11.1): unicast 0x0001-0xBFFF, multicast 0xC000-0xFFFE;
 /// 0xFFFF is the permissive LID of directed-route SMPs, not a group.
 constexpr uint16_t multicast_lid_base = 0xc000;
