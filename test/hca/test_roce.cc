@@ -26,6 +26,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <deque>
@@ -656,13 +657,16 @@ TEST_F(roce_port_test, frames_to_unknown_neighbours_are_lost_not_sent)
 /// B to `to_a`; each datagram is forwarded from the other socket (so each
 /// side sees the relay as its peer) with its ICRC recomputed for the new
 /// addresses, unless the seeded dice drop, duplicate, hold back (reorder)
-/// or corrupt it (the last keeping an ICRC that no longer matches).
+/// or corrupt it (the last keeping an ICRC that no longer matches). One
+/// that came with a wrong ICRC leaves with a wrong one too.
 struct relay {
     struct hop {
         const udp_socket *via;   ///< the socket the receiver knows the sender as
         uint16_t          dest;
         std::vector<uint8_t> d;
+        bool              damaged = false;   ///< its ICRC was wrong when it came
     };
+    roce::ip_id_finder ids;
     udp_socket to_b, to_a;
     uint16_t a_port = 0, b_port = 0;
     std::mt19937 dice{0x726f6365};
@@ -689,7 +693,9 @@ struct relay {
         roce::headers_of({localhost, localhost, h.via->port, h.dest}, d.size() + 4, ip, udp);
         auto c = roce::icrc(ip, udp, d);
         d.insert(d.end(), c.begin(), c.end());
-        if (faults && dice() % corrupt == 0) {
+        if (h.damaged) {
+            d[sizeof(ib::bth)] ^= 0x01;
+        } else if (faults && dice() % corrupt == 0) {
             d[sizeof(ib::bth)] ^= 0x01;
             ++corrupted;
         }
@@ -701,16 +707,22 @@ struct relay {
         bool moved = false;
         for (const auto &[in, out, dest] : {std::tuple{&to_b, &to_a, b_port},
                                             std::tuple{&to_a, &to_b, a_port}}) {
-            for (auto d = in->receive(nullptr, MSG_DONTWAIT); d.size() >= sizeof(ib::bth) + 4;
-                 d = in->receive(nullptr, MSG_DONTWAIT)) {
+            sockaddr_in from{};
+            for (auto d = in->receive(&from, MSG_DONTWAIT); d.size() >= sizeof(ib::bth) + 4;
+                 d = in->receive(&from, MSG_DONTWAIT)) {
                 moved = true;
+                roce::ipv4_hdr ip;
+                roce::udp_hdr  udp;
+                roce::headers_of({localhost, localhost, ntohs(from.sin_port), in->port},
+                                 d.size(), ip, udp);
+                bool damaged = !ids.find(ip, udp, d);
                 if (d[0] == uint8_t(ib::opcode::rc_rdma_read_request) &&
                     d.size() >= sizeof(ib::bth) + sizeof(ib::reth)) {
                     ib::reth r;
                     std::memcpy(&r, d.data() + sizeof(ib::bth), sizeof(r));
                     largest_read_request = std::max(largest_read_request, r.dma_len.get());
                 }
-                hop h{out, dest, std::move(d)};
+                hop h{out, dest, std::move(d), damaged};
                 if (delay_ns) {
                     last_draw = (unsigned(dice() % 100) + last_draw) / 2;
                     if (last_draw >= pass_percent) {

@@ -314,6 +314,11 @@ uint64_t device::next_timer_ns() const
     auto     &self = const_cast<device &>(*this);
     driver_in in(self);
     self.reclaim_owed_acks();
+    return earliest_due();
+}
+
+uint64_t device::earliest_due() const
+{
     // A full ring gives no sign when it has room again: the ring's owner
     // releases frames without telling their senders. A process that sleeps
     // with a packet pushed back (and so, often, with sends waiting in the

@@ -155,6 +155,9 @@ private:
     unsigned run_slice();            ///< the engine thread's run(), locked
     void     engine_loop(const std::function<bool()> &on_start);
     void     engine_sleep();
+    /// next_timer_ns() for a caller that runs the device already (the
+    /// engine thread, under engine_mu_).
+    uint64_t earliest_due() const;
     /// Held around the device's work while the engine thread runs: MMIO
     /// from the driver (commands, CQ/EQ doorbells) against the thread. The
     /// thread lets a waiting driver in between its time slices.

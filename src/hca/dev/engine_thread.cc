@@ -9,6 +9,7 @@
 #include "hca/dev/device.h"
 #include "hca/base/log.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <poll.h>
@@ -25,8 +26,16 @@ namespace {
 /// the application's cores, since every spin is taken from it.
 constexpr unsigned idle_spins_own_cores = 200;
 constexpr unsigned idle_spins_shared    = 8;
-/// Longest sleep: the granularity of the device's timers while idle.
-constexpr int tick_ms = 1;
+/// Longest sleep. The device's timers (ACK and RNR timers, held ACKs, a
+/// pushed-back packet: device::earliest_due) wake it when they are due;
+/// this bounds what keeps no deadline there (the away service's connection
+/// manager). Each sleeping device of a process wakes this often: a process
+/// with 129 of them (UCX's test_uct_peer_failure_multiple) spent both
+/// cores in their wake-ups with a 1 ms tick.
+constexpr uint64_t max_nap_ns = 10'000'000;
+/// Shortest sleep for a deadline that is due or nearly: run_slice() has
+/// just served what was due, and a deadline it moved on is not in the past.
+constexpr uint64_t min_nap_ns = 20'000;
 
 /// Linux's struct sched_attr (SCHED_ATTR_SIZE_VER1); glibc 2.36 has no
 /// sched_setattr() wrapper.
@@ -135,14 +144,14 @@ void device::engine_sleep()
     std::atomic_thread_fence(std::memory_order_seq_cst);
     // The port under the device lock: CLOSE_PORT (a command, from the
     // driver's thread) may take it away meanwhile.
-    int  wake_fd  = -1;
-    bool ack_held = false;
+    int      wake_fd = -1;
+    uint64_t due     = 0;
     {
         std::lock_guard g(engine_mu_);
         if (hca_.port_ && hca_.port_->arm_wakeup()) {
             wake_fd = hca_.port_->wakeup_fd();
         }
-        ack_held = resp_.acks_owed();
+        due = earliest_due();
     }
     bool frames_armed = wake_fd >= 0;
     // A WQE posted or a frame sent before the flags were visible is found
@@ -151,11 +160,13 @@ void device::engine_sleep()
     if (n == 0 && !engine_stop_.load(std::memory_order_relaxed)) {
         hca_.count(counter::engine_sleeps);
         pollfd fds[2] = {{doorbell_fd_, POLLIN, 0}, {wake_fd, POLLIN, 0}};
-        // Without a wake-up line (loopback fabric) only a short nap; an ACK
-        // held for another host (responder::ack_delay_ns) wakes it sooner.
-        timespec nap{0, !frames_armed ? 0
-                        : ack_held    ? long(engine::responder::ack_delay_ns)
-                                      : long(tick_ms) * 1'000'000};
+        // Without a wake-up line (loopback fabric) no sleep, only a yield.
+        uint64_t now    = hca_.now();
+        uint64_t nap_ns = !frames_armed ? 0
+                          : !due        ? max_nap_ns
+                                        : std::clamp(due > now ? due - now : 0, min_nap_ns,
+                                                     max_nap_ns);
+        timespec nap{time_t(nap_ns / 1'000'000'000), long(nap_ns % 1'000'000'000)};
         (void)ppoll(fds, 2, &nap, nullptr);
     }
     engine_sleeping_.store(false, std::memory_order_relaxed);
