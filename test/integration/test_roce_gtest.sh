@@ -20,6 +20,12 @@ fi
 suites='uct_p2p* test_p2p_rma_madvise* test_uct_ep* test_uct_peer_failure* test_tag*
         test_ucp_tag_match* test_ucp_tag_offload* test_ucp_tag_probe* test_ucp_rma*'
 filter=$(for s in $suites; do printf 'mlx4x/%s:' "$s"; done)
+# Not exp_huge_mix: 3.5 GB of buffers filled with random bytes and compared
+# per test (22 s with UCX's self transport), seven of them: three quarters
+# of the rendezvous suite's time across hosts (275 s of its 300 s limit,
+# beside another suite on the 2 cores). The rendezvous itself is what the
+# suite's other tests run, and the MPI suite's 16 MiB transfers.
+filter="${filter%:}-mlx4x/test_ucp_tag_match_rndv.exp_huge_mix/*:"
 log=$(mktemp)
 MLX4X_GTEST_HOSTS=2 MLX4X_GTEST_SUBSET=y MLX4X_GTEST_TIMEOUT=300 \
     "$top_srcdir/contrib/run-ucx-gtest" "${filter%:}" >"$log" 2>&1
