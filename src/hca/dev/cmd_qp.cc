@@ -4,6 +4,7 @@
 // states it may start from and the QP context it carries.
 #include "hca/dev/firmware.h"
 #include "hca/engine/completer.h"
+#include "hca/engine/ingress.h"
 #include "hca/engine/requester.h"
 #include "hca/engine/responder.h"
 #include "hca/base/log.h"
@@ -315,6 +316,7 @@ void firmware::qp_to_reset(qp &q)
         if (srq *s = q.has_srq ? hca_.find_srq(q.srqn) : nullptr) --s->attached_qps;
         std::erase(hca_.active_qps_, &q);
         resp_.forget_acks_of(q.qpn);
+        in_.forget_held_of(q.qpn);
         req_.release_windows_of(q.qpn);
     }
     q = qp{};

@@ -15,7 +15,7 @@ namespace mlx4x::dev {
 device::device(fabric::fabric &fab, clock_fn clock, std::unique_ptr<sma_hook> sma)
     : hca_(fab, clock, std::move(sma)), comp_(hca_, req_, tm_), in_(hca_, resp_, comp_),
       out_(hca_, in_), req_(hca_, comp_, tm_, out_), resp_(hca_, out_, tm_, comp_),
-      tm_(hca_, req_, resp_), fw_(hca_, req_, resp_, comp_)
+      tm_(hca_, req_, resp_), fw_(hca_, req_, resp_, comp_, in_)
 {
     hca_.errors_ = &comp_;
 }

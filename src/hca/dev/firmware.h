@@ -16,8 +16,8 @@ namespace mlx4x::dev {
 class firmware {
 public:
     firmware(core &hca, engine::requester &req, engine::responder &resp,
-             engine::completer &comp)
-        : hca_(hca), req_(req), resp_(resp), comp_(comp)
+             engine::completer &comp, engine::ingress &in)
+        : hca_(hca), req_(req), resp_(resp), comp_(comp), in_(in)
     {
     }
     firmware(const firmware &) = delete;
@@ -86,6 +86,7 @@ private:
     engine::requester &req_;
     engine::responder &resp_;
     engine::completer &comp_;
+    engine::ingress   &in_;
     bool               remote_access_granted_ = false;
 };
 

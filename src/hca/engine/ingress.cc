@@ -20,10 +20,39 @@ bool ingress::on_frame(std::span<const uint8_t> frame)
     hca_.count(counter::rx_packets);
     hca_.count(counter::rx_frame_bytes, frame.size());
     if (receive_send_only(frame) || receive_ack(frame)) {
+        if (!held_.empty()) [[unlikely]] {
+            drain_held();
+        }
         return true;
     }
     receive(frame);
+    if (!held_.empty()) [[unlikely]] {
+        drain_held();
+    }
     return !std::exchange(hca_.copied_directly_, false);
+}
+
+bool ingress::holds_early(const qp &q, const pkt &p, int32_t ahead,
+                          std::span<const uint8_t> frame)
+{
+    // Only across hosts: this host's fabric keeps every sender's order.
+    return fabric::is_remote_lid(q.dlid) && ahead <= reorder_buffer::window &&
+           held_.hold(q.qpn, p.psn, frame);
+}
+
+void ingress::drain_held()
+{
+    using verdict = reorder_buffer::verdict;
+    std::array<uint8_t, fabric::max_frame_size> frame;
+    while (size_t len = held_.take_next(
+               [this](uint32_t qpn, uint32_t psn) {
+                   const qp *q = hca_.find_qp(qpn);
+                   int32_t   d = q ? ib::psn_diff(psn, q->resp.epsn) : -1;
+                   return d < 0 ? verdict::drop : d == 0 ? verdict::take : verdict::keep;
+               },
+               frame)) {
+        receive({frame.data(), len});   // checked again as it comes
+    }
 }
 
 /// Every frame the fast paths leave: parsed, then checked and answered as
@@ -68,6 +97,10 @@ void ingress::receive(std::span<const uint8_t> frame)
             // IBA 11.6.2: first packet on a QP still in RTR.
             q->resp.comm_est_sent = true;
             hca_.async_event(prm::eqe_type::comm_est, q->qpn);
+        }
+        int32_t ahead = ib::psn_diff(p->psn, q->resp.epsn);
+        if (ahead > 0 && holds_early(*q, *p, ahead, frame)) {
+            return;   // executed when its turn comes (drain_held)
         }
         resp_.respond(*q, *p);
     } else {

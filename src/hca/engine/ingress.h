@@ -8,6 +8,7 @@
 
 #include "hca/core/core.h"
 #include "hca/engine/pkt.h"
+#include "hca/engine/reorder.h"
 #include "hca/engine/roles.h"
 #include "hca/engine/wqe.h"
 
@@ -27,6 +28,8 @@ public:
 
     bool on_frame(std::span<const uint8_t> frame) override;
     static bool continues_message(const qp &q, const pkt &p);
+    /// A QP going to RESET: frames held for it are dropped.
+    void forget_held_of(uint32_t qpn) { held_.forget(qpn); }
 
 private:
     void receive_multicast(const pkt &p);
@@ -40,8 +43,14 @@ private:
     /// at DIAG level, the first few per device, since its sender will
     /// only see its retries run out.
     void tell_dropped(const pkt &p, const char *why, const qp *q);
+    /// Whether request `p`, `ahead` PSNs past what `q` expects, is held
+    /// for its turn (reorder_buffer) instead of NAKed.
+    bool holds_early(const qp &q, const pkt &p, int32_t ahead, std::span<const uint8_t> frame);
+    /// Executes the held frames whose turn has come, drops those passed.
+    void drain_held();
 
     unsigned      drops_to_tell_ = 16;
+    reorder_buffer held_;
     dev::core    &hca_;
     responder    &resp_;
     completer    &comp_;
