@@ -51,20 +51,22 @@ void ingress::drain_held()
                    return d < 0 ? verdict::drop : d == 0 ? verdict::take : verdict::keep;
                },
                frame)) {
-        receive({frame.data(), len});   // checked again as it comes
+        receive({frame.data(), len}, true);   // checked again as it comes
     }
 }
 
 /// Every frame the fast paths leave: parsed, then checked and answered as
 /// IBA says.
-void ingress::receive(std::span<const uint8_t> frame)
+void ingress::receive(std::span<const uint8_t> frame, bool again)
 {
     std::optional<pkt> p = parse(frame);
     if (!p) {
         hca_.count(counter::bad_packets);   // malformed: silently dropped (9.6)
         return;
     }
-    hca_.count(counter::rx_bytes, p->payload.size());
+    if (!again) {
+        hca_.count(counter::rx_bytes, p->payload.size());
+    }
     if (p->dest_qp == 0) {
         resp_.receive_smp(*p);   // QP0: no P_Key or Q_Key check (IBA 9.6.1.1)
         return;

@@ -33,7 +33,9 @@ public:
 
 private:
     void receive_multicast(const pkt &p);
-    void receive(std::span<const uint8_t> frame);
+    /// `again`: a held frame in its turn, whose bytes were counted when
+    /// it came.
+    void receive(std::span<const uint8_t> frame, bool again = false);
     bool admits(const qp &q, const pkt &p);
     qp  *fast_path_qp(const ib::lrh &l, const ib::bth &b);
     bool receive_send_only(std::span<const uint8_t> frame);
