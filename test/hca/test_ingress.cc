@@ -170,6 +170,49 @@ protected:
     drv::mr                      *mm = nullptr, *rm = nullptr;
 };
 
+TEST_F(ingress, a_late_duplicate_reads_answer_from_memory_let_go_since_is_dropped_not_a_qp_error)
+{
+    // A READ completes; a copy of its request, late (a reordering link),
+    // reaches b and is executed again (IBA 9.7.5.1.1); its responses wait
+    // (a's ring full), and meanwhile b's owner deregisters the memory, as
+    // MPI does once the transfer is done. The rest of that answer is not
+    // sent, and b's QP stays as it was: no remote access NAK, no error
+    // (the MPI suite across hosts with heavy reordering lost a connection
+    // so).
+    constexpr size_t len = 64 * 1024;
+    std::vector<uint8_t> src(len, 0x3c), dst(len, 0);
+    auto *sm = &b.reg(src.data(), len, all_local);
+    auto &dm = a.reg(dst.data(), len, all_local);
+    std::vector<std::vector<uint8_t>> wire;
+    fab.record_frames(&wire);
+    ASSERT_EQ(a.post_read(1, dst.data(), len, dm.lkey(), reinterpret_cast<uintptr_t>(src.data()),
+                          sm->rkey()),
+              status::ok);
+    ASSERT_TRUE(progress_until([&] { return a.send_wcs.size() == 1; }));
+    fab.record_frames(nullptr);
+    ASSERT_EQ(a.send_wcs[0].status, drv::wc_status::success);
+    auto request = std::find_if(wire.begin(), wire.end(), [](const std::vector<uint8_t> &f) {
+        return f.size() > sizeof(ib::lrh) &&
+               f[sizeof(ib::lrh)] == uint8_t(ib::opcode::rc_rdma_read_request);
+    });
+    ASSERT_NE(request, wire.end());
+    uint64_t naks = b.counter(dev::counter::naks_sent);
+    uint64_t dups = b.counter(dev::counter::duplicates);
+
+    fab.set_faults({.queue_capacity = 2});   // a's ring takes two responses
+    const std::vector<uint8_t> &f = *request;
+    ASSERT_EQ(raw->send({f.data(), 4}, {f.data() + 4, f.size() - 4}), status::ok);
+    for (int i = 0; i < 8; ++i) {
+        b.ctx->progress();
+    }
+    EXPECT_GT(b.counter(dev::counter::duplicates), dups);   // executed again
+    std::erase_if(b.mrs, [&](const std::unique_ptr<drv::mr> &m) { return m.get() == sm; });
+    fab.set_faults({});
+    progress_rounds(20);
+    EXPECT_EQ(b.counter(dev::counter::naks_sent), naks);
+    expect_still_working();
+}
+
 TEST_F(ingress, unknown_opcode_is_dropped_and_counted)
 {
     auto f = frame(ib::opcode::rc_send_only, expected_psn());

@@ -319,6 +319,16 @@ bool responder::send_response_packet(qp &q)
     const mpt *m = chunk ? hca_.find_remote(q, r.rkey) : nullptr;
     if (chunk && (!m || !m->covers(r.va + r.sent, chunk))) {
         done();
+        if (r.again) {
+            // A duplicate's answer (9.7.5.1.1) from memory its owner has let
+            // go since: the requester had the READ's responses (the owner
+            // frees the memory once it is told the transfer is done), and
+            // this copy of its request was late (a reordering link). Not
+            // answered, as a duplicate whose R_Key no longer checks is not
+            // (checked_read_reth): a QP error here ended a live connection.
+            hca_.count(counter::duplicates);
+            return true;
+        }
         responder_error(q, ib::nak_code::remote_access);
         return false;
     }
