@@ -1179,6 +1179,100 @@ TEST_P(roce_rc, traffic_crosses_a_link_that_holds_three_in_four_datagrams_for_a_
     EXPECT_EQ(b.recv_wcs.size(), size_t(sends));   // nothing delivered twice
 }
 
+// ---- the reorder buffer's bounds, against a peer that sends what it likes ----
+
+/// b, reached through a clean relay, takes SENDs the test forges as if
+/// from a's address: each carries 8 bytes, all of them its PSN's low byte.
+class roce_reorder : public roce_rc {
+protected:
+    static constexpr uint32_t first_psn = 100;   ///< b expects it first (start)
+    std::vector<uint8_t> dst = std::vector<uint8_t>(8 * 8, 0);
+
+    void SetUp() override
+    {
+        roce_rc::SetUp();
+        ASSERT_NO_FATAL_FAILURE(start());
+        net.faults = false;
+        auto &dmr = b.reg(dst.data(), dst.size());
+        for (uint32_t i = 0; i < 8; ++i) {
+            ASSERT_EQ(b.post_recv(i, dst.data() + 8 * i, 8, dmr.lkey()), status::ok);
+        }
+    }
+    void forge_send(uint32_t psn)
+    {
+        std::vector<uint8_t> d(sizeof(ib::bth) + 8 + 4, uint8_t(psn));
+        ib::bth h{};
+        h.opcode = uint8_t(ib::opcode::rc_send_only);
+        h.pkey.set(0xffff);
+        h.dest_qp.set(b.qp->qpn());
+        ib::bth_psn::set(h.apsn, psn);
+        std::memcpy(d.data(), &h, sizeof(h));
+        net.forward({&net.to_a, net.b_port, std::move(d)});   // ICRC sealed
+        // A quiet port reads its socket every so many polls.
+        uint64_t rx = b.counter(dev::counter::rx_packets);
+        for (int i = 0; i < 4096 && b.counter(dev::counter::rx_packets) == rx; ++i) {
+            b.ctx->progress();
+        }
+        ASSERT_GT(b.counter(dev::counter::rx_packets), rx) << "PSN " << psn << " never came";
+        b.poll();
+    }
+    uint64_t held() { return b.counter(dev::counter::held_early); }
+    uint64_t naks() { return b.counter(dev::counter::naks_sent); }
+};
+
+TEST_P(roce_reorder, a_request_past_the_window_is_naked_one_within_it_held_for_its_turn)
+{
+    // Held only up to reorder_buffer::window PSNs ahead: further is a
+    // sequence error NAKed at once (IBA 9.7.5.2.2), whatever the peer sends.
+    forge_send(first_psn + engine::reorder_buffer::window + 1);
+    EXPECT_EQ(naks(), 1u);
+    EXPECT_EQ(held(), 0u);
+    forge_send(first_psn + 2);
+    forge_send(first_psn + 1);
+    EXPECT_EQ(held(), 2u);
+    EXPECT_EQ(naks(), 1u);          // one NAK per sequence error
+    EXPECT_TRUE(b.recv_wcs.empty());
+    forge_send(first_psn);          // the gap fills: all three, in PSN order
+    ASSERT_EQ(b.recv_wcs.size(), 3u);
+    for (uint32_t i = 0; i < 3; ++i) {
+        EXPECT_EQ(b.recv_wcs[i].status, drv::wc_status::success);
+        EXPECT_EQ(dst[8 * i], uint8_t(first_psn + i)) << i;
+    }
+    EXPECT_EQ(b.counter(dev::counter::duplicates), 0u);
+}
+
+TEST_P(roce_reorder, frames_held_for_a_gap_that_never_fills_go_when_the_qp_resets)
+{
+    // A peer may send early packets and never the one before them: they
+    // stay held (bounded: reorder_buffer::capacity per device) until the QP
+    // leaves, and a QP connected again with the same PSNs never sees them.
+    forge_send(first_psn + 1);
+    forge_send(first_psn + 2);
+    ASSERT_EQ(held(), 2u);
+    ASSERT_EQ(b.qp->modify_raw(prm::cmd_opcode::to_rst_qp, prm::qp_state::rst, 0), status::ok);
+    b.recv_wcs.clear();
+    manual_clock::advance(uint64_t{4096} << 14);   // C35: the old PSNs' quiet time
+    drv::rc_connect_attr at{};
+    at.remote_qpn  = a.qp->qpn();
+    at.dlid        = *fab_b.resolve({localhost, net.to_a.port});
+    at.rq_psn      = first_psn;
+    at.sq_psn      = first_psn;
+    at.mtu         = fab_b.ib_mtu();
+    ASSERT_EQ(b.qp->to_init(all_remote_access), status::ok);
+    ASSERT_EQ(b.qp->to_rtr(at), status::ok);
+    ASSERT_EQ(b.qp->to_rts(at), status::ok);
+    auto &dmr = b.reg(dst.data(), dst.size());
+    for (uint32_t i = 0; i < 3; ++i) {
+        ASSERT_EQ(b.post_recv(i, dst.data() + 8 * i, 8, dmr.lkey()), status::ok);
+    }
+    forge_send(first_psn);
+    ASSERT_EQ(b.recv_wcs.size(), 1u);   // only it: the old QP's early frames are gone
+    EXPECT_EQ(b.recv_wcs[0].status, drv::wc_status::success);
+    EXPECT_EQ(dst[0], uint8_t(first_psn));
+    forge_send(first_psn + 1);          // and the next is taken in its turn
+    EXPECT_EQ(b.recv_wcs.size(), 2u);
+}
+
 TEST(reorder_buffer, holds_what_fits_once_and_gives_each_back_in_its_turn)
 {
     // Bounded whatever a peer sends: capacity frames per device, each
@@ -1199,22 +1293,25 @@ TEST(reorder_buffer, holds_what_fits_once_and_gives_each_back_in_its_turn)
     frame[0] = 0x42;
     ASSERT_TRUE(held.hold(9, 3, frame));
     ASSERT_TRUE(held.hold(9, 1, frame));    // passed already: dropped when asked
-    using verdict = engine::reorder_buffer::verdict;
+    ASSERT_TRUE(held.hold(9, 4, frame));    // not yet
+    EXPECT_TRUE(held.holds_for(9));
+    EXPECT_FALSE(held.holds_for(8));
     std::array<uint8_t, fabric::max_frame_size> out{};
-    auto turn = [](uint32_t qpn, uint32_t psn) {
-        return qpn != 9 ? verdict::keep : psn == 3 ? verdict::take : verdict::drop;
-    };
-    size_t len = held.take_next(turn, out);
+    size_t len = held.take_due(9, 3, out);
     EXPECT_EQ(len, frame.size());
     EXPECT_EQ(out[0], 0x42);
-    EXPECT_EQ(held.take_next(turn, out), 0u);   // none taken, the passed one dropped
-    EXPECT_EQ(held.size(), 1u);                 // QP 7's, kept
+    EXPECT_EQ(held.take_due(9, 3, out), 0u);   // none taken, the passed one dropped
+    EXPECT_EQ(held.size(), 2u);                // QP 7's and QP 9's PSN 4, kept
+    EXPECT_EQ(held.take_due(9, 0xffffff, out), 0u);   // PSN 4 is ahead of 2^24-1
+    EXPECT_EQ(held.take_due(9, 4, out), frame.size());
+    EXPECT_FALSE(held.holds_for(9));
 }
 
 // Each seed throws the dice differently: losses of data, of ACKs, of NAKs,
 // duplicates and reordering at other places of the stream.
 INSTANTIATE_TEST_SUITE_P(seeds, roce_rc, ::testing::Range(1u, 13u));
 INSTANTIATE_TEST_SUITE_P(clean, roce_acks, ::testing::Values(1u));
+INSTANTIATE_TEST_SUITE_P(clean, roce_reorder, ::testing::Values(1u));
 
 } // namespace
 } // namespace mlx4x::test

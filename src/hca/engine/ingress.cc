@@ -10,6 +10,7 @@
 #include "hca/ib/ib_psn.h"
 #include "hca/base/log.h"
 
+#include <cstring>
 #include <string>
 
 namespace mlx4x::engine {
@@ -19,39 +20,44 @@ bool ingress::on_frame(std::span<const uint8_t> frame)
 {
     hca_.count(counter::rx_packets);
     hca_.count(counter::rx_frame_bytes, frame.size());
-    if (receive_send_only(frame) || receive_ack(frame)) {
-        if (!held_.empty()) [[unlikely]] {
-            drain_held();
-        }
-        return true;
+    bool taken = receive_send_only(frame) || receive_ack(frame);
+    if (!taken) {
+        receive(frame);
     }
-    receive(frame);
     if (!held_.empty()) [[unlikely]] {
-        drain_held();
+        drain_held(frame);
     }
-    return !std::exchange(hca_.copied_directly_, false);
+    return taken || !std::exchange(hca_.copied_directly_, false);
 }
 
 bool ingress::holds_early(const qp &q, const pkt &p, int32_t ahead,
                           std::span<const uint8_t> frame)
 {
     // Only across hosts: this host's fabric keeps every sender's order.
-    return fabric::is_remote_lid(q.dlid) && ahead <= reorder_buffer::window &&
-           held_.hold(q.qpn, p.psn, frame);
+    if (!fabric::is_remote_lid(q.dlid) || ahead > reorder_buffer::window ||
+        !held_.hold(q.qpn, p.psn, frame)) {
+        return false;
+    }
+    hca_.count(counter::held_early);
+    return true;
 }
 
-void ingress::drain_held()
+void ingress::drain_held(std::span<const uint8_t> frame)
 {
-    using verdict = reorder_buffer::verdict;
-    std::array<uint8_t, fabric::max_frame_size> frame;
-    while (size_t len = held_.take_next(
-               [this](uint32_t qpn, uint32_t psn) {
-                   const qp *q = hca_.find_qp(qpn);
-                   int32_t   d = q ? ib::psn_diff(psn, q->resp.epsn) : -1;
-                   return d < 0 ? verdict::drop : d == 0 ? verdict::take : verdict::keep;
-               },
-               frame)) {
-        receive({frame.data(), len}, true);   // checked again as it comes
+    // Only the QP `frame` was for can have moved its expected PSN.
+    if (frame.size() < sizeof(ib::lrh) + sizeof(ib::bth)) {
+        return;
+    }
+    ib::bth b;
+    std::memcpy(&b, frame.data() + sizeof(ib::lrh), sizeof(b));
+    uint32_t qpn = ib::bth_qpn::get(b.dest_qp);
+    std::array<uint8_t, fabric::max_frame_size> next;
+    for (const qp *q = hca_.find_qp(qpn); q;) {
+        size_t len = held_.take_due(qpn, q->resp.epsn, next);
+        if (!len) {
+            return;
+        }
+        receive({next.data(), len}, true);   // checked again as it comes
     }
 }
 

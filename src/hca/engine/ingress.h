@@ -48,8 +48,9 @@ private:
     /// Whether request `p`, `ahead` PSNs past what `q` expects, is held
     /// for its turn (reorder_buffer) instead of NAKed.
     bool holds_early(const qp &q, const pkt &p, int32_t ahead, std::span<const uint8_t> frame);
-    /// Executes the held frames whose turn has come, drops those passed.
-    void drain_held();
+    /// After `frame`: executes the frames held for its QP whose turn has
+    /// come, drops those passed.
+    void drain_held(std::span<const uint8_t> frame);
 
     unsigned      drops_to_tell_ = 16;
     reorder_buffer held_;

@@ -4,6 +4,7 @@
 #pragma once
 
 #include "hca/fabric/fabric.h"
+#include "hca/ib/ib_psn.h"
 
 #include <algorithm>
 #include <array>
@@ -59,27 +60,36 @@ public:
         ++count_;
         return true;
     }
-    enum class verdict { keep, drop, take };
-    /// Asks f(qpn, psn) about the held frames in turn until one is taken:
-    /// copied to `out`, its length returned (0: none taken). Those f drops
-    /// are freed on the way.
-    template <typename F>
-    size_t take_next(F &&f, std::array<uint8_t, fabric::max_frame_size> &out)
+    /// Whether QP `qpn` has frames held.
+    bool holds_for(uint32_t qpn) const
     {
         for (unsigned i = 0; i < capacity && count_; ++i) {
-            if (!slots_[i].used) {
+            if (slots_[i].used && slots_[i].qpn == qpn) {
+                return true;
+            }
+        }
+        return false;
+    }
+    /// QP `qpn`'s held frame with PSN `epsn`, the one it expects next:
+    /// copied to `out`, its length returned (0: none). Its frames whose PSN
+    /// has passed (the requester sent them again and they were executed
+    /// in order) are freed on the way.
+    size_t take_due(uint32_t qpn, uint32_t epsn, std::array<uint8_t, fabric::max_frame_size> &out)
+    {
+        for (unsigned i = 0; i < capacity && count_; ++i) {
+            slot &s = slots_[i];
+            if (!s.used || s.qpn != qpn) {
                 continue;
             }
-            verdict v = f(slots_[i].qpn, slots_[i].psn);
-            if (v == verdict::keep) {
+            int32_t ahead = ib::psn_diff(s.psn, epsn);
+            if (ahead > 0) {
                 continue;
             }
-            slots_[i].used = false;
+            s.used = false;
             --count_;
-            if (v == verdict::take) {
-                std::memcpy(out.data(), &bytes_[size_t(i) * fabric::max_frame_size],
-                            slots_[i].len);
-                return slots_[i].len;
+            if (ahead == 0) {
+                std::memcpy(out.data(), &bytes_[size_t(i) * fabric::max_frame_size], s.len);
+                return s.len;
             }
         }
         return 0;

@@ -17,7 +17,9 @@ namespace mlx4x::prm {
 
 enum class counter : unsigned {
     tx_packets, rx_packets, tx_bytes, rx_bytes, acks_sent, naks_sent,
-    rnr_naks_sent, retransmits, duplicates, bad_packets, unknown_qp,
+    rnr_naks_sent, retransmits, duplicates,
+    held_early,   ///< requests from another host held for their turn (engine/reorder.h)
+    bad_packets, unknown_qp,
     pkey_violations, qkey_violations, cq_overruns, eq_overflows, events,
     interrupts, fabric_busy,
     // tag matching (prm_tm.h)
@@ -62,7 +64,7 @@ inline const char *counter_name(counter c)
     static const char *const names[] = {
         "tx_packets", "rx_packets", "tx_bytes", "rx_bytes", "acks_sent",
         "naks_sent", "rnr_naks_sent", "retransmits", "duplicates",
-        "bad_packets", "unknown_qp", "pkey_violations", "qkey_violations",
+        "held_early", "bad_packets", "unknown_qp", "pkey_violations", "qkey_violations",
         "cq_overruns", "eq_overflows", "events", "interrupts", "fabric_busy",
         "tm_expected_eager", "tm_expected_rndv", "tm_unexpected_eager",
         "tm_unexpected_rndv", "tm_rndv_done", "tm_list_ops", "tm_syncs",
