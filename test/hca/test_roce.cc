@@ -34,6 +34,7 @@
 #include <functional>
 #include <optional>
 #include <random>
+#include <string>
 #include <vector>
 
 // A kernel that refuses UDP GSO (EIO, as Linux does for a device without
@@ -676,6 +677,10 @@ struct relay {
     /// Drops the datagrams (BTH on) it says, before any dice.
     std::function<bool(std::span<const uint8_t>)> drop_if;
     std::vector<hop> held;
+    /// Datagrams it says wait for the next datagram that goes the same
+    /// way, which overtakes them (before any dice).
+    std::function<bool(std::span<const uint8_t>)> overtake;
+    std::vector<hop> overtaken;
     /// netem's "delay D reorder P% C%": each datagram waits `delay_ns`
     /// (0: none) unless a correlated draw sends it at once (P = pass_percent,
     /// C = 50 %), so the ones sent at once overtake those held before them.
@@ -731,6 +736,10 @@ struct relay {
                         continue;
                     }
                 }
+                if (overtake && overtake(h.d)) {
+                    overtaken.push_back(std::move(h));
+                    continue;
+                }
                 if ((drop_if && drop_if(h.d)) || (faults && dice() % drop == 0)) {
                     ++dropped;
                 } else if (faults && dice() % hold == 0) {
@@ -740,6 +749,9 @@ struct relay {
                     if (faults && dice() % dup == 0) {
                         forward(h);
                     }
+                    std::erase_if(overtaken, [&](const hop &o) {
+                        return o.dest == h.dest ? (forward(o), true) : false;
+                    });
                 }
             }
         }
@@ -753,6 +765,18 @@ struct relay {
         }
     }
 };
+
+/// The first completion in `wcs` that did not succeed: its work request
+/// and status ("-": none).
+std::string first_failure(const std::vector<drv::wc> &wcs)
+{
+    for (const drv::wc &w : wcs) {
+        if (w.status != drv::wc_status::success) {
+            return "wr_id " + std::to_string(w.wr_id) + " " + to_string(w.status);
+        }
+    }
+    return "-";
+}
 
 class roce_rc : public ::testing::TestWithParam<uint32_t> {
 protected:
@@ -1021,8 +1045,8 @@ TEST_P(roce_rc, reads_cross_a_lossy_link_exactly_once)
             ++posted;
         }
         return a.send_wcs.size() == 2 * reads && b.recv_wcs.size() == reads;
-    })) << a.send_wcs.size() << " sends/READs done, " << b.recv_wcs.size() << " received; last: "
-        << (a.send_wcs.empty() ? "-" : to_string(a.send_wcs.back().status));
+    })) << a.send_wcs.size() << " sends/READs done, " << b.recv_wcs.size() << " received; first failed: "
+        << first_failure(a.send_wcs);
     for (const auto &w : a.send_wcs) {
         EXPECT_EQ(w.status, drv::wc_status::success);
     }
@@ -1273,38 +1297,146 @@ TEST_P(roce_reorder, frames_held_for_a_gap_that_never_fills_go_when_the_qp_reset
     EXPECT_EQ(b.recv_wcs.size(), 2u);
 }
 
+// ---- the requester's side: READ responses and ACKs that came early ----
+
+class roce_early_responses : public roce_rc {
+protected:
+    static constexpr size_t len = 4096;   ///< a READ of 4 responses (MTU 1024)
+    std::vector<uint8_t> src = std::vector<uint8_t>(len), dst = std::vector<uint8_t>(len, 0);
+    std::vector<uint8_t> msg = std::vector<uint8_t>(64, 0x77), in = std::vector<uint8_t>(64, 0);
+    drv::mr *smr = nullptr, *dmr = nullptr, *mmr = nullptr, *imr = nullptr;
+
+    void SetUp() override
+    {
+        roce_rc::SetUp();
+        ASSERT_NO_FATAL_FAILURE(start());
+        net.faults = false;
+        fill_pattern(src.data(), len, 21);
+        smr = &b.reg(src.data(), len, all_local);
+        dmr = &a.reg(dst.data(), len, all_local);
+        mmr = &a.reg(msg.data(), msg.size());
+        imr = &b.reg(in.data(), in.size());
+        ASSERT_EQ(b.post_recv(1, in.data(), 64, imr->lkey()), status::ok);
+    }
+    /// The first datagram with `op` is overtaken by the next one.
+    void overtake_first(ib::opcode op)
+    {
+        net.overtake = [op, done = false](std::span<const uint8_t> d) mutable {
+            bool it = !done && d[0] == uint8_t(op);
+            done |= it;
+            return it;
+        };
+    }
+    void read_then_send()
+    {
+        ASSERT_EQ(a.post_read(1, dst.data(), len, dmr->lkey(),
+                              reinterpret_cast<uint64_t>(src.data()), smr->rkey()),
+                  status::ok);
+        ASSERT_EQ(a.post_send(2, msg.data(), 64, mmr->lkey()), status::ok);
+        ASSERT_TRUE(progress_until([&] { return a.send_wcs.size() == 2; }, 4000, 10000))
+            << "retransmits " << a.counter(dev::counter::retransmits);
+        EXPECT_EQ(first_failure(a.send_wcs), "-");
+        EXPECT_EQ(src, dst);
+        EXPECT_TRUE(net.overtaken.empty());   // the reordering happened
+    }
+};
+
+TEST_P(roce_early_responses, a_read_response_overtaken_by_the_next_waits_for_it)
+{
+    // Responses 2-4 before 1: held until it comes, not taken for a loss
+    // (which asks for the READ again from response 1: IBA 9.7.5.1.3).
+    overtake_first(ib::opcode::rc_rdma_read_response_first);
+    ASSERT_NO_FATAL_FAILURE(read_then_send());
+    EXPECT_GT(a.counter(dev::counter::held_early), 0u);
+    EXPECT_EQ(a.counter(dev::counter::retransmits), 0u);
+}
+
+TEST_P(roce_early_responses, an_ack_that_overtook_a_reads_last_response_waits_for_it)
+{
+    // The SEND's ACK before the READ's last response: on one path that
+    // would say the response was lost (implied NAK, IBA 9.7.5.2.6); across
+    // hosts the ACK waits until the response is placed.
+    overtake_first(ib::opcode::rc_rdma_read_response_last);
+    ASSERT_NO_FATAL_FAILURE(read_then_send());
+    EXPECT_EQ(a.counter(dev::counter::held_early), 1u);
+    EXPECT_EQ(a.counter(dev::counter::retransmits), 0u);
+}
+
+TEST_P(roce_early_responses, an_ack_for_a_packet_sent_again_is_not_held_for_a_read_not_sent_again)
+{
+    // SEND, READ, SEND all reach b, and every answer is lost. The
+    // requester's timer sends from the first SEND again, one packet at a
+    // time; b's ACK for it covers the last SEND too. That ACK must move the
+    // requester on to the READ (implied NAK, IBA 9.7.5.2.6), not wait for
+    // responses to a request not sent again yet: it would send the first
+    // SEND until its retries ran out.
+    ASSERT_EQ(b.post_recv(2, in.data(), 64, imr->lkey()), status::ok);
+    bool cut = true;   // b's answers lost
+    net.drop_if = [&](std::span<const uint8_t> d) {
+        return cut && d[0] >= uint8_t(ib::opcode::rc_rdma_read_response_first) &&
+               d[0] <= uint8_t(ib::opcode::rc_acknowledge);
+    };
+    ASSERT_EQ(a.post_send(1, msg.data(), 64, mmr->lkey()), status::ok);
+    ASSERT_EQ(a.post_read(2, dst.data(), len, dmr->lkey(),
+                          reinterpret_cast<uint64_t>(src.data()), smr->rkey()),
+              status::ok);
+    ASSERT_EQ(a.post_send(3, msg.data(), 64, mmr->lkey()), status::ok);
+    ASSERT_TRUE(progress_until([&] { return b.recv_wcs.size() == 2; }, 1000, 10000))
+        << b.recv_wcs.size() << " received";
+    cut = false;
+    ASSERT_TRUE(progress_until([&] { return a.send_wcs.size() == 3; }, 4000, 10000))
+        << "retransmits " << a.counter(dev::counter::retransmits);
+    EXPECT_EQ(first_failure(a.send_wcs), "-");
+    EXPECT_EQ(src, dst);
+    EXPECT_GT(a.counter(dev::counter::retransmits), 0u);
+    progress_until([] { return false; }, 100, 10000);
+    EXPECT_EQ(b.recv_wcs.size(), 2u);   // each SEND once
+}
+
 TEST(reorder_buffer, holds_what_fits_once_and_gives_each_back_in_its_turn)
 {
     // Bounded whatever a peer sends: capacity frames per device, each
-    // (QP, PSN) once; a frame too large for the fabric is refused.
-    engine::reorder_buffer held;
+    // (QP, stream, PSN) once; a frame too large for the fabric is refused.
+    using buffer  = engine::reorder_buffer;
+    using outcome = buffer::outcome;
+    using stream  = buffer::stream;
+    buffer held;
     std::vector<uint8_t> frame(64);
-    for (uint32_t i = 0; i < engine::reorder_buffer::capacity; ++i) {
+    for (uint32_t i = 0; i < buffer::capacity; ++i) {
         frame[0] = uint8_t(i);
-        ASSERT_TRUE(held.hold(7, 100 + i, frame)) << i;
+        ASSERT_EQ(held.hold(7, stream::requests, 100 + i, frame), outcome::held) << i;
     }
-    EXPECT_FALSE(held.hold(8, 1, frame));   // full
-    EXPECT_EQ(held.size(), engine::reorder_buffer::capacity);
+    EXPECT_EQ(held.hold(8, stream::requests, 1, frame), outcome::no_room);
+    EXPECT_EQ(held.size(), buffer::capacity);
     held.forget(7);
     EXPECT_TRUE(held.empty());
-    EXPECT_TRUE(held.hold(7, 5, frame));
-    EXPECT_FALSE(held.hold(7, 5, frame));   // a second copy: the caller NAKs
-    EXPECT_FALSE(held.hold(7, 6, std::vector<uint8_t>(fabric::max_frame_size + 1)));
+    EXPECT_EQ(held.hold(7, stream::requests, 5, frame), outcome::held);
+    EXPECT_EQ(held.hold(7, stream::requests, 5, frame), outcome::a_copy);
+    EXPECT_EQ(held.hold(7, stream::responses, 5, frame), outcome::held);   // another stream
+    EXPECT_EQ(held.hold(7, stream::requests, 6, std::vector<uint8_t>(fabric::max_frame_size + 1)),
+              outcome::no_room);
     frame[0] = 0x42;
-    ASSERT_TRUE(held.hold(9, 3, frame));
-    ASSERT_TRUE(held.hold(9, 1, frame));    // passed already: dropped when asked
-    ASSERT_TRUE(held.hold(9, 4, frame));    // not yet
+    ASSERT_EQ(held.hold(9, stream::requests, 3, frame), outcome::held);
+    ASSERT_EQ(held.hold(9, stream::requests, 1, frame), outcome::held);   // passed: dropped
+    ASSERT_EQ(held.hold(9, stream::requests, 4, frame), outcome::held);   // not yet
     EXPECT_TRUE(held.holds_for(9));
     EXPECT_FALSE(held.holds_for(8));
     std::array<uint8_t, fabric::max_frame_size> out{};
-    size_t len = held.take_due(9, 3, out);
+    EXPECT_EQ(held.take_due(9, stream::responses, 3, out), 0u);   // not that stream's
+    size_t len = held.take_due(9, stream::requests, 3, out);
     EXPECT_EQ(len, frame.size());
     EXPECT_EQ(out[0], 0x42);
-    EXPECT_EQ(held.take_due(9, 3, out), 0u);   // none taken, the passed one dropped
-    EXPECT_EQ(held.size(), 2u);                // QP 7's and QP 9's PSN 4, kept
-    EXPECT_EQ(held.take_due(9, 0xffffff, out), 0u);   // PSN 4 is ahead of 2^24-1
-    EXPECT_EQ(held.take_due(9, 4, out), frame.size());
+    EXPECT_EQ(held.take_due(9, stream::requests, 3, out), 0u);   // the passed one dropped
+    EXPECT_EQ(held.size(), 3u);                // QP 7's two and QP 9's PSN 4, kept
+    EXPECT_EQ(held.take_due(9, stream::requests, 0xffffff, out), 0u);   // 4 is 5 ahead of 2^24-1
+    EXPECT_EQ(held.take_due(9, stream::requests, 4, out), frame.size());
     EXPECT_FALSE(held.holds_for(9));
+    // ACKs are taken once their PSN is no longer ahead, passed or not.
+    ASSERT_EQ(held.hold(9, stream::acks, 10, frame), outcome::held);
+    EXPECT_EQ(held.take_due(9, stream::acks, 9, out, buffer::passed::taken), 0u);
+    EXPECT_EQ(held.take_due(9, stream::acks, 12, out, buffer::passed::taken), frame.size());
+    held.forget(7);
+    EXPECT_TRUE(held.empty());
 }
 
 // Each seed throws the dice differently: losses of data, of ACKs, of NAKs,
@@ -1312,6 +1444,7 @@ TEST(reorder_buffer, holds_what_fits_once_and_gives_each_back_in_its_turn)
 INSTANTIATE_TEST_SUITE_P(seeds, roce_rc, ::testing::Range(1u, 13u));
 INSTANTIATE_TEST_SUITE_P(clean, roce_acks, ::testing::Values(1u));
 INSTANTIATE_TEST_SUITE_P(clean, roce_reorder, ::testing::Values(1u));
+INSTANTIATE_TEST_SUITE_P(clean, roce_early_responses, ::testing::Values(1u));
 
 } // namespace
 } // namespace mlx4x::test

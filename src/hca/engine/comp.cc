@@ -498,6 +498,18 @@ void completer::acknowledged(qp &q)
 /// responder answers requests in order), so acked_psn stops at the first
 /// missing response and the requester asks again from there (implied NAK,
 /// IBA 9.7.5.2.6). Returns false in that case.
+std::optional<uint32_t> completer::next_response_psn(const qp &q) const
+{
+    for (uint32_t i = q.comp.sq_tail; q.req.rd_atomic_inflight && i != q.req.sq_head; ++i) {
+        const wqe_track &t = q.req.track[i & (q.sq_size() - 1)];
+        if (t.rd_atomic) {
+            return ib::psn_diff(t.first_psn, q.comp.acked_psn) > 0 ? t.first_psn
+                                                                   : q.comp.acked_psn;
+        }
+    }
+    return std::nullopt;
+}
+
 bool completer::advance_acked(qp &q, uint32_t to)
 {
     // rd_atomic_inflight counts the READ/atomic WQEs among the outstanding

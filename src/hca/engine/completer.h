@@ -39,6 +39,11 @@ public:
     enum class placement { placed, failed, dropped };
     void complete(qp &q, const pkt &p);
     bool advance_acked(qp &q, uint32_t to);
+    /// The PSN of the READ or atomic response `q` waits for next: the
+    /// first one outstanding's first PSN, or where its responses stopped;
+    /// none when no READ or atomic is outstanding. A positive ACK at or
+    /// past it would say its responses were lost (9.7.5.2.6 implied NAK).
+    std::optional<uint32_t> next_response_psn(const qp &q) const;
     void complete_wqe(qp &q, uint32_t index, prm::cqe_syndrome syndrome,
                       bool error);
     bool run_timers();   ///< true: one fired (a retry or a retry-exceeded error)

@@ -34,30 +34,83 @@ bool ingress::holds_early(const qp &q, const pkt &p, int32_t ahead,
                           std::span<const uint8_t> frame)
 {
     // Only across hosts: this host's fabric keeps every sender's order.
-    if (!fabric::is_remote_lid(q.dlid) || ahead > reorder_buffer::window ||
-        !held_.hold(q.qpn, p.psn, frame)) {
+    // A second copy of a held request is NAKed: the requester sent it
+    // again (its tail probe), so the one before it may well be lost.
+    return fabric::is_remote_lid(q.dlid) && ahead <= reorder_buffer::window &&
+           hold(q, stream::requests, p.psn, frame) == outcome::held;
+}
+
+bool ingress::holds_early_response(const qp &q, const pkt &p, std::span<const uint8_t> frame)
+{
+    if (!fabric::is_remote_lid(q.dlid) || p.has(ib::kind_direct)) {
         return false;
     }
-    hca_.count(counter::held_early);
-    return true;
+    std::optional<uint32_t> next = comp_.next_response_psn(q);
+    if (!next || ib::psn_diff(q.req.next_psn, *next) <= 0) {
+        // No READ or atomic outstanding, or its request not sent again
+        // yet since a rewind: no response is on its way to wait for (the
+        // responder's ACK of a packet sent again before it must move the
+        // requester on, or it would send that packet until its retries
+        // ran out).
+        return false;
+    }
+    int32_t ahead = ib::psn_diff(p.psn, *next);
+    if (p.has(ib::kind_read) || p.has(ib::kind_atomic)) {
+        // A second copy of a held response (the READ asked for again) is
+        // what is held already: dropped.
+        return ahead > 0 && ahead <= reorder_buffer::window &&
+               hold(q, stream::responses, p.psn, frame) != outcome::no_room;
+    }
+    // A positive ACK for the READ's PSNs or later came before its
+    // responses: held until they are placed (the ACK then covers what
+    // followed the READ). Kept by the PSN after it, the first it does not
+    // cover: take_due() takes it once that PSN is no longer ahead.
+    ib::aeth a = p.ext<ib::aeth>(ib::hdr_aeth);
+    bool     positive = p.opcode == uint8_t(ib::opcode::rc_acknowledge) &&
+                    static_cast<ib::ack_class>(ib::aeth_syndrome::get(a.syn_msn) >> 5) ==
+                        ib::ack_class::ack;
+    return positive && ahead >= 0 && ahead < reorder_buffer::window &&
+           hold(q, stream::acks, ib::psn_add(p.psn, 1), frame) != outcome::no_room;
+}
+
+ingress::outcome ingress::hold(const qp &q, stream st, uint32_t psn, std::span<const uint8_t> frame)
+{
+    outcome o = held_.hold(q.qpn, st, psn, frame);
+    if (o == outcome::held) {
+        hca_.count(counter::held_early);
+    }
+    return o;
 }
 
 void ingress::drain_held(std::span<const uint8_t> frame)
 {
-    // Only the QP `frame` was for can have moved its expected PSN.
+    // Only the QP `frame` was for can have moved on.
     if (frame.size() < sizeof(ib::lrh) + sizeof(ib::bth)) {
         return;
     }
     ib::bth b;
     std::memcpy(&b, frame.data() + sizeof(ib::lrh), sizeof(b));
     uint32_t qpn = ib::bth_qpn::get(b.dest_qp);
+    const qp *q  = hca_.find_qp(qpn);
     std::array<uint8_t, fabric::max_frame_size> next;
-    for (const qp *q = hca_.find_qp(qpn); q;) {
-        size_t len = held_.take_due(qpn, q->resp.epsn, next);
+    // Each frame taken is checked again as it comes, and may be held
+    // again: at most as many rounds as frames held.
+    for (unsigned rounds = held_.size(); q && rounds && held_.holds_for(qpn); --rounds) {
+        size_t len = held_.take_due(qpn, stream::requests, q->resp.epsn, next);
+        if (!len) {
+            std::optional<uint32_t> r = comp_.next_response_psn(*q);
+            len = r ? held_.take_due(qpn, stream::responses, *r, next) : 0;
+            if (!len) {
+                // No READ or atomic left to wait for: every ACK is due.
+                uint32_t now = r ? *r : ib::psn_add(q->req.next_psn, 1);
+                len = held_.take_due(qpn, stream::acks, now, next,
+                                     reorder_buffer::passed::taken);
+            }
+        }
         if (!len) {
             return;
         }
-        receive({next.data(), len}, true);   // checked again as it comes
+        receive({next.data(), len}, true);
     }
 }
 
@@ -97,7 +150,8 @@ void ingress::receive(std::span<const uint8_t> frame, bool again)
     if (p->info->kind & ib::kind_ud) {
         resp_.respond_ud(*q, *p);
     } else if (p->info->kind & ib::kind_response) {
-        if (q->state == prm::qp_state::rts || q->state == prm::qp_state::sqd) {
+        if ((q->state == prm::qp_state::rts || q->state == prm::qp_state::sqd) &&
+            !holds_early_response(*q, *p, frame)) {
             comp_.complete(*q, *p);
         }
     } else if (q->dlid == p->slid) {

@@ -48,6 +48,13 @@ private:
     /// Whether request `p`, `ahead` PSNs past what `q` expects, is held
     /// for its turn (reorder_buffer) instead of NAKed.
     bool holds_early(const qp &q, const pkt &p, int32_t ahead, std::span<const uint8_t> frame);
+    /// Whether response `p` for `q`'s requester is held for its turn: a
+    /// READ or atomic response ahead of the one awaited, or a positive ACK
+    /// that overtook it.
+    bool holds_early_response(const qp &q, const pkt &p, std::span<const uint8_t> frame);
+    using stream  = reorder_buffer::stream;
+    using outcome = reorder_buffer::outcome;
+    outcome hold(const qp &q, stream st, uint32_t psn, std::span<const uint8_t> frame);
     /// After `frame`: executes the frames held for its QP whose turn has
     /// come, drops those passed.
     void drain_held(std::span<const uint8_t> frame);
