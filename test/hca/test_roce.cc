@@ -1362,6 +1362,33 @@ TEST_P(roce_early_responses, an_ack_that_overtook_a_reads_last_response_waits_fo
     EXPECT_EQ(a.counter(dev::counter::retransmits), 0u);
 }
 
+TEST_P(roce_early_responses, a_lost_response_is_asked_for_again_after_three_held_not_at_the_probe)
+{
+    // Response 1 of 8 lost: responses 2-4 are held (answers_held_max), the
+    // fifth says 1 is lost, and the READ is asked for again from it at
+    // once; held without bound, all seven waited for the tail probe
+    // (5 ms / 8 on this link).
+    std::vector<uint8_t> big(8 * 1024), got(8 * 1024, 0);
+    fill_pattern(big.data(), big.size(), 5);
+    auto &bm = b.reg(big.data(), big.size(), all_local);
+    auto &gm = a.reg(got.data(), got.size(), all_local);
+    net.drop_if = [done = false](std::span<const uint8_t> d) mutable {
+        bool it = !done && d[0] == uint8_t(ib::opcode::rc_rdma_read_response_first);
+        done |= it;
+        return it;
+    };
+    uint64_t start = manual_clock::now_ns;
+    ASSERT_EQ(a.post_read(1, got.data(), uint32_t(got.size()), gm.lkey(),
+                          reinterpret_cast<uint64_t>(big.data()), bm.rkey()),
+              status::ok);
+    // In rounds of 1 us: a quiet port reads its socket every 32nd poll.
+    ASSERT_TRUE(progress_until([&] { return a.send_wcs.size() == 1; }, 40000, 1000));
+    EXPECT_EQ(first_failure(a.send_wcs), "-");
+    EXPECT_EQ(big, got);
+    EXPECT_EQ(a.counter(dev::counter::held_early), engine::reorder_buffer::answers_held_max);
+    EXPECT_LT(manual_clock::now_ns - start, uint64_t{5'000'000 / 8});
+}
+
 TEST_P(roce_early_responses, an_ack_for_a_packet_sent_again_is_not_held_for_a_read_not_sent_again)
 {
     // SEND, READ, SEND all reach b, and every answer is lost. The

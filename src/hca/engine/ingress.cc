@@ -54,12 +54,18 @@ bool ingress::holds_early_response(const qp &q, const pkt &p, std::span<const ui
         // ran out).
         return false;
     }
+    if (held_.held_of(q.qpn, stream::responses) + held_.held_of(q.qpn, stream::acks) >=
+        reorder_buffer::answers_held_max) {
+        return false;   // what it waits for is lost, not late (a rewind to it)
+    }
     int32_t ahead = ib::psn_diff(p.psn, *next);
+    // A second copy of a held response or ACK answers the requester's
+    // tail probe (completer::probe_tail): what it waits for is lost, not
+    // late, and the copy goes on to say so (a rewind to it), as a second
+    // copy of a held request does on the responder's side.
     if (p.has(ib::kind_read) || p.has(ib::kind_atomic)) {
-        // A second copy of a held response (the READ asked for again) is
-        // what is held already: dropped.
         return ahead > 0 && ahead <= reorder_buffer::window &&
-               hold(q, stream::responses, p.psn, frame) != outcome::no_room;
+               hold(q, stream::responses, p.psn, frame) == outcome::held;
     }
     // A positive ACK for the READ's PSNs or later came before its
     // responses: held until they are placed (the ACK then covers what
@@ -70,7 +76,7 @@ bool ingress::holds_early_response(const qp &q, const pkt &p, std::span<const ui
                     static_cast<ib::ack_class>(ib::aeth_syndrome::get(a.syn_msn) >> 5) ==
                         ib::ack_class::ack;
     return positive && ahead >= 0 && ahead < reorder_buffer::window &&
-           hold(q, stream::acks, ib::psn_add(p.psn, 1), frame) != outcome::no_room;
+           hold(q, stream::acks, ib::psn_add(p.psn, 1), frame) == outcome::held;
 }
 
 ingress::outcome ingress::hold(const qp &q, stream st, uint32_t psn, std::span<const uint8_t> frame)

@@ -35,6 +35,13 @@ public:
     static constexpr unsigned capacity = 128;
     /// How far past the expected PSN a packet may be held.
     static constexpr int32_t window = 128;
+    /// Early READ responses and ACKs a QP's requester holds at most: one
+    /// more says that what it waits for is lost, not late, as TCP's third
+    /// duplicate ACK does (RFC 5681 3.2). Unbounded, a lost response held
+    /// every one after it until the tail probe (5 % loss: a ping-pong
+    /// 6.4 -> 10.8 s); none held, a link that reorders had the READs asked
+    /// for again and again (docs/benchmarks.md, "Reordering").
+    static constexpr unsigned answers_held_max = 3;
 
     /// A QP's frames fall in three streams, each in its own PSN order:
     /// requests its responder takes, responses (READ, atomic) its
@@ -71,6 +78,16 @@ public:
                     frame.size());
         ++count_;
         return outcome::held;
+    }
+    /// QP `qpn`'s frames of stream `st` held.
+    unsigned held_of(uint32_t qpn, stream st) const
+    {
+        uint32_t key = qpn | uint32_t(st);
+        unsigned n   = 0;
+        for (unsigned i = 0; i < capacity && n < count_; ++i) {
+            n += slots_[i].used && slots_[i].key == key;
+        }
+        return n;
     }
     /// Whether QP `qpn` has frames held.
     bool holds_for(uint32_t qpn) const
