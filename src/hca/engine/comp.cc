@@ -492,12 +492,6 @@ void completer::acknowledged(qp &q)
     restart_ack_timer(q);
 }
 
-/// Moves acked_psn to `to` and retires what that completes. READs and
-/// atomics complete only through their responses: an ACK or NAK whose PSN
-/// reaches past one still incomplete means its responses were lost (the
-/// responder answers requests in order), so acked_psn stops at the first
-/// missing response and the requester asks again from there (implied NAK,
-/// IBA 9.7.5.2.6). Returns false in that case.
 std::optional<uint32_t> completer::next_response_psn(const qp &q) const
 {
     for (uint32_t i = q.comp.sq_tail; q.req.rd_atomic_inflight && i != q.req.sq_head; ++i) {
@@ -510,6 +504,12 @@ std::optional<uint32_t> completer::next_response_psn(const qp &q) const
     return std::nullopt;
 }
 
+/// Moves acked_psn to `to` and retires what that completes. READs and
+/// atomics complete only through their responses: an ACK or NAK whose PSN
+/// reaches past one still incomplete means its responses were lost (the
+/// responder answers requests in order), so acked_psn stops at the first
+/// missing response and the requester asks again from there (implied NAK,
+/// IBA 9.7.5.2.6). Returns false in that case.
 bool completer::advance_acked(qp &q, uint32_t to)
 {
     // rd_atomic_inflight counts the READ/atomic WQEs among the outstanding

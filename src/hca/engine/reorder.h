@@ -40,7 +40,8 @@ public:
     /// duplicate ACK does (RFC 5681 3.2). Unbounded, a lost response held
     /// every one after it until the tail probe (5 % loss: a ping-pong
     /// 6.4 -> 10.8 s); none held, a link that reorders had the READs asked
-    /// for again and again (docs/benchmarks.md, "Reordering").
+    /// for again and again (docs/design-notes.md, "Early READ responses
+    /// and ACKs are held too").
     static constexpr unsigned answers_held_max = 3;
 
     /// A QP's frames fall in three streams, each in its own PSN order:

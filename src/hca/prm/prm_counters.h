@@ -18,7 +18,7 @@ namespace mlx4x::prm {
 enum class counter : unsigned {
     tx_packets, rx_packets, tx_bytes, rx_bytes, acks_sent, naks_sent,
     rnr_naks_sent, retransmits, duplicates,
-    held_early,   ///< requests from another host held for their turn (engine/reorder.h)
+    held_early,   ///< packets from another host held for their turn (engine/reorder.h)
     bad_packets, unknown_qp,
     pkey_violations, qkey_violations, cq_overruns, eq_overflows, events,
     interrupts, fabric_busy,
