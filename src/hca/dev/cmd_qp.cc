@@ -306,6 +306,17 @@ void firmware::qp_to_reset(qp &q)
         // What it responder::received was answered by the time the driver could see
         // it (progress_receive): its ACK, owed until the next call, goes
         // before the QP.
+        if (q.responses_pending() || q.resp.held_nak.set) {
+            // Not the common case: an ACK that waited behind READ responses
+            // or a NAK. Said, since a peer's retries may have run out on
+            // it (docs/design-notes.md, "Two bugs that 5 % loss found":
+            // an ACK that came seconds late, at its QP's destruction).
+            MLX4X_DIAG("qp 0x%x: reset owing an ACK (PSN 0x%x) behind %u READ responses "
+                       "(responder %s them)%s",
+                       q.qpn, q.resp.epsn, q.resp.resp_count,
+                       resp_.responses_queued() ? "runs" : "does not run",
+                       q.resp.held_nak.set ? " and a held NAK" : "");
+        }
         (void)resp_.send_ack(q);
     }
     if (q.valid) {
