@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <string>
 
 namespace mlx4x::dev {
 
@@ -305,18 +306,19 @@ void firmware::qp_to_reset(qp &q)
     if (q.resp.ack_pending && hca_.port_) {
         // What it responder::received was answered by the time the driver could see
         // it (progress_receive): its ACK, owed until the next call, goes
-        // before the QP.
-        if (q.responses_pending() || q.resp.held_nak.set) {
-            // Not the common case: an ACK that waited behind READ responses
-            // or a NAK. Said, since a peer's retries may have run out on
-            // it (docs/design-notes.md, "Two bugs that 5 % loss found":
-            // an ACK that came seconds late, at its QP's destruction).
-            MLX4X_DIAG("qp 0x%x: reset owing an ACK (PSN 0x%x) behind %u READ responses "
-                       "(responder %s them)%s",
-                       q.qpn, q.resp.epsn, q.resp.resp_count,
-                       resp_.responses_queued() ? "runs" : "does not run",
-                       q.resp.held_nak.set ? " and a held NAK" : "");
-        }
+        // before the QP. Said at DIAG level with what held it: a peer's
+        // retries may have run out on it (docs/design-notes.md, "Two bugs
+        // that 5 % loss found": an ACK that came seconds late, at its QP's
+        // destruction).
+        MLX4X_DIAG("qp 0x%x: reset owing an ACK (expecting PSN 0x%x, %s, held %s ago, %sin the ACK list) "
+                   "behind %u READ responses (responder %s them)%s",
+                   q.qpn, q.resp.epsn, q.resp.ack_wanted ? "asked for" : "not asked for",
+                   q.resp.ack_held_since
+                       ? (std::to_string((hca_.now() - q.resp.ack_held_since) / 1000) + " us").c_str()
+                       : "never",
+                   resp_.owes_ack_to(q.qpn) ? "" : "not ", q.resp.resp_count,
+                   resp_.responses_queued() ? "runs" : "does not run",
+                   q.resp.held_nak.set ? " and a held NAK" : "");
         (void)resp_.send_ack(q);
     }
     if (q.valid) {

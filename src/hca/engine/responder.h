@@ -6,6 +6,8 @@
 // QP0 datagrams. resp.cc, resp_direct.cc, atomic.cc, ack.cc, datagram.cc.
 #pragma once
 
+#include <algorithm>
+
 #include "hca/core/core.h"
 #include "hca/engine/pkt.h"
 #include "hca/engine/roles.h"
@@ -87,6 +89,11 @@ public:
     void flush_acks();
     /// ACKs or NAKs wait for flush_acks().
     bool acks_owed() const { return !ack_list_.empty(); }
+    /// Whether QP `qpn` is on the list flush_acks() goes through.
+    bool owes_ack_to(uint32_t qpn) const
+    {
+        return std::find(ack_list_.begin(), ack_list_.end(), qpn) != ack_list_.end();
+    }
     /// READ responses or atomic ACKs wait for run_responders().
     bool responses_queued() const { return responses_queued_; }
     /// A QP going to RESET owes nothing any more.
