@@ -766,6 +766,16 @@ struct relay {
     }
 };
 
+/// A relay predicate true for the first datagram with opcode `op` only.
+std::function<bool(std::span<const uint8_t>)> first_of(ib::opcode op)
+{
+    return [op, done = false](std::span<const uint8_t> d) mutable {
+        bool it = !done && d[0] == uint8_t(op);
+        done |= it;
+        return it;
+    };
+}
+
 /// The first completion in `wcs` that did not succeed: its work request
 /// and status ("-": none).
 std::string first_failure(const std::vector<drv::wc> &wcs)
@@ -804,19 +814,22 @@ protected:
         auto b_from_a = fab_a.resolve({localhost, net.to_b.port});
         auto a_from_b = fab_b.resolve({localhost, net.to_a.port});
         ASSERT_TRUE(b_from_a.ok() && a_from_b.ok());
-        for (auto [self, peer, lid] : {std::tuple{&a, &b, *b_from_a},
-                                        std::tuple{&b, &a, *a_from_b}}) {
-            drv::rc_connect_attr at{};
-            at.remote_qpn  = peer->qp->qpn();
-            at.dlid        = lid;
-            at.rq_psn      = 100;
-            at.sq_psn      = 100;
-            at.mtu         = fab_a.ib_mtu();   // 1024 on a 1500-byte link
-            at.ack_timeout = 14;               // ~67 ms: 67 rounds
-            ASSERT_EQ(self->qp->to_init(all_remote_access), status::ok);
-            ASSERT_EQ(self->qp->to_rtr(at), status::ok);
-            ASSERT_EQ(self->qp->to_rts(at), status::ok);
-        }
+        ASSERT_NO_FATAL_FAILURE(connect(a, b, *b_from_a));
+        ASSERT_NO_FATAL_FAILURE(connect(b, a, *a_from_b));
+    }
+    /// Moves `self`'s QP RESET -> RTS towards `peer`'s, PSNs from 100.
+    void connect(endpoint &self, const endpoint &peer, uint16_t peer_lid)
+    {
+        drv::rc_connect_attr at{};
+        at.remote_qpn  = peer.qp->qpn();
+        at.dlid        = peer_lid;
+        at.rq_psn      = 100;
+        at.sq_psn      = 100;
+        at.mtu         = fab_a.ib_mtu();   // 1024 on a 1500-byte link
+        at.ack_timeout = 14;               // ~67 ms: 67 rounds
+        ASSERT_EQ(self.qp->to_init(all_remote_access), status::ok);
+        ASSERT_EQ(self.qp->to_rtr(at), status::ok);
+        ASSERT_EQ(self.qp->to_rts(at), status::ok);
     }
     template <typename Pred>
     bool progress_until(Pred pred, unsigned max_rounds = 40000, uint64_t round_ns = 1000000)
@@ -1209,7 +1222,7 @@ TEST_P(roce_rc, traffic_crosses_a_link_that_holds_three_in_four_datagrams_for_a_
 /// from a's address: each carries 8 bytes, all of them its PSN's low byte.
 class roce_reorder : public roce_rc {
 protected:
-    static constexpr uint32_t first_psn = 100;   ///< b expects it first (start)
+    static constexpr uint32_t first_psn = 100;   ///< b expects it first (connect)
     std::vector<uint8_t> dst = std::vector<uint8_t>(8 * 8, 0);
 
     void SetUp() override
@@ -1276,15 +1289,7 @@ TEST_P(roce_reorder, frames_held_for_a_gap_that_never_fills_go_when_the_qp_reset
     ASSERT_EQ(b.qp->modify_raw(prm::cmd_opcode::to_rst_qp, prm::qp_state::rst, 0), status::ok);
     b.recv_wcs.clear();
     manual_clock::advance(uint64_t{4096} << 14);   // C35: the old PSNs' quiet time
-    drv::rc_connect_attr at{};
-    at.remote_qpn  = a.qp->qpn();
-    at.dlid        = *fab_b.resolve({localhost, net.to_a.port});
-    at.rq_psn      = first_psn;
-    at.sq_psn      = first_psn;
-    at.mtu         = fab_b.ib_mtu();
-    ASSERT_EQ(b.qp->to_init(all_remote_access), status::ok);
-    ASSERT_EQ(b.qp->to_rtr(at), status::ok);
-    ASSERT_EQ(b.qp->to_rts(at), status::ok);
+    ASSERT_NO_FATAL_FAILURE(connect(b, a, *fab_b.resolve({localhost, net.to_a.port})));
     auto &dmr = b.reg(dst.data(), dst.size());
     for (uint32_t i = 0; i < 3; ++i) {
         ASSERT_EQ(b.post_recv(i, dst.data() + 8 * i, 8, dmr.lkey()), status::ok);
@@ -1319,14 +1324,7 @@ protected:
         ASSERT_EQ(b.post_recv(1, in.data(), 64, imr->lkey()), status::ok);
     }
     /// The first datagram with `op` is overtaken by the next one.
-    void overtake_first(ib::opcode op)
-    {
-        net.overtake = [op, done = false](std::span<const uint8_t> d) mutable {
-            bool it = !done && d[0] == uint8_t(op);
-            done |= it;
-            return it;
-        };
-    }
+    void overtake_first(ib::opcode op) { net.overtake = first_of(op); }
     void read_then_send()
     {
         ASSERT_EQ(a.post_read(1, dst.data(), len, dmr->lkey(),
@@ -1372,11 +1370,7 @@ TEST_P(roce_early_responses, a_lost_response_is_asked_for_again_after_three_held
     fill_pattern(big.data(), big.size(), 5);
     auto &bm = b.reg(big.data(), big.size(), all_local);
     auto &gm = a.reg(got.data(), got.size(), all_local);
-    net.drop_if = [done = false](std::span<const uint8_t> d) mutable {
-        bool it = !done && d[0] == uint8_t(ib::opcode::rc_rdma_read_response_first);
-        done |= it;
-        return it;
-    };
+    net.drop_if = first_of(ib::opcode::rc_rdma_read_response_first);
     uint64_t start = manual_clock::now_ns;
     ASSERT_EQ(a.post_read(1, got.data(), uint32_t(got.size()), gm.lkey(),
                           reinterpret_cast<uint64_t>(big.data()), bm.rkey()),
