@@ -24,6 +24,7 @@
 #include <dlfcn.h>
 #include <netinet/in.h>
 #include <netinet/udp.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -1414,6 +1415,52 @@ TEST_P(roce_early_responses, an_ack_for_a_packet_sent_again_is_not_held_for_a_re
     EXPECT_EQ(b.recv_wcs.size(), 2u);   // each SEND once
 }
 
+// ---- memory let go before its message completed ----
+
+class roce_resend : public roce_rc {};
+
+TEST_P(roce_resend, a_packet_whose_memory_was_let_go_is_not_sent_again_and_its_late_ack_completes_it)
+{
+    // UCX's uct_p2p_am_alignment frees a zero-copy message's buffer once
+    // the peer has it, before the send completes. Across hosts the tail
+    // probe (5 ms / 8) then sends the last packet again: from memory no
+    // longer mapped, a crash (guarded.h). The packet is taken for lost on
+    // the wire instead, and the peer's ACK, late, completes the send.
+    ASSERT_NO_FATAL_FAILURE(start());
+    net.faults = false;
+    constexpr size_t len = 2048;   // two packets (MTU 1024)
+    void *buf = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    ASSERT_NE(buf, MAP_FAILED);
+    fill_pattern(buf, len, 9);
+    auto &sm = a.reg(buf, len);
+    std::vector<uint8_t> in(len, 0);
+    auto &im = b.reg(in.data(), len);
+    ASSERT_EQ(b.post_recv(1, in.data(), len, im.lkey()), status::ok);
+    std::vector<std::vector<uint8_t>> acks;   // b's, kept back
+    net.drop_if = [&](std::span<const uint8_t> d) {
+        if (d[0] != uint8_t(ib::opcode::rc_acknowledge)) {
+            return false;
+        }
+        acks.emplace_back(d.begin(), d.end());
+        return true;
+    };
+    ASSERT_EQ(a.post_send(1, buf, len, sm.lkey()), status::ok);
+    // In rounds of 1 us: a quiet port reads its socket every 32nd poll.
+    ASSERT_TRUE(progress_until([&] { return b.recv_wcs.size() == 1; }, 40000, 1000));
+    EXPECT_EQ(check_pattern(in.data(), len, 9), -1);
+    ASSERT_EQ(mprotect(buf, len, PROT_NONE), 0);   // let go (the addresses kept for the test)
+    uint64_t rx = b.counter(dev::counter::rx_packets);
+    ASSERT_TRUE(progress_until([&] { return a.counter(dev::counter::retransmits) > 0; },
+                               40000, 1000));
+    EXPECT_EQ(b.counter(dev::counter::rx_packets), rx);   // nothing read, nothing sent
+    ASSERT_FALSE(acks.empty());
+    net.drop_if = nullptr;
+    net.forward({&net.to_b, net.a_port, acks.back()});
+    ASSERT_TRUE(progress_until([&] { return a.send_wcs.size() == 1; }, 40000, 1000));
+    EXPECT_EQ(first_failure(a.send_wcs), "-");
+    munmap(buf, len);
+}
+
 TEST(reorder_buffer, holds_what_fits_once_and_gives_each_back_in_its_turn)
 {
     // Bounded whatever a peer sends: capacity frames per device, each
@@ -1466,6 +1513,7 @@ INSTANTIATE_TEST_SUITE_P(seeds, roce_rc, ::testing::Range(1u, 13u));
 INSTANTIATE_TEST_SUITE_P(clean, roce_acks, ::testing::Values(1u));
 INSTANTIATE_TEST_SUITE_P(clean, roce_reorder, ::testing::Values(1u));
 INSTANTIATE_TEST_SUITE_P(clean, roce_early_responses, ::testing::Values(1u));
+INSTANTIATE_TEST_SUITE_P(clean, roce_resend, ::testing::Values(1u));
 
 } // namespace
 } // namespace mlx4x::test

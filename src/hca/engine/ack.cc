@@ -13,10 +13,11 @@
 namespace mlx4x::engine {
 
 
-void responder::responder_error(qp &q, ib::nak_code code)
+void responder::responder_error(qp &q, ib::nak_code code, std::optional<uint32_t> psn)
 {
     hca_.count(counter::naks_sent);
-    send_nak(q, ib::make_syndrome(ib::ack_class::nak, uint8_t(code)));
+    send_nak(q, ib::make_syndrome(ib::ack_class::nak, uint8_t(code)), ib::opcode::rc_acknowledge,
+             psn);
     // E28 / E38 / E39: the responder reports its QP's failure
     // asynchronously (IBA 11.6.3.1).
     hca_.async_event(code == ib::nak_code::remote_access   ? prm::eqe_type::wq_access_error

@@ -3,6 +3,7 @@
 // fetch-and-add, 4- and 8-byte masked ones (mlx4x extension), executed once
 // and replayed from the responder resource for a duplicate.
 #include "hca/engine/responder.h"
+#include "hca/base/guarded.h"
 #include "hca/engine/egress.h"
 #include "hca/engine/completer.h"
 #include "hca/engine/pkt.h"
@@ -115,6 +116,12 @@ void responder::respond_atomic(qp &q, const pkt &p)
         return;
     }
     void *target = reinterpret_cast<void *>(static_cast<uintptr_t>(r.va));
+    if (!guarded_probe(target, r.size, true)) {
+        // Memory unmapped (or read-only) under a region still registered
+        // fails as a bad R_Key does (guarded.h, E28).
+        responder_error(q, ib::nak_code::remote_access);
+        return;
+    }
     res.orig = r.size == 4 ? execute_atomic(static_cast<uint32_t *>(target), r)
                            : execute_atomic(static_cast<uint64_t *>(target), r);
     (void)take_resource(q, res);

@@ -3,6 +3,8 @@
 // PSN per packet), keeps a window of unacknowledged packets, and rewinds
 // for retransmission (go-back-N, IBA 9.7.4.1).
 #include "hca/base/copy.h"
+#include "hca/base/guarded.h"
+#include "hca/base/log.h"
 #include "hca/engine/requester.h"
 #include "hca/engine/completer.h"
 #include "hca/engine/tag_matcher.h"
@@ -334,11 +336,26 @@ bool requester::send_request_packet(qp &q, const send_wqe &w)
     // Payload: straight from the inline data or the single gather entry
     // when possible, otherwise staged.
     std::span<const uint8_t> payload;
-    if (!gather_payload(q, w, offset, chunk, payload)) {
+    uint32_t psn   = ud ? 0 : q.req.next_psn;
+    bool     again = !ud && ib::psn_diff(q.req.sent_psn, psn) > 0;
+    switch (gather_payload(q, w, offset, chunk, again, payload)) {
+    case gathered::ok:
+        break;
+    case gathered::refused:
         return fail_send_wqe(q, prm::cqe_syndrome::local_prot_err);
+    case gathered::unmapped:
+        // Sent before, and its memory let go since, before the WQE's
+        // completion (UCX's own tests free a zero-copy message's buffer
+        // once its peer has it). A ConnectX-3 would send the pinned pages
+        // again (guarded.h); this packet is lost on the wire instead: the
+        // peer's ACK completes the WQE, or the retries run out.
+        MLX4X_DIAG("qp 0x%x: PSN 0x%x not sent again: the memory of WQE %u is no longer "
+                   "mapped (let go before its completion)",
+                   q.qpn, psn, q.req.cur_wqe);
+        request_packet_sent(q, w, psn, first, last, offset + chunk);
+        return true;
     }
     request_headers h(q, w, first, last);
-    uint32_t psn    = ud ? 0 : q.req.next_psn;
     bool     ackreq = !ud && asks_for_ack(q, last, w.signaled);
     status s = out_.emit({.pkey    = q.pkey,
                      .opcode  = h.op,
@@ -559,20 +576,29 @@ void requester::single_request_sent(qp &q, const send_wqe &w, uint32_t psn,
     ++q.req.cur_wqe;
 }
 
-bool requester::gather_payload(qp &q, const send_wqe &w, uint32_t offset,
-                            uint32_t len, std::span<const uint8_t> &out)
+requester::gathered requester::gather_payload(qp &q, const send_wqe &w, uint32_t offset,
+                                              uint32_t len, bool again,
+                                              std::span<const uint8_t> &out)
 {
     if (len == 0) {
         out = {};
-        return true;
+        return gathered::ok;
     }
-    uint8_t *stage   = staging_.data();
-    size_t   copied  = 0;
-    uint32_t pos     = 0;   // byte position of the current entry's start
-    auto take = [&](const uint8_t *data, uint32_t n) {
+    uint8_t *stage    = staging_.data();
+    size_t   copied   = 0;
+    uint32_t pos      = 0;   // byte position of the current entry's start
+    bool     unmapped = false;
+    // `probe`: memory the application may have let go since the packet was
+    // first sent (guarded.h), probed before it is read. Not inline data:
+    // that is in the send queue.
+    auto take = [&](const uint8_t *data, uint32_t n, bool probe) {
         if (pos + n > offset && copied < len) {
             uint32_t from = offset > pos ? offset - pos : 0;
             uint32_t cnt  = std::min<uint32_t>(n - from, len - uint32_t(copied));
+            if (probe && !guarded_probe(data + from, cnt, false)) {
+                unmapped = true;
+                return false;
+            }
             if (copied == 0 && cnt == len) {
                 out = {data + from, cnt};   // contiguous: no staging copy
                 copied = len;
@@ -583,21 +609,19 @@ bool requester::gather_payload(qp &q, const send_wqe &w, uint32_t offset,
             }
         }
         pos += n;
+        return true;
     };
     if (w.is_inline) {
-        for_each_inline_chunk(w, take);
-        return copied == len;
+        for_each_inline_chunk(w, [&](const uint8_t *data, uint32_t n) { take(data, n, false); });
+        return copied == len ? gathered::ok : gathered::refused;
     }
     // Entries are walked until the payload is whole; a failed check fails
     // it (copied stays short).
     for_each_data_seg(w, [&](uint64_t addr, uint32_t n, uint32_t lkey) {
-        if (copied == len || !hca_.local_access_ok(q, lkey, addr, n, false)) {
-            return false;
-        }
-        take(reinterpret_cast<const uint8_t *>(static_cast<uintptr_t>(addr)), n);
-        return true;
+        return copied < len && hca_.local_access_ok(q, lkey, addr, n, false) &&
+               take(reinterpret_cast<const uint8_t *>(static_cast<uintptr_t>(addr)), n, again);
     });
-    return copied == len;
+    return unmapped ? gathered::unmapped : copied == len ? gathered::ok : gathered::refused;
 }
 
 uint64_t requester::ack_timeout_ns(const qp &q) const

@@ -104,8 +104,11 @@ private:
         share_rng_ ^= share_rng_ << 17;
         return share_rng_ * 0x2545f4914f6cdd1dull | 1;
     }
-    bool     gather_payload(qp &q, const send_wqe &w, uint32_t offset,
-                            uint32_t len, std::span<const uint8_t> &out);
+    /// What gather_payload() found: the payload, a data segment that fails
+    /// its L_Key check, or (sent `again` only) memory no longer mapped.
+    enum class gathered : uint8_t { ok, refused, unmapped };
+    gathered gather_payload(qp &q, const send_wqe &w, uint32_t offset, uint32_t len,
+                            bool again, std::span<const uint8_t> &out);
     local_op run_local_op(qp &q, const send_wqe &w);
     bool     bind_window(qp &q, const prm::wqe_bind_seg &b);
     bool     invalidate_window(qp &q, uint32_t key);

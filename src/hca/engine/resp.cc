@@ -3,7 +3,7 @@
 // posted tags, RDMA WRITEs and READs after their R_Key checks, responder
 // resources and the queue of READ responses and atomic ACKs.
 #include "hca/engine/responder.h"
-#include "hca/base/copy.h"
+#include "hca/base/guarded.h"
 #include "hca/engine/completer.h"
 #include "hca/engine/tag_matcher.h"
 #include "hca/engine/egress.h"
@@ -316,8 +316,11 @@ bool responder::send_response_packet(qp &q)
     // A zero-length READ names no memory (IBA 9.4.5: its R_Key and VA are
     // not checked, check_rkey): its one empty response reads nothing, so
     // there is no region to look up either (R_Key 0 would fail it).
-    const mpt *m = chunk ? hca_.find_remote(q, r.rkey) : nullptr;
-    if (chunk && (!m || !m->covers(r.va + r.sent, chunk))) {
+    const mpt *m    = chunk ? hca_.find_remote(q, r.rkey) : nullptr;
+    const auto *src = reinterpret_cast<const uint8_t *>(static_cast<uintptr_t>(r.va + r.sent));
+    // Memory unmapped under a region still registered fails as a region
+    // gone does (guarded.h): probed before the copy into the peer's ring.
+    if (chunk && (!m || !m->covers(r.va + r.sent, chunk) || !guarded_probe(src, chunk, false))) {
         done();
         if (r.again) {
             // A duplicate's answer (9.7.5.1.1) from memory its owner has let
@@ -329,7 +332,9 @@ bool responder::send_response_packet(qp &q)
             hca_.count(counter::duplicates);
             return true;
         }
-        responder_error(q, ib::nak_code::remote_access);
+        // NAKed at this response's PSN: the expected PSN is past the
+        // whole READ since its request was accepted.
+        responder_error(q, ib::nak_code::remote_access, ib::psn_add(r.psn, index));
         return false;
     }
     ib::opcode op = first && last ? ib::opcode::rc_rdma_read_response_only
@@ -345,9 +350,7 @@ bool responder::send_response_packet(qp &q)
                      .ackreq  = false,
                      .ext     = {reinterpret_cast<const uint8_t *>(&a),
                                  with_aeth ? sizeof(a) : 0},
-                     .payload = {reinterpret_cast<const uint8_t *>(
-                                     static_cast<uintptr_t>(r.va + r.sent)),
-                                 chunk}});
+                     .payload = {src, chunk}});
     if (s == status::no_resource) {
         return false;
     }
@@ -481,12 +484,14 @@ void responder::respond_write(qp &q, const pkt &p)
         send_nak(q, ib::make_syndrome(ib::ack_class::rnr_nak, q.min_rnr_timer));
         return;
     }
-    if (!p.payload.empty()) {
-        // A zero-length WRITE names no memory: its VA may be anything,
-        // NULL included (its R_Key and VA are not checked, check_rkey), and
-        // memcpy(NULL, ..., 0) is undefined behaviour all the same.
-        copy_bytes(reinterpret_cast<void *>(static_cast<uintptr_t>(q.resp.write_va)),
-                   p.payload.data(), p.payload.size());
+    // A zero-length WRITE names no memory: its VA may be anything, NULL
+    // included (its R_Key and VA are not checked, check_rkey); guarded_copy
+    // reads and writes nothing then. Memory unmapped under a region still
+    // registered fails as a bad R_Key does (guarded.h, E28).
+    if (!guarded_copy(reinterpret_cast<void *>(static_cast<uintptr_t>(q.resp.write_va)),
+                      p.payload.data(), p.payload.size())) {
+        responder_error(q, ib::nak_code::remote_access);
+        return;
     }
     q.resp.write_va   += p.payload.size();
     q.resp.write_left -= uint32_t(p.payload.size());

@@ -64,7 +64,10 @@ public:
     void send_nak(qp &q, uint8_t syndrome,
                   ib::opcode opcode = ib::opcode::rc_acknowledge,
                   std::optional<uint32_t> psn = std::nullopt);
-    void responder_error(qp &q, ib::nak_code code);
+    /// A class C/D error (IBA 9.9.3): NAKed at `psn` (the expected one
+    /// by default), and the QP fails.
+    void responder_error(qp &q, ib::nak_code code,
+                         std::optional<uint32_t> psn = std::nullopt);
     bool send_ack(qp &q);
     /// The QP owes an ACK: one per QP and slice (flush_acks), or, across
     /// hosts, one per ack_delay_ns when no packet asked for it (`asked`:
