@@ -304,7 +304,7 @@ void firmware::apply_optional(qp &q, const prm::qp_context &ctx, uint32_t optpar
 void firmware::qp_to_reset(qp &q)
 {
     if (q.resp.ack_pending && hca_.port_) {
-        // What it responder::received was answered by the time the driver could see
+        // What it received was answered by the time the driver could see
         // it (progress_receive): its ACK, owed until the next call, goes
         // before the QP. Said at DIAG level with what held it: a peer's
         // retries may have run out on it (docs/design-notes.md, "Two bugs

@@ -191,7 +191,7 @@ void completer::complete(qp &q, const pkt &p)
     }
     ib::aeth a   = p.ext<ib::aeth>(ib::hdr_aeth);
     uint8_t  syn = uint8_t(ib::aeth_syndrome::get(a.syn_msn));
-    auto     cls = static_cast<ib::ack_class>(syn >> 5);
+    auto     cls = ib::ack_class_of(a);
     uint32_t psn = p.psn;
 
     // Only PSNs of outstanding packets mean anything (IBA 9.7.5.2.1); an

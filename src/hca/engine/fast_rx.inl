@@ -171,8 +171,7 @@ responder::complete_receive(dev::core &hca, qp &q, const received &m, uint16_t s
     std::memcpy(&b, frame.data() + sizeof(l), sizeof(b));
     std::memcpy(&a, frame.data() + sizeof(l) + sizeof(b), sizeof(a));
     if (b.opcode != uint8_t(ib::opcode::rc_acknowledge) ||
-        static_cast<ib::ack_class>(ib::aeth_syndrome::get(a.syn_msn) >> 5) !=
-            ib::ack_class::ack) {
+        ib::ack_class_of(a) != ib::ack_class::ack) {
         return false;
     }
     qp      *q   = fast_path_qp(l, b);

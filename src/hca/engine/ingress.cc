@@ -73,8 +73,7 @@ bool ingress::holds_early_response(const qp &q, const pkt &p, std::span<const ui
     // cover: take_due() takes it once that PSN is no longer ahead.
     ib::aeth a = p.ext<ib::aeth>(ib::hdr_aeth);
     bool     positive = p.opcode == uint8_t(ib::opcode::rc_acknowledge) &&
-                    static_cast<ib::ack_class>(ib::aeth_syndrome::get(a.syn_msn) >> 5) ==
-                        ib::ack_class::ack;
+                    ib::ack_class_of(a) == ib::ack_class::ack;
     return positive && ahead >= 0 && ahead < reorder_buffer::window &&
            hold(q, stream::acks, ib::psn_add(p.psn, 1), frame) == outcome::held;
 }

@@ -6,13 +6,12 @@
 // QP0 datagrams. resp.cc, resp_direct.cc, atomic.cc, ack.cc, datagram.cc.
 #pragma once
 
-#include <algorithm>
-
 #include "hca/core/core.h"
 #include "hca/engine/pkt.h"
 #include "hca/engine/roles.h"
 #include "hca/engine/wqe.h"
 
+#include <algorithm>
 #include <optional>
 #include <span>
 

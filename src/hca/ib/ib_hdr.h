@@ -86,6 +86,12 @@ constexpr uint8_t make_syndrome(ack_class c, uint8_t value)
     return static_cast<uint8_t>((static_cast<uint8_t>(c) << 5) | (value & 0x1f));
 }
 constexpr uint8_t ack_credits_invalid = 0x1f;   ///< "no credit count" (ACK)
+/// The class of an AETH's syndrome. Bit 7, reserved (0), is kept: a
+/// syndrome with it set is of no class.
+inline ack_class ack_class_of(const aeth &a)
+{
+    return static_cast<ack_class>(aeth_syndrome::get(a.syn_msn) >> 5);
+}
 
 /// Atomic Extended Transport Header (IBA 9.3.3.2), 28 bytes.
 struct atomic_eth {
