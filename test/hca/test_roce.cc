@@ -1461,6 +1461,51 @@ TEST_P(roce_resend, a_packet_whose_memory_was_let_go_is_not_sent_again_and_its_l
     munmap(buf, len);
 }
 
+TEST_P(roce_early_responses, a_gap_is_asked_for_again_once_not_per_response_past_it)
+{
+    // Response 1 of 16 lost, the rest coming in two bursts a few slices
+    // apart (a reordering link): the first burst asks for the READ again
+    // from the gap; the second, past the same gap a round trip later, must
+    // not ask again (before, each such response did, and each request
+    // made the responder start the READ over: a storm of duplicates).
+    std::vector<uint8_t> big(16 * 1024), got(16 * 1024, 0);
+    fill_pattern(big.data(), big.size(), 7);
+    auto &bm = b.reg(big.data(), big.size(), all_local);
+    auto &gm = a.reg(got.data(), got.size(), all_local);
+    unsigned requests = 0;
+    std::vector<std::vector<uint8_t>> responses;   // b's, all kept back
+    net.drop_if = [&](std::span<const uint8_t> d) {
+        requests += d[0] == uint8_t(ib::opcode::rc_rdma_read_request);
+        bool response = d[0] >= uint8_t(ib::opcode::rc_rdma_read_response_first) &&
+                        d[0] <= uint8_t(ib::opcode::rc_rdma_read_response_only);
+        if (response) {
+            responses.emplace_back(d.begin(), d.end());
+        }
+        return response;
+    };
+    ASSERT_EQ(a.post_read(1, got.data(), uint32_t(got.size()), gm.lkey(),
+                          reinterpret_cast<uint64_t>(big.data()), bm.rkey()),
+              status::ok);
+    // In rounds of 1 us: a quiet port reads its socket every 32nd poll.
+    ASSERT_TRUE(progress_until([&] { return responses.size() == 16; }, 40000, 1000));
+    auto deliver = [&](size_t from, size_t to) {
+        for (size_t i = from; i < to; ++i) {
+            net.forward({&net.to_b, net.a_port, responses[i]});
+        }
+        progress_until([] { return false; }, 200, 1000);
+    };
+    deliver(1, 8);    // past the gap: three held, the rest ask again
+    EXPECT_EQ(requests, 2u);
+    deliver(8, 16);   // the same gap, 200 us later
+    EXPECT_EQ(requests, 2u);
+    ASSERT_EQ(responses.size(), 32u);   // the READ again from the gap, all of it
+    deliver(16, 32);
+    net.drop_if = nullptr;
+    ASSERT_TRUE(progress_until([&] { return a.send_wcs.size() == 1; }, 40000, 1000));
+    EXPECT_EQ(first_failure(a.send_wcs), "-");
+    EXPECT_EQ(big, got);
+}
+
 TEST(reorder_buffer, holds_what_fits_once_and_gives_each_back_in_its_turn)
 {
     // Bounded whatever a peer sends: capacity frames per device, each

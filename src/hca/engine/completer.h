@@ -39,6 +39,7 @@ public:
     enum class placement { placed, failed, dropped };
     void complete(qp &q, const pkt &p);
     bool advance_acked(qp &q, uint32_t to);
+    bool may_ask_again(qp &q);
     /// The PSN of the READ or atomic response `q` waits for next: the
     /// first one outstanding's first PSN, or where its responses stopped;
     /// none when no READ or atomic is outstanding. A positive ACK at or
