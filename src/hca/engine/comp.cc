@@ -132,9 +132,6 @@ completer::placement completer::place_atomic_response(qp &q, const pkt &p,
                : placement::failed;
 }
 
-/// READ response or atomic ACK (IBA 9.7.5.2.3/4): only the next expected
-/// PSN is accepted; a gap means responses were lost and the request is sent
-/// again from the first missing PSN (go back N).
 /// A response or ACK past a READ's missing response asks for the READ again
 /// from there (IBA 9.7.5.2.6). Across hosts, the responses and ACKs of the
 /// round before that request keep coming for a round trip after it, each
@@ -158,6 +155,9 @@ bool completer::may_ask_again(qp &q)
     return true;
 }
 
+/// READ response or atomic ACK (IBA 9.7.5.2.3/4): only the next expected
+/// PSN is accepted; a gap means responses were lost and the request is sent
+/// again from the first missing PSN (go back N).
 void completer::complete_response(qp &q, const pkt &p)
 {
     uint32_t index = 0;
