@@ -283,7 +283,7 @@ struct qp {
         uint16_t     ssthresh = max_unacked_packets;
         uint64_t     waiting_since = 0;  ///< ns; the IBA timeout's start
         /// The last time a READ was asked for again because of a gap
-        /// before a response (completer::may_ask_again): from acked_psn
+        /// before a response (completer::ask_again_from_gap): from acked_psn
         /// `reasked_psn`, at `reasked_at` (ns).
         uint32_t     reasked_psn = 0;
         uint64_t     reasked_at = 0;

@@ -133,26 +133,29 @@ completer::placement completer::place_atomic_response(qp &q, const pkt &p,
 }
 
 /// A response or ACK past a READ's missing response asks for the READ again
-/// from there (IBA 9.7.5.2.6). Across hosts, the responses and ACKs of the
+/// from there (IBA 9.7.5.2.6), unless the requester has not sent anything
+/// since it last went back there. Across hosts, the responses and ACKs of the
 /// round before that request keep coming for a round trip after it, each
 /// past the same gap; asking again for each made the responder start the
 /// whole READ over, per response (a reordered MPI suite run: 37,000
 /// duplicates). So the same gap is asked for again only a quarter of the
 /// retransmission timeout (1.25 ms across hosts) after the last time: that
 /// thins the round before out, and still asks well before the timer would.
-bool completer::may_ask_again(qp &q)
+void completer::ask_again_from_gap(qp &q)
 {
-    if (!q.comp.rto_ns) {
-        return true;   // a lossless link: a gap is a loss
+    if (q.req.next_psn == q.comp.acked_psn) {
+        return;   // gone back there already, nothing sent since
     }
-    uint64_t now = hca_.slice_now();
-    if (q.comp.reasked_psn == q.comp.acked_psn &&
-        now - q.comp.reasked_at < uint64_t{q.comp.rto_ns} / 4) {
-        return false;
+    if (q.comp.rto_ns) {   // not a lossless link, where a gap is a loss
+        uint64_t now = hca_.slice_now();
+        if (q.comp.reasked_psn == q.comp.acked_psn &&
+            now - q.comp.reasked_at < uint64_t{q.comp.rto_ns} / 4) {
+            return;
+        }
+        q.comp.reasked_psn = q.comp.acked_psn;
+        q.comp.reasked_at  = now;
     }
-    q.comp.reasked_psn = q.comp.acked_psn;
-    q.comp.reasked_at  = now;
-    return true;
+    req_.rewind(q, q.comp.acked_psn);
 }
 
 /// READ response or atomic ACK (IBA 9.7.5.2.3/4): only the next expected
@@ -170,9 +173,8 @@ void completer::complete_response(qp &q, const pkt &p)
         return;   // an earlier READ/atomic lost responses: asked again
     }
     if (p.psn != q.comp.acked_psn) {
-        if (ib::psn_diff(p.psn, q.comp.acked_psn) > 0 && q.req.next_psn != q.comp.acked_psn &&
-            may_ask_again(q)) {
-            req_.rewind(q, q.comp.acked_psn);
+        if (ib::psn_diff(p.psn, q.comp.acked_psn) > 0) {
+            ask_again_from_gap(q);
         }
         return;   // duplicate or out of order: dropped
     }
@@ -545,9 +547,7 @@ bool completer::advance_acked(qp &q, uint32_t to)
                 q.comp.acked_psn = t.first_psn;   // earlier WQEs are done
                 retire_acked(q);
             }
-            if (q.req.next_psn != q.comp.acked_psn && may_ask_again(q)) {
-                req_.rewind(q, q.comp.acked_psn);
-            }
+            ask_again_from_gap(q);
             return false;
         }
     }

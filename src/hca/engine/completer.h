@@ -39,7 +39,6 @@ public:
     enum class placement { placed, failed, dropped };
     void complete(qp &q, const pkt &p);
     bool advance_acked(qp &q, uint32_t to);
-    bool may_ask_again(qp &q);
     /// The PSN of the READ or atomic response `q` waits for next: the
     /// first one outstanding's first PSN, or where its responses stopped;
     /// none when no READ or atomic is outstanding. A positive ACK at or
@@ -65,6 +64,7 @@ private:
     void restart_ack_timer(qp &q);
     void arm_timer(qp &q, uint64_t now);
     void skip_acked(qp &q, uint32_t psn);
+    void ask_again_from_gap(qp &q);
     uint64_t next_deadline(const qp &q, uint64_t now) const;
     bool     probe_tail(qp &q, uint64_t now);
     static void lost(qp &q, bool timeout);
