@@ -52,9 +52,9 @@
 # [reorder P% [C%]]" by queueing both directions to contrib/mlx4x-netns-delay
 # (NFQUEUE). Correlations other than reorder's, and other netem keywords,
 # are refused there (status 2); status 3: no way to shape here (say why).
-# The user-space delay is approximate: it waits for a core, and with two
-# polling ranks on two cores "delay 1ms reorder 25%" on one host gave a
-# ping-pong half round trip of about 2 ms where netem would give 0.75 ms.
+# The user-space delay runs at real-time priority (at a normal one, behind
+# polling ranks on every core, it let packets go up to seconds late); its
+# log, $HOSTS_DIR/delay-K.log, says at the end how late the latest left.
 # HOSTS_NETEM_IMPL=tc|emulate forces one way.
 #
 # Settings, read by hosts_up: HOSTS_MTU (1500); HOSTS_RTO_MIN (5ms: the
