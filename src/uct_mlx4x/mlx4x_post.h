@@ -114,7 +114,7 @@ template <typename WriteHead>
 {
     bool   signal = wants_cqe(e, {}, false);
     status s;
-    if (e.qp().post_inline_send(e.posted, signal ? drv::send_signaled : 0, head_len,
+    if (e.qp().post_inline_send(e.posted, signal ? uint32_t{drv::send_signaled} : 0u, head_len,
                                 write_head, data, len, s)) [[likely]] {
         if (s != status::ok) [[unlikely]] {
             return to_ucs(s);
