@@ -160,7 +160,6 @@ for spec in "loss 1%:retransmits" "loss 5%:retransmits" \
     counter=${spec#*:}
     spec=${spec%:*}
     max=65536
-    case $spec in delay*) max=16384 ;; esac   # the user-space delayer is slow
     shaped_job "$spec" "(b) $spec" 1 "$pp" $max || continue
     seen=$(sum "$counter")
     if pp_ok && [ "$hits" != 0 ] && [ "$seen" -gt 0 ]; then
@@ -187,18 +186,17 @@ for spec in clean "loss 1%"; do
 done
 engine=progress
 
-# (c) The MPI suite, 2 ranks on each host, on a clean link and with faults
-# on host 2's link.
-# With loss, without the one-sided check: at 1% loss it failed once in CI
-# (an endpoint timed out; docs/design-notes.md, "Two bugs that 5 % loss
-# found": a peer that stops answering while osc ucx waits on its own
-# worker).
-for spec in clean "loss 1%" "duplicate 5%"; do
-    checks=7 args=
-    case $spec in loss*) checks=6 args=--no-one-sided ;; esac
-    shaped_job "$spec" "(c) MPI suite, $spec" 2 "$suite" $args || continue
+# (c) The MPI suite, 2 ranks on each host, one-sided check included, on a
+# clean link and with faults on host 2's link. Reordered, it stalled about
+# one run in ten until its delay (contrib/mlx4x-netns-delay, where the
+# kernel has no netem) ran at real-time priority: behind four polling
+# ranks it let packets go up to seconds late. With loss, the one-sided
+# check was left out after one CI failure (docs/design-notes.md, "Two bugs
+# that 5 % loss found"); 45 runs of 45 (10 at 1 %, 35 at 5 %) passed since.
+for spec in clean "loss 1%" "loss 5%" "duplicate 5%" "delay 1ms reorder 25% 50%"; do
+    shaped_job "$spec" "(c) MPI suite, $spec" 2 "$suite" || continue
     n_ok=$(grep -c '^ok ' "$log")
-    if [ $rc -eq 0 ] && [ "$n_ok" -eq $checks ] && grep -q "^# 4 ranks: 0 failed" "$log"; then
+    if [ $rc -eq 0 ] && [ "$n_ok" -eq 7 ] && grep -q "^# 4 ranks: 0 failed" "$log"; then
         ok "(c) MPI suite on 2 hosts x 2 ranks, $spec: $n_ok checks (${secs} s; retransmits $(sum retransmits), duplicates $(sum duplicates))"
     else
         fail "(c) MPI suite on 2 hosts x 2 ranks, $spec (exit $rc, $n_ok checks ok)"
