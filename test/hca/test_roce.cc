@@ -942,6 +942,45 @@ TEST_P(roce_rc, a_lost_last_packet_is_probed_for_before_the_retransmission_timeo
     EXPECT_EQ(a.counter(dev::counter::retransmits) - retransmits, 1u);   // the probe alone
 }
 
+TEST_P(roce_rc, on_a_slow_link_the_probe_and_the_timeout_wait_for_the_measured_round_trip)
+{
+    // 3 ms each way: a round trip longer than the port's 5 ms timeout.
+    // With nothing measured the first message's probe (0.625 ms) and
+    // timeout fire before its answer can come; the timeout's doubling
+    // stays for the next message (RFC 6298 5.7), whose round trip is
+    // measured through its probe (probe_tail keeps the timing); from then
+    // on the probe waits two round trips and the timeout the smoothed one
+    // and four deviations, and nothing is sent twice.
+    ASSERT_NO_FATAL_FAILURE(start());
+    net.faults       = false;
+    net.delay_ns     = 3'000'000;
+    net.pass_percent = 0;
+    constexpr size_t len  = 64;
+    constexpr int    msgs = 8;
+    std::vector<uint8_t> src(len, 0x6b), dst(len * msgs, 0);
+    auto &smr = a.reg(src.data(), len);
+    auto &dmr = b.reg(dst.data(), dst.size());
+    std::vector<uint64_t> sent_again;   // per message
+    for (int i = 0; i < msgs; ++i) {
+        uint64_t before = a.counter(dev::counter::retransmits);
+        ASSERT_EQ(b.post_recv(i, dst.data() + i * len, len, dmr.lkey()), status::ok);
+        ASSERT_EQ(a.post_send(i, src.data(), len, smr.lkey()), status::ok);
+        ASSERT_TRUE(progress_until([&] {
+            return a.send_wcs.size() == size_t(i + 1) && b.recv_wcs.size() == size_t(i + 1);
+        }, 4000, 100000)) << "message " << i;   // rounds of 100 us
+        sent_again.push_back(a.counter(dev::counter::retransmits) - before);
+    }
+    EXPECT_EQ(first_failure(a.send_wcs), "-");
+    EXPECT_EQ(first_failure(b.recv_wcs), "-");
+    EXPECT_GT(sent_again[0], 0u);   // the spurious sends the estimate removes
+    for (int i = 2; i < msgs; ++i) {
+        EXPECT_EQ(sent_again[i], 0u) << "message " << i;
+    }
+    for (int i = 0; i < msgs; ++i) {
+        EXPECT_EQ(b.recv_wcs[i].wr_id, uint64_t(i));   // each once, in order
+    }
+}
+
 // ---- ACKs across hosts: held unless asked for (responder::ack_delay_ns) ----
 
 /// A clean link whose ACK datagrams (B to A) are counted, and a first

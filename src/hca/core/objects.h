@@ -287,6 +287,22 @@ struct qp {
         /// `reasked_psn`, at `reasked_at` (ns).
         uint32_t     reasked_psn = 0;
         uint64_t     reasked_at = 0;
+        /// The round trip on a lossy link (RFC 6298's estimator, from one
+        /// timed packet per flight: completer::time_flight, sample_rtt): the
+        /// tail probe waits two, the retransmission timeout the smoothed
+        /// round trip and four deviations, neither less than rto_ns says.
+        uint32_t     srtt_ns = 0;        ///< 0: no sample yet
+        uint32_t     rttvar_ns = 0;
+        /// The flight being timed: from `rtt_from` (ns; 0: none, or one of
+        /// its packets sent again, Karn's rule) until acked_psn reaches
+        /// `rtt_psn`.
+        uint32_t     rtt_psn = 0;
+        uint64_t     rtt_from = 0;
+        /// The timeout's doubling a flight sent again after it leaves the
+        /// next flights until a round trip is measured (RFC 6298 5.7): on
+        /// a link slower than the timeout every flight would otherwise be
+        /// sent again, and none measured.
+        uint8_t      rto_backoff = 0;
     } comp;
 
     struct responder {

@@ -421,6 +421,9 @@ bool completer::copy_read_share(qp &q, const send_wqe &w, uint32_t share)
 /// 9.7.6.1.1); from the slice's clock, a few microseconds early at most.
 void completer::restart_ack_timer(qp &q)
 {
+    if (q.comp.rtt_from && ib::psn_diff(q.comp.acked_psn, q.comp.rtt_psn) >= 0) {
+        sample_rtt(q, hca_.slice_now() - q.comp.rtt_from);
+    }
     if (q.comp.acked_psn == q.req.next_psn) {
         q.comp.timer_deadline = 0;
         return;
@@ -437,6 +440,37 @@ void completer::arm_timer(qp &q, uint64_t now)
     q.comp.timer_deadline = next_deadline(q, now);
 }
 
+/// A flight that starts from idle (nothing outstanding: its first packet
+/// has PSN acked_psn) is timed from the slice after its first packet left,
+/// as its ACK timer is (start_ack_timer), until that packet is
+/// acknowledged; only on a lossy link, where the timeouts follow it.
+void completer::time_flight(qp &q, uint64_t now)
+{
+    if (q.comp.rto_ns) {
+        q.comp.rtt_psn  = ib::psn_add(q.comp.acked_psn, 1);
+        q.comp.rtt_from = now;
+    }
+}
+
+/// RFC 6298 2.2-2.3: the smoothed round trip and its mean deviation, from
+/// a flight not sent again (Karn: requester::rewind stops its timing; the
+/// tail probe alone does not, probe_tail). The first sample also ends the
+/// timeout's backoff kept across flights (rto_backoff).
+void completer::sample_rtt(qp &q, uint64_t rtt_ns)
+{
+    q.comp.rtt_from    = 0;
+    q.comp.rto_backoff = 0;
+    uint32_t r = uint32_t(std::min<uint64_t>(rtt_ns, max_rtt_sample_ns));
+    if (!q.comp.srtt_ns) {
+        q.comp.srtt_ns   = std::max(r, 1u);
+        q.comp.rttvar_ns = r / 2;
+        return;
+    }
+    uint32_t err     = q.comp.srtt_ns > r ? q.comp.srtt_ns - r : r - q.comp.srtt_ns;
+    q.comp.rttvar_ns = uint32_t((3ull * q.comp.rttvar_ns + err) / 4);
+    q.comp.srtt_ns   = std::max(uint32_t((7ull * q.comp.srtt_ns + r) / 8), 1u);
+}
+
 constexpr uint8_t  rto_max_shift = 16;
 /// The window a lossy link's losses leave at least.
 constexpr uint16_t min_cwnd = 8;
@@ -447,16 +481,25 @@ constexpr unsigned probe_shift = 3;
 /// When `q`'s timer expires next, at `now`: the ACK timeout; on a lossy
 /// link the tail probe first, then the retransmission timeout, doubled
 /// per expiry, and the ACK timeout from when the oldest packet began to
-/// wait.
+/// wait. Both follow the measured round trip where it is long (a probe
+/// sooner than the answer could come is a packet sent twice for nothing):
+/// the probe waits two round trips (RFC 8985 7.2), the timeout the
+/// smoothed one and four deviations (RFC 6298 2.3); neither less than the
+/// port's timeout says (an eighth of it for the probe).
 uint64_t completer::next_deadline(const qp &q, uint64_t now) const
 {
     uint64_t timeout = req_.ack_timeout_ns(q);
     if (!q.comp.rto_ns) {
         return now + timeout;
     }
-    uint64_t wait = q.comp.probed || q.comp.rto_shift
-                        ? uint64_t{q.comp.rto_ns} << q.comp.rto_shift
-                        : uint64_t{q.comp.rto_ns} >> probe_shift;
+    uint64_t wait;
+    if (q.comp.probed || q.comp.rto_shift) {
+        uint64_t rto = std::max<uint64_t>(q.comp.rto_ns,
+                                          q.comp.srtt_ns + 4ull * q.comp.rttvar_ns);
+        wait = rto << std::max(q.comp.rto_shift, q.comp.rto_backoff);
+    } else {
+        wait = std::max<uint64_t>(q.comp.rto_ns >> probe_shift, 2ull * q.comp.srtt_ns);
+    }
     return std::min(now + wait, q.comp.waiting_since + timeout);
 }
 
@@ -474,7 +517,11 @@ bool completer::probe_tail(qp &q, uint64_t now)
         q.req.next_psn == q.comp.acked_psn) {
         return false;
     }
+    // The flight stays timed: whichever copy its ACK answers, the sample
+    // from its first packet is too long by the probe's wait at most.
+    uint64_t timed_from = q.comp.rtt_from;
     req_.rewind(q, ib::psn_add(q.req.next_psn, ib::psn_mask));   // the last one
+    q.comp.rtt_from       = timed_from;
     q.comp.timer_deadline = next_deadline(q, now);
     return true;
 }
@@ -647,6 +694,7 @@ bool completer::run_timers()
             t = hca_.slice_now();
         }
         if (q->comp.timer_deadline == timer_at_next_slice) {
+            time_flight(*q, t);
             arm_timer(*q, t);
             continue;
         }
@@ -672,6 +720,7 @@ bool completer::run_timers()
             }
             lost(*q, true);
             q->comp.rto_shift = std::min<uint8_t>(q->comp.rto_shift + 1, rto_max_shift);
+            q->comp.rto_backoff = std::max(q->comp.rto_backoff, q->comp.rto_shift);
             req_.rewind(*q, q->comp.acked_psn);
             q->comp.timer_deadline = next_deadline(*q, t);
             fired = true;

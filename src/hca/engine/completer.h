@@ -63,6 +63,12 @@ private:
     bool     carries_share_token(const qp &q, uint32_t index, const pkt &p) const;
     void restart_ack_timer(qp &q);
     void arm_timer(qp &q, uint64_t now);
+    void time_flight(qp &q, uint64_t now);
+    static void sample_rtt(qp &q, uint64_t rtt_ns);
+    /// Longer samples count as this: a round trip longer than a
+    /// continent's is a peer that did not progress, not the link, and
+    /// must not slow the recovery of later losses for long.
+    static constexpr uint64_t max_rtt_sample_ns = 100'000'000;
     void skip_acked(qp &q, uint32_t psn);
     void ask_again_from_gap(qp &q);
     uint64_t next_deadline(const qp &q, uint64_t now) const;

@@ -632,6 +632,7 @@ uint64_t requester::ack_timeout_ns(const qp &q) const
 
 void requester::rewind(qp &q, uint32_t psn)
 {
+    q.comp.rtt_from = 0;   // Karn: a flight sent again times nothing
     if (ib::psn_diff(q.req.next_psn, q.req.sent_psn) > 0) {
         q.req.sent_psn = q.req.next_psn;
     }
