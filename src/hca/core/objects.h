@@ -299,9 +299,10 @@ struct qp {
         uint32_t     rtt_psn = 0;
         uint64_t     rtt_from = 0;
         /// The timeout's doubling a flight sent again after it leaves the
-        /// next flights until a round trip is measured (RFC 6298 5.7): on
-        /// a link slower than the timeout every flight would otherwise be
-        /// sent again, and none measured.
+        /// next flights until a round trip is measured (RFC 6298 5.7), or
+        /// a packet sent once is acknowledged: on a link slower than the
+        /// timeout every flight would otherwise be sent again, and none
+        /// measured.
         uint8_t      rto_backoff = 0;
     } comp;
 

@@ -421,8 +421,8 @@ bool completer::copy_read_share(qp &q, const send_wqe &w, uint32_t share)
 /// 9.7.6.1.1); from the slice's clock, a few microseconds early at most.
 void completer::restart_ack_timer(qp &q)
 {
-    if (q.comp.rtt_from && ib::psn_diff(q.comp.acked_psn, q.comp.rtt_psn) >= 0) {
-        sample_rtt(q, hca_.slice_now() - q.comp.rtt_from);
+    if (q.comp.rto_ns) {
+        learn_from_ack(q);
     }
     if (q.comp.acked_psn == q.req.next_psn) {
         q.comp.timer_deadline = 0;
@@ -449,6 +449,20 @@ void completer::time_flight(qp &q, uint64_t now)
     if (q.comp.rto_ns) {
         q.comp.rtt_psn  = ib::psn_add(q.comp.acked_psn, 1);
         q.comp.rtt_from = now;
+    }
+}
+
+/// What acked_psn's move says of the round trip on a lossy link: the timed
+/// flight's sample, and, for a packet sent once (past the last rewind's
+/// sent_psn) acknowledged, the end of the timeout's backoff, as a sample
+/// would (a stream has no flight from idle to time).
+void completer::learn_from_ack(qp &q)
+{
+    if (q.comp.rtt_from && ib::psn_diff(q.comp.acked_psn, q.comp.rtt_psn) >= 0) {
+        sample_rtt(q, hca_.slice_now() - q.comp.rtt_from);
+    }
+    if (q.comp.rto_backoff && ib::psn_diff(q.comp.acked_psn, q.req.sent_psn) > 0) {
+        q.comp.rto_backoff = 0;
     }
 }
 

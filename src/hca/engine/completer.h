@@ -64,6 +64,7 @@ private:
     void restart_ack_timer(qp &q);
     void arm_timer(qp &q, uint64_t now);
     void time_flight(qp &q, uint64_t now);
+    void learn_from_ack(qp &q);
     static void sample_rtt(qp &q, uint64_t rtt_ns);
     /// Longer samples count as this: a round trip longer than a
     /// continent's is a peer that did not progress, not the link, and
