@@ -32,8 +32,9 @@ bool guarded_copy(void *dst, const void *src, size_t n);
 
 /// Whether every page of [p, p + n) can be read (and, with `write`,
 /// written: probed by a compare-exchange of a byte with itself, which
-/// leaves the memory as it was). For an access that cannot fail half-way, such as a copy into
-/// a frame already reserved in a peer's ring: probed first, then done.
+/// leaves the memory as it was). For an access that cannot fail
+/// half-way, such as a copy into a frame already reserved in a peer's
+/// ring: probed first, then done.
 bool guarded_probe(const void *p, size_t n, bool write);
 
 } // namespace mlx4x

@@ -421,9 +421,7 @@ bool completer::copy_read_share(qp &q, const send_wqe &w, uint32_t share)
 /// 9.7.6.1.1); from the slice's clock, a few microseconds early at most.
 void completer::restart_ack_timer(qp &q)
 {
-    if (q.comp.rto_ns) {
-        learn_from_ack(q);
-    }
+    learn_from_ack(q);
     if (q.comp.acked_psn == q.req.next_psn) {
         q.comp.timer_deadline = 0;
         return;
@@ -458,6 +456,9 @@ void completer::time_flight(qp &q, uint64_t now)
 /// would (a stream has no flight from idle to time).
 void completer::learn_from_ack(qp &q)
 {
+    if (!q.comp.rto_ns) {
+        return;   // a lossless link: nothing timed, no backoff
+    }
     if (q.comp.rtt_from && ib::psn_diff(q.comp.acked_psn, q.comp.rtt_psn) >= 0) {
         sample_rtt(q, hca_.slice_now() - q.comp.rtt_from);
     }
