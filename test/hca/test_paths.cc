@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // The fast paths against the general path. The requester's single-packet
-// path (send_inline_message, also from a BlueFlame write) and ingress's
+// path (send_single_packet, also from a BlueFlame write) and ingress's
 // SEND_ONLY and ACK paths (receive_send_only, receive_ack) repeat checks
 // the general path makes (IBA 9.6, 9.7.5) in less work; they are kept
 // equal by hand. Here the same seeded stream of work requests runs over

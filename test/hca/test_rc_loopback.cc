@@ -246,29 +246,44 @@ TEST_F(rc_send_full_queue, pushed_back_packet_keeps_a_near_deadline_until_it_goe
     expect_all_in_order(n);
 }
 
-// BlueFlame (prm_db.h): a small inline WQE is its own doorbell and leaves
-// from the write; a WQE with a gather list rings the doorbell and is
-// fetched from the send queue.
-TEST_F(rc_send, blueflame_carries_small_inline_sends_a_gather_list_rings_the_doorbell)
+// BlueFlame (prm_db.h): a small WQE, its data inline or one gather entry
+// (a bcopy send), is its own doorbell and leaves from the write; a longer
+// gather list rings the doorbell and is fetched from the send queue.
+TEST_F(rc_send, blueflame_carries_small_sends_a_longer_gather_list_rings_the_doorbell)
 {
     start_inline();
-    std::vector<uint8_t> rbuf(128, 0);
+    std::vector<uint8_t> rbuf(192, 0);
     auto &rmr = b.reg(rbuf.data(), rbuf.size());
-    ASSERT_EQ(b.post_recv(1, rbuf.data(), 64, rmr.lkey()), status::ok);
-    ASSERT_EQ(b.post_recv(2, rbuf.data() + 64, 64, rmr.lkey()), status::ok);
+    for (uint64_t i = 0; i < 3; ++i) {
+        ASSERT_EQ(b.post_recv(i + 1, rbuf.data() + 64 * i, 64, rmr.lkey()), status::ok);
+    }
     const char inl[] = "by blueflame";
     ASSERT_EQ(a.post_send(1, inl, sizeof(inl), 0, drv::send_signaled | drv::send_inline),
               status::ok);
     EXPECT_EQ(a.counter(dev::counter::blueflame_sends), 1u);
-    char gathered[] = "from the queue";
+    char gathered[] = "one entry, by blueflame too";
     auto &smr = a.reg(gathered, sizeof(gathered), 0);
     ASSERT_EQ(a.post_send(2, gathered, sizeof(gathered), smr.lkey()), status::ok);
-    EXPECT_EQ(a.counter(dev::counter::blueflame_sends), 1u);
+    EXPECT_EQ(a.counter(dev::counter::blueflame_sends), 2u);
+    char listed[] = "two entries: from the queue";
+    auto    &lmr   = a.reg(listed, sizeof(listed), 0);
+    uint32_t half  = sizeof(listed) / 2;
+    drv::sge sg[2] = {{reinterpret_cast<uintptr_t>(listed), half, lmr.lkey()},
+                      {reinterpret_cast<uintptr_t>(listed + half), sizeof(listed) - half,
+                       lmr.lkey()}};
+    drv::send_wr wr;
+    wr.wr_id  = 3;
+    wr.opcode = drv::wr_opcode::send;
+    wr.flags  = drv::send_signaled;
+    wr.sg     = {sg, 2};
+    ASSERT_EQ(a.qp->post_send(wr), status::ok);
+    EXPECT_EQ(a.counter(dev::counter::blueflame_sends), 2u);
     ASSERT_TRUE(progress_until(
-        [&] { return a.send_wcs.size() == 2 && b.recv_wcs.size() == 2; }));
+        [&] { return a.send_wcs.size() == 3 && b.recv_wcs.size() == 3; }));
     EXPECT_STREQ(reinterpret_cast<const char *>(rbuf.data()), inl);
     EXPECT_STREQ(reinterpret_cast<const char *>(rbuf.data() + 64), gathered);
-    EXPECT_EQ(a.counter(dev::counter::tx_packets), 2u);
+    EXPECT_STREQ(reinterpret_cast<const char *>(rbuf.data() + 128), listed);
+    EXPECT_EQ(a.counter(dev::counter::tx_packets), 3u);
 }
 
 // A BlueFlame write that is not a WQE of a live QP's queue (bad buffer

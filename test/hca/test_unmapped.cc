@@ -72,6 +72,46 @@ TEST(guarded, a_fault_outside_a_guard_is_still_the_processs_own)
         ::testing::KilledBySignal(SIGSEGV), "");
 }
 
+// The sender's side (C53): a one-packet SEND from one gather entry (a
+// bcopy send) left from its WQE; the memory was let go before the ACK
+// (UCX's own tests free a zero-copy message's buffer once the peer has
+// it). Sent again after the timeout, the packet must not be read from it
+// (a fault would kill the process): the single-packet path leaves a packet
+// sent again to the general path, which probes the memory and drops that
+// copy; the first copy's ACK completes the WQE.
+class unmapped_source : public rc_pair {};
+
+TEST_F(unmapped_source, a_send_of_memory_let_go_is_not_read_when_sent_again)
+{
+    pages source;
+    ASSERT_TRUE(source.mapped);
+    fabric::fault_plan lossy;   // one frame in 2^30 lost: timeouts send again
+    lossy.drop_one_in = 1u << 30;
+    fab.set_faults(lossy);
+    drv::rc_connect_attr attr;
+    attr.ack_timeout = 10;
+    ASSERT_NO_FATAL_FAILURE(start({}, attr));
+    std::vector<uint8_t> rbuf(64, 0);
+    auto &rmr = b.reg(rbuf.data(), rbuf.size());
+    ASSERT_EQ(b.post_recv(1, rbuf.data(), 64, rmr.lkey()), status::ok);
+    fill_pattern(source.p, 64, 5);
+    std::vector<uint8_t> sent(source.p, source.p + 64);
+    auto &smr = a.reg(source.p, pages::size, 0);
+    ASSERT_EQ(a.post_send(1, source.p, 64, smr.lkey()), status::ok);
+    EXPECT_EQ(a.counter(dev::counter::blueflame_sends), 1u);   // the single-packet path
+    a.ctx->progress();   // its ACK timer starts
+    source.revoke();
+    ASSERT_NE(a.ctx->next_timer_ns(), 0u);
+    manual_clock::advance(a.ctx->next_timer_ns() - manual_clock::now_ns);
+    for (int i = 0; i < 3; ++i) {
+        a.ctx->progress();   // the timeout, the rewind, the packet again
+    }
+    EXPECT_EQ(a.counter(dev::counter::retransmits), 1u);
+    ASSERT_TRUE(progress_until([&] { return a.send_wcs.size() == 1 && b.recv_wcs.size() == 1; }));
+    EXPECT_EQ(a.send_wcs[0].status, drv::wc_status::success);
+    EXPECT_TRUE(std::equal(sent.begin(), sent.end(), rbuf.begin()));
+}
+
 class unmapped_region : public rc_pair {
 protected:
     pages target;

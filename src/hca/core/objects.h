@@ -243,7 +243,7 @@ struct qp {
         ib::lrh      tx_lrh{};
         ib::bth      tx_bth{};
         /// A connected QP whose WQEs may leave by the single-packet path
-        /// (device::send_inline_message).
+        /// (requester::send_single_packet).
         bool         tx_fast = false;
         uint32_t     rd_atomic_inflight = 0;   ///< READ/atomic WQEs started, not done
         /// The responder refused a single-copy request: packets from now on.

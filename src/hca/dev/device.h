@@ -140,7 +140,7 @@ public:
     /// is `vector` signals `eventfd` when it raises an interrupt. -1: none.
     void connect_interrupt(uint8_t vector, int eventfd) override;
     /// Test hook: QPs built from now on take the general paths only (no
-    /// send_inline_message, receive_send_only, receive_ack), for the test
+    /// send_single_packet, receive_send_only, receive_ack), for the test
     /// that holds the fast paths to the general path's results.
     void use_general_paths_for_tests() { hca_.fast_paths_ = false; }
     /// Test hook: the port, to check fabric-level facts.

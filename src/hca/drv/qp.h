@@ -204,6 +204,7 @@ private:
         return type_ == qp_type::ud || type_ == qp_type::smi || type_ == qp_type::gsi;
     }
     inline bool   post_small_inline(const send_wr_core &wr, status &st);
+    inline bool   post_one_gather(const send_wr_core &wr, status &st);
     template <typename Fill>
     inline bool   post_one_chunk(wr_opcode op, uint32_t flags, uint32_t imm, uint64_t wr_id,
                                  size_t data_off, size_t total, Fill &&fill, status &st);

@@ -208,8 +208,8 @@ template <typename Fill>
 inline bool qp::post_one_chunk(wr_opcode op, uint32_t flags, uint32_t imm, uint64_t wr_id,
                                size_t data_off, size_t total, Fill &&fill, status &st)
 {
-    if (type_ != qp_type::rc || state_ != prm::qp_state::rts || total == 0 ||
-        data_off + total > prm::inline_align) {
+    if (type_ != qp_type::rc || state_ != prm::qp_state::rts || caps_.device_owned_sq ||
+        total == 0 || data_off + total > prm::inline_align) {
         return false;
     }
     if (sq_outstanding() >= sq_size_) {
@@ -224,9 +224,46 @@ inline bool qp::post_one_chunk(wr_opcode op, uint32_t flags, uint32_t imm, uint6
     return true;
 }
 
+/// An RC SEND or RDMA WRITE whose data is one gather entry (a bcopy
+/// send's bounce buffer): control segment, remote address for a WRITE,
+/// the entry, by BlueFlame (32 or 48 bytes), so that the device sends it
+/// from the write as it does inline data (libmlx4 posts any WQE that fits
+/// a BlueFlame buffer so when told to prefer it). The checks are
+/// post_one_chunk()'s; false: not taken.
+inline bool qp::post_one_gather(const send_wr_core &wr, status &st)
+{
+    bool write = wr.opcode == wr_opcode::rdma_write || wr.opcode == wr_opcode::rdma_write_imm;
+    if ((!write && wr.opcode != wr_opcode::send && wr.opcode != wr_opcode::send_imm) ||
+        wr.sg.size() != 1 || type_ != qp_type::rc || state_ != prm::qp_state::rts ||
+        caps_.device_owned_sq) {
+        return false;
+    }
+    if (sq_outstanding() >= sq_size_) {
+        st = status::no_resource;   // C62: never overwrite a WQE
+        return true;
+    }
+    uint32_t idx = sq_head_;
+    uint8_t *wqe = sq_slot(idx);
+    size_t   off = sizeof(prm::wqe_ctrl_seg);
+    if (write) {
+        prm::wqe_raddr_seg r{};
+        r.raddr.set(wr.remote_addr);
+        r.rkey.set(wr.rkey);
+        std::memcpy(wqe + off, &r, sizeof(r));
+        off += sizeof(r);
+    }
+    prm::wqe_data_seg d;
+    d.byte_count.set(wr.sg[0].length);
+    d.lkey.set(wr.sg[0].lkey);
+    d.addr.set(wr.sg[0].addr);
+    std::memcpy(wqe + off, &d, sizeof(d));
+    st = publish_send(idx, wqe, wr.opcode, wr.flags, wr.imm, wr.wr_id, off + sizeof(d), 0, true);
+    return true;
+}
+
 inline status qp::post_send(const send_wr_core &wr)
 {
-    if (status st; (wr.flags & send_inline) && post_small_inline(wr, st)) {
+    if (status st; (wr.flags & send_inline) ? post_small_inline(wr, st) : post_one_gather(wr, st)) {
         return st;
     }
     send_wr full;
@@ -236,7 +273,7 @@ inline status qp::post_send(const send_wr_core &wr)
 
 inline status qp::post_send(const send_wr &wr)
 {
-    if (status st; (wr.flags & send_inline) && post_small_inline(wr, st)) {
+    if (status st; (wr.flags & send_inline) ? post_small_inline(wr, st) : post_one_gather(wr, st)) {
         return st;
     }
     return post_general(wr);

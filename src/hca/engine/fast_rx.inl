@@ -80,7 +80,7 @@ responder::complete_receive(dev::core &hca, qp &q, const received &m, uint16_t s
 /// packet untouched to that path, which also answers every error.
 [[gnu::always_inline]] inline bool ingress::receive_send_only(std::span<const uint8_t> frame)
 {
-    dev::core &hca = hca_;   // in a register (fast_tx.inl: send_inline_message)
+    dev::core &hca = hca_;   // in a register (fast_tx.inl: send_single_packet)
     ib::lrh l;
     ib::bth b;
     if (frame.size() < sizeof(l) + sizeof(b)) {

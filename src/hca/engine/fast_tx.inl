@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // The fast send path: the common small message sent straight from its WQE
-// or its BlueFlame write (send_inline_message), and the checks a BlueFlame
+// or its BlueFlame write (send_single_packet), and the checks a BlueFlame
 // write needs first (send_blueflame). Inlined into the requester's
 // doorbell path (req.cc) and the device's BlueFlame write (dev/device.cc),
 // hence a header, as fast_rx.inl is for receiving.
@@ -47,7 +47,7 @@ inline bool window_open(const qp &q)
 
 /// A BlueFlame WQE (prm_db.h), sent from the write itself when it is the
 /// QP's next WQE and nothing holds it back: the checks send_one_packet()
-/// makes before any packet, then send_inline_message(). not_single or busy:
+/// makes before any packet, then send_single_packet(). not_single or busy:
 /// the caller runs the requester as for a doorbell (the WQE is also in the
 /// send queue).
 [[gnu::always_inline]] inline requester::single_tx
@@ -60,22 +60,45 @@ requester::send_blueflame(qp &q, std::span<const uint8_t> wqe)
         !sq_wqe_ready(q, q.req.cur_wqe) || sq_wqe_ready(q, q.req.cur_wqe + 1)) {
         return single_tx::not_single;
     }
-    return send_inline_message(q, wqe.data(), wqe.size());
+    return send_single_packet(q, wqe.data(), wqe.size());
+}
+
+/// The data of a send whose only data segment is one gather entry, if
+/// the single-packet path may send it: `segs_len` bytes at `segs` hold
+/// exactly that entry, of 1 to MTU bytes, and the packet is not sent again
+/// (its memory may be gone since: gather_payload() probes it). The entry
+/// is checked as gather_payload() checks it (C53, IBA 10.6.3.1: an L_Key
+/// of a region of the QP's PD that covers the range; local read needs no
+/// right). nullptr: the general path sends it, or reports what is wrong.
+[[gnu::always_inline]] inline const uint8_t *
+requester::gathered_payload(const qp &q, const uint8_t *segs, size_t segs_len) const
+{
+    prm::wqe_data_seg d;
+    if (segs_len != sizeof(d) || ib::psn_diff(q.req.sent_psn, q.req.next_psn) > 0) {
+        return nullptr;
+    }
+    std::memcpy(&d, segs, sizeof(d));
+    uint32_t n = d.byte_count.get();
+    if (n == 0 || n > q.mtu || !hca_.local_access_ok(q, d.lkey.get(), d.addr.get(), n, false)) {
+        return nullptr;
+    }
+    return reinterpret_cast<const uint8_t *>(static_cast<uintptr_t>(d.addr.get()));
 }
 
 /// The common small message, in a fraction of the general path's work: an
-/// RC SEND or RDMA WRITE, with or without immediate, whose inline data fits
-/// one packet, written from the WQE (`room` bytes readable at `wqe`: the
+/// RC SEND or RDMA WRITE, with or without immediate, whose data fits one
+/// packet, written from the WQE (`room` bytes readable at `wqe`: the
 /// queue's stride, or a BlueFlame write) straight into the destination's
-/// ring with the QP's prebuilt headers. The caller checked what every
-/// packet needs (state, a WQE posted, window, RNR pause). not_single: any
-/// other WQE, or one whose checks fail, for the general path, which decodes
-/// it fully and reports what is wrong with it. Longer than 80 lines on
-/// purpose: the path of every small message, inlined into both callers and
-/// read top to bottom against the general path it must equal
-/// (test/hca/test_paths.cc).
+/// ring with the QP's prebuilt headers. The data is inline, or one gather
+/// entry (a bounce buffer's bcopy send), which is checked as the general
+/// path checks it. The caller checked what every packet needs (state, a
+/// WQE posted, window, RNR pause). not_single: any other WQE, or one whose
+/// checks fail, for the general path, which decodes it fully and reports
+/// what is wrong with it. Longer than 80 lines on purpose: the path of
+/// every small message, inlined into both callers and read top to bottom
+/// against the general path it must equal (test/hca/test_paths.cc).
 [[gnu::always_inline]] inline requester::single_tx
-requester::send_inline_message(qp &q, const uint8_t *wqe, size_t room)
+requester::send_single_packet(qp &q, const uint8_t *wqe, size_t room)
 {
     // The core through a register: the frame's byte stores may alias any
     // member, so the compiler reloads hca_ after each of them.
@@ -97,18 +120,22 @@ requester::send_inline_message(qp &q, const uint8_t *wqe, size_t room)
         return single_tx::not_single;
     }
     std::memcpy(&first_seg, wqe + off, sizeof(first_seg));
-    if (!(byteswap_if_little(first_seg) & prm::inline_seg_flag)) {
-        return single_tx::not_single;   // a gather list
-    }
     const uint8_t *segs     = wqe + off;
     size_t         segs_len = size - off;
-    // One chunk (the common small message) when the first one fits and
-    // does not end on a 64-byte boundary (for_each_inline_chunk's rule);
-    // otherwise the chunks are counted.
-    uint32_t len    = byteswap_if_little(first_seg) & ~prm::inline_seg_flag;
-    uint32_t chunks = 1;
-    size_t   end    = sizeof(prm::wqe_inline_seg) + len;
-    if (end > segs_len || (off + end) % prm::inline_align == 0) {
+    const uint8_t *data     = segs + sizeof(prm::wqe_inline_seg);   // when in one piece
+    uint32_t       len      = byteswap_if_little(first_seg) & ~prm::inline_seg_flag;
+    uint32_t       chunks   = 1;
+    size_t         end      = sizeof(prm::wqe_inline_seg) + len;
+    if (!(byteswap_if_little(first_seg) & prm::inline_seg_flag)) {
+        data = gathered_payload(q, segs, segs_len);
+        if (!data) {
+            return single_tx::not_single;
+        }
+        len = byteswap_if_little(first_seg);   // the entry's byte count
+    } else if (end > segs_len || (off + end) % prm::inline_align == 0) {
+        // One chunk (the common small message) when the first one fits and
+        // does not end on a 64-byte boundary (for_each_inline_chunk's
+        // rule); otherwise the chunks are counted.
         len = chunks = 0;
         for_each_inline_chunk(segs, segs_len, off, [&](const uint8_t *, uint32_t n) {
             len += n;
@@ -145,7 +172,7 @@ requester::send_inline_message(qp &q, const uint8_t *wqe, size_t room)
             out += sizeof(ctrl.imm);
         }
         if (chunks == 1) {   // the common small message: one move
-            copy_small(out, segs + sizeof(prm::wqe_inline_seg), len);
+            copy_small(out, data, len);
         } else {
             for_each_inline_chunk(segs, segs_len, off, [&](const uint8_t *data, uint32_t n) {
                 copy_small(out, data, n);

@@ -291,7 +291,7 @@ bool requester::send_next_packet(qp &q)
         return false;
     }
     if (q.req.tx_fast && !q.req.sending) {
-        switch (send_inline_message(q, q.sq_wqe(q.req.cur_wqe), size_t{1} << q.sq_log_stride)) {
+        switch (send_single_packet(q, q.sq_wqe(q.req.cur_wqe), size_t{1} << q.sq_log_stride)) {
         case single_tx::sent:       return true;
         case single_tx::busy:       return false;
         case single_tx::not_single: break;

@@ -79,7 +79,8 @@ private:
     void     request_packet_sent(qp &q, const send_wqe &w, uint32_t psn,
                                  bool first, bool last, uint32_t next);
     single_tx try_single_request(qp &q, const send_wqe &w);
-    single_tx send_inline_message(qp &q, const uint8_t *wqe, size_t room);
+    single_tx send_single_packet(qp &q, const uint8_t *wqe, size_t room);
+    const uint8_t *gathered_payload(const qp &q, const uint8_t *segs, size_t segs_len) const;
     single_tx send_single_request(qp &q, const send_wqe &w, bool fresh,
                                   bool direct);
     void      single_request_sent(qp &q, const send_wqe &w, uint32_t psn,
