@@ -116,12 +116,16 @@ TEST_F(rc_send, small_inline)
 
 /// qp::post_inline_send (UCT's tag_eager_short and am_short): the header
 /// the callback writes in place and the payload arrive as one SEND, as a
-/// two-entry inline post_send() delivers them; a message longer than one
-/// inline chunk is left to post_send() and nothing is posted.
+/// two-entry inline post_send() delivers them, in one inline chunk or cut
+/// at every 64-byte boundary of the WQE (the device reads the chunks back:
+/// a wrong byte count or boundary shows in the data); longer than the QP's
+/// inline limit, it is left to post_send() and nothing is posted.
 TEST_F(rc_send, inline_send_of_header_and_payload)
 {
-    start_inline();
-    std::vector<uint8_t> rbuf(64, 0);
+    drv::qp_caps caps;
+    caps.max_inline = 220;
+    start(caps);
+    std::vector<uint8_t> rbuf(1024, 0);
     auto &rmr = b.reg(rbuf.data(), rbuf.size());
     ASSERT_EQ(b.post_recv(7, rbuf.data(), 64, rmr.lkey()), status::ok);
     const char head[] = "head:";   // 5 bytes without the NUL
@@ -138,17 +142,38 @@ TEST_F(rc_send, inline_send_of_header_and_payload)
     EXPECT_EQ(b.recv_wcs[0].byte_len, 5 + sizeof(data));
     EXPECT_STREQ(reinterpret_cast<const char *>(rbuf.data()), "head:payload");
 
-    // 16 + 29 bytes need a second inline chunk (the first ends 44 bytes
-    // into it): not taken, no WQE posted.
-    uint8_t long_data[29] = {};
-    bool    head_written = false;
+    // A 16-byte head (a tmh) and every payload length from one chunk's to
+    // the QP's limit.
+    uint32_t max = a.qp->max_inline();
+    ASSERT_GE(max, 220u);
+    std::vector<uint8_t> src(max);
+    fill_pattern(src.data(), src.size(), 9);
+    for (uint32_t len = 20; len + 16 <= max; ++len) {
+        SCOPED_TRACE("payload " + std::to_string(len));
+        std::fill(rbuf.begin(), rbuf.end(), 0);
+        size_t want = b.recv_wcs.size() + 1;
+        ASSERT_EQ(b.post_recv(len, rbuf.data(), uint32_t(rbuf.size()), rmr.lkey()), status::ok);
+        ASSERT_TRUE(a.qp->post_inline_send(
+            len, drv::send_signaled, 16, [&](uint8_t *p) { std::memset(p, 0x5a, 16); },
+            src.data(), len, st));
+        ASSERT_EQ(st, status::ok);
+        ASSERT_TRUE(progress_until(
+            [&] { return b.recv_wcs.size() == want && a.send_wcs.size() == want; }));
+        ASSERT_EQ(b.recv_wcs.back().status, drv::wc_status::success);
+        ASSERT_EQ(b.recv_wcs.back().byte_len, 16 + len);
+        EXPECT_EQ(std::count(rbuf.begin(), rbuf.begin() + 16, 0x5a), 16);
+        EXPECT_TRUE(std::equal(src.begin(), src.begin() + len, rbuf.begin() + 16));
+        EXPECT_EQ(rbuf[16 + len], 0);   // nothing past the message
+    }
+    size_t sends = a.send_wcs.size();
+    std::vector<uint8_t> too_long(max - 15);
+    bool head_written = false;
     EXPECT_FALSE(a.qp->post_inline_send(
-        6, drv::send_signaled, 16, [&](uint8_t *) { head_written = true; }, long_data,
-        sizeof(long_data), st));
+        1, drv::send_signaled, 16, [&](uint8_t *) { head_written = true; }, too_long.data(),
+        too_long.size(), st));
     EXPECT_FALSE(head_written);
     progress_rounds(20);
-    EXPECT_EQ(a.send_wcs.size(), 1u);
-    EXPECT_EQ(b.recv_wcs.size(), 1u);
+    EXPECT_EQ(a.send_wcs.size(), sends);
 }
 
 /// 16-byte inline SENDs ('a' + i, wr_id i) into receives of 16 bytes, on a

@@ -158,6 +158,36 @@ TEST(inline_writer, empty_and_zero_length_entries)
     EXPECT_EQ(r.data, src);
 }
 
+// The driver's writer of UCT's short sends (a head written in place, then
+// the data: qp::post_inline_send) lays out the same bytes as the general
+// writer of a two-entry list, at every length and after the control segment
+// (SEND) or the remote address too (WRITE).
+TEST(inline_writer, head_and_data_writer_equals_the_scatter_list_writer)
+{
+    auto head = pattern(16, 2);
+    auto data = pattern(400, 3);
+    for (size_t off : {size_t{16}, size_t{32}}) {
+        for (size_t head_len : {size_t{5}, size_t{16}}) {
+            for (size_t len = 0; len <= data.size(); ++len) {
+                SCOPED_TRACE("off " + std::to_string(off) + " head " +
+                             std::to_string(head_len) + " len " + std::to_string(len));
+                alignas(64) uint8_t general[512], direct[512];
+                std::memset(general, 0xcc, sizeof(general));
+                std::memset(direct, 0xcc, sizeof(direct));
+                drv::sge sg[] = {sge_of(head, 0, uint32_t(head_len)),
+                                 sge_of(data, 0, uint32_t(len))};
+                size_t used = drv::detail::write_inline(general + off, sg);
+                size_t got  = drv::detail::write_inline_head(
+                    direct, off, head_len,
+                    [&](uint8_t *p) { std::memcpy(p, head.data(), head_len); }, data.data(),
+                    len);
+                ASSERT_EQ(got, used);
+                ASSERT_EQ(0, std::memcmp(general, direct, sizeof(general)));
+            }
+        }
+    }
+}
+
 TEST(inline_writer, max_inline_accounts_for_one_header_per_64_bytes)
 {
     EXPECT_EQ(prm::max_inline(64, 16), 44u);

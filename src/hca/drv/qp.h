@@ -165,11 +165,12 @@ public:
     /// A SEND or RDMA WRITE/READ that names nothing beyond the core.
     inline status post_send(const send_wr_core &wr);
     /// The common small SEND, inline and without a scatter list (UCT's
-    /// tag_eager_short and am_short): `head_len` bytes write_head(p)
-    /// stores at p, then `len` bytes of `data`, together one inline chunk.
-    /// `flags`: send_signaled, send_solicited. False: not taken (not an RC
-    /// QP in RTS, or too long for one chunk), post_send() decides; true:
-    /// `st` says how it went.
+    /// tag_eager_short and am_short): `head_len` bytes (at most 16)
+    /// write_head(p) stores at p, then `len` bytes of `data`, in one inline
+    /// chunk or, longer, in as many as the WQE's 64-byte boundaries cut
+    /// (post_inline_chunks). `flags`: send_signaled, send_solicited. False:
+    /// not taken (not an RC QP in RTS, or longer than max_inline),
+    /// post_send() decides; true: `st` says how it went.
     template <typename WriteHead>
     inline bool post_inline_send(uint64_t wr_id, uint32_t flags, size_t head_len,
                                  WriteHead &&write_head, const void *data, size_t len,
@@ -205,6 +206,10 @@ private:
     }
     inline bool   post_small_inline(const send_wr_core &wr, status &st);
     inline bool   post_one_gather(const send_wr_core &wr, status &st);
+    template <typename WriteHead>
+    inline bool   post_inline_chunks(uint64_t wr_id, uint32_t flags, size_t head_len,
+                                     WriteHead &&write_head, const uint8_t *data, size_t len,
+                                     status &st);
     template <typename Fill>
     inline bool   post_one_chunk(wr_opcode op, uint32_t flags, uint32_t imm, uint64_t wr_id,
                                  size_t data_off, size_t total, Fill &&fill, status &st);

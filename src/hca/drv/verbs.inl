@@ -65,6 +65,38 @@ inline size_t write_inline(uint8_t *seg, std::span<const sge> sg)
     return size_t(p - seg);
 }
 
+/// write_inline() of a head write_head(p) stores (`head_len` bytes, at
+/// most 16: the first chunk has room for it) and `len` bytes of `data`,
+/// without a scatter list or calls: the data cut at each 64-byte boundary
+/// of the 64-byte aligned WQE at `wqe`, each chunk led by its byte count,
+/// the first chunk's count at `off`. Returns the bytes used from `off`.
+template <typename WriteHead>
+inline size_t write_inline_head(uint8_t *wqe, size_t off, size_t head_len,
+                                WriteHead &&write_head, const uint8_t *data, size_t len)
+{
+    size_t chunk = off;   // where the open chunk's byte count goes
+    size_t pos   = off + sizeof(prm::wqe_inline_seg) + head_len;
+    write_head(wqe + off + sizeof(prm::wqe_inline_seg));
+    auto close = [&] {
+        store_field(wqe, chunk, be32::of(prm::inline_seg_flag |
+                                         uint32_t(pos - chunk - sizeof(prm::wqe_inline_seg))));
+    };
+    while (len) {
+        if (pos % prm::inline_align == 0) {
+            close();
+            chunk = pos;
+            pos += sizeof(prm::wqe_inline_seg);
+        }
+        size_t n = std::min(len, prm::inline_align - pos % prm::inline_align);
+        copy_small(wqe + pos, data, n);
+        pos += n;
+        data += n;
+        len -= n;
+    }
+    close();
+    return pos - off;
+}
+
 inline wc_opcode send_wc_opcode(uint8_t op)
 {
     switch (static_cast<prm::send_opcode>(op)) {
@@ -191,12 +223,40 @@ inline bool qp::post_inline_send(uint64_t wr_id, uint32_t flags, size_t head_len
                                  status &st)
 {
     constexpr size_t data_off = sizeof(prm::wqe_ctrl_seg) + sizeof(prm::wqe_inline_seg);
+    if (data_off + head_len + len > prm::inline_align) {
+        return post_inline_chunks(wr_id, flags, head_len, write_head,
+                                  static_cast<const uint8_t *>(data), len, st);
+    }
     return post_one_chunk(wr_opcode::send, flags, 0, wr_id, data_off, head_len + len,
                           [&](uint8_t *wqe) {
                               write_head(wqe + data_off);
                               copy_small(wqe + data_off + head_len, data, len);
                           },
                           st);
+}
+
+/// post_inline_send() of more than one chunk (detail::write_inline_head),
+/// posted by BlueFlame up to 256 bytes.
+template <typename WriteHead>
+inline bool qp::post_inline_chunks(uint64_t wr_id, uint32_t flags, size_t head_len,
+                                   WriteHead &&write_head, const uint8_t *data, size_t len,
+                                   status &st)
+{
+    if (type_ != qp_type::rc || state_ != prm::qp_state::rts || caps_.device_owned_sq ||
+        head_len + len > max_inline_) {
+        return false;
+    }
+    if (sq_outstanding() >= sq_size_) {
+        st = status::no_resource;   // C62: never overwrite a WQE
+        return true;
+    }
+    uint32_t idx = sq_head_;
+    uint8_t *wqe = sq_slot(idx);
+    size_t   end = sizeof(prm::wqe_ctrl_seg) +
+                 detail::write_inline_head(wqe, sizeof(prm::wqe_ctrl_seg), head_len,
+                                           write_head, data, len);
+    st = publish_send(idx, wqe, wr_opcode::send, flags, 0, wr_id, end, 0, true);
+    return true;
 }
 
 /// What both small inline posts share: an RC QP in RTS, `total` bytes of
