@@ -61,8 +61,8 @@ TEST(payload_copy, copy_small_and_copy_bytes_equal_memcpy)
     for (size_t i = 0; i < src.size(); ++i) {
         src[i] = uint8_t(i * 7 + 1);
     }
-    for (size_t n : {0, 1, 2, 3, 7, 8, 9, 63, 64, 65, 127, 128, 129, 2048, 2049, 4096,
-                     4111, 8192, 9000}) {
+    for (size_t n : {0, 1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 24, 31, 32, 33, 47, 63, 64, 65,
+                     127, 128, 129, 2048, 2049, 4096, 4111, 8192, 9000}) {
         for (size_t so : {0, 1, 16, 33}) {
             for (size_t d_o : {0, 2, 17, 48}) {
                 for (int which = 0; which < 2; ++which) {

@@ -47,13 +47,21 @@ constexpr size_t copy_blocks_max = size_t{64} << 10;
 {
     auto *d = static_cast<uint8_t *>(dst);
     auto *s = static_cast<const uint8_t *>(src);
+    // Two moves of a fixed size each, the second ending at the last byte
+    // (overlapping the first when n is below twice the size): a few
+    // instructions for any n, where a loop of 8-byte moves took up to 30
+    // for an inline chunk of 60 bytes.
     if (n > 64) [[unlikely]] {
         copy_large(d, s, n);
+    } else if (n >= 32) {
+        std::memcpy(d, s, 32);
+        std::memcpy(d + n - 32, s + n - 32, 32);
+    } else if (n >= 16) {
+        std::memcpy(d, s, 16);
+        std::memcpy(d + n - 16, s + n - 16, 16);
     } else if (n >= 8) {
-        for (size_t i = 0; i + 8 < n; i += 8) {
-            std::memcpy(d + i, s + i, 8);
-        }
-        std::memcpy(d + n - 8, s + n - 8, 8);   // the tail, overlapping
+        std::memcpy(d, s, 8);
+        std::memcpy(d + n - 8, s + n - 8, 8);
     } else if (n >= 4) {
         std::memcpy(d, s, 4);
         std::memcpy(d + n - 4, s + n - 4, 4);
