@@ -11,6 +11,7 @@
 #include "hca/engine/wqe.h"
 #include "hca/ib/ib_psn.h"
 
+#include <array>
 #include <cstring>
 
 namespace mlx4x::engine {
@@ -126,6 +127,14 @@ requester::send_single_packet(qp &q, const uint8_t *wqe, size_t room)
     uint32_t       len      = byteswap_if_little(first_seg) & ~prm::inline_seg_flag;
     uint32_t       chunks   = 1;
     size_t         end      = sizeof(prm::wqe_inline_seg) + len;
+    // Inline data in several chunks: walked once, their places kept for
+    // the copy (at most one chunk per 64 bytes of the largest WQE, and a
+    // last one).
+    struct piece {
+        const uint8_t *data;
+        uint32_t       len;
+    };
+    std::array<piece, dev::limits::max_desc_sz / prm::inline_align + 1> pieces;
     if (!(byteswap_if_little(first_seg) & prm::inline_seg_flag)) {
         data = gathered_payload(q, segs, segs_len);
         if (!data) {
@@ -137,10 +146,16 @@ requester::send_single_packet(qp &q, const uint8_t *wqe, size_t room)
         // does not end on a 64-byte boundary (for_each_inline_chunk's
         // rule); otherwise the chunks are counted.
         len = chunks = 0;
-        for_each_inline_chunk(segs, segs_len, off, [&](const uint8_t *, uint32_t n) {
+        for_each_inline_chunk(segs, segs_len, off, [&](const uint8_t *p, uint32_t n) {
+            if (chunks < pieces.size()) {
+                pieces[chunks] = {p, n};
+            }
             len += n;
             ++chunks;
         });
+        if (chunks > pieces.size()) {
+            return single_tx::not_single;
+        }
     }
     if (len > q.mtu) {
         return single_tx::not_single;
@@ -174,10 +189,10 @@ requester::send_single_packet(qp &q, const uint8_t *wqe, size_t room)
         if (chunks == 1) {   // the common small message: one move
             copy_small(out, data, len);
         } else {
-            for_each_inline_chunk(segs, segs_len, off, [&](const uint8_t *data, uint32_t n) {
-                copy_small(out, data, n);
-                out += n;
-            });
+            for (uint32_t i = 0; i < chunks; ++i) {
+                copy_small(out, pieces[i].data, pieces[i].len);
+                out += pieces[i].len;
+            }
         }
         s = hca.commit_frame(f);   // a staging fabric may push back only now
     }
