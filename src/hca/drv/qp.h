@@ -204,6 +204,13 @@ private:
     {
         return type_ == qp_type::ud || type_ == qp_type::smi || type_ == qp_type::gsi;
     }
+    /// Whether the small-message posts (post_one_chunk, post_inline_chunks,
+    /// post_one_gather) may take a WR: an RC QP in RTS whose send queue the
+    /// driver feeds; anything else goes to post_general(), which checks it.
+    bool posts_directly() const
+    {
+        return type_ == qp_type::rc && state_ == prm::qp_state::rts && !caps_.device_owned_sq;
+    }
     inline bool   post_small_inline(const send_wr_core &wr, status &st);
     inline bool   post_one_gather(const send_wr_core &wr, status &st);
     template <typename WriteHead>

@@ -242,8 +242,7 @@ inline bool qp::post_inline_chunks(uint64_t wr_id, uint32_t flags, size_t head_l
                                    WriteHead &&write_head, const uint8_t *data, size_t len,
                                    status &st)
 {
-    if (type_ != qp_type::rc || state_ != prm::qp_state::rts || caps_.device_owned_sq ||
-        head_len + len > max_inline_) {
+    if (!posts_directly() || head_len + len > max_inline_) {
         return false;
     }
     if (sq_outstanding() >= sq_size_) {
@@ -268,8 +267,7 @@ template <typename Fill>
 inline bool qp::post_one_chunk(wr_opcode op, uint32_t flags, uint32_t imm, uint64_t wr_id,
                                size_t data_off, size_t total, Fill &&fill, status &st)
 {
-    if (type_ != qp_type::rc || state_ != prm::qp_state::rts || caps_.device_owned_sq ||
-        total == 0 || data_off + total > prm::inline_align) {
+    if (!posts_directly() || total == 0 || data_off + total > prm::inline_align) {
         return false;
     }
     if (sq_outstanding() >= sq_size_) {
@@ -288,14 +286,13 @@ inline bool qp::post_one_chunk(wr_opcode op, uint32_t flags, uint32_t imm, uint6
 /// send's bounce buffer): control segment, remote address for a WRITE,
 /// the entry, by BlueFlame (32 or 48 bytes), so that the device sends it
 /// from the write as it does inline data (libmlx4 posts any WQE that fits
-/// a BlueFlame buffer so when told to prefer it). The checks are
-/// post_one_chunk()'s; false: not taken.
+/// a BlueFlame buffer so when told to prefer it). False: not taken
+/// (posts_directly(), one entry).
 inline bool qp::post_one_gather(const send_wr_core &wr, status &st)
 {
     bool write = wr.opcode == wr_opcode::rdma_write || wr.opcode == wr_opcode::rdma_write_imm;
     if ((!write && wr.opcode != wr_opcode::send && wr.opcode != wr_opcode::send_imm) ||
-        wr.sg.size() != 1 || type_ != qp_type::rc || state_ != prm::qp_state::rts ||
-        caps_.device_owned_sq) {
+        wr.sg.size() != 1 || !posts_directly()) {
         return false;
     }
     if (sq_outstanding() >= sq_size_) {
