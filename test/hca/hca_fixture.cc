@@ -141,6 +141,20 @@ status endpoint::post_send(uint64_t wr_id, const void *buf, uint32_t len,
     return qp->post_send(wr);
 }
 
+status endpoint::post_send_in_two(uint64_t wr_id, const void *buf, uint32_t len,
+                                  uint32_t lkey)
+{
+    auto     at   = reinterpret_cast<uintptr_t>(buf);
+    uint32_t half = len / 2;
+    drv::sge sg[2] = {{at, half, lkey}, {at + half, len - half, lkey}};
+    drv::send_wr wr;
+    wr.wr_id  = wr_id;
+    wr.opcode = drv::wr_opcode::send;
+    wr.flags  = drv::send_signaled;
+    wr.sg     = {sg, 2};
+    return qp->post_send(wr);
+}
+
 status endpoint::post_write(uint64_t wr_id, const void *buf, uint32_t len,
                             uint32_t lkey, uint64_t raddr, uint32_t rkey,
                             uint32_t flags)

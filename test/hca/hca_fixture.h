@@ -88,6 +88,10 @@ struct endpoint {
 
     status post_send(uint64_t wr_id, const void *buf, uint32_t len,
                           uint32_t lkey, uint32_t flags = drv::send_signaled);
+    /// A signalled SEND of [buf, buf + len) as two gather entries (its
+    /// halves): a WQE that rings the doorbell, where one entry or inline
+    /// data goes by BlueFlame and leaves from the write.
+    status post_send_in_two(uint64_t wr_id, const void *buf, uint32_t len, uint32_t lkey);
     status post_write(uint64_t wr_id, const void *buf, uint32_t len,
                            uint32_t lkey, uint64_t raddr, uint32_t rkey,
                            uint32_t flags = drv::send_signaled);

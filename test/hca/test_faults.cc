@@ -264,20 +264,8 @@ TEST_F(peer, quiet_device_runs_its_passes_every_16th_idle_call)
         a.ctx->progress_finish();
         return a.ctx->idle_slice();
     };
-    // A send of two gather entries rings the doorbell (one entry or inline
-    // data would go by BlueFlame, sent from the write).
-    auto post_by_doorbell = [&](uint64_t wr_id) {
-        drv::sge sg[2] = {{reinterpret_cast<uintptr_t>(src.data()), 32, sm->lkey()},
-                          {reinterpret_cast<uintptr_t>(src.data() + 32), 32, sm->lkey()}};
-        drv::send_wr wr;
-        wr.wr_id  = wr_id;
-        wr.opcode = drv::wr_opcode::send;
-        wr.flags  = drv::send_signaled;
-        wr.sg     = {sg, 2};
-        return a.qp->post_send(wr);
-    };
     b.destroy();
-    ASSERT_EQ(post_by_doorbell(1), status::ok);
+    ASSERT_EQ(a.post_send_in_two(1, src.data(), 64, sm->lkey()), status::ok);
     EXPECT_FALSE(idle_call());   // after the doorbell: the whole pass
     ASSERT_NE(a.ctx->next_timer_ns(), 0u);
     ASSERT_NE(a.ctx->next_timer_ns(), dev::timer_at_next_slice);
@@ -293,7 +281,7 @@ TEST_F(peer, quiet_device_runs_its_passes_every_16th_idle_call)
     EXPECT_FALSE(idle_call());   // and a pass that finds nothing to do
     EXPECT_TRUE(idle_call());
     // A doorbell (here a second send) ends the quiet at once.
-    ASSERT_EQ(post_by_doorbell(2), status::ok);
+    ASSERT_EQ(a.post_send_in_two(2, src.data(), 64, sm->lkey()), status::ok);
     EXPECT_FALSE(idle_call());
     EXPECT_TRUE(idle_call());
     // A message a BlueFlame write sent whole leaves nothing for a pass: the

@@ -291,17 +291,8 @@ TEST_F(rc_send, blueflame_carries_small_sends_a_longer_gather_list_rings_the_doo
     ASSERT_EQ(a.post_send(2, gathered, sizeof(gathered), smr.lkey()), status::ok);
     EXPECT_EQ(a.counter(dev::counter::blueflame_sends), 2u);
     char listed[] = "two entries: from the queue";
-    auto    &lmr   = a.reg(listed, sizeof(listed), 0);
-    uint32_t half  = sizeof(listed) / 2;
-    drv::sge sg[2] = {{reinterpret_cast<uintptr_t>(listed), half, lmr.lkey()},
-                      {reinterpret_cast<uintptr_t>(listed + half), sizeof(listed) - half,
-                       lmr.lkey()}};
-    drv::send_wr wr;
-    wr.wr_id  = 3;
-    wr.opcode = drv::wr_opcode::send;
-    wr.flags  = drv::send_signaled;
-    wr.sg     = {sg, 2};
-    ASSERT_EQ(a.qp->post_send(wr), status::ok);
+    auto &lmr     = a.reg(listed, sizeof(listed), 0);
+    ASSERT_EQ(a.post_send_in_two(3, listed, sizeof(listed), lmr.lkey()), status::ok);
     EXPECT_EQ(a.counter(dev::counter::blueflame_sends), 2u);
     ASSERT_TRUE(progress_until(
         [&] { return a.send_wcs.size() == 3 && b.recv_wcs.size() == 3; }));
