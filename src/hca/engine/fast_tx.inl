@@ -66,7 +66,8 @@ requester::send_blueflame(qp &q, std::span<const uint8_t> wqe)
 
 /// The data of a send whose only data segment is one gather entry, if
 /// the single-packet path may send it: `segs_len` bytes at `segs` hold
-/// exactly that entry, of 1 to MTU bytes, and the packet is not sent again
+/// exactly that entry, not empty (its caller checks the MTU for inline
+/// data and gather entry alike), and the packet is not sent again
 /// (its memory may be gone since: gather_payload() probes it). The entry
 /// is checked as gather_payload() checks it (C53, IBA 10.6.3.1: an L_Key
 /// of a region of the QP's PD that covers the range; local read needs no
@@ -80,7 +81,7 @@ requester::gathered_payload(const qp &q, const uint8_t *segs, size_t segs_len) c
     }
     std::memcpy(&d, segs, sizeof(d));
     uint32_t n = d.byte_count.get();
-    if (n == 0 || n > q.mtu || !hca_.local_access_ok(q, d.lkey.get(), d.addr.get(), n, false)) {
+    if (n == 0 || !hca_.local_access_ok(q, d.lkey.get(), d.addr.get(), n, false)) {
         return nullptr;
     }
     return reinterpret_cast<const uint8_t *>(static_cast<uintptr_t>(d.addr.get()));
