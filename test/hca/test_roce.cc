@@ -599,6 +599,48 @@ TEST_F(roce_port_test, a_port_reads_its_socket_seldom_until_it_has_a_remote_peer
     EXPECT_EQ(sink.got.size(), 2u) << "a port with a remote peer waited over 32 polls";
 }
 
+TEST_F(roce_port_test, a_poll_whose_read_emptied_the_socket_does_not_read_it_again)
+{
+    // A read that found fewer datagrams than it asked for emptied the
+    // socket: reading again in the same poll cost a system call that found
+    // nothing, after every datagram of a ping-pong and before its reply
+    // (one recvmmsg in two returned EAGAIN across hosts). A read that
+    // filled the batch reads on.
+    other.send_to(udp_port, datagram_from_other(send_only(0x42, {1, 2, 3, 4})));
+    poll_some();   // the port is hot now: it reads its socket every poll
+    ASSERT_EQ(sink.got.size(), 1u);
+
+    struct answering_sink : frames {
+        std::function<void()> on_first;
+        bool on_frame(std::span<const uint8_t> f) override
+        {
+            if (got.empty()) {
+                on_first();
+            }
+            return frames::on_frame(f);
+        }
+    } s;
+    s.on_first = [&] {   // the next datagram is queued while this poll runs
+        other.send_to(udp_port, datagram_from_other(send_only(0x42, {5, 6, 7, 8})));
+        usleep(1000);
+    };
+    other.send_to(udp_port, datagram_from_other(send_only(0x42, {1, 2, 3, 4})));
+    usleep(1000);
+    EXPECT_EQ(port->poll(s, 16), 1u) << "the poll read its emptied socket again";
+    ASSERT_EQ(s.got.size(), 1u);
+    EXPECT_EQ(port->poll(s, 16), 1u) << "the next poll did not read it";
+    EXPECT_EQ(s.got.size(), 2u);
+
+    // 17 datagrams: the first read fills the 16-datagram batch, the same
+    // poll reads the 17th.
+    for (uint8_t i = 0; i < 17; ++i) {
+        other.send_to(udp_port, datagram_from_other(send_only(0x42, {i, 2, 3, 4})));
+    }
+    usleep(1000);
+    sink.got.clear();
+    EXPECT_EQ(port->poll(sink, 32), 17u);
+}
+
 TEST_F(roce_port_test, peek_shows_the_datagram_poll_delivers_next)
 {
     // The device's watchdog serves a process whose driver is away by

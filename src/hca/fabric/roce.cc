@@ -266,6 +266,7 @@ public:
         if (rx_cur_.empty() && rx_next_ == rx_count_ && local_->peek(frame)) {
             return true;
         }
+        rx_drained_ = false;
         if (!next_frame(rx_batch)) {
             return false;
         }
@@ -440,6 +441,11 @@ private:
     mutable unsigned rx_count_ = 0;   ///< datagrams of the batch
     mutable unsigned rx_next_  = 0;   ///< the one whose segments are being handed over
     mutable size_t   rx_off_   = 0;   ///< its next segment
+    /// This poll's last read found fewer datagrams than it asked for: the
+    /// socket was empty then, and reading it again at once would cost a
+    /// system call that finds nothing (on a ping-pong's path, before the
+    /// reply).
+    mutable bool     rx_drained_ = false;
     mutable std::span<const uint8_t> rx_cur_;   ///< the frame ready; empty: none
     mutable roce::ip_id_finder ip_ids_;   ///< each datagram's IP ID, from its ICRC
     mutable uint64_t rx_src_key_ = ~uint64_t{0};   ///< the last sender (udp_peer::key)
@@ -665,6 +671,7 @@ bool roce_fabric::roce_port::receive_batch(unsigned max) const
     int got = recvmmsg(sock_, rx_msg_.data(), want, MSG_DONTWAIT, nullptr);
     rx_count_ = rx_next_ = 0;
     rx_off_   = 0;
+    rx_drained_ = got < int(want);
     if (got <= 0) {
         return false;
     }
@@ -689,7 +696,7 @@ bool roce_fabric::roce_port::receive_batch(unsigned max) const
 bool roce_fabric::roce_port::next_frame(unsigned max) const
 {
     while (rx_cur_.empty()) {
-        if (rx_next_ == rx_count_ && !receive_batch(max)) {
+        if (rx_next_ == rx_count_ && (rx_drained_ || !receive_batch(max))) {
             return false;
         }
         unsigned       i = rx_next_;
@@ -716,6 +723,7 @@ bool roce_fabric::roce_port::next_frame(unsigned max) const
 unsigned roce_fabric::roce_port::poll_datagrams(frame_sink &sink, unsigned budget)
 {
     unsigned n = 0;
+    rx_drained_ = false;
     while (n < budget && next_frame(budget - n)) {
         ++n;
         auto frame = std::exchange(rx_cur_, {});
