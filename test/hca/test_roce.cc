@@ -33,6 +33,7 @@
 #include <cstring>
 #include <deque>
 #include <functional>
+#include <map>
 #include <optional>
 #include <random>
 #include <string>
@@ -1496,6 +1497,117 @@ TEST_P(roce_early_responses, an_ack_for_a_packet_sent_again_is_not_held_for_a_re
     EXPECT_EQ(b.recv_wcs.size(), 2u);   // each SEND once
 }
 
+// ---- a READ's recovery from losses ----
+
+/// The PSN in the BTH of datagram `d`.
+uint32_t psn_of(std::span<const uint8_t> d)
+{
+    ib::bth b;
+    std::memcpy(&b, d.data(), sizeof(b));
+    return ib::bth_psn::get(b.apsn);
+}
+
+bool is_read_response(std::span<const uint8_t> d)
+{
+    return d[0] >= uint8_t(ib::opcode::rc_rdma_read_response_first) &&
+           d[0] <= uint8_t(ib::opcode::rc_rdma_read_response_only);
+}
+
+class roce_read_recovery : public roce_rc {
+protected:
+    /// A READ across the relay of `n` packets (MTU 1024), PSNs from 100;
+    /// more than read_request_packets are asked for in several requests.
+    std::vector<uint8_t> src, dst;
+    drv::mr *smr = nullptr, *dmr = nullptr;
+    /// Copies of each response PSN the relay has seen.
+    std::map<uint32_t, unsigned> copies;
+
+    void SetUp() override
+    {
+        roce_rc::SetUp();
+        ASSERT_NO_FATAL_FAILURE(start());
+        net.faults = false;
+        src.resize(1024 * 1024);
+        dst.assign(src.size(), 0);
+        fill_pattern(src.data(), src.size(), 31);
+        smr = &b.reg(src.data(), src.size(), all_local);
+        dmr = &a.reg(dst.data(), dst.size(), all_local);
+    }
+    /// The relay drops the responses `drop` says, told which copy each is.
+    void drop_responses(std::function<bool(uint32_t psn, unsigned copy)> drop)
+    {
+        net.drop_if = [this, drop](std::span<const uint8_t> d) {
+            return is_read_response(d) && drop(psn_of(d), ++copies[psn_of(d)]);
+        };
+    }
+    void post_read(uint64_t wr_id, size_t offset, size_t len)
+    {
+        ASSERT_EQ(a.post_read(wr_id, dst.data() + offset, uint32_t(len), dmr->lkey(),
+                              reinterpret_cast<uint64_t>(src.data() + offset), smr->rkey()),
+                  status::ok);
+    }
+    /// Runs in rounds of 10 us until `reads` READs completed; how long it
+    /// took (manual clock), or ~0 when they did not.
+    uint64_t complete(size_t reads)
+    {
+        uint64_t start = manual_clock::now_ns;
+        if (!progress_until([&] { return a.send_wcs.size() == reads; }, 40000, 10000)) {
+            ADD_FAILURE() << a.send_wcs.size() << " READs done";
+            return ~uint64_t{0};
+        }
+        EXPECT_EQ(first_failure(a.send_wcs), "-");
+        return manual_clock::now_ns - start;
+    }
+};
+
+TEST_P(roce_read_recovery, responses_past_a_gap_that_answer_the_probe_are_not_held)
+{
+    // A READ of 66 packets goes as two requests (64 and 2 responses). The
+    // responses from PSN 150 on are lost: nothing past the gap comes until
+    // the tail probe asks for the second request again, whose two
+    // responses come past the gap. Held as early (fewer than
+    // answers_held_max), they waited for the retransmission timeout (5 ms
+    // across hosts); after the probe they say the gap is lost, and the
+    // READ is asked for again from it at once (RFC 8985 7.4).
+    drop_responses([](uint32_t psn, unsigned copy) { return psn >= 150 && copy == 1; });
+    ASSERT_NO_FATAL_FAILURE(post_read(1, 0, 66 * 1024));
+    uint64_t took = complete(1);
+    EXPECT_TRUE(std::equal(dst.begin(), dst.begin() + 66 * 1024, src.begin()));
+    EXPECT_LT(took, 5'000'000u) << "waited for the retransmission timeout";
+}
+
+TEST_P(roce_read_recovery, the_probes_answer_asks_again_for_a_gap_asked_for_just_before)
+{
+    // A READ of 72 packets (requests of 64 and 8): response 100 lost, the
+    // fourth after it asks for the READ again from 100 (answers_held_max),
+    // and every response to that is lost too. The probe's answer (the
+    // second request's responses again) shows the same gap within a
+    // quarter of the retransmission timeout of the first asking, which
+    // holds back responses of the round before; the probe's answer is no
+    // such response and asks at once.
+    drop_responses([](uint32_t psn, unsigned copy) { return (psn == 100 && copy == 1) || copy == 2; });
+    ASSERT_NO_FATAL_FAILURE(post_read(1, 0, 72 * 1024));
+    uint64_t took = complete(1);
+    EXPECT_TRUE(std::equal(dst.begin(), dst.begin() + 72 * 1024, src.begin()));
+    EXPECT_GE(copies[100], 3u);
+    EXPECT_LT(took, 5'000'000u) << "waited for the retransmission timeout";
+}
+
+TEST_P(roce_read_recovery, the_probe_of_a_read_sends_its_last_request_again)
+{
+    // A READ of 128 packets goes as two requests; the first is lost, and
+    // the responder holds the second as early. The tail probe sent the
+    // PSN of the READ's last response, a request packet never sent, which
+    // the responder held too: nothing came back until the retransmission
+    // timeout. The last request itself again is a second copy of a held
+    // request, NAKed at once, and the READ is sent again from the first.
+    net.drop_if = first_of(ib::opcode::rc_rdma_read_request);
+    ASSERT_NO_FATAL_FAILURE(post_read(1, 0, 128 * 1024));
+    uint64_t took = complete(1);
+    EXPECT_TRUE(std::equal(dst.begin(), dst.begin() + 128 * 1024, src.begin()));
+    EXPECT_LT(took, 5'000'000u) << "waited for the retransmission timeout";
+}
+
 // ---- memory let go before its message completed ----
 
 class roce_resend : public roce_rc {};
@@ -1640,6 +1752,7 @@ INSTANTIATE_TEST_SUITE_P(clean, roce_acks, ::testing::Values(1u));
 INSTANTIATE_TEST_SUITE_P(clean, roce_reorder, ::testing::Values(1u));
 INSTANTIATE_TEST_SUITE_P(clean, roce_early_responses, ::testing::Values(1u));
 INSTANTIATE_TEST_SUITE_P(clean, roce_resend, ::testing::Values(1u));
+INSTANTIATE_TEST_SUITE_P(clean, roce_read_recovery, ::testing::Values(1u));
 
 } // namespace
 } // namespace mlx4x::test

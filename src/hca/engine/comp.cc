@@ -535,8 +535,19 @@ bool completer::probe_tail(qp &q, uint64_t now)
     // The flight stays timed: whichever copy its ACK answers, the sample
     // from its first packet is too long by the probe's wait at most.
     uint64_t timed_from = q.comp.rtt_from;
-    req_.rewind(q, ib::psn_add(q.req.next_psn, ib::psn_mask));   // the last one
+    // The last request again: for a READ the request of its last part, not
+    // a PSN among its responses, which the requester never sent. A
+    // responder that had not taken an earlier request held that PSN as
+    // early and answered nothing until the retransmission timeout; the
+    // same request again is a second copy of a held one, NAKed at once
+    // (ingress::holds_early), or a duplicate it answers.
+    req_.rewind(q, req_.last_request_psn(q));
     q.comp.rtt_from       = timed_from;
+    // What answers the probe past a READ's gap is no response of a round
+    // before it (those came long since): the gap is asked for again at
+    // once, not after the quarter timeout (ask_again_from_gap). acked_psn
+    // never goes back to the PSN before it.
+    q.comp.reasked_psn    = ib::psn_add(q.comp.acked_psn, ib::psn_mask);
     q.comp.timer_deadline = next_deadline(q, now);
     return true;
 }

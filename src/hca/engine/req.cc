@@ -630,6 +630,27 @@ uint64_t requester::ack_timeout_ns(const qp &q) const
     return uint64_t{4096} << std::min<uint8_t>(q.ack_timeout, 31);
 }
 
+uint32_t requester::last_request_psn(const qp &q) const
+{
+    uint32_t last = ib::psn_add(q.req.next_psn, ib::psn_mask);
+    for (uint32_t i = q.comp.sq_tail; i != q.req.sq_head; ++i) {
+        const wqe_track &t = q.req.track[i & (q.sq_size() - 1)];
+        int32_t d = ib::psn_diff(last, t.first_psn);
+        if (d < 0 || uint32_t(d) >= t.npackets) {
+            continue;
+        }
+        if (!t.rd_atomic) {
+            return last;
+        }
+        // In a READ: its request at the start of that part (chunked), or of
+        // the whole READ; from acked_psn if its responses stopped there.
+        uint32_t part  = t.chunked ? uint32_t(d) / read_request_packets * read_request_packets : 0;
+        uint32_t start = ib::psn_add(t.first_psn, part);
+        return ib::psn_diff(q.comp.acked_psn, start) > 0 ? q.comp.acked_psn : start;
+    }
+    return last;
+}
+
 void requester::rewind(qp &q, uint32_t psn)
 {
     q.comp.rtt_from = 0;   // Karn: a flight sent again times nothing

@@ -62,6 +62,9 @@ public:
                hca_.slice_now() >= hca_.serving_until_ns_;
     }
     void     rewind(qp &q, uint32_t psn);
+    /// The PSN of the last request packet sent (next_psn - 1 but in a
+    /// READ, whose request takes the PSNs of all its responses).
+    uint32_t last_request_psn(const qp &q) const;
     uint64_t ack_timeout_ns(const qp &q) const;
     enum class local_op { waiting, done, failed };
     void     unbind(mpt &window);
