@@ -1497,7 +1497,7 @@ TEST_P(roce_early_responses, an_ack_for_a_packet_sent_again_is_not_held_for_a_re
     EXPECT_EQ(b.recv_wcs.size(), 2u);   // each SEND once
 }
 
-// ---- a READ's recovery from losses ----
+// ---- a READ's recovery from losses: the probe and the window ----
 
 /// The PSN in the BTH of datagram `d`.
 uint32_t psn_of(std::span<const uint8_t> d)
@@ -1606,6 +1606,33 @@ TEST_P(roce_read_recovery, the_probe_of_a_read_sends_its_last_request_again)
     uint64_t took = complete(1);
     EXPECT_TRUE(std::equal(dst.begin(), dst.begin() + 128 * 1024, src.begin()));
     EXPECT_LT(took, 5'000'000u) << "waited for the retransmission timeout";
+}
+
+TEST_P(roce_read_recovery, a_timeout_cut_window_grows_back_with_read_responses_alone)
+{
+    // A READ's responses lost, and those of its tail probe: the
+    // retransmission timeout cuts the window to one packet (as TCP's), and
+    // slow start is to bring it back to half what it was. A READ
+    // requester gets no ACKs, only responses; counted as ACKs, they open
+    // the window again, and a later 512 KiB READ soon has several of its
+    // 64-packet requests out at once. Without, each waited for the one
+    // before to be answered.
+    drop_responses([](uint32_t, unsigned copy) { return copy <= 2; });
+    ASSERT_NO_FATAL_FAILURE(post_read(1, 0, 4096));
+    EXPECT_GE(complete(1), 5'000'000u);   // the timeout's answer completed it
+    unsigned in_round = 0, most = 0;
+    net.drop_if = [&](std::span<const uint8_t> d) {
+        in_round += d[0] == uint8_t(ib::opcode::rc_rdma_read_request);
+        return false;
+    };
+    ASSERT_NO_FATAL_FAILURE(post_read(2, 4096, 512 * 1024));
+    ASSERT_TRUE(progress_until([&] {
+        most = std::max(most, std::exchange(in_round, 0));
+        return a.send_wcs.size() == 2;
+    }, 40000, 10000));
+    EXPECT_EQ(first_failure(a.send_wcs), "-");
+    EXPECT_TRUE(std::equal(dst.begin() + 4096, dst.begin() + 4096 + 512 * 1024, src.begin() + 4096));
+    EXPECT_GE(most, 2u) << "the READ's requests went one at a time";
 }
 
 // ---- memory let go before its message completed ----

@@ -201,6 +201,7 @@ void completer::complete_response(qp &q, const pkt &p)
     q.comp.acked_psn    = ib::psn_add(p.psn, 1);
     q.comp.retries_left = q.retry_cnt;
     retire_acked(q);
+    grow_window_by_response(q, p.has(ib::kind_last) || p.has(ib::kind_ack));
     restart_ack_timer(q);
 }
 
@@ -577,18 +578,40 @@ void completer::lost(qp &q, bool timeout)
 }
 
 /// A positive ACK moved acked_psn: the retry counts start over, and the
-/// ACK timer runs again while packets are still outstanding; a lossy
-/// link's window grows, doubling below ssthresh, by one above it.
+/// ACK timer runs again while packets are still outstanding.
 void completer::acknowledged(qp &q)
 {
     q.comp.retries_left   = q.retry_cnt;
     q.comp.rnr_left       = q.rnr_retry;
+    grow_window(q);
+    restart_ack_timer(q);
+}
+
+/// An ACK: a lossy link's window grows, doubling below ssthresh, by one
+/// above it.
+void completer::grow_window(qp &q)
+{
     if (q.comp.rto_ns && q.comp.cwnd < limits::max_unacked) {
         q.comp.cwnd = q.comp.cwnd < q.comp.ssthresh
                           ? uint16_t(std::min<uint32_t>(q.comp.cwnd * 2u, q.comp.ssthresh))
                           : uint16_t(q.comp.cwnd + 1);
     }
-    restart_ack_timer(q);
+}
+
+/// A READ or atomic response placed acknowledges its request's packet
+/// and everything before it (9.7.5.2.3): the window grows as TCP's does per
+/// segment acknowledged (RFC 5681 3.1, RFC 3465): by one packet per
+/// response below ssthresh, by one per request answered whole (`last`)
+/// above it. A READ requester gets no ACKs: its window, cut to one packet
+/// by a timeout, stayed there while only responses came, and each
+/// 64-packet request of a READ waited for the one before it (tag_bw 1 MiB
+/// across hosts at 1 % loss: 0.3 of the loss-free bandwidth).
+void completer::grow_window_by_response(qp &q, bool last)
+{
+    if (q.comp.rto_ns && q.comp.cwnd < limits::max_unacked &&
+        (last || q.comp.cwnd < q.comp.ssthresh)) {
+        ++q.comp.cwnd;
+    }
 }
 
 std::optional<uint32_t> completer::next_response_psn(const qp &q) const

@@ -36,6 +36,8 @@ public:
     void flush_queues(qp &q);
     void     take_read_share(qp &q, const pkt &p);
     void acknowledged(qp &q);
+    void grow_window(qp &q);
+    void grow_window_by_response(qp &q, bool last);
     enum class placement { placed, failed, dropped };
     void complete(qp &q, const pkt &p);
     bool advance_acked(qp &q, uint32_t to);
