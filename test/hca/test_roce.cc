@@ -133,13 +133,16 @@ TEST(roce_wire, crc32_by_slices_equals_the_bitwise_crc_at_every_length_and_split
     // CRC the bit-by-bit definition gives.
     // From 64 bytes on, whole 16-byte blocks go through carry-less
     // multiplication where the CPU has it (ib::crc32_clmul): lengths
-    // around its 64-byte steps and its 16-byte tail too.
+    // around its 64-byte steps and its 16-byte tail too; from 256 bytes
+    // in 512-bit registers where it has VPCLMULQDQ (around their 256-byte
+    // steps).
     std::vector<uint8_t> bytes(4200);
     for (size_t i = 0; i < bytes.size(); ++i) {
         bytes[i] = uint8_t(i * 131 + (i >> 3) * 7 + 1);
     }
     for (size_t len : {0, 1, 7, 8, 9, 15, 16, 17, 63, 64, 65, 79, 80, 81, 127, 128, 129, 143,
-                       144, 191, 192, 1024, 1027, 1100, 4111, 4200}) {
+                       144, 191, 192, 255, 256, 257, 271, 272, 320, 511, 512, 528, 767, 768,
+                       1024, 1027, 1100, 4111, 4200}) {
         std::vector<uint8_t> part(bytes.begin(), bytes.begin() + len);
         std::span<const uint8_t> s{part};
         EXPECT_EQ(~ib::crc32_update(~0u, s), bitwise_crc32(part)) << len;
@@ -176,6 +179,20 @@ TEST(roce_wire, icrc_is_the_crc_of_the_a17_pseudo_header_and_packet)
     EXPECT_EQ(roce::icrc(ip, udp, resv), roce::icrc(ip, udp, pkt));
     resv[7] ^= 1;
     EXPECT_NE(roce::icrc(ip, udp, resv), roce::icrc(ip, udp, pkt));
+
+    // Headers and payload go through carry-less multiplication as one
+    // stream (icrc_register): payloads around its 16-, 64- and 256-byte
+    // steps.
+    for (size_t len : {0, 3, 4, 12, 16, 20, 48, 60, 64, 68, 200, 252, 256, 260, 512, 1020,
+                       1024, 1036, 2048, 4096}) {
+        std::vector<uint8_t> payload(len);
+        for (size_t i = 0; i < len; ++i) {
+            payload[i] = uint8_t(i * 29 + 3);
+        }
+        auto p = send_only(0x42, payload);
+        roce::headers_of({0x0a000001, 0x0a000002, 50000, roce::udp_port}, p.size() + 4, ip, udp);
+        EXPECT_EQ(roce::icrc(ip, udp, p), reference_icrc(bytes_of(ip, udp), p)) << len;
+    }
 }
 
 TEST(roce_wire, zeros_factor_advances_a_register_over_zero_bytes)
