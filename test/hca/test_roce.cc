@@ -617,6 +617,24 @@ TEST_F(roce_port_test, a_port_reads_its_socket_seldom_until_it_has_a_remote_peer
     EXPECT_EQ(sink.got.size(), 2u) << "a port with a remote peer waited over 32 polls";
 }
 
+TEST_F(roce_port_test, the_poll_after_a_wake_up_reads_the_socket)
+{
+    // A sleeper (the device's thread, or a UCT process in interrupt mode)
+    // arms the port and sleeps until its socket is readable; the poll it
+    // then makes must read the socket, whose turn a quiet port otherwise
+    // takes every 1024th poll (no remote peer) or 32nd. The device's
+    // thread, woken by a rendezvous RTS, yielded between its idle polls
+    // and waited for them: the RTS waited for the application's next MPI
+    // call.
+    for (int i = 0; i < (1 << 15); ++i) {   // cold: no datagram for long
+        (void)port->poll(sink, 16);
+    }
+    ASSERT_TRUE(port->arm_wakeup());   // nothing waiting: it may sleep
+    other.send_to(udp_port, datagram_from_other(send_only(0x42, {1, 2, 3, 4})));
+    usleep(1000);
+    EXPECT_EQ(port->poll(sink, 16), 1u) << "the poll after the wake-up did not read the socket";
+}
+
 TEST_F(roce_port_test, a_poll_whose_read_emptied_the_socket_does_not_read_it_again)
 {
     // A read that found fewer datagrams than it asked for emptied the

@@ -324,6 +324,12 @@ public:
 
     /// An epoll descriptor over the local fabric's line and the socket.
     int  wakeup_fd() const override { return epoll_; }
+    /// Armed, the next poll reads the socket whatever its turn: what wakes
+    /// the sleeper may be a datagram. A quiet port reads it every 32nd poll
+    /// only, and the device's thread, woken by a rendezvous RTS while the
+    /// application computed on its core, yielded between polls: each
+    /// yield gave the core back for a time slice, and the RTS waited for
+    /// the application's next MPI call (0 % overlap across hosts).
     bool arm_wakeup() override
     {
         if (!rx_cur_.empty() || rx_next_ < rx_count_) {
@@ -333,6 +339,7 @@ public:
             return false;
         }
         pollfd p{sock_, POLLIN, 0};
+        udp_owed_ = true;
         return ::poll(&p, 1, 0) == 0;
     }
 
