@@ -42,12 +42,12 @@ bool ingress::holds_early(const qp &q, const pkt &p, int32_t ahead,
 
 bool ingress::holds_early_response(const qp &q, const pkt &p, std::span<const uint8_t> frame)
 {
+    // After the tail probe, what comes past a gap answers it: what the gap
+    // waits for is lost, not late (RFC 8985 7.4: the probe's ACK starts the
+    // recovery). Held, the answer to a READ's probe waited for the
+    // retransmission timeout (5 ms across hosts): nothing came after it to
+    // show the gap again.
     if (!fabric::is_remote_lid(q.dlid) || p.has(ib::kind_direct) || q.comp.probed) {
-        // After the tail probe, what comes past a gap answers it: what the
-        // gap waits for is lost, not late (RFC 8985 7.4: the probe's ACK
-        // starts the recovery). Held, the answer to a READ's probe waited
-        // for the retransmission timeout (5 ms across hosts): nothing
-        // came after it to show the gap again.
         return false;
     }
     std::optional<uint32_t> next = comp_.next_response_psn(q);

@@ -112,8 +112,10 @@ struct clmul_k {
 /// and `n` are left at what remains (less than 256 bytes).
 [[MLX4X_WIDE_CLMUL]] inline __m128i fold_wide(__m128i x, const uint8_t *&p, size_t &n)
 {
-    const __m512i k2048 = _mm512_broadcast_i32x4(_mm_set_epi64x(clmul_k::d2048_hi, clmul_k::d2048_lo));
-    const __m512i k512  = _mm512_broadcast_i32x4(_mm_set_epi64x(clmul_k::d512_hi, clmul_k::d512_lo));
+    const __m512i k2048 =
+        _mm512_broadcast_i32x4(_mm_set_epi64x(clmul_k::d2048_hi, clmul_k::d2048_lo));
+    const __m512i k512 =
+        _mm512_broadcast_i32x4(_mm_set_epi64x(clmul_k::d512_hi, clmul_k::d512_lo));
     // x stands before p's first lane: folded onto it by 128 bits.
     __m128i x_on = _mm_xor_si128(_mm_clmulepi64_si128(x, k128(), 0x00),
                                  _mm_clmulepi64_si128(x, k128(), 0x11));

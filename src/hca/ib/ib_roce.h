@@ -103,7 +103,8 @@ struct icrc_headers {
     }
 };
 // Contiguous, and whole 128-bit lanes for crc32_clmul().
-static_assert(sizeof(icrc_headers) == 48 && offsetof(icrc_headers, b) == 36);
+static_assert(sizeof(icrc_headers) == 48 && offsetof(icrc_headers, ip) == 8 &&
+              offsetof(icrc_headers, udp) == 28 && offsetof(icrc_headers, b) == 36);
 
 /// The CRC register (before the complement) over the ICRC's headers and
 /// `bth_to_pad` (at least a BTH) after its BTH: one pass of carry-less
@@ -117,9 +118,9 @@ inline uint32_t icrc_register(const ipv4_hdr &ip, const udp_hdr &udp,
     std::span<const uint8_t> body = bth_to_pad.subspan(sizeof(b));
 #if defined(__x86_64__)
     if (has_clmul()) {
-        size_t whole = body.size() & ~size_t(15);
-        return crc32_update(crc32_clmul(~0u, h.bytes().data(), h.bytes().size(), body.data(), whole),
-                            body.subspan(whole));
+        size_t   whole = body.size() & ~size_t(15);
+        uint32_t c     = crc32_clmul(~0u, h.bytes().data(), sizeof(h), body.data(), whole);
+        return crc32_update(c, body.subspan(whole));
     }
 #endif
     return crc32_update(crc32_update(~0u, h.bytes()), body);
