@@ -9,12 +9,32 @@
 # share of its loss-free bandwidth each transport keeps.
 # HOSTS_MTU=9000 gives the links jumbo frames (an IBA MTU of 4096 for
 # mlx4x, as RoCE fabrics are usually set up); default 1500 (IBA MTU 1024).
+# With mpicc, each round also measures MPI's receive overlap (mpi_bench
+# overlap, one rank per host, Open MPI's launcher across the hosts): mlx4x
+# with its engine thread, tcp as it is. On a machine whose cores both
+# hosts share, that figure measures the scheduler as much as the
+# transport (docs/benchmarks.md, "Overlap across hosts").
 top_srcdir=$(cd "$(dirname "$0")/../.." && pwd)
 rounds=${1:-2}
-HOSTS_UCX_NET_DEVICES=eth0
+HOSTS_UCX_NET_DEVICES=eth0,mlx4x_0:1   # hosts_mpirun's UCX devices
 . "$top_srcdir/test/integration/lib.sh"
 . "$top_srcdir/test/integration/hosts.sh"
 hosts_up 2 || exit 1
+bench=
+if command -v mpicc >/dev/null &&
+   mpicc -O2 -std=c11 -o "$HOSTS_DIR/mpi_bench" "$top_srcdir/contrib/bench/mpi_bench.c"; then
+    bench=$HOSTS_DIR/mpi_bench
+fi
+export UCX_MLX4X_FABRIC="roce-bench-$$"
+# overlap TLS: "A/B/C", the overlap (%) at 1, 4 and 16 MiB.
+overlap() {
+    case $1 in
+        mlx4x) HOSTS_TIMEOUT=300 hosts_mpirun -np 2 -x UCX_TLS=mlx4x,self -x UCX_MLX4X_FABRIC \
+                   -x UCX_MLX4X_NETDEV=eth0 -x UCX_MLX4X_ENGINE=thread ${MLX4X_LIB:+-x MLX4X_LIB} \
+                   "$RUN" "$bench" overlap ;;
+        tcp)   HOSTS_TIMEOUT=300 hosts_mpirun -np 2 -x UCX_TLS=tcp,self "$bench" overlap ;;
+    esac 2>/dev/null | awk '/^[0-9]/ { v = v (v == "" ? "" : "/") $5 } END { print v }'
+}
 port=23500
 # run TLS TEST SIZE N: prints the client's Final line's field (latency
 # median, or bandwidth average MB/s).
@@ -57,6 +77,9 @@ while [ $r -le "$rounds" ]; do
         hosts_netem 2 clear
         printf '%-6s %-22s %12s %12s %8s\n' "$r" "tag_bw, loss 1% (MB/s)" "${ml:-fail}" "${cl:-fail}" "$(ratio "$ml" "$cl")"
         printf '%-6s %-22s %12s %12s\n' "$r" "loss 1% / loss-free" "$(ratio "$ml" "$m")" "$(ratio "$cl" "$c")"
+    fi
+    if [ -n "$bench" ]; then
+        printf '%-6s %-22s %12s %12s\n' "$r" "overlap 1/4/16 MiB (%)" "$(overlap mlx4x)" "$(overlap tcp)"
     fi
     r=$((r + 1))
 done
