@@ -174,6 +174,9 @@ void device::engine_sleep()
                                                      max_nap_ns);
         timespec nap{time_t(nap_ns / 1'000'000'000), long(nap_ns % 1'000'000'000)};
         (void)ppoll(fds, 2, &nap, nullptr);
+        if (nap_ns == 0) {
+            std::this_thread::yield();   // it cannot sleep: the one yield it makes
+        }
     }
     engine_sleeping_.store(false, std::memory_order_relaxed);
     uint64_t v;
