@@ -5,6 +5,7 @@
 #pragma once
 
 #include "hca/ib/ib_hdr.h"
+#include "hca/ib/ib_psn.h"
 #include "hca/prm/prm_ctx.h"
 #include "hca/prm/prm_db.h"
 #include "hca/prm/prm_wqe.h"
@@ -12,6 +13,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <vector>
 
 namespace mlx4x::dev {
@@ -380,6 +382,24 @@ struct qp {
     std::vector<tm_rndv> rndv_ops;
 
     bool responses_pending() const { return resp.resp_count != 0; }
+    /// Where PSN `psn` lies among the outstanding WQEs (comp.sq_tail up to
+    /// req.sq_head): the WQE's position in the send queue and the PSN's
+    /// packet within it; none when no outstanding WQE took it.
+    struct psn_place {
+        uint32_t wqe;
+        uint32_t packet;
+    };
+    std::optional<psn_place> outstanding_wqe_of(uint32_t psn) const
+    {
+        for (uint32_t i = comp.sq_tail; i != req.sq_head; ++i) {
+            const wqe_track &t = req.track[i & (sq_size() - 1)];
+            int32_t d = ib::psn_diff(psn, t.first_psn);
+            if (d >= 0 && uint32_t(d) < t.npackets) {
+                return psn_place{i, uint32_t(d)};
+            }
+        }
+        return std::nullopt;
+    }
     uint32_t sq_size() const { return 1u << sq_log_size; }
     uint32_t rq_size() const { return 1u << rq_log_size; }
     uint8_t *sq_wqe(uint32_t i) const

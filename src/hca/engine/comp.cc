@@ -33,15 +33,13 @@ uint64_t rnr_timer_ns(uint8_t field)
 /// The outstanding READ/atomic WQE whose PSN range holds `psn`, if any.
 static uint32_t *find_rd_atomic(qp &q, uint32_t psn, uint32_t &index)
 {
-    for (uint32_t i = q.comp.sq_tail; i != q.req.sq_head; ++i) {
-        wqe_track &t = q.req.track[i & (q.sq_size() - 1)];
-        int32_t d = ib::psn_diff(psn, t.first_psn);
-        if (d >= 0 && uint32_t(d) < t.npackets) {
-            index = i;
-            return t.rd_atomic ? &t.first_psn : nullptr;
-        }
+    auto at = q.outstanding_wqe_of(psn);
+    if (!at) {
+        return nullptr;
     }
-    return nullptr;
+    index        = at->wqe;
+    wqe_track &t = q.req.track[at->wqe & (q.sq_size() - 1)];
+    return t.rd_atomic ? &t.first_psn : nullptr;
 }
 
 /// Whether READ response `p` is the one PSN `pos` of READ `t` of

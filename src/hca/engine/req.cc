@@ -633,22 +633,19 @@ uint64_t requester::ack_timeout_ns(const qp &q) const
 uint32_t requester::last_request_psn(const qp &q) const
 {
     uint32_t last = ib::psn_add(q.req.next_psn, ib::psn_mask);
-    for (uint32_t i = q.comp.sq_tail; i != q.req.sq_head; ++i) {
-        const wqe_track &t = q.req.track[i & (q.sq_size() - 1)];
-        int32_t d = ib::psn_diff(last, t.first_psn);
-        if (d < 0 || uint32_t(d) >= t.npackets) {
-            continue;
-        }
-        if (!t.rd_atomic) {
-            return last;
-        }
-        // In a READ: its request at the start of that part (chunked), or of
-        // the whole READ; from acked_psn if its responses stopped there.
-        uint32_t part  = t.chunked ? uint32_t(d) / read_request_packets * read_request_packets : 0;
-        uint32_t start = ib::psn_add(t.first_psn, part);
-        return ib::psn_diff(q.comp.acked_psn, start) > 0 ? q.comp.acked_psn : start;
+    auto     at   = q.outstanding_wqe_of(last);
+    if (!at) {
+        return last;
     }
-    return last;
+    const wqe_track &t = q.req.track[at->wqe & (q.sq_size() - 1)];
+    if (!t.rd_atomic) {
+        return last;
+    }
+    // In a READ: its request at the start of that part (chunked), or of the
+    // whole READ; from acked_psn if its responses stopped there.
+    uint32_t part  = t.chunked ? at->packet / read_request_packets * read_request_packets : 0;
+    uint32_t start = ib::psn_add(t.first_psn, part);
+    return ib::psn_diff(q.comp.acked_psn, start) > 0 ? q.comp.acked_psn : start;
 }
 
 void requester::rewind(qp &q, uint32_t psn)
@@ -657,17 +654,13 @@ void requester::rewind(qp &q, uint32_t psn)
     if (ib::psn_diff(q.req.next_psn, q.req.sent_psn) > 0) {
         q.req.sent_psn = q.req.next_psn;
     }
-    for (uint32_t i = q.comp.sq_tail; i != q.req.sq_head; ++i) {
-        const wqe_track &t = q.req.track[i & (q.sq_size() - 1)];
-        int32_t d = ib::psn_diff(psn, t.first_psn);
-        if (d >= 0 && uint32_t(d) < t.npackets) {
-            q.req.cur_wqe    = i;
-            q.req.cur_offset = uint32_t(d) * q.mtu;
-            // A READ is re-requested from that PSN by a fresh request packet.
-            q.req.sending    = d > 0 && !t.rd_atomic;
-            q.req.next_psn   = psn;
-            return;
-        }
+    if (auto at = q.outstanding_wqe_of(psn)) {
+        const wqe_track &t = q.req.track[at->wqe & (q.sq_size() - 1)];
+        q.req.cur_wqe    = at->wqe;
+        q.req.cur_offset = at->packet * q.mtu;
+        // A READ is re-requested from that PSN by a fresh request packet.
+        q.req.sending    = at->packet > 0 && !t.rd_atomic;
+        q.req.next_psn   = psn;
     }
 }
 

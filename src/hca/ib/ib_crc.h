@@ -117,9 +117,8 @@ struct clmul_k {
     const __m512i k512 =
         _mm512_broadcast_i32x4(_mm_set_epi64x(clmul_k::d512_hi, clmul_k::d512_lo));
     // x stands before p's first lane: folded onto it by 128 bits.
-    __m128i x_on = _mm_xor_si128(_mm_clmulepi64_si128(x, k128(), 0x00),
-                                 _mm_clmulepi64_si128(x, k128(), 0x11));
-    __m512i z0 = _mm512_xor_si512(load512(p), _mm512_zextsi128_si512(x_on));
+    __m128i x_on = fold(x, k128(), _mm_setzero_si128());
+    __m512i z0   = _mm512_xor_si512(load512(p), _mm512_zextsi128_si512(x_on));
     __m512i z1 = load512(p + 64), z2 = load512(p + 128), z3 = load512(p + 192);
     for (p += 256, n -= 256; n >= 256; p += 256, n -= 256) {
         z0 = fold512(z0, k2048, load512(p));
