@@ -33,6 +33,7 @@ typedef struct uct_mlx4x_md_config {
     uct_mlx4x_engine_t     engine;
     char                  *fabric;
     char                  *netdev;
+    int                    packet_socket;   /* ucs_ternary_auto_value_t */
     char                  *netns;
     int                    rcache_enable;
     uct_md_rcache_config_t rcache;

@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-namespace mlx4x::fabric { class roce_fabric; struct netdev; }
+namespace mlx4x::fabric { class roce_fabric; struct netdev; enum class packet_socket_use; }
 
 namespace mlx4x::uct {
 
@@ -161,6 +161,7 @@ public:
     struct options {
         std::string fabric_name;          ///< the shm segment; empty: default
         std::string netdev;               ///< UCX_MLX4X_NETDEV: "", a name, "none"
+        fabric::packet_socket_use packet_socket = {};   ///< UCX_MLX4X_PACKET_SOCKET
         std::string netns;                ///< UCX_MLX4X_NETNS: "", or test hosts "a,b,..."
         bool engine_thread = false;       ///< the device on its own thread
                                           ///< (placed with hwloc, mlx4x_locality.cc)
@@ -234,7 +235,8 @@ private:
     static result<std::unique_ptr<memory_domain>> open_on(const options &o,
                                                           const std::string &host_netns);
     static result<std::string> least_used_netns(const std::string &list);
-    status reach_other_hosts(const std::string &netdev);
+    status reach_other_hosts(const std::string &netdev,
+                             fabric::packet_socket_use packet_socket);
     void serve_connections_away();
     void create_rcache(const uct_md_rcache_config_t &cfg);
     result<drv::mr *> register_region(uintptr_t start, uintptr_t end);

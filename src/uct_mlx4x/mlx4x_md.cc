@@ -97,7 +97,7 @@ memory_domain::open_on(const options &o, const std::string &host_netns)
         return f.error();
     }
     m->fabric_ = f.take();
-    if (status s = m->reach_other_hosts(o.netdev); s != status::ok) {
+    if (status s = m->reach_other_hosts(o.netdev, o.packet_socket); s != status::ok) {
         return s;
     }
     auto c = drv::context::open(*m->fabric_, nullptr,
@@ -178,7 +178,8 @@ void memory_domain::serve_connections_away()
 /// for this host's ports, UDP for the others. "none": this host only; no
 /// default route: this host only, said at debug level; a named interface
 /// that cannot be used: an error.
-status memory_domain::reach_other_hosts(const std::string &netdev)
+status memory_domain::reach_other_hosts(const std::string &netdev,
+                                        fabric::packet_socket_use packet_socket)
 {
     if (netdev == "none") {
         return status::ok;
@@ -188,7 +189,9 @@ status memory_domain::reach_other_hosts(const std::string &netdev)
         return netdev.empty() ? status::ok : dev.error();
     }
     auto roce = std::make_unique<fabric::roce_fabric>(std::move(fabric_),
-                                                      fabric::roce_fabric::options{*dev});
+                                                      fabric::roce_fabric::options{
+                                                          .dev           = *dev,
+                                                          .packet_socket = packet_socket});
     roce_   = roce.get();
     fabric_ = std::move(roce);
     return status::ok;

@@ -52,6 +52,11 @@ namespace {
 /// leaves the receiver nothing to do, so rendezvous overlaps computation:
 /// design-notes.md), and from 64 KiB whichever of single copy and packets
 /// the device measures faster (engine::direct_chooser).
+// UCX_MLX4X_PACKET_SOCKET is a ternary: its values are the enum's.
+static_assert(int(fabric::packet_socket_use::no) == UCS_NO &&
+              int(fabric::packet_socket_use::yes) == UCS_YES &&
+              int(fabric::packet_socket_use::try_) == UCS_TRY);
+
 constexpr uint64_t single_copy_always_from = uint64_t{2} << 20;
 constexpr uint64_t single_copy_try_from    = uint64_t{64} << 10;
 
@@ -75,6 +80,7 @@ extern "C" ucs_status_t uct_mlx4x_md_init(uct_mlx4x_md_t *m,
         auto r = memory_domain::open({
             .fabric_name     = config->fabric ? config->fabric : "",
             .netdev          = config->netdev ? config->netdev : "",
+            .packet_socket   = fabric::packet_socket_use(config->packet_socket),
             .netns           = config->netns ? config->netns : "",
             .engine_thread   = config->engine == UCT_MLX4X_ENGINE_THREAD,
             .rcache          = config->rcache_enable ? &config->rcache : nullptr,

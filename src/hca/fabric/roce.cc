@@ -2,6 +2,7 @@
 // RoCEv2 ports: the local fabric's port, and a UDP socket for the ports of
 // other hosts (roce.h).
 #include "hca/fabric/roce.h"
+#include "hca/fabric/packet_link.h"
 #include "hca/base/log.h"
 #include "hca/ib/ib_roce.h"
 
@@ -182,6 +183,19 @@ public:
         close(sock_);
     }
     uint16_t udp_port() const { return self_.port; }
+    /// Lone datagrams through `l` from now on, and the marked ones from
+    /// its ring (packet_link.h).
+    status use(std::unique_ptr<packet_link> l)
+    {
+        epoll_event ev{};
+        ev.events = EPOLLIN;
+        if (packet_link::divert(sock_) != status::ok ||
+            epoll_ctl(epoll_, EPOLL_CTL_ADD, l->fd(), &ev) != 0) {
+            return status::io_error;
+        }
+        link_ = std::move(l);
+        return status::ok;
+    }
 
     uint16_t lid() const override { return local_->lid(); }
     uint64_t port_guid() const override { return local_->port_guid(); }
@@ -226,15 +240,18 @@ public:
         if (tx_.count && !batching_) [[unlikely]] {
             (void)flush_batch();   // what end_batch() found no room for
         }
-        if (!udp_owed_ && !udp_due()) {
+        bool socket = udp_owed_ || udp_due();
+        if (!socket && !datagrams_in_hand()) {
             return local_->poll(sink, budget);
         }
-        udp_owed_ = false;
+        udp_owed_    = false;
+        socket_turn_ = socket;
         udp_first_ = !udp_first_;
         unsigned n = udp_first_ ? poll_datagrams(sink, budget) : local_->poll(sink, budget);
         if (n < budget) {
             n += udp_first_ ? local_->poll(sink, budget - n) : poll_datagrams(sink, budget - n);
         }
+        socket_turn_ = true;
         return n;
     }
     unsigned poll_lossy(frame_sink &sink, unsigned budget) override
@@ -251,7 +268,7 @@ public:
     /// retries ran out).
     bool frame_waiting() const override
     {
-        if (local_->frame_waiting() || !rx_cur_.empty() || rx_next_ < rx_count_ || udp_owed_) {
+        if (local_->frame_waiting() || datagrams_in_hand() || udp_owed_) {
             return true;
         }
         udp_owed_ = udp_due();
@@ -292,7 +309,10 @@ public:
     {
         return !is_remote_lid(lid) && local_->delivered(lid);
     }
-    uint64_t link_errors() const override { return link_errors_ + local_->link_errors(); }
+    uint64_t link_errors() const override
+    {
+        return link_errors_ + local_->link_errors() + (link_ ? link_->dropped() : 0);
+    }
     /// Across hosts: 5 ms, far above a LAN's round trip (tens of
     /// microseconds) and the gaps of a peer that shares its cores with
     /// other processes (a time slice, a few milliseconds: a shorter
@@ -332,7 +352,7 @@ public:
     /// the application's next MPI call (0 % overlap across hosts).
     bool arm_wakeup() override
     {
-        if (!rx_cur_.empty() || rx_next_ < rx_count_) {
+        if (datagrams_in_hand()) {
             return false;
         }
         if (local_->wakeup_fd() >= 0 && !local_->arm_wakeup()) {
@@ -344,6 +364,12 @@ public:
     }
 
 private:
+    /// Datagrams to hand over without a system call: the rest of the batch
+    /// read, or a frame in the packet socket's ring.
+    bool datagrams_in_hand() const
+    {
+        return !rx_cur_.empty() || rx_next_ < rx_count_ || (link_ && link_->ready());
+    }
     /// Whether this poll reads the socket. Every time while datagrams came
     /// recently; otherwise every idle_period-th poll while this process
     /// has remote peers, so that a process whose traffic is all on its host
@@ -401,6 +427,8 @@ private:
     /// datagrams if none was.
     bool next_frame(unsigned max) const;
     bool receive_batch(unsigned max) const;
+    /// Up to `want` datagrams from the packet socket's ring into the batch.
+    unsigned take_from_link(unsigned want) const;
     /// The segment of datagram `i` at `off` as the device's frame (LRH
     /// synthesized in front, over the end of the segment before it, which
     /// was delivered); empty when it is dropped.
@@ -453,6 +481,10 @@ private:
     /// system call that finds nothing (on a ping-pong's path, before the
     /// reply).
     mutable bool     rx_drained_ = false;
+    /// Whether reading a batch reads the socket too, or the ring alone
+    /// (a poll that is not the socket's turn but found a frame in the ring).
+    mutable bool     socket_turn_ = true;
+    std::unique_ptr<packet_link> link_;   ///< none: the UDP socket alone
     mutable std::span<const uint8_t> rx_cur_;   ///< the frame ready; empty: none
     mutable roce::ip_id_finder ip_ids_;   ///< each datagram's IP ID, from its ICRC
     mutable uint64_t rx_src_key_ = ~uint64_t{0};   ///< the last sender (udp_peer::key)
@@ -586,6 +618,15 @@ status roce_fabric::roce_port::send_alone(std::span<const uint8_t> frame)
 /// GSO send that the kernel (or the NIC) cuts into `seg`-byte datagrams.
 status roce_fabric::roce_port::flush_batch()
 {
+    if (tx_.count == 1 && link_) {
+        status s = link_->send(tx_.to, {tx_buf_.data() + sizeof(ib::lrh), tx_.bytes});
+        if (s != status::unsupported) {   // unsupported: no MAC address yet, by UDP
+            if (s != status::no_resource) {
+                tx_ = {};   // sent, or lost on the way: the ACK timer recovers
+            }
+            return s;
+        }
+    }
     sockaddr_in to = sockaddr_of(tx_.to);
     iovec  iov{tx_buf_.data() + sizeof(ib::lrh), tx_.bytes};
     msghdr m{};
@@ -668,23 +709,29 @@ status roce_fabric::roce_port::sent_or_why(size_t len)
     }
 }
 
+/// The ring's datagrams first (no system call), then, on the socket's
+/// turn, the socket's for the rest of the batch.
 bool roce_fabric::roce_port::receive_batch(unsigned max) const
 {
     unsigned want = std::min(max, rx_batch);
-    for (unsigned i = 0; i < want; ++i) {
-        rx_msg_[i].msg_hdr = {&rx_from_[i], sizeof(sockaddr_in), &rx_iov_[i], 1,
-                              rx_ctl_[i].bytes, sizeof(rx_ctl_[i].bytes), 0};
+    unsigned got  = link_ ? take_from_link(want) : 0;
+    unsigned from_ring = got;
+    if (got < want && socket_turn_) {
+        for (unsigned i = got; i < want; ++i) {
+            rx_msg_[i].msg_hdr = {&rx_from_[i], sizeof(sockaddr_in), &rx_iov_[i], 1,
+                                  rx_ctl_[i].bytes, sizeof(rx_ctl_[i].bytes), 0};
+        }
+        int n = recvmmsg(sock_, rx_msg_.data() + got, want - got, MSG_DONTWAIT, nullptr);
+        if (n > 0) {
+            polls_since_datagram_ = 0;
+            got += unsigned(n);
+        }
     }
-    int got = recvmmsg(sock_, rx_msg_.data(), want, MSG_DONTWAIT, nullptr);
-    rx_count_ = rx_next_ = 0;
-    rx_off_   = 0;
-    rx_drained_ = got < int(want);
-    if (got <= 0) {
-        return false;
-    }
-    polls_since_datagram_ = 0;
-    rx_count_ = unsigned(got);
-    for (unsigned i = 0; i < rx_count_; ++i) {
+    rx_next_    = 0;
+    rx_off_     = 0;
+    rx_count_   = got;
+    rx_drained_ = got < want;
+    for (unsigned i = from_ring; i < rx_count_; ++i) {
         // A GSO batch read whole (UDP_GRO) names its segments' size.
         msghdr &h = rx_msg_[i].msg_hdr;
         rx_seg_[i] = rx_msg_[i].msg_len;
@@ -697,7 +744,26 @@ bool roce_fabric::roce_port::receive_batch(unsigned max) const
             }
         }
     }
-    return true;
+    return got > 0;
+}
+
+unsigned roce_fabric::roce_port::take_from_link(unsigned want) const
+{
+    unsigned got = 0;
+    while (got < want) {
+        auto d = link_->take({static_cast<uint8_t *>(rx_iov_[got].iov_base), rx_iov_[got].iov_len});
+        if (!d) {
+            break;
+        }
+        sockaddr_in &from = rx_from_[got];
+        from = sockaddr_of(d->from);
+        rx_msg_[got].msg_len         = unsigned(d->len);
+        rx_msg_[got].msg_hdr.msg_flags   = 0;
+        rx_msg_[got].msg_hdr.msg_namelen = sizeof(sockaddr_in);
+        rx_seg_[got] = d->len;
+        ++got;
+    }
+    return got;
 }
 
 bool roce_fabric::roce_port::next_frame(unsigned max) const
@@ -869,6 +935,19 @@ result<std::unique_ptr<port>> roce_fabric::attach()
     }
     uint64_t guid = (*local)->port_guid();
     auto     p    = std::make_unique<roce_port>(*this, local.take(), *sock, ep);
+    if (opts_.packet_socket != packet_socket_use::no) {
+        auto   l = packet_link::open(opts_.dev, {opts_.dev.addr, p->udp_port()});
+        status s = l.ok() ? p->use(l.take()) : l.error();
+        if (s != status::ok && opts_.packet_socket == packet_socket_use::yes) {
+            MLX4X_ERROR("roce: no packet socket on %s (%s; it needs CAP_NET_RAW)",
+                        opts_.dev.name.c_str(), to_string(s));
+            return s;
+        }
+        if (s != status::ok) {
+            MLX4X_DEBUG("roce: no packet socket on %s (%s): UDP alone",
+                        opts_.dev.name.c_str(), to_string(s));
+        }
+    }
     std::lock_guard g(lock_);
     udp_ports_[guid] = p->udp_port();
     return std::unique_ptr<port>(std::move(p));

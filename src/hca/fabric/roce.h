@@ -81,6 +81,11 @@ struct netdev {
 /// is not up.
 result<netdev> find_netdev(const std::string &name);
 
+/// Whether a port sends and receives its lone datagrams through a packet
+/// socket (packet_link.h): never, where the process may, or always (a
+/// port that cannot is an error).
+enum class packet_socket_use { no, yes, try_ };
+
 class roce_fabric final : public fabric {
 public:
     struct options {
@@ -89,6 +94,7 @@ public:
         /// process of the host has it, the port takes any free one and its
         /// peers learn which from the UCT device address.
         uint16_t first_udp_port = 0;   ///< 0: ib::roce::udp_port
+        packet_socket_use packet_socket = packet_socket_use::no;
     };
     roce_fabric(std::unique_ptr<fabric> local, options o);
     ~roce_fabric() override;

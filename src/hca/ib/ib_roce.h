@@ -37,6 +37,24 @@ struct ipv4_hdr {
 static_assert(sizeof(ipv4_hdr) == 20 && offsetof(ipv4_hdr, ttl) == 8 &&
               offsetof(ipv4_hdr, saddr) == 12);
 constexpr uint16_t ipv4_dont_fragment = 0x4000;
+constexpr uint16_t ipv4_fragment_bits = 0x3fff;   ///< more-fragments and the offset
+
+/// The IPv4 header checksum field's value (RFC 791, the one's complement
+/// sum of RFC 1071) for `ip` with its checksum field as it is: written
+/// into a header whose field is 0, it makes the header whole; a header
+/// that arrived whole gives 0 (the sum of all its words is all ones).
+inline uint16_t ipv4_checksum(const ipv4_hdr &ip)
+{
+    uint16_t w[sizeof(ipv4_hdr) / 2];
+    std::memcpy(w, &ip, sizeof(w));
+    uint32_t sum = 0;
+    for (uint16_t x : w) {
+        sum += x;   // byte order is immaterial to a one's complement sum
+    }
+    sum = (sum & 0xffff) + (sum >> 16);
+    sum = (sum & 0xffff) + (sum >> 16);
+    return uint16_t(~sum);
+}
 constexpr uint8_t  ipv4_proto_udp     = 17;
 
 struct udp_hdr {
