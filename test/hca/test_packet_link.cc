@@ -80,6 +80,11 @@ TEST(packet_link_parse, a_marked_datagram_to_this_port_is_its_udp_payload_and_it
     ASSERT_TRUE(d);
     EXPECT_EQ(d->from.key(), sender.key());
     EXPECT_EQ(std::vector<uint8_t>(d->payload.begin(), d->payload.end()), p.payload);
+
+    // The other mark: sent right after datagrams of the sender's UDP socket.
+    p.ip.ttl = packet_link::follows_socket_ttl;
+    p.seal();
+    EXPECT_TRUE(parse_marked_datagram(p.bytes(), self));
 }
 
 TEST(packet_link_parse, every_other_packet_is_refused)
@@ -97,6 +102,8 @@ TEST(packet_link_parse, every_other_packet_is_refused)
         {"IP options (IHL 6)", [](packet &p) { p.ip.version_ihl = 0x46; }, none},
         {"not IPv4", [](packet &p) { p.ip.version_ihl = 0x65; }, none},
         {"not marked (the kernel's TTL)", [](packet &p) { p.ip.ttl = 64; }, none},
+        {"not marked (a TTL next to the marks)",
+         [](packet &p) { p.ip.ttl = packet_link::marker_ttl - 1; }, none},
         {"TCP", [](packet &p) { p.ip.protocol = 6; }, none},
         {"a first fragment (more fragments)",
          [](packet &p) { p.ip.flags_frag.set(0x2000); }, none},

@@ -61,7 +61,8 @@ std::optional<marked_datagram> parse_marked_datagram(std::span<const uint8_t> ip
     }
     std::memcpy(&h, ip.data(), sizeof(h));
     size_t total = h.ip.total_len.get();
-    if (h.ip.version_ihl != 0x45 || h.ip.ttl != packet_link::marker_ttl ||
+    if (h.ip.version_ihl != 0x45 ||
+        (h.ip.ttl & packet_link::marker_mask) != packet_link::marker_ttl ||
         h.ip.protocol != roce::ipv4_proto_udp ||
         (h.ip.flags_frag.get() & roce::ipv4_fragment_bits) != 0 ||
         roce::ipv4_checksum(h.ip) != 0 || total < sizeof(h) || total > ip.size() ||
@@ -101,21 +102,22 @@ status packet_link::setup(uint32_t ring_frame_size)
     // The marked datagrams to this port's address and UDP port, whole
     // IPv4 without options, not fragments; parse_marked_datagram() checks
     // them all again.
-    constexpr uint8_t drop_at = 13;
+    constexpr uint8_t drop_at = 14;
     sock_filter       prog[] = {
         stmt(BPF_LD | BPF_B | BPF_ABS, net(offsetof(roce::ipv4_hdr, version_ihl))),
         unless_eq(0x45, drop_at - 2),
         stmt(BPF_LD | BPF_B | BPF_ABS, net(offsetof(roce::ipv4_hdr, ttl))),
-        unless_eq(marker_ttl, drop_at - 4),
+        stmt(BPF_ALU | BPF_AND | BPF_K, marker_mask),
+        unless_eq(marker_ttl, drop_at - 5),
         stmt(BPF_LD | BPF_B | BPF_ABS, net(offsetof(roce::ipv4_hdr, protocol))),
-        unless_eq(roce::ipv4_proto_udp, drop_at - 6),
+        unless_eq(roce::ipv4_proto_udp, drop_at - 7),
         stmt(BPF_LD | BPF_H | BPF_ABS, net(offsetof(roce::ipv4_hdr, flags_frag))),
-        {BPF_JMP | BPF_JSET | BPF_K, uint8_t(drop_at - 8), 0, roce::ipv4_fragment_bits},
+        {BPF_JMP | BPF_JSET | BPF_K, uint8_t(drop_at - 9), 0, roce::ipv4_fragment_bits},
         stmt(BPF_LD | BPF_W | BPF_ABS, net(offsetof(roce::ipv4_hdr, daddr))),
-        unless_eq(self_.addr, drop_at - 10),
+        unless_eq(self_.addr, drop_at - 11),
         stmt(BPF_LD | BPF_H | BPF_ABS,
              net(sizeof(roce::ipv4_hdr) + offsetof(roce::udp_hdr, dport))),
-        unless_eq(self_.port, drop_at - 12),
+        unless_eq(self_.port, drop_at - 13),
         stmt(BPF_RET | BPF_K, 0xffff),
         stmt(BPF_RET | BPF_K, 0),
     };
@@ -165,6 +167,7 @@ status packet_link::divert(int udp_sock)
 {
     sock_filter prog[] = {
         stmt(BPF_LD | BPF_B | BPF_ABS, net(offsetof(roce::ipv4_hdr, ttl))),
+        stmt(BPF_ALU | BPF_AND | BPF_K, marker_mask),
         {BPF_JMP | BPF_JEQ | BPF_K, 0, 1, marker_ttl},
         stmt(BPF_RET | BPF_K, 0),
         stmt(BPF_RET | BPF_K, 0xffffffff),
@@ -183,6 +186,14 @@ bool packet_link::ready() const
 {
     const tpacket2_hdr *h = frame_at(ring_, frame_size_, next_);
     return __atomic_load_n(&h->tp_status, __ATOMIC_ACQUIRE) & TP_STATUS_USER;
+}
+
+bool packet_link::next_follows_socket() const
+{
+    constexpr size_t ttl_at = offsetof(roce::ipv4_hdr, ttl);
+    const tpacket2_hdr *h   = frame_at(ring_, frame_size_, next_);
+    return ready() && h->tp_snaplen > ttl_at && h->tp_net + ttl_at < frame_size_ &&
+           reinterpret_cast<const uint8_t *>(h)[h->tp_net + ttl_at] == follows_socket_ttl;
 }
 
 std::optional<packet_link::received> packet_link::take(std::span<uint8_t> into)
@@ -246,7 +257,7 @@ const uint8_t *packet_link::mac_of(uint32_t addr)
     return n->known ? n->mac.data() : nullptr;
 }
 
-status packet_link::send(udp_peer to, std::span<const uint8_t> datagram)
+status packet_link::send(udp_peer to, std::span<const uint8_t> datagram, bool follows_socket)
 {
     const uint8_t *mac = mac_of(to.addr);
     if (!mac) {
@@ -254,7 +265,7 @@ status packet_link::send(udp_peer to, std::span<const uint8_t> datagram)
     }
     ip_udp h;
     roce::headers_of({self_.addr, to.addr, self_.port, to.port}, datagram.size(), h.ip, h.udp);
-    h.ip.ttl          = marker_ttl;
+    h.ip.ttl          = follows_socket ? follows_socket_ttl : marker_ttl;
     h.ip.checksum.raw = roce::ipv4_checksum(h.ip);
     iovec       iov[2] = {{&h, sizeof(h)}, {const_cast<uint8_t *>(datagram.data()), datagram.size()}};
     sockaddr_ll ll{};

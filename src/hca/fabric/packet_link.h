@@ -49,8 +49,12 @@ std::optional<marked_datagram> parse_marked_datagram(std::span<const uint8_t> ip
 class packet_link {
 public:
     /// The TTL of a datagram sent through a packet socket (Linux sends
-    /// with 64).
-    static constexpr uint8_t marker_ttl = 77;
+    /// with 64), and of one sent right after datagrams of the port's UDP
+    /// socket to the same peer (follows_socket): the receiver reads its
+    /// socket before it, or it would overtake them.
+    static constexpr uint8_t marker_ttl = 76;
+    static constexpr uint8_t follows_socket_ttl = marker_ttl | 1;
+    static constexpr uint8_t marker_mask = 0xfe;   ///< a TTL & this == marker_ttl
 
     /// A packet socket on `dev` for the port whose UDP socket is bound to
     /// `self`: unsupported where the process may not open one (no
@@ -64,6 +68,9 @@ public:
     int fd() const { return fd_; }
     /// Whether a frame waits in the ring: one load, no system call.
     bool ready() const;
+    /// Whether the frame that waits in the ring was sent after datagrams
+    /// of its sender's UDP socket (follows_socket_ttl).
+    bool next_follows_socket() const;
     /// The next datagram of the ring copied to `into` (a UDP payload), with
     /// its sender; none when the ring is empty. Frames that are no marked
     /// datagram to this port, or do not fit `into`, are dropped and
@@ -79,7 +86,8 @@ public:
     /// table (the caller sends it by UDP, which has the kernel resolve it:
     /// a peer not on this link never is), no_resource when the socket's
     /// buffer is full, unreachable when the kernel refuses it.
-    status send(udp_peer to, std::span<const uint8_t> datagram);
+    /// `follows_socket`: the last datagram to `to` left by the UDP socket.
+    status send(udp_peer to, std::span<const uint8_t> datagram, bool follows_socket);
 
     /// Has the port's UDP socket `udp_sock` drop the marked datagrams,
     /// which this link receives.

@@ -379,7 +379,13 @@ private:
     /// single-host job): one system call every 32 polls added a third to
     /// an 8-byte MPI ping-pong on the host (0.59-0.88 us against
     /// 0.33-0.45 us with UCX_MLX4X_NETDEV=none), while a first datagram
-    /// (a CM REQ from a new peer) can wait tens of microseconds.
+    /// (a CM REQ from a new peer) can wait tens of microseconds. With a
+    /// packet socket, every alone_period-th poll too: the ring, read every
+    /// poll, takes the lone datagrams, and the socket's next one (a GSO
+    /// batch's, a CM MAD, a peer's without a packet socket) makes it hot.
+    /// At every 32nd poll, an 8-byte ping-pong across hosts made 1.4
+    /// recvmmsg calls per message, and a datagram that reached the ring
+    /// during one waited for it to end.
     bool udp_due() const
     {
         if (polls_since_datagram_ < hot_polls) {
@@ -389,7 +395,7 @@ private:
         if ((++idle_tick_ & (idle_period - 1)) != 0) {
             return false;   // the idle poll's common answer: no neighbour lookup
         }
-        return fab_.neighbours_.size() || (idle_tick_ & (alone_period - 1)) == 0;
+        return (fab_.neighbours_.size() && !link_) || (idle_tick_ & (alone_period - 1)) == 0;
     }
     static constexpr uint32_t hot_polls    = 1u << 14;
     static constexpr uint32_t idle_period  = 32;
@@ -427,8 +433,12 @@ private:
     /// datagrams if none was.
     bool next_frame(unsigned max) const;
     bool receive_batch(unsigned max) const;
-    /// Up to `want` datagrams from the packet socket's ring into the batch.
-    unsigned take_from_link(unsigned want) const;
+    /// Datagrams from the socket into the batch's slots from `first` up to
+    /// `want`; how many.
+    unsigned read_socket(unsigned first, unsigned want) const;
+    /// Datagrams from the packet socket's ring into the batch's slots from
+    /// `got` up to `want`; the number of slots filled.
+    unsigned take_from_link(unsigned got, unsigned want) const;
     /// The segment of datagram `i` at `off` as the device's frame (LRH
     /// synthesized in front, over the end of the segment before it, which
     /// was delivered); empty when it is dropped.
@@ -485,6 +495,14 @@ private:
     /// (a poll that is not the socket's turn but found a frame in the ring).
     mutable bool     socket_turn_ = true;
     std::unique_ptr<packet_link> link_;   ///< none: the UDP socket alone
+    /// Whether a peer's last datagram left by the UDP socket: its next one
+    /// through the packet socket says so (packet_link::send). By a hash of
+    /// the peer: a collision costs a socket read, not an order.
+    std::array<bool, 64> sent_by_socket_{};
+    static size_t by_socket_slot(const udp_peer &p)
+    {
+        return size_t((p.key() * 0x9e3779b97f4a7c15ull) >> 58);
+    }
     mutable std::span<const uint8_t> rx_cur_;   ///< the frame ready; empty: none
     mutable roce::ip_id_finder ip_ids_;   ///< each datagram's IP ID, from its ICRC
     mutable uint64_t rx_src_key_ = ~uint64_t{0};   ///< the last sender (udp_peer::key)
@@ -618,15 +636,18 @@ status roce_fabric::roce_port::send_alone(std::span<const uint8_t> frame)
 /// GSO send that the kernel (or the NIC) cuts into `seg`-byte datagrams.
 status roce_fabric::roce_port::flush_batch()
 {
+    bool &by_socket = sent_by_socket_[by_socket_slot(tx_.to)];
     if (tx_.count == 1 && link_) {
-        status s = link_->send(tx_.to, {tx_buf_.data() + sizeof(ib::lrh), tx_.bytes});
+        status s = link_->send(tx_.to, {tx_buf_.data() + sizeof(ib::lrh), tx_.bytes}, by_socket);
         if (s != status::unsupported) {   // unsupported: no MAC address yet, by UDP
             if (s != status::no_resource) {
-                tx_ = {};   // sent, or lost on the way: the ACK timer recovers
+                tx_       = {};   // sent, or lost on the way: the ACK timer recovers
+                by_socket = false;
             }
             return s;
         }
     }
+    by_socket = true;
     sockaddr_in to = sockaddr_of(tx_.to);
     iovec  iov{tx_buf_.data() + sizeof(ib::lrh), tx_.bytes};
     msghdr m{};
@@ -710,28 +731,46 @@ status roce_fabric::roce_port::sent_or_why(size_t len)
 }
 
 /// The ring's datagrams first (no system call), then, on the socket's
-/// turn, the socket's for the rest of the batch.
+/// turn, the socket's. A datagram of the ring that its sender sent after
+/// datagrams of its UDP socket (packet_link::follows_socket_ttl) is taken
+/// only after the socket was read: the kernel queued those before it.
+/// Not exact: that read may take datagrams sent after it too, and the two
+/// queues still reorder now and then (docs/design-notes.md, "A packet
+/// socket beside the UDP socket"); a merge by the kernel's receive times
+/// would order them.
 bool roce_fabric::roce_port::receive_batch(unsigned max) const
 {
     unsigned want = std::min(max, rx_batch);
-    unsigned got  = link_ ? take_from_link(want) : 0;
-    unsigned from_ring = got;
-    if (got < want && socket_turn_) {
-        for (unsigned i = got; i < want; ++i) {
-            rx_msg_[i].msg_hdr = {&rx_from_[i], sizeof(sockaddr_in), &rx_iov_[i], 1,
-                                  rx_ctl_[i].bytes, sizeof(rx_ctl_[i].bytes), 0};
-        }
-        int n = recvmmsg(sock_, rx_msg_.data() + got, want - got, MSG_DONTWAIT, nullptr);
-        if (n > 0) {
-            polls_since_datagram_ = 0;
-            got += unsigned(n);
-        }
+    unsigned got  = 0;
+    bool     read = link_ && link_->next_follows_socket();
+    if (read) {
+        got = read_socket(0, want);
+    }
+    if (link_) {
+        got = take_from_link(got, want);
+    }
+    if (got < want && socket_turn_ && !read && !(link_ && link_->ready())) {
+        got += read_socket(got, want);
     }
     rx_next_    = 0;
     rx_off_     = 0;
     rx_count_   = got;
     rx_drained_ = got < want;
-    for (unsigned i = from_ring; i < rx_count_; ++i) {
+    return got > 0;
+}
+
+unsigned roce_fabric::roce_port::read_socket(unsigned first, unsigned want) const
+{
+    for (unsigned i = first; i < want; ++i) {
+        rx_msg_[i].msg_hdr = {&rx_from_[i], sizeof(sockaddr_in), &rx_iov_[i], 1,
+                              rx_ctl_[i].bytes, sizeof(rx_ctl_[i].bytes), 0};
+    }
+    int got = recvmmsg(sock_, rx_msg_.data() + first, want - first, MSG_DONTWAIT, nullptr);
+    if (got <= 0) {
+        return 0;
+    }
+    polls_since_datagram_ = 0;
+    for (unsigned i = first; i < first + unsigned(got); ++i) {
         // A GSO batch read whole (UDP_GRO) names its segments' size.
         msghdr &h = rx_msg_[i].msg_hdr;
         rx_seg_[i] = rx_msg_[i].msg_len;
@@ -744,23 +783,25 @@ bool roce_fabric::roce_port::receive_batch(unsigned max) const
             }
         }
     }
-    return got > 0;
+    return unsigned(got);
 }
 
-unsigned roce_fabric::roce_port::take_from_link(unsigned want) const
+unsigned roce_fabric::roce_port::take_from_link(unsigned got, unsigned want) const
 {
-    unsigned got = 0;
+    unsigned first = got;
     while (got < want) {
+        if (got > first && link_->next_follows_socket()) {
+            break;   // the next batch reads the socket first
+        }
         auto d = link_->take({static_cast<uint8_t *>(rx_iov_[got].iov_base), rx_iov_[got].iov_len});
         if (!d) {
             break;
         }
-        sockaddr_in &from = rx_from_[got];
-        from = sockaddr_of(d->from);
-        rx_msg_[got].msg_len         = unsigned(d->len);
+        rx_from_[got]                    = sockaddr_of(d->from);
+        rx_msg_[got].msg_len             = unsigned(d->len);
         rx_msg_[got].msg_hdr.msg_flags   = 0;
         rx_msg_[got].msg_hdr.msg_namelen = sizeof(sockaddr_in);
-        rx_seg_[got] = d->len;
+        rx_seg_[got]                     = d->len;
         ++got;
     }
     return got;
