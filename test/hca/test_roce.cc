@@ -12,6 +12,8 @@
 // lost last packet probed for before the retransmission timeout.
 #include "hca_fixture.h"
 #include "hca/fabric/loopback.h"
+#include "hca/fabric/netns.h"
+#include "hca/fabric/packet_link.h"
 #include "hca/fabric/roce.h"
 #include "hca/engine/reorder.h"
 #include "hca/engine/responder.h"
@@ -22,6 +24,7 @@
 
 #include <arpa/inet.h>
 #include <dlfcn.h>
+#include <linux/if_ether.h>
 #include <netinet/in.h>
 #include <netinet/udp.h>
 #include <sys/mman.h>
@@ -1805,6 +1808,152 @@ TEST(reorder_buffer, holds_what_fits_once_and_gives_each_back_in_its_turn)
     EXPECT_EQ(held.take_due(9, stream::acks, 12, out, buffer::passed::taken), frame.size());
     held.forget(7);
     EXPECT_TRUE(held.empty());
+}
+
+// ---- packet sockets (fabric/packet_link.h) between two namespace hosts ----
+
+/// Two network namespaces joined by a veth pair (pl0 in each, 10.211.7.1
+/// and .2), each with a RoCEv2 port that has a packet socket, the
+/// neighbour entries set; skipped where that cannot be made (not root).
+class packet_link_hosts : public ::testing::Test {
+protected:
+    static constexpr uint32_t addr_a = 0x0ad30701, addr_b = 0x0ad30702;
+    std::string ns_a, ns_b;
+    bool        made = false;
+    std::unique_ptr<fabric::roce_fabric> fab_a, fab_b;
+    std::unique_ptr<fabric::port>        port_a, port_b;
+    frames sink;
+
+    static int sh(const std::string &cmd) { return std::system(cmd.c_str()); }
+    void SetUp() override
+    {
+        if (geteuid() != 0) {
+            GTEST_SKIP() << "network namespaces and packet sockets need root";
+        }
+        ns_a = "mlx4x-pl-" + std::to_string(getpid()) + "-a";
+        ns_b = "mlx4x-pl-" + std::to_string(getpid()) + "-b";
+        if (sh("ip netns add " + ns_a + " && ip netns add " + ns_b) != 0) {
+            GTEST_SKIP() << "ip netns add failed";
+        }
+        made = true;
+        auto mac = [](const std::string &ns) {
+            return "$(ip netns exec " + ns + " cat /sys/class/net/pl0/address)";
+        };
+        ASSERT_EQ(sh("ip link add pl0 netns " + ns_a + " type veth peer name pl0 netns " + ns_b +
+                     " && ip -n " + ns_a + " addr add 10.211.7.1/24 dev pl0" +
+                     " && ip -n " + ns_b + " addr add 10.211.7.2/24 dev pl0" +
+                     " && ip -n " + ns_a + " link set pl0 up && ip -n " + ns_b +
+                     " link set pl0 up && ip -n " + ns_a + " neigh replace 10.211.7.2 lladdr " +
+                     mac(ns_b) + " dev pl0 nud permanent && ip -n " + ns_b +
+                     " neigh replace 10.211.7.1 lladdr " + mac(ns_a) + " dev pl0 nud permanent"),
+                  0);
+        open_host(ns_a, fab_a, port_a);
+        open_host(ns_b, fab_b, port_b);
+    }
+    void TearDown() override
+    {
+        port_a.reset();
+        port_b.reset();
+        fab_a.reset();
+        fab_b.reset();
+        if (made) {
+            (void)sh("ip netns del " + ns_a + "; ip netns del " + ns_b);
+        }
+    }
+    static void open_host(const std::string &ns, std::unique_ptr<fabric::roce_fabric> &fab,
+                          std::unique_ptr<fabric::port> &port)
+    {
+        auto in = fabric::netns_scope::enter(ns);
+        ASSERT_TRUE(in.ok());
+        auto dev = fabric::find_netdev("pl0");
+        ASSERT_TRUE(dev.ok());
+        fab = std::make_unique<fabric::roce_fabric>(
+            std::make_unique<fabric::loopback_fabric>(),
+            fabric::roce_fabric::options{.dev = *dev,
+                                         .packet_socket = fabric::packet_socket_use::yes});
+        auto p = fab->attach();
+        ASSERT_TRUE(p.ok());
+        port = p.take();
+    }
+    /// The frame of `pkt` from port A to port B.
+    std::vector<uint8_t> a_to_b(const std::vector<uint8_t> &pkt)
+    {
+        auto to = fab_a->resolve({addr_b, fab_b->udp_port_of(port_b->port_guid())});
+        EXPECT_TRUE(to.ok());
+        ib::lrh l{};
+        l.sl_lnh = ib::lnh_iba_local;
+        l.dlid.set(to.ok() ? *to : 0);
+        l.slid.set(port_a->lid());
+        std::vector<uint8_t> frame(sizeof(l));
+        std::memcpy(frame.data(), &l, sizeof(l));
+        size_t pad = (pkt[1] >> 4) & 3;
+        frame.insert(frame.end(), pkt.begin(), pkt.end() - long(pad));
+        return frame;
+    }
+    /// Polls port B until `n` frames came or many polls passed.
+    void poll_b_for(size_t n)
+    {
+        for (int i = 0; i < 100000 && sink.got.size() < n; ++i) {
+            (void)port_b->poll(sink, 16);
+        }
+    }
+};
+
+// A peer's lone datagrams come through the ring and its GSO batches through
+// the UDP socket: two queues of one stream. Taken queue by queue, the lone
+// ones overtook the batch sent before them (with the socket read every
+// poll, its batch came first and overtook the lone one sent before it). The
+// port merges the two by the kernel's receive times, and a lone datagram
+// sent right after socket datagrams says so (TTL 77).
+TEST_F(packet_link_hosts, lone_datagrams_and_a_batch_between_them_arrive_in_the_order_sent)
+{
+    // A's first frame, sent alone by the UDP socket (send_concurrent), makes
+    // B's socket hot: B reads it at every poll from now on.
+    ASSERT_EQ(port_a->send_concurrent(a_to_b(send_only(0x77, {0}))), status::ok);
+    poll_b_for(1);
+    ASSERT_EQ(sink.got.size(), 1u);
+    sink.got.clear();
+
+    // What B's wire carries, by TTL: a packet socket of the test in B.
+    int cap = -1;
+    {
+        auto in = fabric::netns_scope::enter(ns_b);
+        ASSERT_TRUE(in.ok());
+        cap = socket(AF_PACKET, SOCK_DGRAM | SOCK_NONBLOCK, htons(ETH_P_IP));
+        ASSERT_GE(cap, 0);
+    }
+
+    auto pkt = [](uint8_t n, size_t len) { return send_only(0x77, std::vector<uint8_t>(len, n)); };
+    ASSERT_EQ(port_a->send(a_to_b(pkt(1, 8)), {}), status::ok);   // alone: the packet socket
+    port_a->begin_batch();
+    for (uint8_t n = 2; n <= 4; ++n) {
+        ASSERT_EQ(port_a->send(a_to_b(pkt(n, 100)), {}), status::ok);   // one GSO send
+    }
+    ASSERT_EQ(port_a->end_batch(), status::ok);
+    ASSERT_EQ(port_a->send(a_to_b(pkt(5, 8)), {}), status::ok);   // after the batch: TTL 77
+    ASSERT_EQ(port_a->send(a_to_b(pkt(6, 8)), {}), status::ok);
+
+    poll_b_for(6);
+    ASSERT_EQ(sink.got.size(), 6u);
+    for (size_t i = 0; i < 6; ++i) {
+        const auto &f = sink.got[i];
+        ASSERT_GT(f.size(), sizeof(ib::lrh) + sizeof(ib::bth));
+        EXPECT_EQ(f[sizeof(ib::lrh) + sizeof(ib::bth)], i + 1) << "frame " << i;
+    }
+
+    std::map<int, int> by_ttl;
+    uint8_t buf[2048];
+    for (ssize_t n; (n = recv(cap, buf, sizeof(buf), 0)) > 0;) {
+        if (n >= 28 && buf[9] == roce::ipv4_proto_udp) {
+            ++by_ttl[buf[8]];
+        }
+    }
+    close(cap);
+    EXPECT_EQ(by_ttl[fabric::packet_link::marker_ttl], 2);           // frames 1 and 6
+    EXPECT_EQ(by_ttl[fabric::packet_link::follows_socket_ttl], 1);   // frame 5
+    // The batch: one GSO packet on a veth that carries it whole, its three
+    // datagrams where the link cuts it.
+    EXPECT_TRUE(by_ttl[64] == 1 || by_ttl[64] == 3) << by_ttl[64];
 }
 
 // Each seed throws the dice differently: losses of data, of ACKs, of NAKs,

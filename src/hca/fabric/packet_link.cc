@@ -188,6 +188,18 @@ bool packet_link::ready() const
     return __atomic_load_n(&h->tp_status, __ATOMIC_ACQUIRE) & TP_STATUS_USER;
 }
 
+unsigned packet_link::waiting(unsigned max) const
+{
+    unsigned n = 0;
+    for (uint32_t i = next_; n < max && n < frames_; i = i + 1 == frames_ ? 0 : i + 1, ++n) {
+        const tpacket2_hdr *h = frame_at(ring_, frame_size_, i);
+        if (!(__atomic_load_n(&h->tp_status, __ATOMIC_ACQUIRE) & TP_STATUS_USER)) {
+            break;
+        }
+    }
+    return n;
+}
+
 bool packet_link::next_follows_socket() const
 {
     constexpr size_t ttl_at = offsetof(roce::ipv4_hdr, ttl);
@@ -211,7 +223,8 @@ std::optional<packet_link::received> packet_link::take(std::span<uint8_t> into)
                 {reinterpret_cast<const uint8_t *>(h) + h->tp_net, h->tp_snaplen}, self_);
             if (d && d->payload.size() <= into.size()) {
                 std::memcpy(into.data(), d->payload.data(), d->payload.size());
-                r = received{d->from, d->payload.size()};
+                r = received{d->from, d->payload.size(),
+                             uint64_t(h->tp_sec) * 1'000'000'000 + h->tp_nsec};
             }
         }
         __atomic_store_n(&h->tp_status, TP_STATUS_KERNEL, __ATOMIC_RELEASE);

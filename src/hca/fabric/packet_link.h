@@ -71,6 +71,8 @@ public:
     /// Whether the frame that waits in the ring was sent after datagrams
     /// of its sender's UDP socket (follows_socket_ttl).
     bool next_follows_socket() const;
+    /// How many frames wait in the ring, up to `max` (a look, not a take).
+    unsigned waiting(unsigned max) const;
     /// The next datagram of the ring copied to `into` (a UDP payload), with
     /// its sender; none when the ring is empty. Frames that are no marked
     /// datagram to this port, or do not fit `into`, are dropped and
@@ -78,6 +80,7 @@ public:
     struct received {
         udp_peer from;
         size_t   len;
+        uint64_t time_ns;   ///< the kernel's receive time (CLOCK_REALTIME)
     };
     std::optional<received> take(std::span<uint8_t> into);
 

@@ -189,7 +189,9 @@ public:
     {
         epoll_event ev{};
         ev.events = EPOLLIN;
+        int on = 1;
         if (packet_link::divert(sock_) != status::ok ||
+            setsockopt(sock_, SOL_SOCKET, SO_TIMESTAMPNS, &on, sizeof(on)) != 0 ||
             epoll_ctl(epoll_, EPOLL_CTL_ADD, l->fd(), &ev) != 0) {
             return status::io_error;
         }
@@ -438,7 +440,8 @@ private:
     unsigned read_socket(unsigned first, unsigned want) const;
     /// Datagrams from the packet socket's ring into the batch's slots from
     /// `got` up to `want`; the number of slots filled.
-    unsigned take_from_link(unsigned got, unsigned want) const;
+    unsigned take_from_link(unsigned got, unsigned want, unsigned safe) const;
+    void     order_by_time(unsigned split, unsigned count) const;
     /// The segment of datagram `i` at `off` as the device's frame (LRH
     /// synthesized in front, over the end of the segment before it, which
     /// was delivered); empty when it is dropped.
@@ -479,10 +482,12 @@ private:
     mutable std::array<sockaddr_in, rx_batch> rx_from_{};
     mutable std::array<mmsghdr, rx_batch>     rx_msg_{};
     struct alignas(cmsghdr) rx_control {
-        char bytes[CMSG_SPACE(sizeof(int))];
+        char bytes[CMSG_SPACE(sizeof(int)) + CMSG_SPACE(sizeof(timespec))];
     };
     mutable std::array<rx_control, rx_batch> rx_ctl_{};
     mutable std::array<size_t, rx_batch>     rx_seg_{};   ///< segment size (UDP_GRO)
+    mutable std::array<uint64_t, rx_batch> rx_time_{};   ///< receive time (0: unknown)
+    mutable std::array<uint8_t, rx_batch>  rx_order_{};  ///< slots by receive time
     mutable unsigned rx_count_ = 0;   ///< datagrams of the batch
     mutable unsigned rx_next_  = 0;   ///< the one whose segments are being handed over
     mutable size_t   rx_off_   = 0;   ///< its next segment
@@ -730,33 +735,40 @@ status roce_fabric::roce_port::sent_or_why(size_t len)
     }
 }
 
-/// The ring's datagrams first (no system call), then, on the socket's
-/// turn, the socket's. A datagram of the ring that its sender sent after
-/// datagrams of its UDP socket (packet_link::follows_socket_ttl) is taken
-/// only after the socket was read: the kernel queued those before it.
-/// Not exact: that read may take datagrams sent after it too, and the two
-/// queues still reorder now and then (docs/design-notes.md, "A packet
-/// socket beside the UDP socket"); a merge by the kernel's receive times
-/// would order them.
+/// A batch from the socket on its turn, and from the ring (no system
+/// call), in the order the kernel received them. The socket and the ring
+/// are two queues of one stream: a peer's lone datagrams come through the
+/// ring, its GSO batches through the socket, and taken queue by queue a
+/// message's last packet overtook the batch before it (a go-back-N round
+/// each). A ring frame its sender sent right after datagrams of its UDP
+/// socket (packet_link::follows_socket_ttl) is taken only in a batch that
+/// read the socket after the frame had come: those datagrams were queued
+/// before it, so the read took them (it took all there were, or the batch
+/// is full and the frame waits).
 bool roce_fabric::roce_port::receive_batch(unsigned max) const
 {
     unsigned want = std::min(max, rx_batch);
-    unsigned got  = 0;
-    bool     read = link_ && link_->next_follows_socket();
-    if (read) {
-        got = read_socket(0, want);
-    }
-    if (link_) {
-        got = take_from_link(got, want);
-    }
-    if (got < want && socket_turn_ && !read && !(link_ && link_->ready())) {
-        got += read_socket(got, want);
-    }
+    unsigned seen = link_ ? link_->waiting(want) : 0;
+    bool     read = socket_turn_ || (seen && link_->next_follows_socket());
+    unsigned from_socket = read ? read_socket(0, want) : 0;
+    unsigned got = link_ ? take_from_link(from_socket, want, read ? seen : 0) : from_socket;
+    order_by_time(from_socket, got);
     rx_next_    = 0;
     rx_off_     = 0;
     rx_count_   = got;
     rx_drained_ = got < want;
     return got > 0;
+}
+
+/// Slots [0, split) (the socket's) and [split, count) (the ring's), each in
+/// the order its queue had them, merged by receive time into rx_order_.
+void roce_fabric::roce_port::order_by_time(unsigned split, unsigned count) const
+{
+    unsigned a = 0, b = split;
+    for (unsigned k = 0; k < count; ++k) {
+        bool socket_first = b == count || (a < split && rx_time_[a] <= rx_time_[b]);
+        rx_order_[k]      = socket_first ? a++ : b++;
+    }
 }
 
 unsigned roce_fabric::roce_port::read_socket(unsigned first, unsigned want) const
@@ -771,27 +783,35 @@ unsigned roce_fabric::roce_port::read_socket(unsigned first, unsigned want) cons
     }
     polls_since_datagram_ = 0;
     for (unsigned i = first; i < first + unsigned(got); ++i) {
-        // A GSO batch read whole (UDP_GRO) names its segments' size.
+        // A GSO batch read whole (UDP_GRO) names its segments' size; the
+        // receive time is there with a packet socket (SO_TIMESTAMPNS).
         msghdr &h = rx_msg_[i].msg_hdr;
-        rx_seg_[i] = rx_msg_[i].msg_len;
+        rx_seg_[i]  = rx_msg_[i].msg_len;
+        rx_time_[i] = 0;
         for (cmsghdr *c = CMSG_FIRSTHDR(&h); c; c = CMSG_NXTHDR(&h, c)) {
-            int seg = 0;
+            int      seg = 0;
+            timespec t{};
             if (c->cmsg_level == SOL_UDP && c->cmsg_type == UDP_GRO &&
                 c->cmsg_len >= CMSG_LEN(sizeof(seg))) {
                 std::memcpy(&seg, CMSG_DATA(c), sizeof(seg));
                 rx_seg_[i] = seg > 0 ? size_t(seg) : rx_seg_[i];
+            } else if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_TIMESTAMPNS &&
+                       c->cmsg_len >= CMSG_LEN(sizeof(t))) {
+                std::memcpy(&t, CMSG_DATA(c), sizeof(t));
+                rx_time_[i] = uint64_t(t.tv_sec) * 1'000'000'000 + uint64_t(t.tv_nsec);
             }
         }
     }
     return unsigned(got);
 }
 
-unsigned roce_fabric::roce_port::take_from_link(unsigned got, unsigned want) const
+/// A frame that follows socket datagrams is taken only among the first
+/// `safe` (those in the ring before the socket was read).
+unsigned roce_fabric::roce_port::take_from_link(unsigned got, unsigned want, unsigned safe) const
 {
-    unsigned first = got;
-    while (got < want) {
-        if (got > first && link_->next_follows_socket()) {
-            break;   // the next batch reads the socket first
+    for (unsigned taken = 0; got < want; ++taken, ++got) {
+        if (taken >= safe && link_->next_follows_socket()) {
+            break;   // a later batch reads the socket first
         }
         auto d = link_->take({static_cast<uint8_t *>(rx_iov_[got].iov_base), rx_iov_[got].iov_len});
         if (!d) {
@@ -802,7 +822,7 @@ unsigned roce_fabric::roce_port::take_from_link(unsigned got, unsigned want) con
         rx_msg_[got].msg_hdr.msg_flags   = 0;
         rx_msg_[got].msg_hdr.msg_namelen = sizeof(sockaddr_in);
         rx_seg_[got]                     = d->len;
-        ++got;
+        rx_time_[got]                    = d->time_ns;
     }
     return got;
 }
@@ -813,7 +833,7 @@ bool roce_fabric::roce_port::next_frame(unsigned max) const
         if (rx_next_ == rx_count_ && (rx_drained_ || !receive_batch(max))) {
             return false;
         }
-        unsigned       i = rx_next_;
+        unsigned       i = rx_order_[rx_next_];
         const mmsghdr &m = rx_msg_[i];
         if ((m.msg_hdr.msg_flags & MSG_TRUNC) || m.msg_hdr.msg_namelen != sizeof(sockaddr_in)) {
             ++link_errors_;   // no RoCEv2 packet: the whole datagram goes
