@@ -6,7 +6,10 @@
 # host; prints each figure and the ratio mlx4x/tcp. Needs root. The shared
 # VM's absolute figures drift; the ratios of one run are what to compare.
 # Each round also measures tag_bw with 1% loss on host 2's link, and what
-# share of its loss-free bandwidth each transport keeps.
+# share of its loss-free bandwidth each transport keeps. The column "pkt"
+# is mlx4x with packet sockets (UCX_MLX4X_PACKET_SOCKET=yes, root only:
+# lone datagrams sent straight to the interface, received from a ring),
+# its ratio to tcp last.
 # HOSTS_MTU=9000 gives the links jumbo frames (an IBA MTU of 4096 for
 # mlx4x, as RoCE fabrics are usually set up); default 1500 (IBA MTU 1024).
 # With mpicc, each round also measures MPI's receive overlap (mpi_bench
@@ -42,6 +45,8 @@ run() {
     tls=$1 test=$2 size=$3 n=$4
     port=$((port + 1))
     case $tls in
+        pkt)    env="UCX_TLS=mlx4x,self UCX_MLX4X_NETDEV=eth0 UCX_MLX4X_PACKET_SOCKET=yes"
+                pre=$RUN ;;
         mlx4x*) env="UCX_TLS=$tls UCX_MLX4X_NETDEV=eth0"; pre=$RUN ;;
         *)      env="UCX_TLS=$tls UCX_NET_DEVICES=eth0"; pre= ;;
     esac
@@ -60,14 +65,16 @@ run() {
 }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "-" }'; }
 echo "# link MTU $HOSTS_MTU"
-printf '%-6s %-22s %12s %12s %8s\n' round test mlx4x tcp ratio
+printf '%-6s %-22s %12s %12s %8s %12s %8s\n' round test mlx4x tcp ratio pkt "pkt/tcp"
 r=1
 while [ $r -le "$rounds" ]; do
     for t in "tag_lat 8 20000 us" "tag_bw 1048576 200 MB/s"; do
         set -- $t
         m=$(run mlx4x,self "$1" "$2" "$3")
         c=$(run tcp,self "$1" "$2" "$3")
-        printf '%-6s %-22s %12s %12s %8s\n' "$r" "$1 $2 ($4)" "${m:-fail}" "${c:-fail}" "$(ratio "$m" "$c")"
+        p=$(run pkt "$1" "$2" "$3")
+        printf '%-6s %-22s %12s %12s %8s %12s %8s\n' "$r" "$1 $2 ($4)" "${m:-fail}" "${c:-fail}" \
+            "$(ratio "$m" "$c")" "${p:-fail}" "$(ratio "$p" "$c")"
     done
     # The same bandwidth with 1% loss on host 2's link (both directions),
     # and each transport's share of its loss-free figure just measured.

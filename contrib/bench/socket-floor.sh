@@ -6,14 +6,18 @@
 # under mlx4x's RoCEv2 port (UDP, busy polled) and UCX's tcp (TCP, polled
 # through epoll) on the same veth link. Prints each median (us) and the
 # ratio udp-busy / tcp-busy, the best mlx4x/tcp latency ratio any
-# transport over these sockets can reach. Needs root and a C compiler.
+# transport over these sockets can reach; and packet-ring, the floor under
+# UCX_MLX4X_PACKET_SOCKET (contrib/bench/packet_pingpong.c: sent through a
+# packet socket, received from its ring), with packet-ring / tcp-busy.
+# Needs root and a C compiler.
 set -u
 top_srcdir=$(cd "$(dirname "$0")/../.." && pwd)
 rounds=${1:-2}
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
-cc -O2 -o "$out/socket_pingpong" "$top_srcdir/contrib/bench/socket_pingpong.c" ||
-    { echo "socket-floor: socket_pingpong did not build" >&2; exit 2; }
+cc -O2 -o "$out/socket_pingpong" "$top_srcdir/contrib/bench/socket_pingpong.c" &&
+    cc -O2 -o "$out/packet_pingpong" "$top_srcdir/contrib/bench/packet_pingpong.c" ||
+    { echo "socket-floor: socket_pingpong or packet_pingpong did not build" >&2; exit 2; }
 . "$top_srcdir/test/integration/hosts.sh"
 hosts_up 2 >/dev/null || { echo "socket-floor: hosts_up failed (root?)" >&2; exit 2; }
 trap 'hosts_down; rm -rf "$out"' EXIT
@@ -30,6 +34,14 @@ for round in $(seq 1 "$rounds"); do
         med[$mode]=${line#* }
         echo "round $round $line"
     done
-    awk -v u="${med[udp-busy]}" -v t="${med[tcp-busy]}" -v r="$round" \
-        'BEGIN { if (t > 0) printf "round %s udp-busy/tcp-busy %.2f\n", r, u / t }'
+    port=$((20000 + RANDOM % 20000))
+    mac() { hosts_exec "$1" cat /sys/class/net/eth0/address; }
+    hosts_exec 2 "$out/packet_pingpong" eth0 "$HOST_IP_2" "$HOST_IP_1" "$(mac 1)" "$port" "$n" server &
+    sleep 0.3
+    line=$(hosts_exec 1 timeout 60 "$out/packet_pingpong" eth0 "$HOST_IP_1" "$HOST_IP_2" "$(mac 2)" "$port" "$n" client)
+    wait
+    med[packet-ring]=${line#* }
+    echo "round $round $line"
+    awk -v u="${med[udp-busy]}" -v p="${med[packet-ring]}" -v t="${med[tcp-busy]}" -v r="$round" \
+        'BEGIN { if (t > 0) printf "round %s udp-busy/tcp-busy %.2f packet-ring/tcp-busy %.2f\n", r, u / t, p / t }'
 done

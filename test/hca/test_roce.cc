@@ -1900,11 +1900,12 @@ protected:
 };
 
 // A peer's lone datagrams come through the ring and its GSO batches through
-// the UDP socket: two queues of one stream. Taken queue by queue, the lone
-// ones overtook the batch sent before them (with the socket read every
-// poll, its batch came first and overtook the lone one sent before it). The
-// port merges the two by the kernel's receive times, and a lone datagram
-// sent right after socket datagrams says so (TTL 77).
+// the UDP socket: two queues of one stream. Taken queue by queue, with the
+// socket read every poll, a batch came first and overtook the lone
+// datagram sent before it. The port merges the two by the kernel's receive
+// times. After a batch the next 32 lone datagrams to the peer go by the
+// UDP socket too, and the first through the packet socket after them says
+// so (TTL 77).
 TEST_F(packet_link_hosts, lone_datagrams_and_a_batch_between_them_arrive_in_the_order_sent)
 {
     // A's first frame, sent alone by the UDP socket (send_concurrent), makes
@@ -1930,12 +1931,14 @@ TEST_F(packet_link_hosts, lone_datagrams_and_a_batch_between_them_arrive_in_the_
         ASSERT_EQ(port_a->send(a_to_b(pkt(n, 100)), {}), status::ok);   // one GSO send
     }
     ASSERT_EQ(port_a->end_batch(), status::ok);
-    ASSERT_EQ(port_a->send(a_to_b(pkt(5, 8)), {}), status::ok);   // after the batch: TTL 77
-    ASSERT_EQ(port_a->send(a_to_b(pkt(6, 8)), {}), status::ok);
+    constexpr uint8_t last = 4 + 32 + 2;
+    for (uint8_t n = 5; n <= last; ++n) {   // 32 by the socket, one marked 77, one 76
+        ASSERT_EQ(port_a->send(a_to_b(pkt(n, 8)), {}), status::ok);
+    }
 
-    poll_b_for(6);
-    ASSERT_EQ(sink.got.size(), 6u);
-    for (size_t i = 0; i < 6; ++i) {
+    poll_b_for(last);
+    ASSERT_EQ(sink.got.size(), size_t(last));
+    for (size_t i = 0; i < last; ++i) {
         const auto &f = sink.got[i];
         ASSERT_GT(f.size(), sizeof(ib::lrh) + sizeof(ib::bth));
         EXPECT_EQ(f[sizeof(ib::lrh) + sizeof(ib::bth)], i + 1) << "frame " << i;
@@ -1949,11 +1952,34 @@ TEST_F(packet_link_hosts, lone_datagrams_and_a_batch_between_them_arrive_in_the_
         }
     }
     close(cap);
-    EXPECT_EQ(by_ttl[fabric::packet_link::marker_ttl], 2);           // frames 1 and 6
-    EXPECT_EQ(by_ttl[fabric::packet_link::follows_socket_ttl], 1);   // frame 5
-    // The batch: one GSO packet on a veth that carries it whole, its three
-    // datagrams where the link cuts it.
-    EXPECT_TRUE(by_ttl[64] == 1 || by_ttl[64] == 3) << by_ttl[64];
+    EXPECT_EQ(by_ttl[fabric::packet_link::marker_ttl], 2);           // the first and the last
+    EXPECT_EQ(by_ttl[fabric::packet_link::follows_socket_ttl], 1);   // the one before
+    // The 32 lone ones after the batch, and the batch: one GSO packet on a
+    // veth that carries it whole, its three datagrams where the link cuts it.
+    EXPECT_TRUE(by_ttl[64] == 32 + 1 || by_ttl[64] == 32 + 3) << by_ttl[64];
+}
+
+// A ring with more frames than a poll's batch takes, the first of them
+// marked as following socket datagrams: the socket still gets its slot in
+// the batch. Without it the port took nothing from either queue for ever
+// (an MPI ping-pong's streaming phase ran out of retries).
+TEST_F(packet_link_hosts, a_full_ring_whose_first_frame_waits_for_the_socket_drains_in_order)
+{
+    auto pkt = [](uint8_t n, size_t len) { return send_only(0x77, std::vector<uint8_t>(len, n)); };
+    port_a->begin_batch();
+    for (uint8_t n = 1; n <= 3; ++n) {
+        ASSERT_EQ(port_a->send(a_to_b(pkt(n, 100)), {}), status::ok);
+    }
+    ASSERT_EQ(port_a->end_batch(), status::ok);
+    constexpr uint8_t last = 3 + 32 + 40;   // 32 by the socket, 40 by the ring
+    for (uint8_t n = 4; n <= last; ++n) {
+        ASSERT_EQ(port_a->send(a_to_b(pkt(n, 8)), {}), status::ok);
+    }
+    poll_b_for(last);
+    ASSERT_EQ(sink.got.size(), size_t(last));
+    for (size_t i = 0; i < last; ++i) {
+        EXPECT_EQ(sink.got[i][sizeof(ib::lrh) + sizeof(ib::bth)], i + 1) << "frame " << i;
+    }
 }
 
 // Each seed throws the dice differently: losses of data, of ACKs, of NAKs,

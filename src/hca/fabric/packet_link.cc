@@ -200,6 +200,12 @@ unsigned packet_link::waiting(unsigned max) const
     return n;
 }
 
+uint64_t packet_link::next_time() const
+{
+    const tpacket2_hdr *h = frame_at(ring_, frame_size_, next_);
+    return ready() ? uint64_t(h->tp_sec) * 1'000'000'000 + h->tp_nsec : 0;
+}
+
 bool packet_link::next_follows_socket() const
 {
     constexpr size_t ttl_at = offsetof(roce::ipv4_hdr, ttl);
@@ -223,8 +229,7 @@ std::optional<packet_link::received> packet_link::take(std::span<uint8_t> into)
                 {reinterpret_cast<const uint8_t *>(h) + h->tp_net, h->tp_snaplen}, self_);
             if (d && d->payload.size() <= into.size()) {
                 std::memcpy(into.data(), d->payload.data(), d->payload.size());
-                r = received{d->from, d->payload.size(),
-                             uint64_t(h->tp_sec) * 1'000'000'000 + h->tp_nsec};
+                r = received{d->from, d->payload.size(), next_time()};
             }
         }
         __atomic_store_n(&h->tp_status, TP_STATUS_KERNEL, __ATOMIC_RELEASE);

@@ -73,6 +73,9 @@ public:
     bool next_follows_socket() const;
     /// How many frames wait in the ring, up to `max` (a look, not a take).
     unsigned waiting(unsigned max) const;
+    /// The kernel's receive time of the frame that waits (ns,
+    /// CLOCK_REALTIME); 0 when none waits.
+    uint64_t next_time() const;
     /// The next datagram of the ring copied to `into` (a UDP payload), with
     /// its sender; none when the ring is empty. Frames that are no marked
     /// datagram to this port, or do not fit `into`, are dropped and

@@ -440,7 +440,7 @@ private:
     unsigned read_socket(unsigned first, unsigned want) const;
     /// Datagrams from the packet socket's ring into the batch's slots from
     /// `got` up to `want`; the number of slots filled.
-    unsigned take_from_link(unsigned got, unsigned want, unsigned safe) const;
+    unsigned take_from_link(unsigned got, unsigned want, unsigned safe, uint64_t horizon) const;
     void     order_by_time(unsigned split, unsigned count) const;
     /// The segment of datagram `i` at `off` as the device's frame (LRH
     /// synthesized in front, over the end of the segment before it, which
@@ -500,11 +500,22 @@ private:
     /// (a poll that is not the socket's turn but found a frame in the ring).
     mutable bool     socket_turn_ = true;
     std::unique_ptr<packet_link> link_;   ///< none: the UDP socket alone
-    /// Whether a peer's last datagram left by the UDP socket: its next one
-    /// through the packet socket says so (packet_link::send). By a hash of
-    /// the peer: a collision costs a socket read, not an order.
-    std::array<bool, 64> sent_by_socket_{};
-    static size_t by_socket_slot(const udp_peer &p)
+    /// Which of its two sockets a peer's lone datagrams take. After a GSO
+    /// batch the next socket_sticky_sends go by the UDP socket too: a
+    /// stream of batches (READ responses, multi-packet sends) stays in one
+    /// of the receiver's queues, where the two queues of a stream would
+    /// reorder whenever the kernel delivered a batch behind a lone
+    /// datagram sent after it (tag_bw 1 MiB: 4,886 packets sent again and
+    /// half the bandwidth). The first one through the packet socket after
+    /// socket datagrams says so (packet_link::send). By a hash of the peer:
+    /// a collision costs an order kept by the socket, not a lost one.
+    struct path_to {
+        uint8_t socket_turns   = 0;
+        bool    last_by_socket = false;
+    };
+    static constexpr uint8_t socket_sticky_sends = 32;
+    std::array<path_to, 64>  paths_{};
+    static size_t path_slot(const udp_peer &p)
     {
         return size_t((p.key() * 0x9e3779b97f4a7c15ull) >> 58);
     }
@@ -641,18 +652,24 @@ status roce_fabric::roce_port::send_alone(std::span<const uint8_t> frame)
 /// GSO send that the kernel (or the NIC) cuts into `seg`-byte datagrams.
 status roce_fabric::roce_port::flush_batch()
 {
-    bool &by_socket = sent_by_socket_[by_socket_slot(tx_.to)];
-    if (tx_.count == 1 && link_) {
-        status s = link_->send(tx_.to, {tx_buf_.data() + sizeof(ib::lrh), tx_.bytes}, by_socket);
+    path_to &path = paths_[path_slot(tx_.to)];
+    if (tx_.count == 1 && link_ && path.socket_turns == 0) {
+        status s = link_->send(tx_.to, {tx_buf_.data() + sizeof(ib::lrh), tx_.bytes},
+                               path.last_by_socket);
         if (s != status::unsupported) {   // unsupported: no MAC address yet, by UDP
             if (s != status::no_resource) {
-                tx_       = {};   // sent, or lost on the way: the ACK timer recovers
-                by_socket = false;
+                tx_                 = {};   // sent, or lost on the way: the ACK timer recovers
+                path.last_by_socket = false;
             }
             return s;
         }
     }
-    by_socket = true;
+    if (tx_.count > 1) {
+        path.socket_turns = socket_sticky_sends;
+    } else if (path.socket_turns) {
+        --path.socket_turns;
+    }
+    path.last_by_socket = true;
     sockaddr_in to = sockaddr_of(tx_.to);
     iovec  iov{tx_buf_.data() + sizeof(ib::lrh), tx_.bytes};
     msghdr m{};
@@ -740,18 +757,27 @@ status roce_fabric::roce_port::sent_or_why(size_t len)
 /// are two queues of one stream: a peer's lone datagrams come through the
 /// ring, its GSO batches through the socket, and taken queue by queue a
 /// message's last packet overtook the batch before it (a go-back-N round
-/// each). A ring frame its sender sent right after datagrams of its UDP
-/// socket (packet_link::follows_socket_ttl) is taken only in a batch that
-/// read the socket after the frame had come: those datagrams were queued
-/// before it, so the read took them (it took all there were, or the batch
-/// is full and the frame waits).
+/// each). The frames in the ring before the socket is read have room in
+/// the batch (all but one slot), so that a batch read behind them does not
+/// pass them. A ring
+/// frame its sender sent right after datagrams of its UDP socket
+/// (packet_link::follows_socket_ttl) is taken only in a batch that read the
+/// socket after the frame had come (those datagrams were queued before it)
+/// and read it empty, or up to a datagram received after the frame. Any
+/// other frame of the ring has no datagram of the socket before it that
+/// its sender sent after its last frame of the ring.
 bool roce_fabric::roce_port::receive_batch(unsigned max) const
 {
     unsigned want = std::min(max, rx_batch);
     unsigned seen = link_ ? link_->waiting(want) : 0;
+    unsigned room = std::min(seen, want - 1);   // the socket keeps one: a full ring
+                                                // cannot hold a marked frame for ever
     bool     read = socket_turn_ || (seen && link_->next_follows_socket());
-    unsigned from_socket = read ? read_socket(0, want) : 0;
-    unsigned got = link_ ? take_from_link(from_socket, want, read ? seen : 0) : from_socket;
+    unsigned from_socket = read ? read_socket(0, want - room) : 0;
+    uint64_t horizon     = read && from_socket == want - room ? rx_time_[from_socket - 1]
+                                                              : ~uint64_t{0};
+    unsigned got = link_ ? take_from_link(from_socket, want, read ? seen : 0, horizon)
+                         : from_socket;
     order_by_time(from_socket, got);
     rx_next_    = 0;
     rx_off_     = 0;
@@ -806,11 +832,14 @@ unsigned roce_fabric::roce_port::read_socket(unsigned first, unsigned want) cons
 }
 
 /// A frame that follows socket datagrams is taken only among the first
-/// `safe` (those in the ring before the socket was read).
-unsigned roce_fabric::roce_port::take_from_link(unsigned got, unsigned want, unsigned safe) const
+/// `safe` (those in the ring before the socket was read) and not after
+/// `horizon` (the receive time of the last datagram the socket gave, when
+/// it may hold more).
+unsigned roce_fabric::roce_port::take_from_link(unsigned got, unsigned want, unsigned safe,
+                                                uint64_t horizon) const
 {
     for (unsigned taken = 0; got < want; ++taken, ++got) {
-        if (taken >= safe && link_->next_follows_socket()) {
+        if (link_->next_follows_socket() && (taken >= safe || link_->next_time() > horizon)) {
             break;   // a later batch reads the socket first
         }
         auto d = link_->take({static_cast<uint8_t *>(rx_iov_[got].iov_base), rx_iov_[got].iov_len});
