@@ -435,9 +435,9 @@ private:
     /// datagrams if none was.
     bool next_frame(unsigned max) const;
     bool receive_batch(unsigned max) const;
-    /// Datagrams from the socket into the batch's slots from `first` up to
-    /// `want`; how many.
-    unsigned read_socket(unsigned first, unsigned want) const;
+    /// Up to `want` datagrams from the socket into the batch's first
+    /// slots; how many.
+    unsigned read_socket(unsigned want) const;
     /// Datagrams from the packet socket's ring into the batch's slots from
     /// `got` up to `want`; the number of slots filled.
     unsigned take_from_link(unsigned got, unsigned want, unsigned safe, uint64_t horizon) const;
@@ -759,13 +759,12 @@ status roce_fabric::roce_port::sent_or_why(size_t len)
 /// message's last packet overtook the batch before it (a go-back-N round
 /// each). The frames in the ring before the socket is read have room in
 /// the batch (all but one slot), so that a batch read behind them does not
-/// pass them. A ring
-/// frame its sender sent right after datagrams of its UDP socket
-/// (packet_link::follows_socket_ttl) is taken only in a batch that read the
-/// socket after the frame had come (those datagrams were queued before it)
-/// and read it empty, or up to a datagram received after the frame. Any
-/// other frame of the ring has no datagram of the socket before it that
-/// its sender sent after its last frame of the ring.
+/// pass them. A ring frame its sender sent right after datagrams of its UDP
+/// socket (packet_link::follows_socket_ttl) is taken only in a batch that
+/// read the socket after the frame had come (those datagrams were queued
+/// before it) and read it empty, or up to a datagram received after the
+/// frame. Any other frame of the ring has no datagram of the socket before
+/// it that its sender sent after its last frame of the ring.
 bool roce_fabric::roce_port::receive_batch(unsigned max) const
 {
     unsigned want = std::min(max, rx_batch);
@@ -773,7 +772,7 @@ bool roce_fabric::roce_port::receive_batch(unsigned max) const
     unsigned room = std::min(seen, want - 1);   // the socket keeps one: a full ring
                                                 // cannot hold a marked frame for ever
     bool     read = socket_turn_ || (seen && link_->next_follows_socket());
-    unsigned from_socket = read ? read_socket(0, want - room) : 0;
+    unsigned from_socket = read ? read_socket(want - room) : 0;
     uint64_t horizon     = read && from_socket == want - room ? rx_time_[from_socket - 1]
                                                               : ~uint64_t{0};
     unsigned got = link_ ? take_from_link(from_socket, want, read ? seen : 0, horizon)
@@ -797,18 +796,18 @@ void roce_fabric::roce_port::order_by_time(unsigned split, unsigned count) const
     }
 }
 
-unsigned roce_fabric::roce_port::read_socket(unsigned first, unsigned want) const
+unsigned roce_fabric::roce_port::read_socket(unsigned want) const
 {
-    for (unsigned i = first; i < want; ++i) {
+    for (unsigned i = 0; i < want; ++i) {
         rx_msg_[i].msg_hdr = {&rx_from_[i], sizeof(sockaddr_in), &rx_iov_[i], 1,
                               rx_ctl_[i].bytes, sizeof(rx_ctl_[i].bytes), 0};
     }
-    int got = recvmmsg(sock_, rx_msg_.data() + first, want - first, MSG_DONTWAIT, nullptr);
+    int got = recvmmsg(sock_, rx_msg_.data(), want, MSG_DONTWAIT, nullptr);
     if (got <= 0) {
         return 0;
     }
     polls_since_datagram_ = 0;
-    for (unsigned i = first; i < first + unsigned(got); ++i) {
+    for (unsigned i = 0; i < unsigned(got); ++i) {
         // A GSO batch read whole (UDP_GRO) names its segments' size; the
         // receive time is there with a packet socket (SO_TIMESTAMPNS).
         msghdr &h = rx_msg_[i].msg_hdr;
