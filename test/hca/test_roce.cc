@@ -105,6 +105,21 @@ std::array<uint8_t, 4> reference_icrc(std::vector<uint8_t> ip_udp, std::vector<u
     return {uint8_t(c), uint8_t(c >> 8), uint8_t(c >> 16), uint8_t(c >> 24)};
 }
 
+/// The device's frame of `pkt` (BTH through pad) from LID `slid` to `dlid`:
+/// an LRH, then the packet without its pad (the in-host fabrics carry none).
+std::vector<uint8_t> frame_of(const std::vector<uint8_t> &pkt, uint16_t dlid, uint16_t slid)
+{
+    ib::lrh l{};
+    l.sl_lnh = ib::lnh_iba_local;
+    l.dlid.set(dlid);
+    l.slid.set(slid);
+    std::vector<uint8_t> frame(sizeof(l));
+    std::memcpy(frame.data(), &l, sizeof(l));
+    size_t pad = (pkt[1] >> 4) & 3;
+    frame.insert(frame.end(), pkt.begin(), pkt.end() - long(pad));
+    return frame;
+}
+
 std::vector<uint8_t> bytes_of(const roce::ipv4_hdr &ip, const roce::udp_hdr &udp)
 {
     std::vector<uint8_t> v(sizeof(ip) + sizeof(udp));
@@ -421,15 +436,7 @@ struct roce_port_test : ::testing::Test {
     {
         auto to = fab.resolve({localhost, other.port});
         EXPECT_TRUE(to.ok());
-        ib::lrh l{};
-        l.sl_lnh = ib::lnh_iba_local;
-        l.dlid.set(to.ok() ? *to : 0);
-        l.slid.set(port->lid());
-        std::vector<uint8_t> frame(sizeof(l));
-        std::memcpy(frame.data(), &l, sizeof(l));
-        size_t pad = (pkt[1] >> 4) & 3;
-        frame.insert(frame.end(), pkt.begin(), pkt.end() - long(pad));
-        return frame;
+        return frame_of(pkt, to.ok() ? *to : 0, port->lid());
     }
 };
 
@@ -1880,15 +1887,7 @@ protected:
     {
         auto to = fab_a->resolve({addr_b, fab_b->udp_port_of(port_b->port_guid())});
         EXPECT_TRUE(to.ok());
-        ib::lrh l{};
-        l.sl_lnh = ib::lnh_iba_local;
-        l.dlid.set(to.ok() ? *to : 0);
-        l.slid.set(port_a->lid());
-        std::vector<uint8_t> frame(sizeof(l));
-        std::memcpy(frame.data(), &l, sizeof(l));
-        size_t pad = (pkt[1] >> 4) & 3;
-        frame.insert(frame.end(), pkt.begin(), pkt.end() - long(pad));
-        return frame;
+        return frame_of(pkt, to.ok() ? *to : 0, port_a->lid());
     }
     /// Polls port B until `n` frames came or many polls passed.
     void poll_b_for(size_t n)

@@ -72,6 +72,34 @@ else
     fail "UCX_MLX4X_NETDEV=no-such-if0 (exit $rc)"; echo "$out" | tail -n 3
 fi
 
+# 2f. UCX_MLX4X_PACKET_SOCKET: a value other than yes, no or try (UCX also
+# takes "maybe" for try) is refused by name; "yes" where the process may
+# not open a packet socket (no CAP_NET_RAW: run as nobody where this test
+# is root) is an error that says why, not a device quietly on UDP alone.
+out=$(UCX_MLX4X_PACKET_SOCKET=sometimes timeout 60 "$RUN" ucx_info -d 2>&1); rc=$?
+if [ $rc -ne 124 ] && echo "$out" | grep -q "PACKET_SOCKET" &&
+   ! echo "$out" | grep -q "Transport: mlx4x"; then
+    ok "UCX_MLX4X_PACKET_SOCKET=sometimes: refused with a clear error"
+else
+    fail "UCX_MLX4X_PACKET_SOCKET=sometimes (exit $rc)"; echo "$out" | tail -n 3
+fi
+netdev=$(ip -o -4 route show default 2>/dev/null | awk '{ print $5; exit }')
+if [ "$(id -u)" -eq 0 ] && [ -n "$netdev" ] && command -v setpriv >/dev/null; then
+    out=$(UCX_MLX4X_PACKET_SOCKET=yes UCX_MLX4X_NETDEV="$netdev" \
+          UCX_MLX4X_FABRIC="mlx4x-bad-input-$$" timeout 60 \
+          setpriv --reuid=65534 --regid=65534 --clear-groups --inh-caps=-all \
+          "$RUN" ucx_info -d 2>&1); rc=$?
+    if [ $rc -ne 124 ] && echo "$out" | grep -q "no packet socket on $netdev" &&
+       echo "$out" | grep -q "CAP_NET_RAW" && ! echo "$out" | grep -q "Transport: mlx4x"; then
+        ok "UCX_MLX4X_PACKET_SOCKET=yes without CAP_NET_RAW: refused with a clear error"
+    else
+        fail "UCX_MLX4X_PACKET_SOCKET=yes without CAP_NET_RAW (exit $rc)"; echo "$out" | tail -n 3
+    fi
+    rm -f "/dev/shm/mlx4x-bad-input-$$"
+else
+    skip "UCX_MLX4X_PACKET_SOCKET=yes without CAP_NET_RAW: needs root, a default route and setpriv"
+fi
+
 # 3. Running inside a UCX of another version: the plugin stays out of UCX
 # with one clear line. A preloaded ucp_get_version() stands in for it.
 tmp=$(mktemp -d)

@@ -100,6 +100,19 @@ shaped_job() {
     fi
 }
 pp_ok() { [ "$rc" -eq 0 ] && grep -q "^# OK: 0 data errors" "$log"; }
+# capture_start FILE / capture_stop: dumpcap of host 2's eth0 (UDP) around a job.
+capture_start() {
+    hosts_exec 2 dumpcap -q -i eth0 -f udp -w "$1" 2>/dev/null &
+    dpid=$!
+    sleep 1
+}
+capture_stop() {
+    sleep 1
+    for p in $(ip netns pids "$HOST_NS_2"); do   # dumpcap, under the agent's shells
+        [ "$(cat /proc/$p/comm 2>/dev/null)" = dumpcap ] && kill -INT "$p"
+    done
+    wait $dpid 2>/dev/null
+}
 # sum NAME: a counter of every rank's device, added up (printed at close).
 sum() { awk -v c="$1" '$1 == c && NF == 2 { t += $2 } END { print t + 0 }' "$log"; }
 show() { grep -v '^[0-9]' "$log" | grep -vE '^[a-z_]+ [0-9]+$' | tail -n 15; }
@@ -114,15 +127,9 @@ for h in 1 2; do
         fail "(a) ethtool -K eth0 tx-udp-segmentation off on host $h (install-deps.sh installs ethtool)"
 done
 cap="$HOSTS_DIR/roce.pcapng"
-hosts_exec 2 dumpcap -q -i eth0 -f udp -w "$cap" 2>/dev/null &
-dpid=$!
-sleep 1
+capture_start "$cap"
 job 1 "$pp" $pp_max
-sleep 1
-for p in $(ip netns pids "$HOST_NS_2"); do   # dumpcap, under the agent's shells
-    [ "$(cat /proc/$p/comm 2>/dev/null)" = dumpcap ] && kill -INT "$p"
-done
-wait $dpid 2>/dev/null
+capture_stop
 payload=$(( (2 * pp_max - 1) * 45 ))   # each rank sends 45 messages of each size at least
 ranks_ok=$(awk -v min=$payload '$1 == "tx_bytes" && $2 >= min { n++ } END { print n + 0 }' "$log")
 if pp_ok && [ "$ranks_ok" -eq 2 ]; then
@@ -160,17 +167,11 @@ fi
 # Still with the veths cutting GSO batches, so that the capture holds what
 # a wire would.
 cap="$HOSTS_DIR/roce-packet.pcapng"
-hosts_exec 2 dumpcap -q -i eth0 -f udp -w "$cap" 2>/dev/null &
-dpid=$!
-sleep 1
+capture_start "$cap"
 packet_socket=yes
 job 1 "$pp" 65536
 packet_socket=no
-sleep 1
-for p in $(ip netns pids "$HOST_NS_2"); do
-    [ "$(cat /proc/$p/comm 2>/dev/null)" = dumpcap ] && kill -INT "$p"
-done
-wait $dpid 2>/dev/null
+capture_stop
 if pp_ok; then
     ok "(a) packet sockets: ping-pong 1 B .. 65536 B verified (${secs} s; naks_sent $(sum naks_sent), duplicates $(sum duplicates))"
 else
