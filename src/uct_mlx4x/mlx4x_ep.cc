@@ -165,8 +165,12 @@ status endpoint::create_qp()
         s != status::ok) {
         return s;
     }
+    if (std::bit_ceil(qp_->caps().max_send_wr) > slot_stack::max_slots) {
+        return status::invalid_param;
+    }
     ops.assign(std::bit_ceil(qp_->caps().max_send_wr), tx_op{});
     ops_mask = uint32_t(ops.size() - 1);
+    free_bounce.reset(ops.size());
     sq_psn  = random_psn();
     conn_id = i.add_ep(this);
     return status::ok;

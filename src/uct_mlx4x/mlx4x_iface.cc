@@ -505,6 +505,7 @@ void endpoint::complete_next(ucs_status_t st)
     if (o.comp) {
         uct_invoke_completion(o.comp, st);
     }
+    free_bounce.give_back(o.bounce);
     o = tx_op{};
 }
 

@@ -7,6 +7,7 @@
 #include "uct_mlx4x/mlx4x_abi.h"
 #include "uct_mlx4x/mlx4x_conn.h"
 #include "uct_mlx4x/mlx4x_node.h"
+#include "uct_mlx4x/mlx4x_slot_stack.h"
 #include "hca/drv/verbs.h"
 #include "hca/ib/ib_tm.h"
 #include "mad/sm.h"
@@ -320,6 +321,7 @@ struct tx_op {
     const void           *data   = nullptr;
     uint32_t              length = 0;
     bool                  signaled = false;   ///< holds a send CQ credit
+    uint16_t              bounce   = 0;       ///< the bounce slot it holds
 };
 
 class endpoint {
@@ -362,9 +364,12 @@ public:
     uint32_t           ops_mask = 0;   ///< ops.size() - 1 (a power of two)
     alignas(8) uint64_t atomic_sink = 0;    ///< result of atomic posts
 
+    slot_stack free_bounce;   ///< bounce slots no WQE holds
+
     tx_op &op(uint32_t counter) { return ops[counter & ops_mask]; }
-    /// The bounce buffer of the next WQE (as many as ops, one per SQ slot).
-    uint8_t *bounce_slot() { return bounce.slot(posted & ops_mask); }
+    /// The bounce buffer of the next WQE (as many as ops: one is always
+    /// free for it).
+    uint8_t *bounce_slot() { return bounce.slot(free_bounce.top()); }
     /// The same, for a packet whose payload UCP packs behind our header:
     /// bounce_headroom bytes into the slot.
     uint8_t *bounce_slot_for_pack() { return bounce_slot() + bounce_headroom; }

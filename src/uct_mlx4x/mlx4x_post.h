@@ -75,6 +75,7 @@ inline bool wants_cqe(endpoint &e, const tx_op &op, bool signal)
     tx_op &o = e.op(e.posted++);
     o = op;
     o.signaled = signal;
+    o.bounce   = e.free_bounce.take();
     if (signal) {
         e.owner().tx_credit_take();
         e.signaled_upto = e.posted;

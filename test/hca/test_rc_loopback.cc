@@ -248,6 +248,42 @@ TEST_F(rc_send_full_queue, blueflame_write_behind_a_waiting_wqe_does_not_overtak
     expect_all_in_order(n);
 }
 
+// The device knows which WQE a BlueFlame write is by the counter in it
+// (prm::bf_wqe_counter, libmlx4's owner_opcode[23:8]), not by reading the
+// queue's next slot: a write whose counter names an earlier WQE (a stale
+// copy of the one sent before) while the next is waiting, and the slot
+// after that is empty, is not sent in its place. The waiting WQE goes
+// from the queue, with its own data.
+TEST_F(rc_send_full_queue, blueflame_write_of_an_earlier_wqe_is_not_sent_for_the_waiting_one)
+{
+    constexpr int n = 3;
+    start_with_receives(n);
+    for (int i = 0; i < n; ++i) {
+        ASSERT_EQ(send(i), status::ok);
+    }
+    ASSERT_GT(a.counter(dev::counter::fabric_busy), 0u);   // WQE 2 waits
+    b.ctx->progress();                                     // room again
+    uint64_t bf_sends = a.counter(dev::counter::blueflame_sends);
+
+    // WQE 1 once more, as the driver wrote it: an inline SEND of 16 'b's.
+    alignas(64) uint8_t wqe[prm::bf_buf_size] = {};
+    prm::wqe_ctrl_seg ctrl{};
+    ctrl.owner_opcode.set(uint32_t(prm::send_opcode::send) | 1u << prm::bf_wqe_counter_shift);
+    uint32_t qpn    = a.qp->qpn();
+    ctrl.vlan_tag.set(uint16_t(qpn >> 8));
+    ctrl.ins_vlan   = uint8_t(qpn);
+    ctrl.fence_size = 3;   // 48 bytes: control, inline header and data
+    ctrl.srcrb_flags.set(prm::ctrl_cq_update);
+    std::memcpy(wqe, &ctrl, sizeof(ctrl));
+    be32 inline_hdr = be32::of(prm::inline_seg_flag | msg_size);
+    std::memcpy(wqe + sizeof(ctrl), &inline_hdr, sizeof(inline_hdr));
+    std::memset(wqe + sizeof(ctrl) + sizeof(inline_hdr), 'b', msg_size);
+    a.ctx->write_blueflame(0, {wqe, 64});
+
+    EXPECT_EQ(a.counter(dev::counter::blueflame_sends), bf_sends);
+    expect_all_in_order(n);   // WQE 2 arrives as 'c's, not as the 'b's
+}
+
 // A full ring does not say when it has room again, so a packet it pushed
 // back is sent again only when the device next runs. A process that sleeps
 // meanwhile (UCT's event_arm sets its timer from next_timer_ns()) is woken

@@ -510,14 +510,15 @@ inline status qp::write_atomic_seg(const send_wr &wr, uint8_t *wqe, size_t &off,
 /// `bytes`, then ownership, then the doorbell. A WQE with its data inline
 /// goes by BlueFlame when it fits a buffer, as libmlx4 posts one
 /// (mlx4_post_send): the write carries the WQE, so the device need not
-/// fetch it. The QPN rides in the control segment (prm::bf_qpn).
+/// fetch it. The QPN and the WQE's counter ride in the control segment
+/// (prm::bf_qpn, prm::bf_wqe_counter).
 inline status qp::publish_send(uint32_t idx, uint8_t *wqe, wr_opcode op, uint32_t flags,
                                uint32_t imm, uint64_t wr_id, size_t bytes, uint32_t opmod,
                                bool blueflame)
 {
     size_t ds     = (bytes + prm::seg_size - 1) / prm::seg_size;
     size_t bf_len = (bytes + prm::inline_align - 1) & ~size_t(prm::inline_align - 1);
-    blueflame = blueflame && bf_len <= prm::bf_buf_size &&
+    blueflame = blueflame && opmod == 0 && bf_len <= prm::bf_buf_size &&
                 bf_len <= size_t{1} << sq_log_stride_;
     // Everything but the owner/opcode word first, in place (store_field:
     // a stack copy of the segment stalled a fifth of a small post).
@@ -533,6 +534,7 @@ inline status qp::publish_send(uint32_t idx, uint8_t *wqe, wr_opcode op, uint32_
     sq_wrid_[idx & (sq_size_ - 1)] = wr_id;
     uint32_t owner_opcode = uint32_t(detail::to_prm(op)) |
                             opmod << prm::wqe_opmod_shift |
+                            (blueflame ? (idx & 0xffff) << prm::bf_wqe_counter_shift : 0) |
                             ((idx & sq_size_) ? prm::wqe_owner_bit : 0);
     // ...then ownership: the device may start on the WQE as soon as the
     // owner bit is right, so the release orders the descriptor before it.

@@ -54,11 +54,15 @@ inline bool window_open(const qp &q)
 [[gnu::always_inline]] inline requester::single_tx
 requester::send_blueflame(qp &q, std::span<const uint8_t> wqe)
 {
-    // The write is the WQE at cur_wqe only when that is the last one
-    // posted: an earlier one still waiting goes first, from the queue.
+    // The write must be the WQE at cur_wqe: an earlier one still waiting
+    // goes first, from the queue. Its counter says which it is
+    // (prm::bf_wqe_counter; the queue holds fewer than 2^16 WQEs, so 16
+    // bits name it); reading the queue's next slot to see whether a later
+    // one was posted was a cache miss per send, that slot last written a
+    // whole queue before.
     if (q.state != prm::qp_state::rts || q.req.sending || !q.req.tx_fast ||
-        q.comp.rnr_until || !window_open(q) ||
-        !sq_wqe_ready(q, q.req.cur_wqe) || sq_wqe_ready(q, q.req.cur_wqe + 1)) {
+        q.comp.rnr_until || !window_open(q) || !sq_wqe_ready(q, q.req.cur_wqe) ||
+        prm::bf_wqe_counter(wqe.data()) != uint16_t(q.req.cur_wqe)) {
         return single_tx::not_single;
     }
     return send_single_packet(q, wqe.data(), wqe.size());

@@ -59,7 +59,7 @@ constexpr size_t   inline_align    = 64;         ///< inline chunks never cross
 constexpr size_t   seg_size        = 16;
 
 struct wqe_ctrl_seg {
-    be32    owner_opcode;  ///< [31] owner, [4:0] opcode
+    be32    owner_opcode;  ///< [31] owner, [23:8] BlueFlame counter, [4:0] opcode
     be16    vlan_tag;
     uint8_t ins_vlan;
     uint8_t fence_size;    ///< [6] fence, [5:0] WQE size in 16-byte units
@@ -83,6 +83,21 @@ inline wqe_ctrl_seg load_ctrl_seg(const uint8_t *p)
     load_field(p, offsetof(wqe_ctrl_seg, srcrb_flags), c.srcrb_flags);
     load_field(p, offsetof(wqe_ctrl_seg, imm), c.imm);
     return c;
+}
+
+/// A BlueFlame WQE's counter: as libmlx4 (mlx4_post_send) does, the driver
+/// ORs the low 16 bits of its send queue's head into owner_opcode [23:8] of
+/// a WQE it writes to a BlueFlame buffer, so the device knows which WQE the
+/// write is without reading the queue. (Elsewhere [11:8] are a masked
+/// atomic's opmod; an atomic never goes by BlueFlame: no inline data.)
+constexpr unsigned bf_wqe_counter_shift = 8;
+/// The counter of the BlueFlame WQE at `p` (its control segment's first
+/// word only).
+inline uint16_t bf_wqe_counter(const uint8_t *p)
+{
+    be32 owner_opcode;
+    load_field(p, offsetof(wqe_ctrl_seg, owner_opcode), owner_opcode);
+    return uint16_t(owner_opcode.get() >> bf_wqe_counter_shift);
 }
 
 /// A BlueFlame WQE's QPN (prm_db.h): the big-endian word at vlan_tag holds
