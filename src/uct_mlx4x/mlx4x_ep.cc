@@ -39,18 +39,47 @@ void slot_unmapper::operator()(uint8_t *p) const
     munmap(p, length);
 }
 
-/// `n` bounce or receive slots of `slot_size` bytes, registered once.
-status make_slots(drv::context &ctx, uint32_t pd, slot_area &a, size_t n,
-                  size_t slot_size)
+/// `length` bytes of anonymous memory, on transparent huge pages if
+/// `huge`: the mapping is placed on a 2 MiB boundary (over-mapped, the
+/// ends given back) and advised (MADV_HUGEPAGE, for kernels in "madvise"
+/// mode). Without huge pages it is still a plain mapping.
+static uint8_t *map_slots(size_t length, bool huge)
 {
-    size_t length = n * slot_size;
-    void  *p = mmap(nullptr, length, PROT_READ | PROT_WRITE,
-                    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    constexpr size_t huge_page = size_t{2} << 20;
+    size_t span = huge ? length + huge_page : length;
+    void  *p    = mmap(nullptr, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+                       -1, 0);
     if (p == MAP_FAILED) {
+        return nullptr;
+    }
+    auto *base = static_cast<uint8_t *>(p);
+    if (!huge) {
+        return base;
+    }
+    auto *aligned = reinterpret_cast<uint8_t *>(
+        (reinterpret_cast<uintptr_t>(base) + huge_page - 1) & ~(huge_page - 1));
+    if (aligned > base) {
+        munmap(base, size_t(aligned - base));
+    }
+    if (size_t tail = size_t(base + span - (aligned + length)); tail) {
+        munmap(aligned + length, tail);
+    }
+    (void)madvise(aligned, length, MADV_HUGEPAGE);   // a hint: fine if refused
+    return aligned;
+}
+
+/// `n` bounce or receive slots of `slot_size` bytes, registered once;
+/// `huge`: on transparent huge pages (the interface's receive buffers).
+status make_slots(drv::context &ctx, uint32_t pd, slot_area &a, size_t n, size_t slot_size,
+                  bool huge)
+{
+    size_t   length = n * slot_size;
+    uint8_t *p      = map_slots(length, huge);
+    if (!p) {
         return status::no_memory;
     }
     a.slot_size = slot_size;
-    a.mem = {static_cast<uint8_t *>(p), slot_unmapper{length}};
+    a.mem = {p, slot_unmapper{length}};
     auto r = drv::mr::reg(ctx, pd, a.mem.get(), length, all_access);
     if (!r.ok()) {
         return r.error();

@@ -174,7 +174,7 @@ status interface::init_receive_queue(bool tm)
         return sr.error();
     }
     srq_ = sr.take();
-    if (status s = make_slots(ctx(), md_.pd(), rx_bufs_, rx_bufs, seg_size_); s != status::ok) {
+    if (status s = make_slots(ctx(), md_.pd(), rx_bufs_, rx_bufs, seg_size_, true); s != status::ok) {
         return s;
     }
     for (uint32_t i = 0; i < rx_bufs - 1; ++i) {

@@ -304,7 +304,8 @@ constexpr uint64_t atomic_fetch_ops = atomic_post_ops | UCS_BIT(UCT_ATOMIC_OP_SW
 constexpr uint32_t all_access = drv::access_local_write | drv::access_remote_write |
                                 drv::access_remote_read | drv::access_remote_atomic;
 // Shared by endpoints and the interface (mlx4x_ep.cc).
-status make_slots(drv::context &ctx, uint32_t pd, slot_area &a, size_t n, size_t slot_size);
+status make_slots(drv::context &ctx, uint32_t pd, slot_area &a, size_t n, size_t slot_size,
+                  bool huge = false);
 uint32_t random_psn();
 drv::direct_window peer_direct(const mad::cm::peer_info &p);
 

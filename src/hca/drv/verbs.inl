@@ -4,6 +4,7 @@
 #pragma once
 
 #include "hca/base/copy.h"
+#include "hca/base/prefetch.h"
 
 #include <cstddef>
 #include <cstring>
@@ -779,6 +780,10 @@ inline cq::next cq::poll_srq_receive(srq &s, srq_receive &r)
     load_field(entry, offsetof(prm::cqe, byte_cnt), byte_cnt);
     load_field(entry, offsetof(prm::cqe, wqe_index), wqe_index);
     ++cons_index_;
+    // The next entry, for the device's write and our next poll, which
+    // comes after UCX handled this message: it was last touched a whole
+    // queue ago (the load of its owner byte missed on every message).
+    prefetch_for_write(cqe_at(cons_index_));
     r.wr_id         = s.complete(wqe_index.get());
     r.byte_len      = byte_cnt.get();
     r.tm_unexpected = tm;

@@ -217,6 +217,7 @@ requester::send_single_packet(qp &q, const uint8_t *wqe, size_t room)
     if (int32_t(q.req.cur_wqe - q.req.sq_head) > 0) {
         q.req.sq_head = q.req.cur_wqe;
     }
+    prefetch_next_wqe(q);
     return single_tx::sent;
 }
 

@@ -409,6 +409,7 @@ void requester::request_packet_sent(qp &q, const send_wqe &w, uint32_t psn, bool
         if (int32_t(q.req.cur_wqe - q.req.sq_head) > 0) {
             q.req.sq_head = q.req.cur_wqe;
         }
+        prefetch_next_wqe(q);
     } else {
         q.req.sending    = true;
         q.req.cur_offset = next;
