@@ -401,16 +401,8 @@ status interface::post_rx(uint32_t slot)
     return srq_->post_recv(slot, {&s, 1});
 }
 
-unsigned interface::progress()
+unsigned interface::progress_work()
 {
-    // The idle call of a quiet device, in one check: no upkeep owed, no
-    // completion, no pending send, nothing for the device
-    // (hw::function::idle_call). event_arm() leaves all of these to
-    // progress.
-    if (!upkeep_owed_ && !recv_cq_->ready() && !sends_to_complete() && !srq_->has_dropped() &&
-        ctx().idle_call()) {
-        return 0;
-    }
     // A call that hands received messages to UCX returns right after them:
     // the rest of the device's slice (their ACKs, requests, timers) and the
     // interface's upkeep wait for the next call, so an MPI reply, sent once

@@ -401,7 +401,23 @@ public:
     ~interface();
     status init(const uct_iface_params_t &params);
 
-    unsigned progress();
+    /// UCT's progress. The idle call of a quiet device is answered here, in
+    /// one check: no upkeep owed, no completion, no pending send, nothing
+    /// for the device (hw::function::idle_call); event_arm() leaves all of
+    /// these to progress. Inline in the UCT entry point: MPI's wait loops
+    /// call it 100 times between yields (Open MPI's
+    /// pml_ucx_progress_iterations), so on shared cores the idle call's
+    /// length is how long a waiting rank holds the core.
+    unsigned progress()
+    {
+        if (!upkeep_owed_ && !recv_cq_->ready() && !sends_to_complete() &&
+            !srq_->has_dropped() && ctx().idle_call()) {
+            return 0;
+        }
+        return progress_work();
+    }
+    /// The rest of a progress call: something to do.
+    unsigned progress_work();
     drv::context &ctx() { return md_.ctx(); }
     memory_domain &domain() { return md_; }
     /// UCT's is_reachable: the peer's device is on this fabric.

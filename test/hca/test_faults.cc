@@ -252,13 +252,15 @@ TEST_F(peer, a_send_reads_no_clock_its_ack_timer_starts_at_the_next_slice)
     EXPECT_EQ(a.counter(dev::counter::retransmits), 0u);
 }
 
-TEST_F(peer, quiet_device_runs_its_passes_every_16th_idle_call)
+TEST_F(peer, quiet_device_runs_its_passes_every_quiet_timer_period_th_idle_call)
 {
     // An idle progress call of a quiet device (nothing arrived, nothing to
     // send) skips the requester, responder and timer passes; they run every
-    // 16th such call, and on the call after any doorbell. IBA 9.7.6.1.3:
-    // an expired ACK timer is still seen (at most 15 calls late, against a
-    // timeout of milliseconds). b is gone, so the timer retransmits.
+    // quiet_timer_period-th (64th) such call, and on the call after any
+    // doorbell. IBA 9.7.6.1.3: an expired ACK timer is still seen (at most
+    // 63 calls late, against a timeout of milliseconds). b is gone, so the
+    // timer retransmits.
+    constexpr int period = dev::device::quiet_timer_period;
     auto idle_call = [&] {
         (void)a.ctx->progress_receive(64);
         a.ctx->progress_finish();
@@ -270,11 +272,11 @@ TEST_F(peer, quiet_device_runs_its_passes_every_16th_idle_call)
     ASSERT_NE(a.ctx->next_timer_ns(), 0u);
     ASSERT_NE(a.ctx->next_timer_ns(), dev::timer_at_next_slice);
     manual_clock::advance(a.ctx->next_timer_ns() - manual_clock::now_ns);
-    for (int i = 1; i < 16; ++i) {
+    for (int i = 1; i < period; ++i) {
         EXPECT_TRUE(idle_call()) << "call " << i;
     }
     EXPECT_EQ(a.counter(dev::counter::retransmits), 0u);
-    EXPECT_FALSE(idle_call());   // the 16th: timers, the rewind
+    EXPECT_FALSE(idle_call());   // the period's last: timers, the rewind
     EXPECT_EQ(a.counter(dev::counter::retransmits), 0u);   // counted when sent again
     EXPECT_FALSE(idle_call());   // a timer fired: the resend
     EXPECT_EQ(a.counter(dev::counter::retransmits), 1u);
@@ -285,9 +287,9 @@ TEST_F(peer, quiet_device_runs_its_passes_every_16th_idle_call)
     EXPECT_FALSE(idle_call());
     EXPECT_TRUE(idle_call());
     // A message a BlueFlame write sent whole leaves nothing for a pass: the
-    // device stays quiet, and the next pass (the 16th call) starts the ACK
-    // timer of its packet.
-    for (int i = 2; i < 16; ++i) {
+    // device stays quiet, and the next pass (the period's last call) starts
+    // the ACK timer of its packet.
+    for (int i = 2; i < period; ++i) {
         ASSERT_TRUE(idle_call());   // the timers of sends 1 and 2 are not due
     }
     EXPECT_FALSE(idle_call());
@@ -295,7 +297,7 @@ TEST_F(peer, quiet_device_runs_its_passes_every_16th_idle_call)
     ASSERT_EQ(a.post_send(3, src.data(), 16, 0, drv::send_signaled | drv::send_inline),
               status::ok);
     ASSERT_EQ(a.counter(dev::counter::blueflame_sends), bf_sends + 1);
-    for (int i = 1; i < 16; ++i) {
+    for (int i = 1; i < period; ++i) {
         EXPECT_TRUE(idle_call()) << "call " << i;
     }
     EXPECT_FALSE(idle_call());

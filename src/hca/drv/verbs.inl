@@ -685,7 +685,11 @@ inline uint64_t srq::complete(uint16_t wqe_index)
 
 inline bool cq::ready() const
 {
-    poll_lock g(*this);
+    if (shared_poll_) [[unlikely]] {
+        poll_lock g(*this);
+        return sw_owned(owner_of(cqe_at(cons_index_)), cons_index_);
+    }
+    // Every idle progress call asks this twice: no lock object to build.
     return sw_owned(owner_of(cqe_at(cons_index_)), cons_index_);
 }
 
