@@ -122,6 +122,8 @@ private:
     {
         return bool(owner & prm::cqe_owner_mask) == bool(i & size_);
     }
+    /// Whether the CQE at the consumer index is (a completion to poll).
+    bool next_is_sw_owned() const { return sw_owned(owner_of(cqe_at(cons_index_)), cons_index_); }
 
     /// Held around a shared-poll CQ's consumer state; a no-op otherwise.
     class poll_lock {

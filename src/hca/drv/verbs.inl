@@ -685,12 +685,13 @@ inline uint64_t srq::complete(uint16_t wqe_index)
 
 inline bool cq::ready() const
 {
+    // Every idle progress call asks this twice: a private CQ builds no
+    // lock object.
     if (shared_poll_) [[unlikely]] {
         poll_lock g(*this);
-        return sw_owned(owner_of(cqe_at(cons_index_)), cons_index_);
+        return next_is_sw_owned();
     }
-    // Every idle progress call asks this twice: no lock object to build.
-    return sw_owned(owner_of(cqe_at(cons_index_)), cons_index_);
+    return next_is_sw_owned();
 }
 
 inline unsigned cq::poll(std::span<wc> wcs)
