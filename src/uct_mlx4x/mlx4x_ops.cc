@@ -281,7 +281,7 @@ extern "C" ucs_status_t uct_mlx4x_iface_query(uct_iface_h h, uct_iface_attr_t *a
                            UCT_IFACE_FLAG_TAG_EAGER_ZCOPY |
                            UCT_IFACE_FLAG_TAG_RNDV_ZCOPY;
         auto &t = attr->cap.tag;
-        t.recv.min_recv        = 0;
+        t.recv.min_recv        = i.config().tm_min_recv;
         t.recv.max_zcopy       = max_rdma_zcopy;
         t.recv.max_iov         = 1;
         t.recv.max_outstanding = i.srq().tm_list_size();

@@ -72,6 +72,25 @@ else
     grep -E '^(#|tm_)' "$log"
 fi
 
+# UCX_MLX4X_TM_MIN_RECV: the smallest receive UCP posts to the device's tag
+# list (the interface's tag.recv.min_recv; UCP takes the larger of it and
+# its UCX_TM_THRESH, 1k by default). 2k by default: 1 KiB messages were
+# faster matched in software.
+for v in default 8k; do
+    set_min=""; want=2048
+    [ $v = default ] || { set_min="-x UCX_MLX4X_TM_MIN_RECV=$v"; want=8192; }
+    # shellcheck disable=SC2086 # set_min: nothing, or one option and its value
+    out=$(UCX_LOG_LEVEL=debug timeout 120 mpirun --allow-run-as-root --oversubscribe -np 2 \
+        -x UCX_MLX4X_FABRIC -x MLX4X_LIB -x UCX_LOG_LEVEL $set_min \
+        "$RUN" "$top_builddir/test/mpi/mpi_tm_offload" 2>&1); rc=$?
+    got=$(echo "$out" | sed -n 's/.*Enable TM offload: thresh \([0-9]*\),.*/\1/p' | sort -u)
+    if [ $rc -eq 0 ] && [ "$got" = "$want" ]; then
+        ok "TM_MIN_RECV $v: UCP offloads receives from $got bytes"
+    else
+        fail "TM_MIN_RECV $v: UCP's offload threshold '$got', want $want (exit $rc)"
+    fi
+done
+
 # Unexpected synchronous sends (MPI_Ssend before the receive) over device
 # tag matching: UCP gets them in a descriptor with headroom (it aborted on
 # the first one of a few KiB when it had to copy them to its stack).

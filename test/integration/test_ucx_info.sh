@@ -24,7 +24,7 @@ for c in tag_eager tag_rndv; do
 done
 out=$(timeout 60 "$RUN" ucx_info -c 2>&1)
 for v in SEG_SIZE TX_QUEUE_LEN RX_QUEUE_LEN MAX_INLINE TIMEOUT RETRY_COUNT \
-         RNR_RETRY_COUNT TM_ENABLE TM_LIST_SIZE; do
+         RNR_RETRY_COUNT TM_ENABLE TM_LIST_SIZE TM_MIN_RECV; do
     echo "$out" | grep -q "^UCX_MLX4X_$v=" && ok "config UCX_MLX4X_$v documented" \
         || fail "no UCX_MLX4X_$v in ucx_info -c"
 done
