@@ -189,15 +189,17 @@ status endpoint::create_qp()
     if (status s = qp_->to_init(all_access); s != status::ok) {
         return s;
     }
-    if (status s = make_slots(i.ctx(), i.domain().pd(), bounce,
-                              std::bit_ceil(qp_->caps().max_send_wr), i.seg_size());
+    // Operation records and bounce slots, one each per SQ slot, a power of
+    // two (found with a mask).
+    size_t slots = std::bit_ceil(qp_->caps().max_send_wr);
+    if (slots > slot_stack::max_slots) {
+        return status::invalid_param;
+    }
+    if (status s = make_slots(i.ctx(), i.domain().pd(), bounce, slots, i.seg_size());
         s != status::ok) {
         return s;
     }
-    if (std::bit_ceil(qp_->caps().max_send_wr) > slot_stack::max_slots) {
-        return status::invalid_param;
-    }
-    ops.assign(std::bit_ceil(qp_->caps().max_send_wr), tx_op{});
+    ops.assign(slots, tx_op{});
     ops_mask = uint32_t(ops.size() - 1);
     free_bounce.reset(ops.size());
     sq_psn  = random_psn();

@@ -100,6 +100,16 @@ else
     skip "UCX_MLX4X_PACKET_SOCKET=yes without CAP_NET_RAW: needs root, a default route and setpriv"
 fi
 
+# 2g. UCX_MLX4X_TM_MIN_RECV: not a size is refused by name, and no
+# interface is opened with a threshold nobody asked for.
+out=$(UCX_MLX4X_TM_MIN_RECV=banana timeout 60 "$RUN" ucx_info -d 2>&1); rc=$?
+if [ $rc -ne 124 ] && echo "$out" | grep -q "Invalid value for TM_MIN_RECV" &&
+   ! echo "$out" | grep -q "Transport: mlx4x"; then
+    ok "UCX_MLX4X_TM_MIN_RECV=banana: refused with a clear error"
+else
+    fail "UCX_MLX4X_TM_MIN_RECV=banana (exit $rc)"; echo "$out" | tail -n 3
+fi
+
 # 3. Running inside a UCX of another version: the plugin stays out of UCX
 # with one clear line. A preloaded ucp_get_version() stands in for it.
 tmp=$(mktemp -d)
