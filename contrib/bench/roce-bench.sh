@@ -5,8 +5,9 @@
 # tag_lat 8 B (median latency) and tag_bw 1 MiB (bandwidth), one process per
 # host; prints each figure and the ratio mlx4x/tcp. Needs root. The shared
 # VM's absolute figures drift; the ratios of one run are what to compare.
-# Each round also measures tag_bw with 1% loss on host 2's link, and what
-# share of its loss-free bandwidth each transport keeps. The column "pkt"
+# Each round also measures tag_bw with 1% loss on host 2's link (the
+# faults act in the switch, on packet sockets' frames too), and what share
+# of its loss-free bandwidth each transport keeps. The column "pkt"
 # is mlx4x with packet sockets (UCX_MLX4X_PACKET_SOCKET=yes, root only:
 # lone datagrams sent straight to the interface, received from a ring),
 # its ratio to tcp last.
@@ -81,9 +82,12 @@ while [ $r -le "$rounds" ]; do
     if hosts_netem 2 "loss 1%" 2>/dev/null; then
         ml=$(run mlx4x,self tag_bw 1048576 200)
         cl=$(run tcp,self tag_bw 1048576 200)
+        pl=$(run pkt tag_bw 1048576 200)
         hosts_netem 2 clear
-        printf '%-6s %-22s %12s %12s %8s\n' "$r" "tag_bw, loss 1% (MB/s)" "${ml:-fail}" "${cl:-fail}" "$(ratio "$ml" "$cl")"
-        printf '%-6s %-22s %12s %12s\n' "$r" "loss 1% / loss-free" "$(ratio "$ml" "$m")" "$(ratio "$cl" "$c")"
+        printf '%-6s %-22s %12s %12s %8s %12s %8s\n' "$r" "tag_bw, loss 1% (MB/s)" "${ml:-fail}" "${cl:-fail}" \
+            "$(ratio "$ml" "$cl")" "${pl:-fail}" "$(ratio "$pl" "$cl")"
+        printf '%-6s %-22s %12s %12s %8s %12s\n' "$r" "loss 1% / loss-free" "$(ratio "$ml" "$m")" "$(ratio "$cl" "$c")" \
+            "" "$(ratio "$pl" "$p")"
     fi
     if [ -n "$bench" ]; then
         printf '%-6s %-22s %12s %12s\n' "$r" "overlap 1/4/16 MiB (%)" "$(overlap mlx4x)" "$(overlap tcp)"

@@ -46,12 +46,16 @@
 #
 # Faults: hosts_netem uses tc's netem qdisc (on eth0 in K and on pK in the
 # switch) where the kernel has it. Without it (CONFIG_NET_SCH_NETEM unset,
-# as on the project's VMs) it emulates netem in K's namespace: "loss P%"
-# and "duplicate P%" as iptables rules (statistic match; DROP, TEE) in
-# mangle PREROUTING -i eth0 and POSTROUTING -o eth0, and "delay T [J]
-# [reorder P% [C%]]" by queueing both directions to contrib/mlx4x-netns-delay
-# (NFQUEUE). Correlations other than reorder's, and other netem keywords,
-# are refused there (status 2); status 3: no way to shape here (say why).
+# as on the project's VMs) it emulates netem in the switch, on the frames
+# bridged from and to port pK (br_netfilter hands them to iptables; the
+# physdev match names the port): "loss P%" and "duplicate P%" as iptables
+# rules (statistic match; DROP, and TEE through the switch's own address
+# .254), and "delay T [J] [reorder P% [C%]]" by queueing both directions
+# to contrib/mlx4x-netns-delay (NFQUEUE queue K). In the switch, not in
+# K: frames a packet socket sends or receives (UCX_MLX4X_PACKET_SOCKET)
+# pass neither of K's own POSTROUTING and PREROUTING, and would escape.
+# Correlations other than reorder's, and other netem keywords, are
+# refused (status 2); status 3: no way to shape here (say why).
 # The user-space delay runs at real-time priority (at a normal one, behind
 # polling ranks on every core, it let packets go up to seconds late); its
 # log, $HOSTS_DIR/delay-K.log, says at the end how late the latest left.
@@ -344,7 +348,7 @@ hosts_netem() {
         return
     fi
     # shellcheck disable=SC2048,SC2086  # SPEC's words
-    _hosts_emulate "$_h_k" "$_h_ns" $*
+    _hosts_emulate "$_h_k" $*
 }
 
 hosts_tcpstat() {
@@ -378,8 +382,8 @@ hosts_shape() {
 hosts_netem_hits() {
     _hosts_k "${1:-}" || return
     if [ "$HOSTS_NETEM_IMPL" = tc ]; then echo tc; return 0; fi
-    for _h_c in MLX4X_IN MLX4X_OUT; do
-        ip netns exec "$HOSTS_PREFIX-h$1" iptables -w -t mangle -L $_h_c -v -n -x 2>/dev/null
+    for _h_c in "MLX4X_${1}_IN" "MLX4X_${1}_OUT"; do
+        ip netns exec "$HOSTS_SW" iptables -w -t mangle -L "$_h_c" -v -n -x 2>/dev/null
     done | awk '$1 ~ /^[0-9]+$/ { t += $1 } END { print t + 0 }'
 }
 
@@ -394,19 +398,24 @@ _hosts_pct() {
 }
 
 _hosts_emulate() {
-    _h_k=$1 _h_ns=$2
-    shift 2
+    _h_k=$1
+    shift
     command -v iptables >/dev/null 2>&1 ||
         { _hosts_err "the kernel has no netem qdisc and iptables is not installed"; return 3; }
-    _hosts_ipt() { ip netns exec "$_h_ns" iptables -w -t mangle "$@"; }   # in host K
-    # Our chains, hooked once; "replace" empties them.
-    if ! _hosts_ipt -n -L MLX4X_IN >/dev/null 2>&1; then
-        _hosts_ipt -N MLX4X_IN && _hosts_ipt -N MLX4X_OUT &&
-            _hosts_ipt -A PREROUTING -i eth0 -j MLX4X_IN &&
-            _hosts_ipt -A POSTROUTING -o eth0 -j MLX4X_OUT ||
-            { _hosts_err "iptables cannot filter in $_h_ns (netfilter missing?)"; return 3; }
+    _hosts_ipt() { ip netns exec "$HOSTS_SW" iptables -w -t mangle "$@"; }   # in the switch
+    _h_in="MLX4X_${_h_k}_IN" _h_out="MLX4X_${_h_k}_OUT"
+    # Host K's chains, hooked once; "replace" empties them. Bridged frames
+    # pass iptables (br_netfilter's bridge-nf-call-iptables, per namespace).
+    # Two hooks, so that a frame between two shaped hosts gets both: a
+    # queued packet's verdict ends its hook.
+    if ! _hosts_ipt -n -L "$_h_in" >/dev/null 2>&1; then
+        { ip netns exec "$HOSTS_SW" sh -c 'echo 1 > /proc/sys/net/bridge/bridge-nf-call-iptables' &&
+          _hosts_ipt -N "$_h_in" && _hosts_ipt -N "$_h_out" &&
+          _hosts_ipt -A FORWARD -m physdev --physdev-in "p$_h_k" -j "$_h_out" &&
+          _hosts_ipt -A POSTROUTING -m physdev --physdev-is-bridged --physdev-out "p$_h_k" -j "$_h_in"; } 2>/dev/null ||
+            { _hosts_err "the switch cannot filter bridged frames (br_netfilter, iptables' physdev match missing?)"; return 3; }
     fi
-    _hosts_ipt -F MLX4X_IN && _hosts_ipt -F MLX4X_OUT
+    _hosts_ipt -F "$_h_in" && _hosts_ipt -F "$_h_out"
     if [ -f "$HOSTS_DIR/delay-$_h_k.pid" ]; then
         kill "$(cat "$HOSTS_DIR/delay-$_h_k.pid")" 2>/dev/null
         rm -f "$HOSTS_DIR/delay-$_h_k.pid"
@@ -442,17 +451,19 @@ _hosts_emulate() {
         esac
     done
     if [ -n "$_h_loss" ]; then
-        for _h_c in MLX4X_IN MLX4X_OUT; do
-            _hosts_ipt -A $_h_c -m statistic --mode random --probability "$_h_loss" -j DROP || return 3
+        for _h_c in "$_h_in" "$_h_out"; do
+            _hosts_ipt -A "$_h_c" -m statistic --mode random --probability "$_h_loss" -j DROP || return 3
         done
     fi
     if [ -n "$_h_dup" ]; then
-        # A copy to the packet's own next hop: for what K receives, K itself.
-        _hosts_ipt -A MLX4X_IN -m statistic --mode random --probability "$_h_dup" \
+        # A copy routed by the switch to the frame's destination host (TEE
+        # needs an address of the switch's own on the subnet: .254).
+        ip -n "$HOSTS_SW" addr replace "$HOSTS_NET.254/24" dev br0 || return 3
+        _hosts_ipt -A "$_h_in" -m statistic --mode random --probability "$_h_dup" \
             -j TEE --gateway "$HOSTS_NET.$_h_k" || return 3
         _h_j=1
         while [ $_h_j -le "$HOSTS_N" ]; do
-            [ $_h_j -ne "$_h_k" ] && { _hosts_ipt -A MLX4X_OUT -d "$HOSTS_NET.$_h_j" -m statistic --mode random \
+            [ $_h_j -ne "$_h_k" ] && { _hosts_ipt -A "$_h_out" -d "$HOSTS_NET.$_h_j" -m statistic --mode random \
                 --probability "$_h_dup" -j TEE --gateway "$HOSTS_NET.$_h_j" || return 3; }
             _h_j=$((_h_j + 1))
         done
@@ -460,12 +471,12 @@ _hosts_emulate() {
     if [ -n "$_h_delay" ]; then
         command -v python3 >/dev/null 2>&1 || { _hosts_err "delay emulation needs python3"; return 3; }
         # shellcheck disable=SC2086
-        ip netns exec "$_h_ns" python3 "$HOSTS_DELAY" --parent $$ $_h_delay \
+        ip netns exec "$HOSTS_SW" python3 "$HOSTS_DELAY" --parent $$ --queue "$_h_k" $_h_delay \
             >>"$HOSTS_DIR/delay-$_h_k.log" 2>&1 &
         echo $! > "$HOSTS_DIR/delay-$_h_k.pid"
-        # Queue 0 is bound once it is listed (packets pass until then).
+        # Queue K is bound once it is listed (packets pass until then).
         _h_i=0
-        until ip netns exec "$_h_ns" awk '$1 == 0 { f = 1 } END { exit !f }' \
+        until ip netns exec "$HOSTS_SW" awk -v q="$_h_k" '$1 == q { f = 1 } END { exit !f }' \
                 /proc/net/netfilter/nfnetlink_queue 2>/dev/null; do
             _h_i=$((_h_i + 1))
             if [ $_h_i -gt 100 ] || ! kill -0 "$(cat "$HOSTS_DIR/delay-$_h_k.pid")" 2>/dev/null; then
@@ -474,8 +485,8 @@ _hosts_emulate() {
             fi
             sleep 0.05
         done
-        for _h_c in MLX4X_IN MLX4X_OUT; do
-            _hosts_ipt -A $_h_c -j NFQUEUE --queue-num 0 --queue-bypass || return 3
+        for _h_c in "$_h_in" "$_h_out"; do
+            _hosts_ipt -A "$_h_c" -j NFQUEUE --queue-num "$_h_k" --queue-bypass || return 3
         done
     fi
     return 0
