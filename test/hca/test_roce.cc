@@ -1135,6 +1135,36 @@ TEST_P(roce_acks, a_held_ack_leaves_after_the_delay)
     EXPECT_EQ(acks, 1u);
 }
 
+TEST_P(roce_acks, a_device_that_only_holds_an_ack_is_quiet_and_sends_it_after_the_delay)
+{
+    // A progress loop waiting for a reply across hosts nearly always holds
+    // an ACK for ack_delay_ns: that alone must leave the device quiet, its
+    // idle calls without the passes and their clock reads but every
+    // quiet_timer_period-th (device::skip_idle_pass). Such a pass sends
+    // the ACK once its delay is over.
+    constexpr int period = dev::device::quiet_timer_period;
+    auto idle_call = [&] {
+        (void)b.ctx->progress_receive(64);
+        b.ctx->progress_finish();
+        net.pump();
+        return b.ctx->idle_slice();
+    };
+    ASSERT_NO_FATAL_FAILURE(send(0));
+    ASSERT_TRUE(b.ctx->next_timer_ns() != 0);   // an ACK held
+    int skipped = 0;
+    for (int i = 0; i < period; ++i) {
+        skipped += idle_call();
+    }
+    EXPECT_EQ(skipped, period - 1);
+    EXPECT_EQ(acks, 0u);
+    manual_clock::advance(engine::responder::ack_delay_ns);
+    for (int i = 0; i < period && acks == 0; ++i) {
+        (void)idle_call();
+    }
+    EXPECT_EQ(acks, 1u);
+    EXPECT_EQ(b.ctx->next_timer_ns(), 0u);   // nothing held any more
+}
+
 TEST_P(roce_acks, a_flush_behind_unacknowledged_sends_asks_for_their_ack_at_once)
 {
     // A flush (a signalled NOP behind unsignalled sends, as UCT's

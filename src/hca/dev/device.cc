@@ -303,7 +303,7 @@ unsigned device::finish_slice()
     bool requesters_idle = true;
     n += req_.run_requesters(requesters_idle);
     bool fired = comp_.run_timers();
-    quiet_       = requesters_idle && !fired && !resp_.responses_queued() && !resp_.acks_owed();
+    quiet_       = requesters_idle && !fired && !resp_.responses_queued() && !resp_.acks_due();
     quiet_calls_ = 0;
     return n;
 }

@@ -65,6 +65,7 @@ void responder::send_nak(qp &q, uint8_t syndrome, ib::opcode opcode,
     }
     q.resp.held_nak = {true, uint8_t(opcode), syndrome, at};
     ack_list_.push_back(q.qpn);
+    only_held_acks_ = false;
 }
 
 bool responder::send_ack(qp &q)
@@ -82,11 +83,13 @@ bool responder::send_ack(qp &q)
 /// completions in between leaves to its next call (progress_receive).
 void responder::flush_acks()
 {
+    only_held_acks_ = true;
     std::erase_if(ack_list_, [this](uint32_t qpn) {
         qp *q = hca_.find_qp(qpn);
         if (q && q->resp.held_nak.set) {
             const qp::responder::nak_hold &n = q->resp.held_nak;
             if (!emit_aeth(*q, n.opcode, n.syndrome, n.psn)) {
+                only_held_acks_ = false;
                 return false;   // still full
             }
             q->resp.held_nak.set = false;
@@ -100,9 +103,11 @@ void responder::flush_acks()
         if (q->responses_pending()) {
             // An ACK covering a READ whose responses are not out yet would
             // tell the requester they were lost (9.7.5.1.1): wait for them.
+            only_held_acks_ = false;
             return false;
         }
         if (!send_ack(*q)) {
+            only_held_acks_ = false;
             return false;   // ring full: keep it for the next round
         }
         q->resp.ack_pending = false;

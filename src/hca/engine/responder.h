@@ -79,6 +79,7 @@ public:
             q.resp.ack_pending    = true;
             q.resp.ack_held_since = 0;
             ack_list_.push_back(q.qpn);
+            only_held_acks_ = false;
         }
     }
     /// How long a QP to another host holds an ACK no packet asked for
@@ -91,6 +92,12 @@ public:
     void flush_acks();
     /// ACKs or NAKs wait for flush_acks().
     bool acks_owed() const { return !ack_list_.empty(); }
+    /// ACKs or NAKs owed now: all but those the last flush_acks() held for
+    /// another host (holds_ack), which wait up to ack_delay_ns for a packet
+    /// to cover. A device that owes only those is quiet: a progress loop
+    /// waiting for a reply across hosts holds one nearly always, and would
+    /// otherwise run every pass and read the clock in each idle call.
+    bool acks_due() const { return !ack_list_.empty() && !only_held_acks_; }
     /// Whether QP `qpn` is on the list flush_acks() goes through.
     bool owes_ack_to(uint32_t qpn) const
     {
@@ -159,6 +166,9 @@ private:
     bool emit_aeth(qp &q, uint8_t opcode, uint8_t syndrome, uint32_t psn);
 
     std::vector<uint32_t>          ack_list_;
+    /// Every QP on ack_list_ stayed there at the last flush_acks() because
+    /// holds_ack() held its ACK; cleared by each QP added since.
+    bool                           only_held_acks_ = false;
     bool                           responses_queued_ = false;   ///< run_responders() has work
     dev::core    &hca_;
     egress       &out_;
