@@ -47,8 +47,8 @@
 # Faults: hosts_netem uses tc's netem qdisc (on eth0 in K and on pK in the
 # switch) where the kernel has it. Without it (CONFIG_NET_SCH_NETEM unset,
 # as on the project's VMs) it emulates netem in the switch, on the frames
-# bridged from and to port pK (br_netfilter hands them to iptables; the
-# physdev match names the port): "loss P%" and "duplicate P%" as iptables
+# bridged from and to port pK (br_netfilter hands them to iptables while
+# a fault is set, and only then; the physdev match names the port): "loss P%" and "duplicate P%" as iptables
 # rules (statistic match; DROP, and TEE through the switch's own address
 # .254), and "delay T [J] [reorder P% [C%]]" by queueing both directions
 # to contrib/mlx4x-netns-delay (NFQUEUE queue K). In the switch, not in
@@ -154,6 +154,7 @@ hosts_up() {
         ip -n "$HOSTS_SW" link add name br0 type bridge &&
         ip -n "$HOSTS_SW" link set br0 up || { hosts_down; return 1; }
     _hosts_noipv6 "$HOSTS_SW"
+    _hosts_bridge_nf 0
     MLX4X_HOSTS=
     _h_k=1
     while [ $_h_k -le "$_h_n" ]; do
@@ -194,6 +195,19 @@ EOF
     : "${HOSTS_MPIRUN_OPTS:=$(hosts_mpirun_opts)}"
     MLX4X_MPIRUN=$HOSTS_MPIRUN_OPTS
     export HOSTS_N MLX4X_HOSTS HOSTS_WHERE MLX4X_MPIRUN
+}
+
+# _hosts_bridge_nf 0|1: whether the switch hands bridged frames to
+# iptables (br_netfilter, per namespace; 1 is the kernel's default where the
+# module is loaded). Off unless a fault is emulated: a switch forwards
+# frames without a route lookup and a pass through netfilter, which cost
+# every frame between the hosts about a microsecond here, whatever carried it.
+_hosts_bridge_nf() {
+    ip netns exec "$HOSTS_SW" sh -c "for f in /proc/sys/net/bridge/bridge-nf-call-iptables \
+        /proc/sys/net/bridge/bridge-nf-call-ip6tables /proc/sys/net/bridge/bridge-nf-call-arptables; do
+        [ -w \$f ] && echo $1 > \$f; done; :" 2>/dev/null
+    [ "$1" = 0 ] ||
+        [ "$(ip netns exec "$HOSTS_SW" cat /proc/sys/net/bridge/bridge-nf-call-iptables 2>/dev/null)" = 1 ]
 }
 
 _hosts_noipv6() {
@@ -409,8 +423,7 @@ _hosts_emulate() {
     # Two hooks, so that a frame between two shaped hosts gets both: a
     # queued packet's verdict ends its hook.
     if ! _hosts_ipt -n -L "$_h_in" >/dev/null 2>&1; then
-        { ip netns exec "$HOSTS_SW" sh -c 'echo 1 > /proc/sys/net/bridge/bridge-nf-call-iptables' &&
-          _hosts_ipt -N "$_h_in" && _hosts_ipt -N "$_h_out" &&
+        { _hosts_ipt -N "$_h_in" && _hosts_ipt -N "$_h_out" &&
           _hosts_ipt -A FORWARD -m physdev --physdev-in "p$_h_k" -j "$_h_out" &&
           _hosts_ipt -A POSTROUTING -m physdev --physdev-is-bridged --physdev-out "p$_h_k" -j "$_h_in"; } 2>/dev/null ||
             { _hosts_err "the switch cannot filter bridged frames (br_netfilter, iptables' physdev match missing?)"; return 3; }
@@ -420,7 +433,13 @@ _hosts_emulate() {
         kill "$(cat "$HOSTS_DIR/delay-$_h_k.pid")" 2>/dev/null
         rm -f "$HOSTS_DIR/delay-$_h_k.pid"
     fi
-    [ "$*" = clear ] && return 0
+    if [ "$*" = clear ]; then
+        # The switch back to plain forwarding once no host's faults are left.
+        ip netns exec "$HOSTS_SW" iptables -w -t mangle -S 2>/dev/null |
+            grep -q '^-A MLX4X_[0-9]*_' || _hosts_bridge_nf 0
+        return 0
+    fi
+    _hosts_bridge_nf 1 || { _hosts_err "the switch cannot hand bridged frames to iptables (br_netfilter)"; return 3; }
     _h_loss=''
     _h_dup=''
     _h_delay=

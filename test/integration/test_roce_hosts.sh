@@ -105,7 +105,8 @@ shaped_job() {
 pp_ok() { [ "$rc" -eq 0 ] && grep -q "^# OK: 0 data errors" "$log"; }
 # Frames a packet socket sent (their IP TTL 76 or 77: fabric/packet_link.h)
 # from host 2: marked_sent counts them as they enter the switch (ahead of
-# any emulated fault), marked_arrived as they reach host 1 (its IP stack
+# any emulated fault; the switch hands frames to iptables only while
+# faults are emulated), marked_arrived as they reach host 1 (its IP stack
 # sees every frame its ring takes). Fewer arrived: the switch dropped some,
 # more: it copied some. marked_reset zeroes both.
 marked_rule() {   # marked_rule -C|-I NAMESPACE MATCH...
@@ -316,11 +317,11 @@ for spec in clean "loss 1%" "duplicate 5%" "delay 1ms reorder 25% 50%"; do
     marked_reset
     shaped_job "$spec" "(c) MPI suite, packet sockets, $spec" 2 "$suite" || continue
     n_ok=$(grep -c '^ok ' "$log")
-    n_marked=$(marked_sent)
+    n_marked=$(marked_arrived)
     if [ $rc -eq 0 ] && [ "$n_ok" -eq 7 ] && grep -q "^# 4 ranks: 0 failed" "$log" && [ "$n_marked" -gt 0 ]; then
-        ok "(c) MPI suite on 2 hosts x 2 ranks, packet sockets, $spec: $n_ok checks (${secs} s; $n_marked marked frames from host 2, $hits packets affected; retransmits $(sum retransmits), duplicates $(sum duplicates))"
+        ok "(c) MPI suite on 2 hosts x 2 ranks, packet sockets, $spec: $n_ok checks (${secs} s; $n_marked marked frames from host 2 arrived, $hits packets affected; retransmits $(sum retransmits), duplicates $(sum duplicates))"
     else
-        fail "(c) MPI suite on 2 hosts x 2 ranks, packet sockets, $spec (exit $rc, $n_ok checks ok, $n_marked marked frames from host 2)"
+        fail "(c) MPI suite on 2 hosts x 2 ranks, packet sockets, $spec (exit $rc, $n_ok checks ok, $n_marked marked frames from host 2 arrived)"
         show
     fi
 done
