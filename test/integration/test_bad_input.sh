@@ -4,6 +4,17 @@
 # configure run without the UCX source tree.
 . "$(dirname "$0")/lib.sh"
 
+# refused_setting NAME=VALUE PATTERN WHAT: ucx_info -d with that setting
+# ends (no time-out), says PATTERN, and lists no mlx4x device.
+refused_setting() {
+    out=$(env "$1" timeout 60 "$RUN" ucx_info -d 2>&1); rc=$?
+    if [ $rc -ne 124 ] && echo "$out" | grep -q "$2" && ! echo "$out" | grep -q "Transport: mlx4x"; then
+        ok "$3: refused with a clear error"
+    else
+        fail "$3 (exit $rc)"; echo "$out" | tail -n 3
+    fi
+}
+
 seg="/dev/shm/$UCX_MLX4X_FABRIC"
 # 1. Garbage of the right size where the fabric segment should be.
 # (umask 077: a file others may open is refused before its contents are read.)
@@ -55,34 +66,18 @@ fi
 
 # 2d. A fabric name that cannot be a file of /dev/shm: refused, said why.
 long=$(printf '%0201d' 0)
-out=$(UCX_MLX4X_FABRIC="$long" timeout 60 "$RUN" ucx_info -d 2>&1); rc=$?
-if [ $rc -ne 124 ] && echo "$out" | grep -q "fabric name '$long' refused" && ! echo "$out" | grep -q "Transport: mlx4x"; then
-    ok "overlong fabric name: refused with a clear error"
-else
-    fail "overlong fabric name (exit $rc)"; echo "$out" | tail -n 3
-fi
+refused_setting "UCX_MLX4X_FABRIC=$long" "fabric name '$long' refused" "overlong fabric name"
 
 # 2e. A network interface for RoCEv2 that does not exist: the device is
 # refused with an error naming it, not opened on this host only.
-out=$(UCX_MLX4X_NETDEV=no-such-if0 timeout 60 "$RUN" ucx_info -d 2>&1); rc=$?
-if [ $rc -ne 124 ] && echo "$out" | grep -q "network interface no-such-if0: not found" &&
-   ! echo "$out" | grep -q "Transport: mlx4x"; then
-    ok "UCX_MLX4X_NETDEV naming no interface: refused with a clear error"
-else
-    fail "UCX_MLX4X_NETDEV=no-such-if0 (exit $rc)"; echo "$out" | tail -n 3
-fi
+refused_setting UCX_MLX4X_NETDEV=no-such-if0 "network interface no-such-if0: not found" \
+    "UCX_MLX4X_NETDEV naming no interface"
 
 # 2f. UCX_MLX4X_PACKET_SOCKET: a value other than yes, no or try (UCX also
 # takes "maybe" for try) is refused by name; "yes" where the process may
 # not open a packet socket (no CAP_NET_RAW: run as nobody where this test
 # is root) is an error that says why, not a device quietly on UDP alone.
-out=$(UCX_MLX4X_PACKET_SOCKET=sometimes timeout 60 "$RUN" ucx_info -d 2>&1); rc=$?
-if [ $rc -ne 124 ] && echo "$out" | grep -q "PACKET_SOCKET" &&
-   ! echo "$out" | grep -q "Transport: mlx4x"; then
-    ok "UCX_MLX4X_PACKET_SOCKET=sometimes: refused with a clear error"
-else
-    fail "UCX_MLX4X_PACKET_SOCKET=sometimes (exit $rc)"; echo "$out" | tail -n 3
-fi
+refused_setting UCX_MLX4X_PACKET_SOCKET=sometimes "PACKET_SOCKET" "UCX_MLX4X_PACKET_SOCKET=sometimes"
 netdev=$(ip -o -4 route show default 2>/dev/null | awk '{ print $5; exit }')
 if [ "$(id -u)" -eq 0 ] && [ -n "$netdev" ] && command -v setpriv >/dev/null; then
     out=$(UCX_MLX4X_PACKET_SOCKET=yes UCX_MLX4X_NETDEV="$netdev" \
@@ -102,13 +97,7 @@ fi
 
 # 2g. UCX_MLX4X_TM_MIN_RECV: not a size is refused by name, and no
 # interface is opened with a threshold nobody asked for.
-out=$(UCX_MLX4X_TM_MIN_RECV=banana timeout 60 "$RUN" ucx_info -d 2>&1); rc=$?
-if [ $rc -ne 124 ] && echo "$out" | grep -q "Invalid value for TM_MIN_RECV" &&
-   ! echo "$out" | grep -q "Transport: mlx4x"; then
-    ok "UCX_MLX4X_TM_MIN_RECV=banana: refused with a clear error"
-else
-    fail "UCX_MLX4X_TM_MIN_RECV=banana (exit $rc)"; echo "$out" | tail -n 3
-fi
+refused_setting UCX_MLX4X_TM_MIN_RECV=banana "Invalid value for TM_MIN_RECV" "UCX_MLX4X_TM_MIN_RECV=banana"
 
 # 3. Running inside a UCX of another version: the plugin stays out of UCX
 # with one clear line. A preloaded ucp_get_version() stands in for it.
