@@ -1,7 +1,7 @@
 #!/bin/sh
 # Bad input gives a clear message, not a crash or a hang: a corrupt fabric
 # segment, a segment whose creator died before initialising it, and a
-# configure run without the UCX source tree.
+# configure run without the UCX source tree, and bad settings.
 . "$(dirname "$0")/lib.sh"
 
 # refused_setting NAME=VALUE PATTERN WHAT: ucx_info -d with that setting
@@ -98,6 +98,22 @@ fi
 # 2g. UCX_MLX4X_TM_MIN_RECV: not a size is refused by name, and no
 # interface is opened with a threshold nobody asked for.
 refused_setting UCX_MLX4X_TM_MIN_RECV=banana "Invalid value for TM_MIN_RECV" "UCX_MLX4X_TM_MIN_RECV=banana"
+
+# 2h. The test hosts' delay tool (contrib/mlx4x-netns-delay): a queue
+# number that is no number, or beyond NFQUEUE's 16 bits, is refused by
+# name before it binds anything.
+if command -v python3 >/dev/null; then
+    for q in x 65536; do
+        out=$(timeout 20 python3 "$top_srcdir/contrib/mlx4x-netns-delay" --queue "$q" delay 1ms 2>&1); rc=$?
+        if [ $rc -eq 2 ] && echo "$out" | grep -q "queue number"; then
+            ok "mlx4x-netns-delay --queue $q: refused with a clear error"
+        else
+            fail "mlx4x-netns-delay --queue $q (exit $rc)"; echo "$out" | tail -n 3
+        fi
+    done
+else
+    skip "mlx4x-netns-delay --queue: needs python3"
+fi
 
 # 3. Running inside a UCX of another version: the plugin stays out of UCX
 # with one clear line. A preloaded ucp_get_version() stands in for it.
