@@ -10,6 +10,8 @@
 #include "hca/ib/ib_opcode.h"
 
 #include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <array>
@@ -184,6 +186,31 @@ TEST_F(egress_alone, a_unicast_packet_leaves_with_its_headers_and_is_counted)
     EXPECT_EQ(counter(prm::counter::tx_bytes), payload.size());
     EXPECT_EQ(counter(prm::counter::tx_frame_bytes), f.size());
     EXPECT_TRUE(own_members.frames.empty()) << "unicast never loops back";
+}
+
+// A payload in the application's memory that another thread may unmap at
+// any moment (a READ's region: tx_packet::guarded) is copied under a
+// guard, with no probe before it that a thread could race. Memory gone
+// sends nothing a port takes, says so, and the process lives: without the
+// guard this test dies of SIGSEGV.
+TEST_F(egress_alone, a_guarded_payload_of_memory_let_go_sends_nothing_and_says_so)
+{
+    const size_t page = size_t(sysconf(_SC_PAGESIZE));
+    void *m = mmap(nullptr, page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    ASSERT_NE(m, MAP_FAILED);
+    std::memset(m, 0x77, page);
+    dev::tx_packet p = ud_send(peer->lid());
+    p.payload = {static_cast<const uint8_t *>(m), 64};
+    p.guarded = true;
+    ASSERT_EQ(out.emit(p), status::ok) << "mapped: sent as any payload";
+    ASSERT_EQ(mprotect(m, page, PROT_NONE), 0);
+    EXPECT_EQ(out.emit(p), status::invalid_addr);
+    recording_frames rx;
+    ASSERT_EQ(peer->poll(rx, 8), 2u) << "the loopback port carries the slot it gave";
+    EXPECT_EQ(rx.frames[0][1] & 3, ib::lnh_iba_local);
+    EXPECT_EQ(rx.frames[1][1] & 3, ib::lnh_raw) << "a frame no ingress takes (IBA 7.7.3)";
+    EXPECT_EQ(counter(prm::counter::tx_packets), 1u) << "only the first counts as sent";
+    munmap(m, page);
 }
 
 TEST_F(egress_alone, a_multicast_packet_reaches_the_group_and_this_hcas_own_members)

@@ -35,26 +35,31 @@ struct pages {
     }
 };
 
-TEST(guarded, copies_and_probes_fail_on_pages_not_mapped_or_not_writable)
+TEST(guarded, copies_and_runs_fail_on_pages_not_mapped_or_not_writable)
 {
     pages m;
     ASSERT_TRUE(m.mapped);
     std::vector<uint8_t> buf(pages::size, 0x5a);
     ASSERT_TRUE(guarded_copy(m.p, buf.data(), buf.size()));
     EXPECT_EQ(m.p[pages::size - 1], 0x5a);
-    EXPECT_TRUE(guarded_probe(m.p + 100, pages::size - 100, true));
     ASSERT_EQ(mprotect(m.p + 4096, 4096, PROT_READ), 0);   // the second page read-only
-    EXPECT_TRUE(guarded_probe(m.p + 4000, 200, false));
-    EXPECT_FALSE(guarded_probe(m.p + 4000, 200, true));
+    EXPECT_TRUE(guarded_copy(buf.data(), m.p + 4000, 200)) << "read-only is readable";
+    EXPECT_FALSE(guarded_copy(m.p + 4000, buf.data() + 8, 200)) << "but not writable";
     EXPECT_EQ(m.p[4096], 0x5a);                             // left as it was
-    EXPECT_FALSE(guarded_copy(m.p + 4000, buf.data(), 200));
+    auto *word = reinterpret_cast<uint64_t *>(m.p + 4096);
+    EXPECT_FALSE(guarded_run([&] { __atomic_fetch_add(word, 1, __ATOMIC_SEQ_CST); }));
+    EXPECT_EQ(m.p[4096], 0x5a);
+    bool ran = false;
+    EXPECT_TRUE(guarded_run([&] { ran = true; }));
+    EXPECT_TRUE(ran);
     m.unmap();
     // Each of several faults in a row comes back (the handler leaves the
     // signal unblocked), reading and writing.
     for (int i = 0; i < 3; ++i) {
         EXPECT_FALSE(guarded_copy(buf.data(), m.p + 10, 100)) << i;
         EXPECT_FALSE(guarded_copy(m.p, buf.data(), 100)) << i;
-        EXPECT_FALSE(guarded_probe(m.p, 1, false)) << i;
+        EXPECT_FALSE(guarded_run([&] { buf[0] = *reinterpret_cast<volatile uint8_t *>(m.p); }))
+            << i;
     }
     EXPECT_TRUE(guarded_copy(buf.data(), buf.data() + 100, 0));   // nothing to touch
 }

@@ -92,10 +92,6 @@ template <typename F> bool guarded(F &&access)
     return true;
 }
 
-/// Every page of a range is touched at an address within it; 4 KiB is the
-/// smallest page, so larger ones are touched more than once.
-constexpr uintptr_t probe_stride = 4096;
-
 } // namespace
 
 bool guarded_copy(void *dst, const void *src, size_t n)
@@ -103,29 +99,9 @@ bool guarded_copy(void *dst, const void *src, size_t n)
     return n == 0 || guarded([&] { copy_bytes(dst, src, n); });
 }
 
-bool guarded_probe(const void *p, size_t n, bool write)
+bool guarded_call(void (*fn)(void *), void *arg)
 {
-    if (n == 0) {
-        return true;
-    }
-    const auto first = reinterpret_cast<uintptr_t>(p);
-    const uintptr_t last = first + n - 1;
-    return guarded([&] {
-        for (uintptr_t a = first;; a = (a & ~(probe_stride - 1)) + probe_stride) {
-            auto *byte = reinterpret_cast<uint8_t *>(a);
-            uint8_t v  = *reinterpret_cast<volatile uint8_t *>(byte);
-            if (write) {
-                // A compare-exchange of the byte with itself: a write
-                // access the compiler keeps, that changes nothing even
-                // beside the application's own stores.
-                __atomic_compare_exchange_n(byte, &v, v, false, __ATOMIC_RELAXED,
-                                            __ATOMIC_RELAXED);
-            }
-            if (a >= (last & ~(probe_stride - 1))) {
-                break;
-            }
-        }
-    });
+    return guarded([&] { fn(arg); });
 }
 
 } // namespace mlx4x

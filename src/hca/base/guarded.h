@@ -20,9 +20,18 @@
 // to which every fault outside a guard is passed on), jumps back out of
 // the access in progress. A guarded access costs a sigsetjmp() without
 // the signal mask and two thread-local stores.
+//
+// The access itself is guarded, never a probe before it: whether a page
+// is mapped is an answer for its moment only, and the application may
+// unmap from any of its threads (or this device's engine thread copies
+// beside them) between a probe and the access: a fault there kills the
+// process. (A READ's responder used to probe and then copy: the likely
+// cause of a crash seen once in UCX's get_zcopy test across two hosts,
+// where the engine thread answers while the test's thread frees memory.)
 #pragma once
 
 #include <cstddef>
+#include <type_traits>
 
 namespace mlx4x {
 
@@ -30,11 +39,15 @@ namespace mlx4x {
 /// not writable), with part of `dst` written.
 bool guarded_copy(void *dst, const void *src, size_t n);
 
-/// Whether every page of [p, p + n) can be read (and, with `write`,
-/// written: probed by a compare-exchange of a byte with itself, which
-/// leaves the memory as it was). For an access that cannot fail
-/// half-way, such as a copy into a frame already reserved in a peer's
-/// ring: probed first, then done.
-bool guarded_probe(const void *p, size_t n, bool write);
+/// Runs `fn(arg)`; false when it met a page not mapped (or not writable),
+/// with whatever it did before that done.
+bool guarded_call(void (*fn)(void *), void *arg);
+
+/// guarded_call() for a callable: `access()`, false when it faulted.
+template <typename F> bool guarded_run(F &&access)
+{
+    using callable = std::remove_reference_t<F>;
+    return guarded_call([](void *f) { (*static_cast<callable *>(f))(); }, &access);
+}
 
 } // namespace mlx4x

@@ -82,6 +82,10 @@ struct tx_packet {
     uint8_t  vl = 0;                      ///< 15: subnet management
     std::span<const uint8_t> ext;       ///< extended headers after BTH
     std::span<const uint8_t> payload;
+    /// The payload is the application's memory that it may unmap at any
+    /// moment, from another thread too (a READ's region, a packet sent
+    /// again): copied under a guard (guarded.h). Unicast only.
+    bool guarded = false;
 };
 
 /// Who takes a QP to ERROR when the shared mechanisms find it must go

@@ -70,7 +70,10 @@ template <typename T> uint64_t execute_atomic(T *target, const atomic_req &r)
         return old;
     }
     const T swap_mask = T(r.swap_add_mask), compare_mask = T(r.compare_mask);
-    T old = __atomic_load_n(target, __ATOMIC_SEQ_CST);
+    // Read by a write of nothing (an OR of 0): the target must be writable
+    // even when no compare matches, as for the unmasked operations, whose
+    // locked instructions write either way.
+    T old = __atomic_fetch_or(target, T(0), __ATOMIC_SEQ_CST);
     T next;
     do {
         if (r.compare_swap) {
@@ -116,14 +119,16 @@ void responder::respond_atomic(qp &q, const pkt &p)
         return;
     }
     void *target = reinterpret_cast<void *>(static_cast<uintptr_t>(r.va));
-    if (!guarded_probe(target, r.size, true)) {
-        // Memory unmapped (or read-only) under a region still registered
-        // fails as a bad R_Key does (guarded.h, E28).
+    // Memory unmapped (or read-only) under a region still registered fails
+    // as a bad R_Key does (guarded.h, E28). The operation is the check: the
+    // application may unmap from another thread between a probe and it.
+    if (!guarded_run([&] {
+            res.orig = r.size == 4 ? execute_atomic(static_cast<uint32_t *>(target), r)
+                                   : execute_atomic(static_cast<uint64_t *>(target), r);
+        })) {
         responder_error(q, ib::nak_code::remote_access);
         return;
     }
-    res.orig = r.size == 4 ? execute_atomic(static_cast<uint32_t *>(target), r)
-                           : execute_atomic(static_cast<uint64_t *>(target), r);
     (void)take_resource(q, res);
     q.resp.epsn = ib::psn_add(q.resp.epsn, 1);
     q.resp.msn  = ib::psn_add(q.resp.msn, 1);

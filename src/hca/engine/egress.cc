@@ -4,6 +4,7 @@
 // looped back to this HCA's own members.
 #include "hca/engine/egress.h"
 #include "hca/base/copy.h"
+#include "hca/base/guarded.h"
 
 #include <array>
 #include <cstring>
@@ -46,12 +47,28 @@ status egress::emit(const tx_packet &p)
             loop_back_multicast({f.data, hdr_len}, payload);
         }
     } else {
-        if (!payload.empty()) {
+        if (p.guarded && !guarded_copy(f.data + hdr_len, payload.data(), payload.size())) {
+            void_frame(f);
+            return status::invalid_addr;
+        }
+        if (!p.guarded && !payload.empty()) {
             copy_bytes(f.data + hdr_len, payload.data(), payload.size());
         }
         s = hca_.commit_frame(f);
     }
     return hca_.count_tx(s, payload.size(), len);
+}
+
+/// A reserved frame whose payload could not be read. A slot in a peer's
+/// ring cannot be given back (shm_producer.h), so it goes as a frame no
+/// port takes: its LRH says raw (IBA 7.7.3, LNH 0: for raw QPs, which an
+/// RC or UD QP never is), which every ingress drops (pkt.h,
+/// base_headers_ok) and the RoCEv2 port does not send (roce.cc, sendable).
+void egress::void_frame(const fabric::frame_slot &f)
+{
+    uint8_t &sl_lnh = f.data[offsetof(ib::lrh, sl_lnh)];
+    sl_lnh          = uint8_t((sl_lnh & ~3u) | ib::lnh_raw);
+    (void)hca_.commit_frame(f);
 }
 
 /// The fabric sends a multicast frame to the other member ports only; the

@@ -22,9 +22,14 @@ public:
     egress(const egress &) = delete;
     egress &operator=(const egress &) = delete;
 
+    /// The packet into the fabric: what the port made of it (ok,
+    /// no_resource: pushed back, nothing sent; unreachable), or
+    /// invalid_addr when its guarded payload met memory no longer mapped
+    /// (nothing of it sent; tx_packet::guarded).
     status emit(const dev::tx_packet &p);
 
 private:
+    void void_frame(const fabric::frame_slot &f);
     void loop_back_multicast(std::span<const uint8_t> hdr, std::span<const uint8_t> payload);
 
     std::array<uint8_t, fabric::max_frame_size> loopback_frame_{};   ///< multicast

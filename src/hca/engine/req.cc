@@ -589,22 +589,24 @@ requester::gathered requester::gather_payload(qp &q, const send_wqe &w, uint32_t
     size_t   copied   = 0;
     uint32_t pos      = 0;   // byte position of the current entry's start
     bool     unmapped = false;
-    // `probe`: memory the application may have let go since the packet was
-    // first sent (guarded.h), probed before it is read. Not inline data:
-    // that is in the send queue.
-    auto take = [&](const uint8_t *data, uint32_t n, bool probe) {
+    // `guard`: memory the application may have let go since the packet
+    // was first sent (guarded.h), and may let go from another thread while
+    // it is read: always staged, by a guarded copy (the copy is the check).
+    // Not inline data: that is in the send queue.
+    auto take = [&](const uint8_t *data, uint32_t n, bool guard) {
         if (pos + n > offset && copied < len) {
             uint32_t from = offset > pos ? offset - pos : 0;
             uint32_t cnt  = std::min<uint32_t>(n - from, len - uint32_t(copied));
-            if (probe && !guarded_probe(data + from, cnt, false)) {
-                unmapped = true;
-                return false;
-            }
-            if (copied == 0 && cnt == len) {
+            if (!guard && copied == 0 && cnt == len) {
                 out = {data + from, cnt};   // contiguous: no staging copy
                 copied = len;
             } else {
-                copy_bytes(stage + copied, data + from, cnt);
+                if (!guard) {
+                    copy_bytes(stage + copied, data + from, cnt);
+                } else if (!guarded_copy(stage + copied, data + from, cnt)) {
+                    unmapped = true;
+                    return false;
+                }
                 copied += cnt;
                 out = {stage, copied};
             }

@@ -279,15 +279,19 @@ unsigned responder::run_responders()
     return work;
 }
 
+/// The response at the queue's head is sent (or given up).
+void responder::dequeue_response(qp &q, resp_resource &r)
+{
+    r.queued         = false;
+    q.resp.resp_head = (q.resp.resp_head + 1) % q.resp.resp_queue.size();
+    --q.resp.resp_count;
+}
+
 bool responder::send_response_packet(qp &q)
 {
     uint32_t idx = q.resp.resp_queue[q.resp.resp_head];
     resp_resource &r = q.resp.resources[idx];
-    auto done = [&] {
-        r.queued    = false;
-        q.resp.resp_head = (q.resp.resp_head + 1) % q.resp.resp_queue.size();
-        --q.resp.resp_count;
-    };
+    auto done = [&] { dequeue_response(q, r); };
     if (r.kind == resp_resource::type::atomic) {
         if (send_atomic_ack(q, r) == status::no_resource) {
             return false;
@@ -318,30 +322,19 @@ bool responder::send_response_packet(qp &q)
     // there is no region to look up either (R_Key 0 would fail it).
     const mpt *m    = chunk ? hca_.find_remote(q, r.rkey) : nullptr;
     const auto *src = reinterpret_cast<const uint8_t *>(static_cast<uintptr_t>(r.va + r.sent));
-    // Memory unmapped under a region still registered fails as a region
-    // gone does (guarded.h): probed before the copy into the peer's ring.
-    if (chunk && (!m || !m->covers(r.va + r.sent, chunk) || !guarded_probe(src, chunk, false))) {
-        done();
-        if (r.again) {
-            // A duplicate's answer (9.7.5.1.1) from memory its owner has let
-            // go since: the requester had the READ's responses (the owner
-            // frees the memory once it is told the transfer is done), and
-            // this copy of its request was late (a reordering link). Not
-            // answered, as a duplicate whose R_Key no longer checks is not
-            // (checked_read_reth): a QP error here ended a live connection.
-            hca_.count(counter::duplicates);
-            return true;
-        }
-        // NAKed at this response's PSN: the expected PSN is past the
-        // whole READ since its request was accepted.
-        responder_error(q, ib::nak_code::remote_access, ib::psn_add(r.psn, index));
-        return false;
+    if (chunk && (!m || !m->covers(r.va + r.sent, chunk))) {
+        return read_region_gone(q, r, index);
     }
     ib::opcode op = first && last ? ib::opcode::rc_rdma_read_response_only
                     : first       ? ib::opcode::rc_rdma_read_response_first
                     : last        ? ib::opcode::rc_rdma_read_response_last
                                   : ib::opcode::rc_rdma_read_response_middle;
     bool with_aeth = ib::info(op).hdrs & ib::hdr_aeth;
+    // Memory unmapped under a region still registered fails as a region
+    // gone does (guarded.h). The copy is the check: a probe before it
+    // answered only for its moment, and the application, which may unmap
+    // from any thread (or the engine thread copies beside it), could
+    // take the memory in between.
     status s = out_.emit({.pkey    = q.pkey,
                      .opcode  = uint8_t(op),
                      .dlid    = q.dlid,
@@ -350,15 +343,42 @@ bool responder::send_response_packet(qp &q)
                      .ackreq  = false,
                      .ext     = {reinterpret_cast<const uint8_t *>(&a),
                                  with_aeth ? sizeof(a) : 0},
-                     .payload = {src, chunk}});
+                     .payload = {src, chunk},
+                     .guarded = true});
     if (s == status::no_resource) {
         return false;
+    }
+    if (s == status::invalid_addr) {
+        return read_region_gone(q, r, index);
     }
     r.sent += chunk;
     if (last) {
         done();
     }
     return true;
+}
+
+/// A READ response whose data is no longer there (packet `index` of the
+/// READ): its region gone (deregistered, or no longer covering it) or its
+/// memory unmapped. The response leaves the queue; a first request is
+/// NAKed, a duplicate's answer dropped. Returns whether the queue may go on.
+bool responder::read_region_gone(qp &q, resp_resource &r, uint32_t index)
+{
+    dequeue_response(q, r);
+    if (r.again) {
+        // A duplicate's answer (9.7.5.1.1) from memory its owner has let
+        // go since: the requester had the READ's responses (the owner
+        // frees the memory once it is told the transfer is done), and
+        // this copy of its request was late (a reordering link). Not
+        // answered, as a duplicate whose R_Key no longer checks is not
+        // (checked_read_reth): a QP error here ended a live connection.
+        hca_.count(counter::duplicates);
+        return true;
+    }
+    // NAKed at this response's PSN: the expected PSN is past the whole
+    // READ since its request was accepted.
+    responder_error(q, ib::nak_code::remote_access, ib::psn_add(r.psn, index));
+    return false;
 }
 
 void responder::respond_send(qp &q, const pkt &p)

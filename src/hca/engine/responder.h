@@ -162,6 +162,8 @@ private:
     void queue_response(qp &q, uint32_t idx);
     resp_resource *find_resource(qp &q, uint32_t psn);
     bool send_response_packet(qp &q);
+    void dequeue_response(qp &q, resp_resource &r);
+    bool read_region_gone(qp &q, resp_resource &r, uint32_t index);
     status send_atomic_ack(qp &q, const resp_resource &r);
     bool emit_aeth(qp &q, uint8_t opcode, uint8_t syndrome, uint32_t psn);
 

@@ -19,6 +19,7 @@ struct lrh {
     be16    slid;
 };
 static_assert(sizeof(lrh) == 8);
+constexpr uint8_t lnh_raw = 0;         ///< LNH of a raw packet (IBA 7.7.3; no BTH)
 constexpr uint8_t lnh_iba_local = 2;
 constexpr uint8_t lnh_iba_global = 3;   ///< a GRH (IBA 8.3, 40 bytes) follows the LRH
 constexpr size_t  grh_size = 40;
