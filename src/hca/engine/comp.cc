@@ -634,7 +634,12 @@ bool completer::advance_acked(qp &q, uint32_t to)
 {
     // rd_atomic_inflight counts the READ/atomic WQEs among the outstanding
     // ones: without any, no walk (an ACK per window of small SENDs).
-    for (uint32_t i = q.comp.sq_tail; q.req.rd_atomic_inflight && i != q.req.sq_head; ++i) {
+    // Only a move past acked_psn can skip responses: a NAK at the PSN of
+    // a READ's next response (its responder failed there, IBA 9.7.5.2.5)
+    // skips none, and completes the READ with its error.
+    bool skips = ib::psn_diff(to, q.comp.acked_psn) > 0;
+    for (uint32_t i = q.comp.sq_tail; skips && q.req.rd_atomic_inflight && i != q.req.sq_head;
+         ++i) {
         const wqe_track &t = q.req.track[i & (q.sq_size() - 1)];
         if (t.rd_atomic && ib::psn_diff(to, t.first_psn) > 0) {
             if (ib::psn_diff(t.first_psn, q.comp.acked_psn) > 0) {
