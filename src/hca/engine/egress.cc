@@ -47,11 +47,12 @@ status egress::emit(const tx_packet &p)
             loop_back_multicast({f.data, hdr_len}, payload);
         }
     } else {
-        if (p.guarded && !guarded_copy(f.data + hdr_len, payload.data(), payload.size())) {
-            void_frame(f);
-            return status::invalid_addr;
-        }
-        if (!p.guarded && !payload.empty()) {
+        if (p.guarded) {
+            if (!guarded_copy(f.data + hdr_len, payload.data(), payload.size())) {
+                void_frame(f);
+                return status::invalid_addr;
+            }
+        } else if (!payload.empty()) {
             copy_bytes(f.data + hdr_len, payload.data(), payload.size());
         }
         s = hca_.commit_frame(f);

@@ -71,9 +71,9 @@ requester::send_blueflame(qp &q, std::span<const uint8_t> wqe)
 /// The data of a send whose only data segment is one gather entry, if
 /// the single-packet path may send it: `segs_len` bytes at `segs` hold
 /// exactly that entry, not empty (its caller checks the MTU for inline
-/// data and gather entry alike), and the packet is not sent again
-/// (its memory may be gone since: gather_payload() copies it under a guard). The entry
-/// is checked as gather_payload() checks it (C53, IBA 10.6.3.1: an L_Key
+/// data and gather entry alike), and the packet is not sent again (its
+/// memory may be gone since: gather_payload() copies it under a guard).
+/// The entry is checked as gather_payload() checks it (C53, IBA 10.6.3.1: an L_Key
 /// of a region of the QP's PD that covers the range; local read needs no
 /// right). nullptr: the general path sends it, or reports what is wrong.
 [[gnu::always_inline]] inline const uint8_t *

@@ -291,12 +291,11 @@ bool responder::send_response_packet(qp &q)
 {
     uint32_t idx = q.resp.resp_queue[q.resp.resp_head];
     resp_resource &r = q.resp.resources[idx];
-    auto done = [&] { dequeue_response(q, r); };
     if (r.kind == resp_resource::type::atomic) {
         if (send_atomic_ack(q, r) == status::no_resource) {
             return false;
         }
-        done();
+        dequeue_response(q, r);
         return true;
     }
     if (r.kind == resp_resource::type::direct_read) {
@@ -305,7 +304,7 @@ bool responder::send_response_packet(qp &q)
                        ack_syndrome, r.psn)) {
             return false;
         }
-        done();
+        dequeue_response(q, r);
         return true;
     }
     ib::aeth a{};
@@ -353,7 +352,7 @@ bool responder::send_response_packet(qp &q)
     }
     r.sent += chunk;
     if (last) {
-        done();
+        dequeue_response(q, r);
     }
     return true;
 }
