@@ -241,6 +241,11 @@ TEST_F(ingress, wrong_link_next_header_is_dropped)
     f[1] = uint8_t((f[1] & ~3) | 3);   // LNH: IBA global, but no GRH follows
     inject(f);
     EXPECT_EQ(b.counter(dev::counter::bad_packets), 1u);
+    // LNH raw: a frame the sender could not fill (egress::void_frame), or
+    // a peer's raw packet; no QP here is a raw one (IBA 7.7.3).
+    f[1] = uint8_t((f[1] & ~3) | ib::lnh_raw);
+    inject(f);
+    EXPECT_EQ(b.counter(dev::counter::bad_packets), 2u);
     expect_still_working();
 }
 

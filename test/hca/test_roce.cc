@@ -456,6 +456,27 @@ TEST_F(roce_port_test, a_frame_leaves_as_a_rocev2_datagram)
     EXPECT_TRUE(std::equal(c.begin(), c.end(), d.end() - 4));
 }
 
+// A frame the device reserved and then could not fill (a READ response
+// whose memory went during the copy: egress::void_frame) is marked raw
+// (LNH 0) and committed, since a ring slot cannot be given back. Across
+// hosts it must not leave: nothing of it reaches the peer, and the next
+// frame leaves whole.
+TEST_F(roce_port_test, a_frame_marked_raw_is_not_sent)
+{
+    auto f_bytes = frame_to_other(send_only(0x77, {1, 2, 3, 4}));
+    fabric::frame_slot f;
+    uint16_t dlid = uint16_t(f_bytes[2] << 8 | f_bytes[3]);
+    ASSERT_EQ(port->reserve(dlid, f_bytes.size(), f), status::ok);
+    std::memcpy(f.data, f_bytes.data(), f_bytes.size());
+    f.data[1] = uint8_t((f.data[1] & ~3u) | ib::lnh_raw);
+    EXPECT_EQ(port->commit(f), status::invalid_param);
+    auto pkt = send_only(0x77, {9, 8, 7, 6});
+    ASSERT_EQ(port->send(frame_to_other(pkt), {}), status::ok);
+    auto d = other.receive(nullptr);
+    ASSERT_EQ(d.size(), pkt.size() + 4) << "the raw frame left, or the next did not";
+    EXPECT_TRUE(std::equal(pkt.begin(), pkt.end(), d.begin()));
+}
+
 TEST_F(roce_port_test, a_burst_leaves_as_one_gso_send_each_segment_protected_with_its_ip_id)
 {
     // One QP's burst (core::tx_batch) to another host leaves as one UDP
