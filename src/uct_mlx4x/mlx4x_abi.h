@@ -31,6 +31,7 @@ typedef enum {
 typedef struct uct_mlx4x_md_config {
     uct_md_config_t        super;
     uct_mlx4x_engine_t     engine;
+    char                  *engine_cpus;
     char                  *fabric;
     char                  *netdev;
     int                    packet_socket;   /* ucs_ternary_auto_value_t */

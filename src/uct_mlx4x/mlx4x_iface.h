@@ -165,7 +165,8 @@ public:
         fabric::packet_socket_use packet_socket = {};   ///< UCX_MLX4X_PACKET_SOCKET
         std::string netns;                ///< UCX_MLX4X_NETNS: "", or test hosts "a,b,..."
         bool engine_thread = false;       ///< the device on its own thread
-                                          ///< (placed with hwloc, mlx4x_locality.cc)
+        std::string engine_cpus;          ///< UCX_MLX4X_ENGINE_CPUS: "" (automatic)
+                                          ///< or a list (engine_placement)
         const uct_md_rcache_config_t *rcache = nullptr;   ///< cache registrations
         bool subnet_manager = false;      ///< an SM candidate (mad::sm_service)
         uint64_t single_copy_min = 0;     ///< shm_fabric::options

@@ -2,14 +2,34 @@
 // Where the device's thread runs (hwloc).
 #pragma once
 
+#include "hca/base/status.h"
+
+#include <string>
+
 namespace mlx4x::uct {
 
-/// Run on the engine thread as it starts: binds it to the processing units
-/// the process may use but the application is not bound to, or, when the
-/// application is bound to a subset and no unit is free, widens it to every
-/// allowed unit (the scheduler then finds an idle one). An unbound
-/// application leaves the thread unbound. True when the thread got units
-/// the application is not bound to.
-bool place_engine_thread();
+/// The processing units the engine thread runs on (UCX_MLX4X_ENGINE_CPUS).
+/// Automatic (no list): the units the process may use but the application
+/// is not bound to, or, when the application is bound to a subset and no
+/// unit is free, every allowed unit (the scheduler then finds an idle one);
+/// an unbound application leaves the thread unbound. A list: those units,
+/// as a site that keeps cores for progress threads places them.
+class engine_placement {
+public:
+    /// `cpus`: empty for the automatic placement, else a list in taskset's
+    /// and hwloc's syntax ("0", "2-3,6"). A config value is untrusted: an
+    /// error (logged) unless it is a list of units this process may use.
+    static result<engine_placement> parse(const std::string &cpus);
+
+    /// Run on the engine thread as it starts: binds it. True when it got
+    /// units the application is not bound to (it may then spin and yield
+    /// without taking the application's core).
+    bool operator()() const;
+
+    const std::string &cpus() const { return cpus_; }
+
+private:
+    std::string cpus_;   ///< a checked list; empty: automatic
+};
 
 } // namespace mlx4x::uct

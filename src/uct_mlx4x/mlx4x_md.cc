@@ -83,6 +83,15 @@ memory_domain::open(const options &o)
 result<std::unique_ptr<memory_domain>>
 memory_domain::open_on(const options &o, const std::string &host_netns)
 {
+    auto placement = engine_placement::parse(o.engine_cpus);
+    if (!placement.ok()) {
+        return placement.error();
+    }
+    if (!o.engine_cpus.empty() && !o.engine_thread) {
+        MLX4X_WARN("UCX_MLX4X_ENGINE_CPUS=%s places the device's thread, and there is "
+                   "none (UCX_MLX4X_ENGINE=thread starts it): not used",
+                   o.engine_cpus.c_str());
+    }
     auto m = std::make_unique<memory_domain>();
     m->fabric_name_ = o.fabric_name.empty() ? fabric::shm_fabric::default_name()
                                             : o.fabric_name;
@@ -131,7 +140,7 @@ memory_domain::open_on(const options &o, const std::string &host_netns)
         }
     });
     if (o.engine_thread) {
-        if (status s = m->ctx_->start_engine_thread(place_engine_thread);
+        if (status s = m->ctx_->start_engine_thread(placement.take());
             s != status::ok) {
             return s;
         }

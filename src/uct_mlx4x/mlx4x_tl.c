@@ -35,6 +35,14 @@ static ucs_config_field_t uct_mlx4x_md_config_table[] = {
      ucs_offsetof(uct_mlx4x_md_config_t, engine),
      UCS_CONFIG_TYPE_ENUM(uct_mlx4x_engine_names)},
 
+    {"ENGINE_CPUS", "",
+     "The processing units the device's thread (ENGINE=thread) runs on, a list\n"
+     "as taskset -c takes it (\"0\", \"2-3,6\"), for sites that keep cores for\n"
+     "progress threads. Empty: the units the process's binding leaves free,\n"
+     "unbound where the process is not bound. A list naming units the process\n"
+     "may not use is an error.",
+     ucs_offsetof(uct_mlx4x_md_config_t, engine_cpus), UCS_CONFIG_TYPE_STRING},
+
     {"FABRIC", "",
      "Name of the shared-memory fabric segment (/dev/shm/<name>); processes on\n"
      "one fabric reach each other. Empty: mlx4x-fabric-<uid>. The tools\n"

@@ -24,7 +24,7 @@ for c in tag_eager tag_rndv; do
 done
 out=$(timeout 60 "$RUN" ucx_info -c 2>&1)
 for v in SEG_SIZE TX_QUEUE_LEN RX_QUEUE_LEN MAX_INLINE TIMEOUT RETRY_COUNT \
-         RNR_RETRY_COUNT TM_ENABLE TM_LIST_SIZE TM_MIN_RECV; do
+         RNR_RETRY_COUNT TM_ENABLE TM_LIST_SIZE TM_MIN_RECV ENGINE_CPUS; do
     echo "$out" | grep -q "^UCX_MLX4X_$v=" && ok "config UCX_MLX4X_$v documented" \
         || fail "no UCX_MLX4X_$v in ucx_info -c"
 done
@@ -72,6 +72,18 @@ out=$(UCX_MLX4X_NETNS=mlx4x-none-$$ timeout 60 "$RUN" ucx_info -u t -e 2>&1)
 echo "$out" | grep -q "network namespace /run/netns/mlx4x-none-$$: No such file" \
     && ok "NETNS naming no namespace refused with a message" \
     || fail "NETNS naming no namespace not refused: $(echo "$out" | grep -i netns | head -2)"
+# UCX_MLX4X_ENGINE_CPUS (where the device's thread runs): a value that is
+# not a list of units this process may use is refused, and no mlx4x
+# device is offered with it.
+for v in abc 0- "$(getconf _NPROCESSORS_CONF)"; do
+    out=$(UCX_MLX4X_ENGINE=thread UCX_MLX4X_ENGINE_CPUS=$v timeout 60 "$RUN" ucx_info -d 2>&1)
+    echo "$out" | grep -q "UCX_MLX4X_ENGINE_CPUS=$v: \(not a list\|names units this process may not use\)" &&
+        ! echo "$out" | grep -q "Transport: mlx4x" \
+        && ok "ENGINE_CPUS=$v refused with a message" || fail "ENGINE_CPUS=$v not refused"
+done
+out=$(UCX_MLX4X_ENGINE=thread UCX_MLX4X_ENGINE_CPUS=0 timeout 60 "$RUN" ucx_info -d 2>&1)
+echo "$out" | grep -q "Transport: mlx4x" \
+    && ok "ENGINE_CPUS=0 accepted" || fail "ENGINE_CPUS=0 refused: $(echo "$out" | grep ERROR | head -2)"
 # The launcher answers --help and --version itself (it used to exec them).
 out=$("$RUN" --help 2>&1); rc=$?
 [ $rc -eq 0 ] && echo "$out" | grep -q "^usage: mlx4x-run CMD" \
