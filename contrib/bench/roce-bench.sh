@@ -18,7 +18,8 @@
 # overlap, one rank per host, Open MPI's launcher across the hosts): mlx4x
 # with its engine thread, tcp as it is. On a machine whose cores both
 # hosts share, that figure measures the scheduler as much as the
-# transport (docs/benchmarks.md, "Overlap across hosts").
+# transport (docs/benchmarks.md, "Overlap across hosts"); the line
+# "overlap, placed" gives the computing rank a unit of its own (below).
 top_srcdir=$(cd "$(dirname "$0")/../.." && pwd)
 rounds=${1:-2}
 HOSTS_UCX_NET_DEVICES=eth0,mlx4x_0:1   # hosts_mpirun's UCX devices
@@ -31,13 +32,25 @@ if command -v mpicc >/dev/null &&
     bench=$HOSTS_DIR/mpi_bench
 fi
 export UCX_MLX4X_FABRIC="roce-bench-$$"
-# overlap TLS: "A/B/C", the overlap (%) at 1, 4 and 16 MiB.
+# Placed: the computing rank (1) alone on the machine's last processing
+# unit, rank 0 and both devices' threads (UCX_MLX4X_ENGINE_CPUS) on the
+# others, as on hosts with a core to spare for the device; unplaced, the two
+# hosts' ranks and threads share the cores as the scheduler puts them.
+last_cpu=$(($(nproc) - 1))
+placed=
+if [ -n "$bench" ] && [ "$last_cpu" -ge 1 ]; then
+    placed=$HOSTS_DIR/placed
+    printf '#!/bin/sh\n[ "$OMPI_COMM_WORLD_RANK" = 1 ] && exec taskset -c %s "$@"\nexec taskset -c 0-%s "$@"\n' \
+        "$last_cpu" "$((last_cpu - 1))" >"$placed"
+    chmod +x "$placed"
+fi
+# overlap TLS [placed]: "A/B/C", the overlap (%) at 1, 4 and 16 MiB.
 overlap() {
     case $1 in
         mlx4x) HOSTS_TIMEOUT=300 hosts_mpirun -np 2 -x UCX_TLS=mlx4x,self -x UCX_MLX4X_FABRIC \
                    -x UCX_MLX4X_NETDEV=eth0 -x UCX_MLX4X_ENGINE=thread ${MLX4X_LIB:+-x MLX4X_LIB} \
-                   "$RUN" "$bench" overlap ;;
-        tcp)   HOSTS_TIMEOUT=300 hosts_mpirun -np 2 -x UCX_TLS=tcp,self "$bench" overlap ;;
+                   ${2:+-x UCX_MLX4X_ENGINE_CPUS=0-$((last_cpu - 1))} ${2-} "$RUN" "$bench" overlap ;;
+        tcp)   HOSTS_TIMEOUT=300 hosts_mpirun -np 2 -x UCX_TLS=tcp,self ${2-} "$bench" overlap ;;
     esac 2>/dev/null | awk '/^[0-9]/ { v = v (v == "" ? "" : "/") $5 } END { print v }'
 }
 port=23500
@@ -92,6 +105,8 @@ while [ $r -le "$rounds" ]; do
     fi
     if [ -n "$bench" ]; then
         printf '%-6s %-22s %12s %12s\n' "$r" "overlap 1/4/16 MiB (%)" "$(overlap mlx4x)" "$(overlap tcp)"
+        [ -n "$placed" ] && printf '%-6s %-22s %12s %12s\n' "$r" "overlap, placed (%)" \
+            "$(overlap mlx4x "$placed")" "$(overlap tcp "$placed")"
     fi
     r=$((r + 1))
 done
