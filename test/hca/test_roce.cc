@@ -49,6 +49,10 @@
 namespace {
 std::atomic<bool> refuse_udp_gso{false};
 std::atomic<int>  udp_gso_refused{0};
+/// sendmmsg calls, and how many messages the next calls take before the
+/// socket is full (EAGAIN, as a full send buffer gives); -1: all.
+std::atomic<int> sendmmsg_calls{0};
+std::atomic<int> sendmmsg_room{-1};
 } // namespace
 
 extern "C" ssize_t sendmsg(int fd, const msghdr *m, int flags)
@@ -65,6 +69,40 @@ extern "C" ssize_t sendmsg(int fd, const msghdr *m, int flags)
         }
     }
     return real(fd, m, flags);
+}
+
+/// The same refusal in a sendmmsg, as Linux gives it: the messages before
+/// the first refused one are sent and counted, the refusal is the next
+/// call's error.
+extern "C" int sendmmsg(int fd, mmsghdr *v, unsigned n, int flags)
+{
+    using sendmmsg_fn = int (*)(int, mmsghdr *, unsigned, int);
+    static const auto real = reinterpret_cast<sendmmsg_fn>(dlsym(RTLD_NEXT, "sendmmsg"));
+    unsigned ok = n;
+    for (unsigned i = 0; refuse_udp_gso.load() && i < n && ok == n; ++i) {
+        msghdr *m = &v[i].msg_hdr;
+        for (cmsghdr *c = CMSG_FIRSTHDR(m); c; c = CMSG_NXTHDR(m, c)) {
+            if (c->cmsg_level == SOL_UDP && c->cmsg_type == UDP_SEGMENT) {
+                ok = i;
+                break;
+            }
+        }
+    }
+    if (ok == 0) {
+        ++udp_gso_refused;
+        errno = EIO;
+        return -1;
+    }
+    ++sendmmsg_calls;
+    if (int room = sendmmsg_room.load(); room >= 0) {
+        if (room == 0) {
+            errno = EAGAIN;
+            return -1;
+        }
+        ok = std::min(ok, unsigned(room));
+        sendmmsg_room = 0;
+    }
+    return real(fd, v, ok, flags);
 }
 
 namespace mlx4x::test {
@@ -509,6 +547,85 @@ TEST_F(roce_port_test, a_burst_leaves_as_one_gso_send_each_segment_protected_wit
         off += len;
     }
     EXPECT_EQ(off, all.size());
+}
+
+/// A burst of `sizes.size()` GSO batches, batch k of `sizes[k]` packets of
+/// 100 + 16k payload bytes (so each is longer than the one before, and
+/// opens a batch of its own), as one QP's burst to the other host.
+std::vector<std::vector<uint8_t>> burst_of_batches(roce_port_test &t,
+                                                    const std::vector<unsigned> &sizes)
+{
+    std::vector<std::vector<uint8_t>> pkts;
+    t.port->begin_batch();
+    for (unsigned k = 0; k < sizes.size(); ++k) {
+        for (unsigned i = 0; i < sizes[k]; ++i) {
+            pkts.push_back(send_only(0x77, std::vector<uint8_t>(100 + 16 * k, uint8_t(k))));
+            EXPECT_EQ(t.port->send(t.frame_to_other(pkts.back()), {}), status::ok);
+        }
+    }
+    return pkts;
+}
+
+/// The other host reads `sizes.size()` batches whole: each one datagram of
+/// its packets, in the order sent.
+void expect_batches(roce_port_test &t, const std::vector<unsigned> &sizes,
+                    const std::vector<std::vector<uint8_t>> &pkts)
+{
+    size_t next = 0;
+    for (unsigned k = 0; k < sizes.size(); ++k) {
+        size_t seg = 0;
+        auto   all = t.other.receive_whole(seg);
+        ASSERT_EQ(all.size(), sizes[k] * (pkts[next].size() + 4)) << "batch " << k;
+        for (unsigned i = 0; i < sizes[k]; ++i, ++next) {
+            EXPECT_TRUE(std::equal(pkts[next].begin(), pkts[next].end(),
+                                   all.begin() + long(i * seg)))
+                << "batch " << k << " packet " << i;
+        }
+    }
+}
+
+TEST_F(roce_port_test, a_burst_of_several_batches_leaves_with_one_system_call)
+{
+    // A READ's 64 responses are two GSO batches (its FIRST and LAST carry
+    // an AETH, the MIDDLEs not, and a batch's segments are of one size but
+    // the last), and the responder answers several READ requests in a
+    // burst. The batches leave together, one sendmmsg, each a UDP GSO send
+    // of its own, in the order sent.
+    other.take_batches_whole();
+    std::vector<unsigned> sizes{5, 3, 4};
+    sendmmsg_calls = 0;
+    auto pkts = burst_of_batches(*this, sizes);
+    EXPECT_EQ(sendmmsg_calls.load(), 0) << "nothing leaves before the burst ends";
+    ASSERT_EQ(port->end_batch(), status::ok);
+    EXPECT_EQ(sendmmsg_calls.load(), 1);
+    expect_batches(*this, sizes, pkts);
+}
+
+TEST_F(roce_port_test, a_burst_of_more_batches_than_the_port_holds_leaves_in_order)
+{
+    // Eight batches wait at most: the ninth sends them first.
+    other.take_batches_whole();
+    std::vector<unsigned> sizes{2, 3, 2, 1, 2, 3, 2, 2, 4, 2};
+    sendmmsg_calls = 0;
+    auto pkts = burst_of_batches(*this, sizes);
+    ASSERT_EQ(port->end_batch(), status::ok);
+    EXPECT_EQ(sendmmsg_calls.load(), 2);
+    expect_batches(*this, sizes, pkts);
+}
+
+TEST_F(roce_port_test, batches_a_full_socket_did_not_take_leave_at_the_next_poll_in_order)
+{
+    // The socket takes the first two of four batches, then is full: the
+    // device hears no_resource, and the two left leave at the next poll,
+    // after the ones sent and in their order.
+    other.take_batches_whole();
+    std::vector<unsigned> sizes{3, 2, 4, 2};
+    sendmmsg_room = 2;
+    auto pkts = burst_of_batches(*this, sizes);
+    EXPECT_EQ(port->end_batch(), status::no_resource);
+    sendmmsg_room = -1;
+    (void)port->poll(sink, 16);
+    expect_batches(*this, sizes, pkts);
 }
 
 TEST_F(roce_port_test, a_burst_the_kernel_will_not_segment_leaves_datagram_by_datagram)
@@ -1948,6 +2065,21 @@ protected:
         }
     }
 };
+
+// The packet socket needs the peer's MAC address from the kernel's
+// neighbour table; before the kernel has resolved it (a fresh host, UCX's
+// gtest across namespaces, where nothing else has spoken to the peer yet)
+// the datagram goes by the UDP socket, which has the kernel resolve it.
+// Once it was lost instead: every CM MAD of such a host, and no
+// connection ever made.
+TEST_F(packet_link_hosts, a_lone_datagram_to_a_peer_not_yet_resolved_goes_by_udp)
+{
+    ASSERT_EQ(sh("ip -n " + ns_a + " neigh del 10.211.7.2 dev pl0"), 0);
+    ASSERT_EQ(port_a->send(a_to_b(send_only(0x77, {42})), {}), status::ok);
+    poll_b_for(1);
+    ASSERT_EQ(sink.got.size(), 1u);
+    EXPECT_EQ(sink.got[0][sizeof(ib::lrh) + sizeof(ib::bth)], 42);
+}
 
 // A peer's lone datagrams come through the ring and its GSO batches through
 // the UDP socket: two queues of one stream. Taken queue by queue, with the

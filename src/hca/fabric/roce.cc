@@ -224,7 +224,7 @@ public:
     status end_batch() override
     {
         batching_ = false;
-        return tx_.count ? flush_batch() : status::ok;
+        return tx_batches_ ? flush() : status::ok;
     }
     // Multicast stays on the host (no IP multicast: the SM's groups are
     // the local subnet's).
@@ -239,8 +239,8 @@ public:
     /// queued megabytes deep until their senders' retries ran out.
     unsigned poll(frame_sink &sink, unsigned budget) override
     {
-        if (tx_.count && !batching_) [[unlikely]] {
-            (void)flush_batch();   // what end_batch() found no room for
+        if (tx_batches_ && !batching_) [[unlikely]] {
+            (void)flush();   // what end_batch() found no room for
         }
         bool socket = udp_owed_ || udp_due();
         if (!socket && !datagrams_in_hand()) {
@@ -425,9 +425,23 @@ private:
     void seal(uint8_t *at, const outgoing &o, uint16_t ip_id) const;
     /// A whole frame as one datagram, not batched (send_concurrent()).
     status send_alone(std::span<const uint8_t> frame);
-    status flush_batch();
-    status send_segments_alone();   ///< flush_batch() without UDP GSO
-    uint8_t *batch_end() { return tx_buf_.data() + sizeof(ib::lrh) + tx_.bytes; }
+    /// The batches waiting, in order: a lone datagram through the packet
+    /// socket where it may go there, else all with one sendmmsg (each
+    /// batch one message, one UDP GSO send). no_resource: the socket had
+    /// no room; what it did not take waits.
+    status flush();
+    status flush_lone();
+    /// Batch `k` after sendmmsg refused it (errno): sent datagram by
+    /// datagram where the kernel refuses GSO, dropped where it was lost
+    /// on the way (the ACK timer recovers), kept (no_resource) where the
+    /// socket was full.
+    status after_refusal(unsigned k);
+    status send_segments_alone(unsigned k);   ///< batch k without UDP GSO
+    void   keep_unsent(unsigned sent);   ///< the first `sent` batches gone
+    /// Batch `k`'s datagrams, in the buffer's k-th region (room for an LRH
+    /// before it: reserve_datagram()).
+    uint8_t *batch_data(unsigned k) { return tx_buf_.data() + k * tx_region + sizeof(ib::lrh); }
+    uint8_t *batch_end() { return batch_data(tx_batches_ - 1) + tx_[tx_batches_ - 1].bytes; }
     status sent_or_why(size_t len);   ///< sendmsg()'s outcome as a status
 
     unsigned poll_datagrams(frame_sink &sink, unsigned budget);
@@ -451,6 +465,12 @@ private:
     /// A GSO batch's segments at most, and its UDP payload at most.
     static constexpr unsigned max_segments = 64;
     static constexpr size_t   max_batch_bytes = 65507;
+    /// GSO batches a burst fills before they leave, with one sendmmsg: a
+    /// READ response of 64 packets is two (the FIRST and LAST carry an
+    /// AETH, the MIDDLEs not, and a batch's segments are of one size), and
+    /// a system call costs a microsecond on this VM (null syscall ~1 us).
+    static constexpr unsigned max_tx_batches = 8;
+    static constexpr size_t   tx_region = sizeof(ib::lrh) + max_batch_bytes;
     struct rx_buffer {
         alignas(64) uint8_t bytes[sizeof(ib::lrh) + 65536];
     };
@@ -525,10 +545,12 @@ private:
     mutable uint16_t rx_src_lid_ = 0;              ///< and its neighbour LID
     bool             gso_      = false;   ///< the kernel segments UDP (UDP_SEGMENT)
     bool             batching_ = false;   ///< between begin_batch() and end_batch()
-    gso_batch        tx_;
+    std::array<gso_batch, max_tx_batches> tx_{};
+    unsigned         tx_batches_ = 0;   ///< batches waiting; the last takes more
     outgoing         tx_next_{};                     ///< reserved, not committed
+    bool             tx_joins_ = false;  ///< it joins the last batch (else opens one)
     uint8_t          tx_saved_[sizeof(ib::lrh)] = {};   ///< what its LRH covers
-    std::vector<uint8_t> tx_buf_ = std::vector<uint8_t>(sizeof(ib::lrh) + max_batch_bytes);
+    std::vector<uint8_t> tx_buf_ = std::vector<uint8_t>(max_tx_batches * tx_region);
     mutable uint32_t polls_since_datagram_ = hot_polls;
     mutable uint32_t idle_tick_            = 0;
     mutable uint64_t link_errors_          = 0;
@@ -563,22 +585,24 @@ void roce_fabric::roce_port::seal(uint8_t *at, const outgoing &o, uint16_t ip_id
     std::memcpy(pad + o.pad, icrc.data(), icrc.size());
 }
 
-/// Outside a batch the datagram leaves at commit; inside, it joins the
-/// batch when it fits (same peer, not longer than the first), and the
-/// batch leaves first when it does not.
+/// Outside a burst the datagram leaves at commit; inside, it joins the
+/// last batch when it fits (same peer, not longer than the first), and
+/// opens the next one when it does not; the batches leave when the burst
+/// ends, or when all are in use.
 status roce_fabric::roce_port::reserve_datagram(uint16_t dlid, size_t len, frame_slot &f)
 {
     auto o = route(dlid, len);
     if (!o.ok()) {
         return o.error();
     }
-    if (tx_.count && !(batching_ && tx_.fits(*o))) {
-        if (status s = flush_batch(); s == status::no_resource) {
-            return s;   // the batch still waits, and goes first
+    tx_joins_ = batching_ && tx_batches_ && tx_[tx_batches_ - 1].fits(*o);
+    if (tx_batches_ && !tx_joins_ && (!batching_ || tx_batches_ == max_tx_batches)) {
+        if (status s = flush(); s == status::no_resource) {
+            return s;   // the batches still wait, and go first
         }
     }
     tx_next_ = *o;
-    uint8_t *lrh = batch_end() - sizeof(ib::lrh);
+    uint8_t *lrh = (tx_joins_ ? batch_end() : batch_data(tx_batches_)) - sizeof(ib::lrh);
     std::memcpy(tx_saved_, lrh, sizeof(tx_saved_));
     f = {lrh, len, 0, dlid};
     return status::ok;
@@ -604,19 +628,20 @@ status roce_fabric::roce_port::commit_datagram(const frame_slot &f)
         return status::invalid_param;
     }
     const outgoing &o = tx_next_;
-    if (!tx_.count) {
-        tx_ = {o.to, o.len};
+    if (!tx_joins_) {
+        tx_[tx_batches_++] = {o.to, o.len};
     }
-    seal(batch_end(), o, uint16_t(tx_.count));
-    tx_.bytes += o.len;
-    ++tx_.count;
-    tx_.closed = o.len < tx_.seg;
+    gso_batch &b = tx_[tx_batches_ - 1];
+    seal(batch_end(), o, uint16_t(b.count));
+    b.bytes += o.len;
+    ++b.count;
+    b.closed = o.len < b.seg;
     if (batching_) {
         return status::ok;
     }
-    status s = flush_batch();
+    status s = flush();
     if (s == status::no_resource) {
-        tx_ = {};   // not sent: the device sends it again
+        tx_batches_ = 0;   // not sent: the device sends it again
     }
     return s;
 }
@@ -648,88 +673,130 @@ status roce_fabric::roce_port::send_alone(std::span<const uint8_t> frame)
     return sent_or_why(o->len);
 }
 
-/// The batch as one sendmsg: a single datagram as it is, more as one UDP
-/// GSO send that the kernel (or the NIC) cuts into `seg`-byte datagrams.
-status roce_fabric::roce_port::flush_batch()
+/// A lone datagram through the packet socket (one system call straight to
+/// the interface) where its peer's stream may go there.
+status roce_fabric::roce_port::flush_lone()
 {
-    path_to &path = paths_[path_slot(tx_.to)];
-    if (tx_.count == 1 && link_ && path.socket_turns == 0) {
-        status s = link_->send(tx_.to, {tx_buf_.data() + sizeof(ib::lrh), tx_.bytes},
-                               path.last_by_socket);
-        if (s != status::unsupported) {   // unsupported: no MAC address yet, by UDP
-            if (s != status::no_resource) {
-                tx_                 = {};   // sent, or lost on the way: the ACK timer recovers
-                path.last_by_socket = false;
-            }
-            return s;
+    const gso_batch &b    = tx_[0];
+    path_to         &path = paths_[path_slot(b.to)];
+    status s = link_->send(b.to, {batch_data(0), b.bytes}, path.last_by_socket);
+    if (s != status::no_resource && s != status::unsupported) {
+        tx_batches_         = 0;   // sent, or lost on the way: the ACK timer recovers
+        path.last_by_socket = false;
+    }
+    return s;   // unsupported: no MAC address yet, the datagram waits for UDP
+}
+
+/// The batches as one sendmmsg: each a single datagram as it is, or a UDP
+/// GSO send that the kernel (or the NIC) cuts into `seg`-byte datagrams.
+status roce_fabric::roce_port::flush()
+{
+    if (tx_batches_ == 1 && tx_[0].count == 1 && link_ &&
+        paths_[path_slot(tx_[0].to)].socket_turns == 0) {
+        if (status s = flush_lone(); s != status::unsupported) {
+            return s;   // unsupported: no MAC address yet, by UDP
         }
     }
-    if (tx_.count > 1) {
-        path.socket_turns = socket_sticky_sends;
-    } else if (path.socket_turns) {
-        --path.socket_turns;
+    std::array<mmsghdr, max_tx_batches>     msgs{};
+    std::array<sockaddr_in, max_tx_batches> to{};
+    std::array<iovec, max_tx_batches>       iov{};
+    struct alignas(cmsghdr) control {
+        char bytes[CMSG_SPACE(sizeof(uint16_t))];
+    };
+    std::array<control, max_tx_batches> ctl{};
+    for (unsigned k = 0; k < tx_batches_; ++k) {
+        const gso_batch &b    = tx_[k];
+        path_to         &path = paths_[path_slot(b.to)];
+        if (b.count > 1) {
+            path.socket_turns = socket_sticky_sends;
+        } else if (path.socket_turns) {
+            --path.socket_turns;
+        }
+        path.last_by_socket = true;
+        to[k]  = sockaddr_of(b.to);
+        iov[k] = {batch_data(k), b.bytes};
+        msghdr &m     = msgs[k].msg_hdr;
+        m.msg_name    = &to[k];
+        m.msg_namelen = sizeof(to[k]);
+        m.msg_iov     = &iov[k];
+        m.msg_iovlen  = 1;
+        if (b.count > 1) {
+            m.msg_control    = ctl[k].bytes;
+            m.msg_controllen = sizeof(ctl[k].bytes);
+            cmsghdr *c    = CMSG_FIRSTHDR(&m);
+            c->cmsg_level = SOL_UDP;
+            c->cmsg_type  = UDP_SEGMENT;
+            c->cmsg_len   = CMSG_LEN(sizeof(uint16_t));
+            uint16_t seg  = uint16_t(b.seg);
+            std::memcpy(CMSG_DATA(c), &seg, sizeof(seg));
+        }
     }
-    path.last_by_socket = true;
-    sockaddr_in to = sockaddr_of(tx_.to);
-    iovec  iov{tx_buf_.data() + sizeof(ib::lrh), tx_.bytes};
-    msghdr m{};
-    m.msg_name    = &to;
-    m.msg_namelen = sizeof(to);
-    m.msg_iov     = &iov;
-    m.msg_iovlen  = 1;
-    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(uint16_t))] = {};
-    if (tx_.count > 1) {
-        m.msg_control    = control;
-        m.msg_controllen = sizeof(control);
-        cmsghdr *c    = CMSG_FIRSTHDR(&m);
-        c->cmsg_level = SOL_UDP;
-        c->cmsg_type  = UDP_SEGMENT;
-        c->cmsg_len   = CMSG_LEN(sizeof(uint16_t));
-        uint16_t seg  = uint16_t(tx_.seg);
-        std::memcpy(CMSG_DATA(c), &seg, sizeof(seg));
+    unsigned done = 0;
+    while (done < tx_batches_) {
+        int n = sendmmsg(sock_, msgs.data() + done, tx_batches_ - done, MSG_DONTWAIT);
+        if (n > 0) {
+            done += unsigned(n);
+            continue;
+        }
+        if (after_refusal(done) == status::no_resource) {
+            keep_unsent(done);
+            return status::no_resource;
+        }
+        ++done;
     }
-    if (sendmsg(sock_, &m, MSG_DONTWAIT) >= 0) {
-        tx_ = {};
-        return status::ok;
-    }
-    if (errno == EIO && tx_.count > 1) {
+    tx_batches_ = 0;
+    return status::ok;
+}
+
+status roce_fabric::roce_port::after_refusal(unsigned k)
+{
+    const gso_batch &b = tx_[k];
+    if (errno == EIO && b.count > 1) {
         // Linux refuses UDP GSO through a device without checksum offload
         // (udp_send_skb: EIO; this machine's 6.18 checksums in software
         // instead, older kernels do not), and would refuse every batch
         // again: the port stops batching.
-        MLX4X_WARN("roce: %s does not take UDP GSO sends (no checksum offload?): "
-                   "sending datagram by datagram", fab_.dev().name.c_str());
+        if (gso_) {
+            MLX4X_WARN("roce: %s does not take UDP GSO sends (no checksum offload?): "
+                       "sending datagram by datagram", fab_.dev().name.c_str());
+        }
         gso_      = false;
         batching_ = false;
-        return send_segments_alone();
+        return send_segments_alone(k);
     }
-    status s = sent_or_why(tx_.seg);
-    if (s != status::no_resource) {
-        tx_ = {};   // lost on the way: the ACK timer recovers
+    return sent_or_why(b.seg);   // not no_resource: lost on the way
+}
+
+/// The batches from `sent` on moved to the front, to leave first.
+void roce_fabric::roce_port::keep_unsent(unsigned sent)
+{
+    for (unsigned k = sent; k < tx_batches_; ++k) {
+        std::memmove(batch_data(k - sent), batch_data(k), tx_[k].bytes);
+        tx_[k - sent] = tx_[k];
     }
-    return s;
+    tx_batches_ -= sent;
 }
 
 /// The batch's datagrams one sendto each, each sealed again for the IP ID
 /// 0 that a lone datagram gets. The first pushed back keeps the batch; a
 /// later one is lost on the way, and the ACK timer recovers it.
-status roce_fabric::roce_port::send_segments_alone()
+status roce_fabric::roce_port::send_segments_alone(unsigned k)
 {
-    sockaddr_in to = sockaddr_of(tx_.to);
-    uint8_t    *all = tx_buf_.data() + sizeof(ib::lrh);
-    for (size_t off = 0; off < tx_.bytes; off += tx_.seg) {
+    const gso_batch &b   = tx_[k];
+    sockaddr_in      to  = sockaddr_of(b.to);
+    uint8_t         *all = batch_data(k);
+    for (size_t off = 0; off < b.bytes; off += b.seg) {
         uint8_t *d   = all + off;
-        size_t   len = std::min(tx_.seg, tx_.bytes - off);
-        ib::bth  b;
-        std::memcpy(&b, d, sizeof(b));
-        seal(d, {tx_.to, len, ib::bth_pad(b)}, 0);
+        size_t   len = std::min(b.seg, b.bytes - off);
+        ib::bth  h;
+        std::memcpy(&h, d, sizeof(h));
+        seal(d, {b.to, len, ib::bth_pad(h)}, 0);
         if (sendto(sock_, d, len, MSG_DONTWAIT, reinterpret_cast<sockaddr *>(&to),
                    sizeof(to)) < 0 &&
             off == 0 && sent_or_why(len) == status::no_resource) {
             return status::no_resource;
         }
     }
-    tx_ = {};
     return status::ok;
 }
 
