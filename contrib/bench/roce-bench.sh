@@ -15,7 +15,8 @@
 # last.
 # HOSTS_MTU=9000 gives the links jumbo frames (an IBA MTU of 4096 for
 # mlx4x, as RoCE fabrics are usually set up); default 1500 (IBA MTU 1024).
-# With mpicc, each round also measures MPI's receive overlap (mpi_bench
+# With mpicc, each round also measures MPI's 8-byte latency (mpi_bench lat)
+# and MPI's receive overlap (mpi_bench
 # overlap, one rank per host, Open MPI's launcher across the hosts): mlx4x
 # with its engine thread, tcp as it is. On a machine whose cores both
 # hosts share, that figure measures the scheduler as much as the
@@ -45,6 +46,17 @@ if [ -n "$bench" ] && [ "$last_cpu" -ge 1 ]; then
         "$last_cpu" "$((last_cpu - 1))" >"$placed"
     chmod +x "$placed"
 fi
+# mpi_lat TLS: MPI's 8-byte latency (us, mpi_bench lat's mean one-way
+# time over 50,000 round trips), one rank per host.
+mpi_lat() {
+    case $1 in
+        mlx4x) HOSTS_TIMEOUT=120 hosts_mpirun -np 2 -x UCX_TLS=mlx4x,self -x UCX_MLX4X_FABRIC \
+                   -x UCX_MLX4X_NETDEV=eth0 ${MLX4X_LIB:+-x MLX4X_LIB} -x MPI_BENCH_ITERS=50000 \
+                   "$RUN" "$bench" lat -m 8 -M 8 ;;
+        tcp)   HOSTS_TIMEOUT=120 hosts_mpirun -np 2 -x UCX_TLS=tcp,self -x MPI_BENCH_ITERS=50000 \
+                   "$bench" lat -m 8 -M 8 ;;
+    esac 2>/dev/null | awk '/^[0-9]/ { print $2 }'
+}
 # overlap TLS [placed]: "A/B/C", the overlap (%) at 1, 4 and 16 MiB.
 overlap() {
     case $1 in
@@ -105,6 +117,9 @@ while [ $r -le "$rounds" ]; do
             "" "$(ratio "$pl" "$p")"
     fi
     if [ -n "$bench" ]; then
+        m=$(mpi_lat mlx4x) c=$(mpi_lat tcp)
+        printf '%-6s %-22s %12s %12s %8s\n' "$r" "MPI lat 8 (us)" "${m:-fail}" "${c:-fail}" \
+            "$(ratio "$m" "$c")"
         printf '%-6s %-22s %12s %12s\n' "$r" "overlap 1/4/16 MiB (%)" "$(overlap mlx4x)" "$(overlap tcp)"
         [ -n "$placed" ] && printf '%-6s %-22s %12s %12s\n' "$r" "overlap, placed (%)" \
             "$(overlap mlx4x "$placed")" "$(overlap tcp "$placed")"
