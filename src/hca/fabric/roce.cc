@@ -697,13 +697,15 @@ status roce_fabric::roce_port::flush()
             return s;   // unsupported: no MAC address yet, by UDP
         }
     }
-    std::array<mmsghdr, max_tx_batches>     msgs{};
-    std::array<sockaddr_in, max_tx_batches> to{};
-    std::array<iovec, max_tx_batches>       iov{};
+    // Only the batches' entries are filled (a lone datagram's send sets
+    // up one, not eight).
+    std::array<mmsghdr, max_tx_batches>     msgs;
+    std::array<sockaddr_in, max_tx_batches> to;
+    std::array<iovec, max_tx_batches>       iov;
     struct alignas(cmsghdr) control {
         char bytes[CMSG_SPACE(sizeof(uint16_t))];
     };
-    std::array<control, max_tx_batches> ctl{};
+    std::array<control, max_tx_batches> ctl;
     for (unsigned k = 0; k < tx_batches_; ++k) {
         const gso_batch &b    = tx_[k];
         path_to         &path = paths_[path_slot(b.to)];
@@ -713,14 +715,16 @@ status roce_fabric::roce_port::flush()
             --path.socket_turns;
         }
         path.last_by_socket = true;
-        to[k]  = sockaddr_of(b.to);
-        iov[k] = {batch_data(k), b.bytes};
+        to[k]   = sockaddr_of(b.to);
+        iov[k]  = {batch_data(k), b.bytes};
+        msgs[k] = {};
         msghdr &m     = msgs[k].msg_hdr;
         m.msg_name    = &to[k];
         m.msg_namelen = sizeof(to[k]);
         m.msg_iov     = &iov[k];
         m.msg_iovlen  = 1;
         if (b.count > 1) {
+            ctl[k]           = {};
             m.msg_control    = ctl[k].bytes;
             m.msg_controllen = sizeof(ctl[k].bytes);
             cmsghdr *c    = CMSG_FIRSTHDR(&m);
