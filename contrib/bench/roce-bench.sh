@@ -46,24 +46,33 @@ if [ -n "$bench" ] && [ "$last_cpu" -ge 1 ]; then
         "$last_cpu" "$((last_cpu - 1))" >"$placed"
     chmod +x "$placed"
 fi
+# mpirun_tls TLS ARGS...: hosts_mpirun with one rank per host over TLS
+# (mlx4x: across the hosts' eth0, through the launcher; tcp: as it is).
+mpirun_tls() {
+    tls=$1
+    shift
+    case $tls in
+        mlx4x) hosts_mpirun -np 2 -x UCX_TLS=mlx4x,self -x UCX_MLX4X_FABRIC \
+                   -x UCX_MLX4X_NETDEV=eth0 ${MLX4X_LIB:+-x MLX4X_LIB} "$@" ;;
+        tcp)   hosts_mpirun -np 2 -x UCX_TLS=tcp,self "$@" ;;
+    esac
+}
 # mpi_lat TLS: MPI's 8-byte latency (us, mpi_bench lat's mean one-way
 # time over 50,000 round trips), one rank per host.
 mpi_lat() {
     case $1 in
-        mlx4x) HOSTS_TIMEOUT=120 hosts_mpirun -np 2 -x UCX_TLS=mlx4x,self -x UCX_MLX4X_FABRIC \
-                   -x UCX_MLX4X_NETDEV=eth0 ${MLX4X_LIB:+-x MLX4X_LIB} -x MPI_BENCH_ITERS=50000 \
-                   "$RUN" "$bench" lat -m 8 -M 8 ;;
-        tcp)   HOSTS_TIMEOUT=120 hosts_mpirun -np 2 -x UCX_TLS=tcp,self -x MPI_BENCH_ITERS=50000 \
-                   "$bench" lat -m 8 -M 8 ;;
-    esac 2>/dev/null | awk '/^[0-9]/ { print $2 }'
+        mlx4x) pre=$RUN ;;
+        *)     pre= ;;
+    esac
+    HOSTS_TIMEOUT=120 mpirun_tls "$1" -x MPI_BENCH_ITERS=50000 $pre "$bench" lat -m 8 -M 8 \
+        2>/dev/null | awk '/^[0-9]/ { print $2 }'
 }
 # overlap TLS [placed]: "A/B/C", the overlap (%) at 1, 4 and 16 MiB.
 overlap() {
     case $1 in
-        mlx4x) HOSTS_TIMEOUT=300 hosts_mpirun -np 2 -x UCX_TLS=mlx4x,self -x UCX_MLX4X_FABRIC \
-                   -x UCX_MLX4X_NETDEV=eth0 -x UCX_MLX4X_ENGINE=thread ${MLX4X_LIB:+-x MLX4X_LIB} \
+        mlx4x) HOSTS_TIMEOUT=300 mpirun_tls mlx4x -x UCX_MLX4X_ENGINE=thread \
                    ${2:+-x UCX_MLX4X_ENGINE_CPUS=0-$((last_cpu - 1))} ${2-} "$RUN" "$bench" overlap ;;
-        tcp)   HOSTS_TIMEOUT=300 hosts_mpirun -np 2 -x UCX_TLS=tcp,self ${2-} "$bench" overlap ;;
+        tcp)   HOSTS_TIMEOUT=300 mpirun_tls tcp ${2-} "$bench" overlap ;;
     esac 2>/dev/null | awk '/^[0-9]/ { v = v (v == "" ? "" : "/") $5 } END { print v }'
 }
 port=23500

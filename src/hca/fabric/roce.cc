@@ -430,7 +430,8 @@ private:
     /// batch one message, one UDP GSO send). no_resource: the socket had
     /// no room; what it did not take waits.
     status flush();
-    status flush_lone();
+    struct path_to;
+    status flush_lone(path_to &path);
     /// Batch `k` after sendmmsg refused it (errno): sent datagram by
     /// datagram where the kernel refuses GSO, dropped where it was lost
     /// on the way (the ACK timer recovers), kept (no_resource) where the
@@ -675,10 +676,9 @@ status roce_fabric::roce_port::send_alone(std::span<const uint8_t> frame)
 
 /// A lone datagram through the packet socket (one system call straight to
 /// the interface) where its peer's stream may go there.
-status roce_fabric::roce_port::flush_lone()
+status roce_fabric::roce_port::flush_lone(path_to &path)
 {
-    const gso_batch &b    = tx_[0];
-    path_to         &path = paths_[path_slot(b.to)];
+    const gso_batch &b = tx_[0];
     status s = link_->send(b.to, {batch_data(0), b.bytes}, path.last_by_socket);
     if (s != status::no_resource && s != status::unsupported) {
         tx_batches_         = 0;   // sent, or lost on the way: the ACK timer recovers
@@ -691,10 +691,12 @@ status roce_fabric::roce_port::flush_lone()
 /// GSO send that the kernel (or the NIC) cuts into `seg`-byte datagrams.
 status roce_fabric::roce_port::flush()
 {
-    if (tx_batches_ == 1 && tx_[0].count == 1 && link_ &&
-        paths_[path_slot(tx_[0].to)].socket_turns == 0) {
-        if (status s = flush_lone(); s != status::unsupported) {
-            return s;   // unsupported: no MAC address yet, by UDP
+    if (tx_batches_ == 1 && tx_[0].count == 1 && link_) {
+        path_to &path = paths_[path_slot(tx_[0].to)];
+        if (path.socket_turns == 0) {
+            if (status s = flush_lone(path); s != status::unsupported) {
+                return s;   // unsupported: no MAC address yet, by UDP
+            }
         }
     }
     // Only the batches' entries are filled (a lone datagram's send sets
