@@ -195,7 +195,7 @@ status endpoint::create_qp()
     if (slots > slot_stack::max_slots) {
         return status::invalid_param;
     }
-    if (status s = make_slots(i.ctx(), i.domain().pd(), bounce, slots, i.seg_size());
+    if (status s = make_slots(i.ctx(), i.domain().pd(), bounce, slots, i.bounce_slot_size());
         s != status::ok) {
         return s;
     }

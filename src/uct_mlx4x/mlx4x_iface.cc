@@ -6,6 +6,7 @@
 #include "uct_mlx4x/mlx4x_locality.h"
 #include "uct_mlx4x/mlx4x_boundary.h"
 #include "hca/base/log.h"
+#include "hca/ib/ib_mad.h"
 
 #include <bit>
 #include <chrono>
@@ -60,7 +61,7 @@ bool interface::reaches(const device_addr &peer)
 }
 
 interface::interface(uct_mlx4x_iface_t *uct, memory_domain &m, const uct_mlx4x_iface_config_t &cfg)
-    : uct_(uct), md_(m), cfg_(cfg), seg_size_(cfg.seg_size)
+    : uct_(uct), md_(m), cfg_(cfg), seg_size_(cfg.seg_size), max_tag_eager_(cfg.seg_size)
 {
 }
 
@@ -70,6 +71,10 @@ status interface::check_config() const
     if (seg_size_ < 4 * bounce_headroom || seg_size_ > (size_t{1} << 20) || !cfg_.tx_queue_len ||
         !cfg_.rx_queue_len) {
         MLX4X_ERROR("invalid UCX_MLX4X_SEG_SIZE/TX_QUEUE_LEN/RX_QUEUE_LEN");
+        return status::invalid_param;
+    }
+    if (cfg_.tm_eager_segs < 1 || cfg_.tm_eager_segs > prm::max_tm_msg_wqes) {
+        MLX4X_ERROR("UCX_MLX4X_TM_EAGER_SEGS must be 1..%u", prm::max_tm_msg_wqes);
         return status::invalid_param;
     }
     if (cfg_.tx_cq_moderation < 1 || cfg_.tx_cq_moderation > cfg_.tx_queue_len / 2) {
@@ -167,7 +172,16 @@ status interface::init(const uct_iface_params_t &params)
 status interface::init_receive_queue(bool tm)
 {
     uint32_t rx_bufs = std::max(2u, std::bit_ceil(cfg_.rx_queue_len));
-    auto sr = drv::srq::create(ctx(), md_.pd(), rx_bufs - 1, 1, tm ? cfg_.tm_list_size : 0);
+    if (tm) {
+        // A packet is never split between buffers: a buffer holds its
+        // whole packets of the largest path MTU, of any smaller one more.
+        size_t mtu   = mad::mtu_bytes(mad::ib_mtu::mtu_4096);
+        size_t whole = seg_size_ / mtu * mtu;
+        tm_msg_wqes_   = whole ? cfg_.tm_eager_segs : 1;
+        max_tag_eager_ = std::max(seg_size_, tm_msg_wqes_ * whole);
+    }
+    auto sr = drv::srq::create(ctx(), md_.pd(), rx_bufs - 1, 1, tm ? cfg_.tm_list_size : 0,
+                               tm_msg_wqes_);
     if (!sr.ok()) {
         MLX4X_ERROR("cannot create the receive queue (UCX_MLX4X_RX_QUEUE_LEN %u): %s",
                     cfg_.rx_queue_len, to_string(sr.error()));

@@ -127,6 +127,15 @@ struct tag_offload {
     };
     std::vector<rndv_send>    rndvs;   ///< by app_ctx - 1
     std::vector<uint32_t>     rndv_free;
+    /// An unexpected eager message that fills several receive buffers, by
+    /// the QP it arrives on (the device delivers a QP's messages whole and
+    /// in order): UCP's context for its fragments, and its tmh's fields.
+    struct unexpected_parts {
+        void    *context = nullptr;
+        uint64_t tag     = 0;
+        uint32_t app_ctx = 0;
+    };
+    std::map<uint32_t, unexpected_parts> parts;
     uint64_t                  posted = 0, exceeds_limit = 0, canceled = 0;
     /// Tagged messages from the fabric whose headers the upper layer must
     /// not see (tm::parse_unexpected, check_sw_rts): dropped, or their
@@ -438,6 +447,16 @@ public:
     /// Bytes an AM or tagged bcopy may place in a bounce slot
     /// (bounce_headroom).
     size_t pack_room() const { return seg_size_ - bounce_headroom; }
+    /// Bytes (tmh and data) of the largest tagged eager message: one an
+    /// unexpected one fills up to UCX_MLX4X_TM_EAGER_SEGS receive buffers
+    /// of whole packets (prm_tm.h). A peer configured otherwise refuses
+    /// longer ones (a length error), as with a smaller SEG_SIZE.
+    size_t max_tag_eager() const { return max_tag_eager_; }
+    /// An endpoint's bounce slots hold a tagged eager bcopy's whole
+    /// message (UCP sends one larger than the tag bcopy limit only by
+    /// rendezvous), and each of the other sends' packets. Untouched
+    /// slots cost no memory (slot_area), and most sends reuse a few.
+    size_t bounce_slot_size() const { return max_tag_eager_; }
     uint32_t max_inline() const { return max_inline_; }
     const uct_mlx4x_iface_config_t &config() const { return cfg_; }
 
@@ -494,8 +513,9 @@ private:
     /// (Not a std::optional: one passed by value is stored in pieces and
     /// loaded whole, a store-forwarding stall per message.)
     void on_unexpected(const uint8_t *buf, uint32_t len, bool with_imm, uint32_t imm);
-    void unexpected_sync_eager(const uint8_t *data, uint32_t len, uint64_t tag,
-                               uint64_t imm);
+    void on_unexpected_part(const uint8_t *buf, const drv::wc &w);
+    ucs_status_t deliver_in_desc(const uint8_t *data, uint32_t len, unsigned flags,
+                                 uint64_t tag, uint64_t imm, void **context);
     void note_malformed(tm::malformed_reason why, uint64_t tag);
     void on_fin(const uint8_t *buf, uint32_t len);
     void on_list_op(const drv::wc &w);
@@ -538,6 +558,8 @@ private:
     memory_domain                            &md_;
     uct_mlx4x_iface_config_t       cfg_;
     size_t                         seg_size_;
+    uint32_t                       tm_msg_wqes_ = 1;   ///< SRQ WQEs per unexpected message
+    size_t                         max_tag_eager_;
     uint32_t                       max_inline_ = 0;
     uint8_t                        ack_timeout_ = 18;   ///< IBA exponent
     std::unique_ptr<drv::cq>       send_cq_, recv_cq_;

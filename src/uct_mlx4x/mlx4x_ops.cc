@@ -287,8 +287,11 @@ extern "C" ucs_status_t uct_mlx4x_iface_query(uct_iface_h h, uct_iface_attr_t *a
         t.recv.max_iov         = 1;
         t.recv.max_outstanding = i.srq().tm_list_size();
         t.eager.max_short      = i.max_inline() - sizeof(ib::tmh);
-        t.eager.max_bcopy      = i.pack_room() - sizeof(ib::tmh);
-        t.eager.max_zcopy      = i.seg_size() - sizeof(ib::tmh);
+        // UCP sends a tagged message larger than the larger of these by
+        // rendezvous: its threshold is at most max_bcopy (ucp_ep.c,
+        // ucp_ep_config_set_am_rndv_thresh), so both reach max_tag_eager.
+        t.eager.max_bcopy      = i.max_tag_eager() - bounce_headroom - sizeof(ib::tmh);
+        t.eager.max_zcopy      = i.max_tag_eager() - sizeof(ib::tmh);
         t.eager.max_iov        = max_iov - 1;   // one entry carries the tmh
         t.rndv.max_zcopy       = max_rdma_zcopy;
         t.rndv.max_hdr         = max_rndv_hdr;

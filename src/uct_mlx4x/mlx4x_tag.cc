@@ -149,7 +149,7 @@ extern "C" ucs_status_t uct_mlx4x_ep_tag_eager_zcopy(uct_ep_h h, uct_tag_t tag,
     drv::sge  sg[max_iov];
     size_t    count, total;
     if (iovcnt > max_iov - 1 || !to_sge(e, iov, iovcnt, sg + 1, count, total) ||
-        sizeof(ib::tmh) + total > e.owner().seg_size()) {
+        sizeof(ib::tmh) + total > e.owner().max_tag_eager()) {
         return UCS_ERR_INVALID_PARAM;
     }
     if (ucs_status_t st = tx_check(e); st != UCS_OK) {
@@ -447,7 +447,11 @@ void interface::on_tm_completion(const drv::wc &w)
         return;
     }
     if (w.opcode == drv::wc_opcode::tm_unexpected) {
-        on_unexpected(rx_bufs_.slot(w.wr_id), w.byte_len, w.tm.with_imm, w.imm);
+        if (w.tm.more || w.tm.continued) [[unlikely]] {
+            on_unexpected_part(rx_bufs_.slot(w.wr_id), w);
+        } else {
+            on_unexpected(rx_bufs_.slot(w.wr_id), w.byte_len, w.tm.with_imm, w.imm);
+        }
         repost_rx();
         return;
     }
@@ -533,9 +537,11 @@ void interface::on_unexpected(const uint8_t *buf, uint32_t byte_len, bool with_i
         // remote_addr 0: the header is the RTS.
         (void)tm_->rndv_cb(tm_->rndv_arg, 0, m.tag, data, len, 0, 0, nullptr);
         break;
-    case tm::unexpected_kind::sync_eager:
-        unexpected_sync_eager(data, len, m.tag, m.imm);
+    case tm::unexpected_kind::sync_eager: {
+        void *context = nullptr;
+        (void)deliver_in_desc(data, len, UCT_CB_PARAM_FLAG_FIRST, m.tag, m.imm, &context);
         break;
+    }
     case tm::unexpected_kind::eager:   // plain_eager() took these
         to_eager_cb(m.data, m.tag);
         break;
@@ -563,7 +569,7 @@ void interface::note_malformed(tm::malformed_reason why, uint64_t tag)
 }
 
 namespace {
-/// Frees a descriptor of unexpected_sync_eager when UCP releases it.
+/// Frees a descriptor of deliver_in_desc when UCP releases it.
 void free_heap_desc(uct_recv_desc_t *, void *desc)
 {
     std::free(static_cast<uint8_t *>(desc) - sizeof(uct_recv_desc_t *));
@@ -571,33 +577,80 @@ void free_heap_desc(uct_recv_desc_t *, void *desc)
 uct_recv_desc_t heap_desc = {free_heap_desc};
 } // namespace
 
-/// An unexpected synchronous eager message goes to UCP in a descriptor
-/// (UCT_CB_PARAM_FLAG_DESC) with the iface's rx headroom before the data:
-/// without one UCP builds its sync header in a stack copy of the message,
-/// which its assertion (on in Debian's build) limits to 1200 bytes, so an
-/// unexpected MPI_Ssend of a few KiB aborted the receiver. The SRQ buffer
-/// has no headroom to lend and goes back at once, so the descriptor is a
-/// heap copy: [release pointer][rx headroom][data]; UCP frees it through
-/// uct_iface_release_desc when it keeps it, we free it when it does not.
-void interface::unexpected_sync_eager(const uint8_t *data, uint32_t len,
-                                      uint64_t tag, uint64_t imm)
+/// The end of an unexpected synchronous eager message (with its immediate)
+/// goes to UCP in a descriptor (UCT_CB_PARAM_FLAG_DESC) with the iface's
+/// rx headroom before the data: without one UCP builds its sync header in
+/// a stack copy of the data, which its assertion (on in Debian's build)
+/// limits to 1200 bytes, so an unexpected MPI_Ssend of a few KiB aborted
+/// the receiver. The SRQ buffer has no headroom to lend and goes back at
+/// once, so the descriptor is a heap copy: [release pointer][rx
+/// headroom][data]; UCP frees it through uct_iface_release_desc when it
+/// keeps it, we free it when it does not.
+ucs_status_t interface::deliver_in_desc(const uint8_t *data, uint32_t len, unsigned flags,
+                                        uint64_t tag, uint64_t imm, void **context)
 {
     size_t head = sizeof(uct_recv_desc_t *) + tm_->rx_headroom;
     auto  *base = static_cast<uint8_t *>(std::malloc(head + len));
     if (!base) {
         MLX4X_ERROR("unexpected sync eager message of %u bytes dropped: no memory", len);
-        return;
+        return UCS_ERR_NO_MEMORY;
     }
     uct_recv_desc_t *release = &heap_desc;
     std::memcpy(base, &release, sizeof(release));
     std::memcpy(base + head, data, len);
-    void *context = nullptr;
     ucs_status_t st = tm_->eager_cb(tm_->eager_arg, base + head, len,
-                                    UCT_CB_PARAM_FLAG_FIRST | UCT_CB_PARAM_FLAG_DESC,
-                                    tag, imm, &context);
+                                    flags | UCT_CB_PARAM_FLAG_DESC, tag, imm, context);
     if (st != UCS_INPROGRESS) {
         std::free(base);   // UCP copied what it needed
     }
+    return st;
+}
+
+/// One part of an unexpected eager message that fills several receive
+/// buffers (prm_tm.h, tm_cqe_more): UCP takes them as fragments, as it
+/// takes mlx5's multi-packet XRQ strides: UCT_CB_PARAM_FLAG_FIRST on the
+/// first (which begins with the tmh), UCT_CB_PARAM_FLAG_MORE on all but
+/// the last (which carries the immediate of a synchronous send), each
+/// with the context UCP set at the first.
+void interface::on_unexpected_part(const uint8_t *buf, const drv::wc &w)
+{
+    if (!tm_) {
+        return;
+    }
+    unsigned more = w.tm.more ? UCT_CB_PARAM_FLAG_MORE : 0;
+    if (!w.tm.continued) {
+        // The device goes on only with eager messages (tm_first_packet),
+        // whose first part fills a buffer: never shorter than its tmh.
+        ib::tmh h;
+        if (w.byte_len < sizeof(h)) {
+            note_malformed(tm::malformed_reason::short_tmh, 0);
+            return;
+        }
+        std::memcpy(&h, buf, sizeof(h));
+        tag_offload::unexpected_parts &m = tm_->parts[w.qpn];
+        m = {.context = nullptr, .tag = h.tag.get(), .app_ctx = h.app_ctx.get()};
+        (void)tm_->eager_cb(tm_->eager_arg, const_cast<uint8_t *>(buf) + sizeof(h),
+                            unsigned(w.byte_len - sizeof(h)), UCT_CB_PARAM_FLAG_FIRST | more,
+                            m.tag, 0, &m.context);
+        tm_note_unexpected();
+        return;
+    }
+    auto it = tm_->parts.find(w.qpn);
+    if (it == tm_->parts.end()) {
+        MLX4X_ERROR("qp 0x%x: dropping a part of a message whose start was not seen", w.qpn);
+        return;
+    }
+    tag_offload::unexpected_parts m = it->second;
+    if (!more) {
+        tm_->parts.erase(it);
+    }
+    if (!more && w.tm.with_imm) {
+        (void)deliver_in_desc(buf, w.byte_len, 0, m.tag, (uint64_t(m.app_ctx) << 32) | w.imm,
+                              &m.context);
+        return;
+    }
+    (void)tm_->eager_cb(tm_->eager_arg, const_cast<uint8_t *>(buf), w.byte_len, more, m.tag, 0,
+                        &m.context);
 }
 
 /// Counts a handled unexpected message; every sync_every of them a sync.

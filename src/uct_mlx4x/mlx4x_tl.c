@@ -191,6 +191,18 @@ static ucs_config_field_t uct_mlx4x_iface_config_table[] = {
      "software (docs/benchmarks.md, 2026-12-03). 0: UCP's threshold alone.",
      ucs_offsetof(uct_mlx4x_iface_config_t, tm_min_recv), UCS_CONFIG_TYPE_MEMUNITS},
 
+    {"TM_EAGER_SEGS", "4",
+     "Receive buffers (SEG_SIZE each) one tagged eager message may fill when\n"
+     "no posted receive matches it; UCP gets it in as many fragments (1-255).\n"
+     "Tagged messages up to that size (64 KiB less the headers by default)\n"
+     "may go eagerly: UCP sends a longer one by rendezvous, whose steps wait\n"
+     "for the peer process (16-32 KiB MPI latency 0.6-0.8 and 4-rank\n"
+     "collectives 0.3-0.9 of the time with 1; 8 made 64 KiB slower:\n"
+     "docs/benchmarks.md, 2026-12-03). Each endpoint's bounce slots are that\n"
+     "large (only those used take memory). 1: one buffer. Set it alike on\n"
+     "every process.",
+     ucs_offsetof(uct_mlx4x_iface_config_t, tm_eager_segs), UCS_CONFIG_TYPE_UINT},
+
     {"CONNECT_TO_EP", "n",
      "Also offer point-to-point endpoints (UCT_IFACE_FLAG_CONNECT_TO_EP):\n"
      "connected by exchanging endpoint addresses, with no handshake the peer\n"

@@ -91,18 +91,31 @@ for v in default 8k; do
     fi
 done
 
-# Unexpected synchronous sends (MPI_Ssend before the receive) over device
-# tag matching: UCP gets them in a descriptor with headroom (it aborted on
-# the first one of a few KiB when it had to copy them to its stack).
-out=$(timeout 120 mpirun --allow-run-as-root --oversubscribe -np 2 \
-    -x UCX_MLX4X_FABRIC -x MLX4X_LIB \
-    "$RUN" "$top_builddir/test/mpi/mpi_ssend_unexpected" 2>&1); rc=$?
-if [ $rc -eq 0 ] && echo "$out" | grep -q "^# ssend unexpected: 14 messages, 0 data errors"; then
-    ok "MPI_Ssend 4 KiB (3x), 8 KiB .. 8 B before the receive: all 14 received intact"
-else
-    fail "unexpected MPI_Ssend (exit $rc)"
-    echo "$out" | tail -n 5
-fi
+# Tagged sends before their receive over device tag matching:
+# synchronous ones go to UCP in a descriptor with headroom (it aborted on
+# the first one of a few KiB when it had to copy them to its stack); those
+# longer than a receive buffer (20-65 KiB) fill several, as UCP's
+# fragments, and go eagerly (no unexpected rendezvous): the interface's tag
+# bcopy limit is UCX_MLX4X_TM_EAGER_SEGS buffers. With it at 1 they go by
+# rendezvous, as before.
+for segs in default 1; do
+    set_segs=""; [ $segs = default ] || set_segs="-x UCX_MLX4X_TM_EAGER_SEGS=$segs"
+    # shellcheck disable=SC2086 # set_segs: nothing, or one option and its value
+    out=$(timeout 120 mpirun --allow-run-as-root --oversubscribe -np 2 \
+        -x UCX_MLX4X_FABRIC -x MLX4X_LIB -x UCX_MLX4X_COUNTERS=y $set_segs \
+        "$RUN" "$top_builddir/test/mpi/mpi_ssend_unexpected" 2>&1); rc=$?
+    unexp_rndv=$(echo "$out" | awk '$1 == "tm_unexpected_rndv" { t += $2 } END { print t + 0 }')
+    if [ $segs = default ]; then want_rndv="-eq 0"; how="fragments of eager messages"
+    else want_rndv="-gt 0"; how="rendezvous"; fi
+    # shellcheck disable=SC2086 # want_rndv: an operator and its operand
+    if [ $rc -eq 0 ] && echo "$out" | grep -q "^# unexpected sends: 20 messages, 0 data errors" &&
+       [ "$unexp_rndv" $want_rndv ]; then
+        ok "TM_EAGER_SEGS $segs: MPI_Ssend 4 KiB (3x), 8 KiB .. 8 B and MPI_(S)send 20-65 KiB before the receive: all 20 intact, the long ones as $how ($unexp_rndv unexpected rendezvous)"
+    else
+        fail "TM_EAGER_SEGS $segs: unexpected sends (exit $rc, $unexp_rndv unexpected rendezvous)"
+        echo "$out" | grep -v '^[a-z_]* [0-9]*$' | tail -n 5
+    fi
+done
 
 # Single copy (issue 7): the rendezvous READs of 64 KiB and more that the
 # device issued in that job moved their data by one process_vm_writev of

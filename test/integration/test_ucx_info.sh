@@ -24,7 +24,7 @@ for c in tag_eager tag_rndv; do
 done
 out=$(timeout 60 "$RUN" ucx_info -c 2>&1)
 for v in SEG_SIZE TX_QUEUE_LEN RX_QUEUE_LEN MAX_INLINE TIMEOUT RETRY_COUNT \
-         RNR_RETRY_COUNT TM_ENABLE TM_LIST_SIZE TM_MIN_RECV ENGINE_CPUS; do
+         RNR_RETRY_COUNT TM_ENABLE TM_LIST_SIZE TM_MIN_RECV TM_EAGER_SEGS ENGINE_CPUS; do
     echo "$out" | grep -q "^UCX_MLX4X_$v=" && ok "config UCX_MLX4X_$v documented" \
         || fail "no UCX_MLX4X_$v in ucx_info -c"
 done
@@ -42,6 +42,13 @@ echo "$out" | grep -q "invalid UCX_MLX4X_SEG_SIZE" \
 out=$(UCX_MLX4X_RETRY_COUNT=8 timeout 60 "$RUN" ucx_info -u t -e 2>&1)
 echo "$out" | grep -q "invalid UCX_MLX4X_TIMEOUT/RETRY_COUNT/RNR_RETRY_COUNT" \
     && ok "RETRY_COUNT=8 refused with a message" || fail "RETRY_COUNT=8 not refused"
+# TM_EAGER_SEGS: the receive buffers an unexpected tagged message may fill
+# travel in a byte of the SRQ's context (prm::srqc_tm_msg_wqes).
+for v in 0 256; do
+    out=$(UCX_MLX4X_TM_EAGER_SEGS=$v timeout 60 "$RUN" ucx_info -u t -e 2>&1)
+    echo "$out" | grep -q "UCX_MLX4X_TM_EAGER_SEGS must be 1..255" \
+        && ok "TM_EAGER_SEGS=$v refused with a message" || fail "TM_EAGER_SEGS=$v not refused"
+done
 # What the device reaches (issue 31): with RoCEv2 on (the default route's
 # interface), its system device is that NIC, named after the interface
 # and address it reaches other hosts through; this host only: unknown.

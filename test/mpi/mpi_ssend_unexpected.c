@@ -1,31 +1,47 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
-/* Synchronous sends that arrive before their receive is posted: rank 0
- * MPI_Ssends 4 KiB three times, then 8 KiB .. 8 B, while rank 1 posts each
+/* Tagged sends that arrive before their receive is posted: rank 0
+ * MPI_Ssends 4 KiB three times, then 8 KiB .. 8 B, then MPI_Ssends and
+ * MPI_Sends 20,000, 40,000 and 65,000 bytes, while rank 1 posts each
  * receive only after MPI_Probe has seen its message arrive (a probe posts
- * nothing to the device; a fixed wait let a slow machine post first),
- * so every message reaches rank 1's device tag list unmatched and goes to
- * UCP as an unexpected synchronous eager message. UCP builds its sync
- * header in front of the data: in a descriptor the transport provides, or
- * in a stack copy that UCP's assertion (on in Debian's UCX) limits to
- * 1200 bytes — the receiver aborted on the first Ssend of a few KiB.
- * Prints "# ssend unexpected: N messages, N data errors". */
+ * nothing to the device; a fixed wait let a slow machine post first), so
+ * every message reaches rank 1's device tag list unmatched and goes to UCP
+ * as an unexpected eager message.
+ *  - Synchronous ones: UCP builds its sync header in front of the data: in
+ *    a descriptor the transport provides, or in a stack copy that UCP's
+ *    assertion (on in Debian's UCX) limits to 1200 bytes — the receiver
+ *    aborted on the first Ssend of a few KiB.
+ *  - Those longer than one receive buffer (UCX_MLX4X_SEG_SIZE, 16 KiB)
+ *    fill several, and UCP gets them in fragments; a synchronous one's
+ *    immediate comes with the last.
+ * Prints "# unexpected sends: N messages, N data errors". */
 #include <mpi.h>
 #include <stdio.h>
 #include <string.h>
 
 static unsigned char pattern(int i, int k) { return (unsigned char)(i * 29 + k * 3 + 1); }
 
+static int size_of(int i)
+{
+    static const int longer[] = {20000, 40000, 65000};
+    return i < 3 ? 4096 : i < 14 ? 8192 >> (i - 3) : longer[(i - 14) / 2];
+}
+
 int main(int argc, char **argv)
 {
+    enum { messages = 20 };
     MPI_Init(&argc, &argv);
-    int rank, n = 0, errors = 0;
+    int rank, errors = 0;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    static unsigned char buf[8192];
-    for (int i = 0; i < 14; ++i, ++n) {
-        int size = i < 3 ? 4096 : 8192 >> (i - 3);
+    static unsigned char buf[65536];
+    for (int n = 0; n < messages; ++n) {
+        int size = size_of(n), sync = n < 14 || n % 2 == 0;
         if (rank == 0) {
             for (int k = 0; k < size; ++k) buf[k] = pattern(n, k);
-            MPI_Ssend(buf, size, MPI_BYTE, 1, n, MPI_COMM_WORLD);
+            if (sync) {
+                MPI_Ssend(buf, size, MPI_BYTE, 1, n, MPI_COMM_WORLD);
+            } else {
+                MPI_Send(buf, size, MPI_BYTE, 1, n, MPI_COMM_WORLD);
+            }
         } else if (rank == 1) {
             MPI_Status st;
             MPI_Probe(0, n, MPI_COMM_WORLD, &st);   /* here before the receive */
@@ -34,7 +50,7 @@ int main(int argc, char **argv)
             for (int k = 0; k < size; ++k) errors += buf[k] != pattern(n, k);
         }
     }
-    if (rank == 1) printf("# ssend unexpected: %d messages, %d data errors\n", n, errors);
+    if (rank == 1) printf("# unexpected sends: %d messages, %d data errors\n", messages, errors);
     MPI_Finalize();
     return errors != 0;
 }

@@ -7,6 +7,7 @@
 #include "../hca/hca_fixture.h"
 #include "hca/ib/ib_tm.h"
 
+#include <algorithm>
 #include <cstring>
 
 namespace mlx4x::test {
@@ -24,7 +25,7 @@ protected:
         rc_pair::SetUp();
         a.open(fab);
         b.open(fab);
-        auto s = drv::srq::create(*b.ctx, b.pd, 15, 1, list_size);
+        auto s = drv::srq::create(*b.ctx, b.pd, 15, 1, list_size, msg_wqes);
         ASSERT_TRUE(s.ok());
         srq = s.take();
         b.qp.reset();
@@ -53,10 +54,8 @@ protected:
         fm  = &a.reg(fin_buf.data(), fin_buf.size());
         sm  = &b.reg(srq_bufs.data(), srq_bufs.size());
         pm  = &b.reg(posted.data(), posted.size());
-        for (uint32_t i = 0; i < 15; ++i) {
-            drv::sge g{reinterpret_cast<uint64_t>(srq_bufs.data() + 4096 * i),
-                       4096, sm->lkey()};
-            ASSERT_EQ(srq->post_recv(100 + i, {&g, 1}), status::ok);
+        for (uint32_t i = 0; i < srq_posts; ++i) {
+            post_srq_buffer(i);
         }
         for (uint32_t i = 0; i < 16; ++i) {
             ASSERT_EQ(a.post_recv(200 + i, fin_buf.data() + 64 * i, 64, fm->lkey()),
@@ -94,6 +93,13 @@ protected:
     }
 
     uint8_t *slot(uint32_t index) { return posted.data() + 4096 * index; }
+    /// SRQ buffer `i` (wr_id 100 + i), srq_buf_len bytes of srq_bufs.
+    uint8_t *srq_buf(uint64_t wr_id) { return srq_bufs.data() + srq_buf_len * (wr_id - 100); }
+    void post_srq_buffer(uint32_t i)
+    {
+        drv::sge g{reinterpret_cast<uint64_t>(srq_buf(100 + i)), srq_buf_len, sm->lkey()};
+        ASSERT_EQ(srq->post_recv(100 + i, {&g, 1}), status::ok);
+    }
 
     /// Sends a tagged eager message: tmh + `len` bytes of pattern `seed`.
     void send_eager(uint64_t tag, uint32_t len, uint32_t seed,
@@ -152,6 +158,12 @@ protected:
         return w;
     }
 
+    // The TM SRQ: WQEs one unexpected message may fill, its buffers' size
+    // (srq_bufs holds 64 KiB), how many are posted at the start.
+    uint32_t msg_wqes    = 1;
+    uint32_t srq_buf_len = 4096;
+    uint32_t srq_posts   = 15;
+
     std::unique_ptr<drv::srq> srq;
     std::unique_ptr<drv::qp>  cmd;
     std::vector<uint8_t>      out, srq_bufs, posted, fin_buf;
@@ -184,7 +196,7 @@ TEST_F(tm_device, TM7_unmatched_eager_is_unexpected_with_its_tmh_in_an_srq_buffe
     send_eager(0x2, 300, 2);
     drv::wc w = wait(drv::wc_opcode::tm_unexpected);
     ASSERT_GE(w.wr_id, 100u);
-    const uint8_t *buf = srq_bufs.data() + 4096 * (w.wr_id - 100);
+    const uint8_t *buf = srq_buf(w.wr_id);
     ib::tmh h;
     std::memcpy(&h, buf, sizeof(h));
     EXPECT_EQ(h.opcode, uint8_t(ib::tmh_opcode::eager));
@@ -227,7 +239,7 @@ TEST_F(tm_device, TM2_earliest_sent_message_takes_the_receive)
     drv::wc w = wait(drv::wc_opcode::tm_expected);
     EXPECT_EQ(check_pattern(slot(1), 16, 7), -1);
     drv::wc u = wait(drv::wc_opcode::tm_unexpected);
-    EXPECT_EQ(check_pattern(srq_bufs.data() + 4096 * (u.wr_id - 100) + 16, 16, 8), -1);
+    EXPECT_EQ(check_pattern(srq_buf(u.wr_id) + 16, 16, 8), -1);
     (void)w;
 }
 
@@ -349,7 +361,7 @@ TEST_F(tm_device, unmatched_rendezvous_goes_to_software_with_its_headers)
 {
     send_rndv(0x56, 1000, 1);
     drv::wc w = wait(drv::wc_opcode::tm_unexpected);
-    const uint8_t *buf = srq_bufs.data() + 4096 * (w.wr_id - 100);
+    const uint8_t *buf = srq_buf(w.wr_id);
     ib::rvh r;
     std::memcpy(&r, buf + sizeof(ib::tmh), sizeof(r));
     EXPECT_EQ(buf[0], uint8_t(ib::tmh_opcode::rndv));
@@ -402,6 +414,172 @@ TEST_F(tm_device, driver_refuses_to_post_on_the_device_owned_send_queue)
     EXPECT_EQ(b.post_send(1, srq_bufs.data(), 8, sm->lkey()), status::invalid_param);
     drv::tm_op o;
     EXPECT_EQ(b.qp->post_tm_op(o), status::invalid_param);
+}
+
+// ---- unexpected eager messages longer than one SRQ buffer (prm_tm.h) -------
+
+/// A TM SRQ whose unexpected eager messages may fill up to three WQEs.
+class tm_device_parts : public tm_device {
+protected:
+    tm_device_parts() { msg_wqes = 3; }
+
+    /// Sends tmh + `len` bytes of pattern `seed` from the start of `out`.
+    void send_long_eager(uint64_t tag, uint32_t len, uint32_t seed)
+    {
+        ASSERT_LE(sizeof(ib::tmh) + len, 32768u);
+        send_off = 0;
+        send_eager(tag, len, seed);
+    }
+    /// The unexpected CQEs of one message, in order, until the one without
+    /// tm_cqe_more (or `max` of them).
+    std::vector<drv::wc> parts_of_message(size_t max = 4)
+    {
+        std::vector<drv::wc> parts;
+        do {
+            parts.push_back(wait(drv::wc_opcode::tm_unexpected));
+        } while (parts.back().tm.more && parts.size() < max);
+        return parts;
+    }
+    /// The parts' buffers, concatenated.
+    std::vector<uint8_t> joined(const std::vector<drv::wc> &parts)
+    {
+        std::vector<uint8_t> all;
+        for (const drv::wc &w : parts) {
+            const uint8_t *buf = srq_buf(w.wr_id);
+            all.insert(all.end(), buf, buf + w.byte_len);
+        }
+        return all;
+    }
+    drv::wc sender_completion()
+    {
+        EXPECT_TRUE(progress_until([&] { return !a.send_wcs.empty(); }));
+        return a.send_wcs.empty() ? drv::wc{} : a.send_wcs.front();
+    }
+};
+
+TEST_F(tm_device_parts, an_unexpected_eager_message_longer_than_a_buffer_goes_on_in_the_next_ones)
+{
+    // tmh + 10,000 bytes: packets of 4096, 4096 and 1824 bytes at the 4 KiB
+    // path MTU, one per 4 KiB buffer.
+    send_long_eager(0x77, 10000, 31);
+    std::vector<drv::wc> parts = parts_of_message();
+    ASSERT_EQ(parts.size(), 3u);
+    EXPECT_EQ(parts[0].byte_len, 4096u);
+    EXPECT_EQ(parts[1].byte_len, 4096u);
+    EXPECT_EQ(parts[2].byte_len, 1824u);
+    EXPECT_TRUE(parts[0].tm.more && !parts[0].tm.continued) << "the first, with the tmh";
+    EXPECT_TRUE(parts[1].tm.more && parts[1].tm.continued);
+    EXPECT_TRUE(!parts[2].tm.more && parts[2].tm.continued) << "the last";
+    for (const drv::wc &w : parts) {
+        EXPECT_EQ(w.qpn, b.qp->qpn());
+        EXPECT_EQ(w.status, drv::wc_status::success);
+    }
+    std::vector<uint8_t> all = joined(parts);
+    ASSERT_EQ(all.size(), sizeof(ib::tmh) + 10000);
+    ib::tmh h;
+    std::memcpy(&h, all.data(), sizeof(h));
+    EXPECT_EQ(h.tag.get(), 0x77u);
+    EXPECT_EQ(check_pattern(all.data() + sizeof(h), 10000, 31), -1);
+    EXPECT_EQ(b.counter(dev::counter::tm_unexpected_eager), 1u) << "one message";
+    EXPECT_EQ(sender_completion().status, drv::wc_status::success);
+}
+
+TEST_F(tm_device_parts, a_message_in_one_buffer_has_one_plain_completion)
+{
+    send_long_eager(0x78, 4000, 32);
+    drv::wc w = wait(drv::wc_opcode::tm_unexpected);
+    EXPECT_FALSE(w.tm.more || w.tm.continued);
+    EXPECT_EQ(w.byte_len, sizeof(ib::tmh) + 4000);
+}
+
+/// Buffers of 6000 bytes: a 4 KiB packet does not fit behind another.
+class tm_device_odd_buffers : public tm_device_parts {
+protected:
+    tm_device_odd_buffers() { srq_buf_len = 6000; srq_posts = 10; }
+};
+
+TEST_F(tm_device_odd_buffers, a_packet_is_never_split_between_buffers)
+{
+    // Packets of 4096, 4096 and 1824 bytes: the second does not fit in
+    // what the first left (1904 bytes), so it starts the next buffer,
+    // where the third follows it.
+    send_long_eager(0x79, 10000, 33);
+    std::vector<drv::wc> parts = parts_of_message();
+    ASSERT_EQ(parts.size(), 2u);
+    EXPECT_EQ(parts[0].byte_len, 4096u);
+    EXPECT_EQ(parts[1].byte_len, 4096u + 1824u);
+    std::vector<uint8_t> all = joined(parts);
+    EXPECT_EQ(check_pattern(all.data() + sizeof(ib::tmh), 10000, 33), -1);
+}
+
+// E35: a SEND longer than its receive buffers is a local length error at
+// the responder and an invalid request at the requester; with three WQEs
+// a message may take, one needing four is.
+TEST_F(tm_device_parts, E35_a_message_longer_than_the_srq_lets_it_take_is_a_length_error)
+{
+    send_long_eager(0x7a, 3 * 4096 + 100, 34);
+    drv::wc first = wait(drv::wc_opcode::tm_unexpected);
+    EXPECT_TRUE(first.tm.more);
+    drv::wc second = wait(drv::wc_opcode::tm_unexpected);
+    EXPECT_TRUE(second.tm.more && second.tm.continued);
+    ASSERT_TRUE(progress_until([&] {
+        return std::any_of(b.recv_wcs.begin(), b.recv_wcs.end(), [](const drv::wc &w) {
+            return w.status == drv::wc_status::local_length_err;
+        });
+    })) << dump(b.recv_wcs);
+    EXPECT_EQ(sender_completion().status, drv::wc_status::remote_inval_req_err);
+}
+
+TEST_F(tm_device, E35_with_one_wqe_per_message_a_longer_unexpected_one_is_a_length_error)
+{
+    send_off = 0;
+    send_eager(0x7b, 5000, 35);
+    ASSERT_TRUE(progress_until([&] {
+        return std::any_of(b.recv_wcs.begin(), b.recv_wcs.end(), [](const drv::wc &w) {
+            return w.status == drv::wc_status::local_length_err;
+        });
+    })) << dump(b.recv_wcs);
+    drv::wc w{};
+    EXPECT_FALSE(take(drv::wc_opcode::tm_unexpected, w)) << "no part delivered";
+}
+
+/// One SRQ buffer posted at the start.
+class tm_device_one_buffer : public tm_device_parts {
+protected:
+    tm_device_one_buffer() { srq_posts = 1; }
+};
+
+// IBA 9.7.5.2.8: a packet that needs a receive WQE when none is posted is
+// RNR NAKed and sent again; for a message's next buffer that is a middle
+// packet, and nothing of the message is lost. (A buffer completes when
+// the message goes on in the next one: the first part is reported then.)
+TEST_F(tm_device_one_buffer, a_part_that_finds_no_buffer_waits_for_one_and_nothing_is_lost)
+{
+    send_long_eager(0x7c, 10000, 36);
+    ASSERT_TRUE(progress_until([&] { return b.counter(dev::counter::rnr_naks_sent) > 0; }));
+    progress_rounds(20);
+    EXPECT_TRUE(b.recv_wcs.empty()) << "nothing completes without a buffer for the rest"
+                                    << dump(b.recv_wcs);
+    EXPECT_TRUE(a.send_wcs.empty()) << "the send waits";
+    post_srq_buffer(1);
+    post_srq_buffer(2);
+    std::vector<drv::wc> parts = parts_of_message();
+    ASSERT_EQ(parts.size(), 3u);
+    std::vector<uint8_t> all = joined(parts);
+    ASSERT_EQ(all.size(), sizeof(ib::tmh) + 10000);
+    EXPECT_EQ(check_pattern(all.data() + sizeof(ib::tmh), 10000, 36), -1);
+    EXPECT_EQ(sender_completion().status, drv::wc_status::success);
+}
+
+TEST(tm_srq, the_driver_refuses_a_message_limit_outside_1_to_255_or_without_tag_matching)
+{
+    fabric::loopback_fabric fab;
+    endpoint e;
+    e.open(fab);
+    EXPECT_EQ(drv::srq::create(*e.ctx, e.pd, 15, 1, 8, 0).error(), status::invalid_param);
+    EXPECT_EQ(drv::srq::create(*e.ctx, e.pd, 15, 1, 8, 256).error(), status::invalid_param);
+    EXPECT_EQ(drv::srq::create(*e.ctx, e.pd, 15, 1, 0, 2).error(), status::invalid_param);
+    EXPECT_TRUE(drv::srq::create(*e.ctx, e.pd, 15, 1, 8, 255).ok());
 }
 
 } // namespace

@@ -67,6 +67,23 @@ scatter_result core::scatter(qp &q, uint32_t wqe_index,
                         offset, data);
 }
 
+uint64_t core::srq_wqe_bytes(const srq &s, uint16_t index) const
+{
+    const uint8_t *segs = s.wqe(index) + sizeof(prm::wqe_srq_next_seg);
+    size_t nseg = ((size_t{1} << s.log_stride) - sizeof(prm::wqe_srq_next_seg)) /
+                  sizeof(prm::wqe_data_seg);
+    uint64_t bytes = 0;
+    for (size_t i = 0; i < nseg; ++i) {
+        prm::wqe_data_seg d;
+        std::memcpy(&d, segs + i * sizeof(d), sizeof(d));
+        if (d.lkey.get() == prm::invalid_lkey) {
+            break;
+        }
+        bytes += d.byte_count.get() & 0x7fffffff;
+    }
+    return bytes;
+}
+
 /// Writes `data` at byte `offset` of the buffers a list of data segments
 /// names, checking each entry's L_Key, PD, local write right and bounds
 /// (E26, E27). A receive list may end early with the invalid L_Key.

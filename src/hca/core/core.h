@@ -177,6 +177,10 @@ public:
                            std::span<const uint8_t> data);
     scatter_result scatter_segs(const qp &q, const uint8_t *segs, size_t nseg,
                                 uint32_t offset, std::span<const uint8_t> data);
+    /// The bytes SRQ WQE `index` can hold: its scatter list's lengths, up
+    /// to the invalid L_Key that may end it (the entries' keys are checked
+    /// when data is placed).
+    uint64_t srq_wqe_bytes(const srq &s, uint16_t index) const;
 
     // ---- CQEs (a CQ overrun puts the QP in ERROR, E13) ----
     /// The CQ entry (its CQE half) for `q`'s next completion on its send

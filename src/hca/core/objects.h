@@ -76,6 +76,8 @@ struct srq {
         explicit tag_matching(uint32_t size) : list(size), bufs(size) {}
         dev::tag_list                    list;
         std::vector<prm::wqe_data_seg>  bufs;
+        /// WQEs one unexpected eager message may fill (srqc_tm_msg_wqes).
+        uint32_t                         msg_wqes = 1;
     };
     std::unique_ptr<tag_matching> tm;
 
@@ -369,6 +371,10 @@ struct qp {
         // `tag_index` of the QP's TM SRQ instead of an SRQ WQE.
         bool         recv_to_tag = false;
         bool         recv_unexpected = false;   ///< ... or is an unexpected one
+        /// An unexpected eager message: its current WQE is not its first,
+        /// and how many more it may take (prm_tm.h, tm_cqe_more).
+        bool         recv_continued = false;
+        uint8_t      recv_wqes_left = 0;
         bool         recv_truncated = false;
         uint32_t     tag_index = 0;
         uint64_t     msg_tag = 0;

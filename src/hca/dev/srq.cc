@@ -45,6 +45,7 @@ cmd_status firmware::cmd_sw2hw_srq(uint32_t srqn, uint64_t inbox)
             return cmd_status::bad_param;
         }
         s.tm = std::make_unique<srq::tag_matching>(tags);
+        s.tm->msg_wqes = std::max<uint32_t>(prm::srqc_tm_msg_wqes::get(ctx->tm), 1);
     }
     return cmd_status::ok;
 }

@@ -42,6 +42,8 @@ struct wc_tm {
     bool     truncated;
     bool     with_imm;
     bool     failed;
+    bool     more;        ///< unexpected: the message goes on (prm::tm_cqe_more)
+    bool     continued;   ///< unexpected: not its first part, no tmh
 };
 static_assert(std::is_trivially_default_constructible_v<wc_tm>);
 
@@ -79,7 +81,7 @@ public:
     /// from its CQE without building a work completion (as UCX's mlx5
     /// transport reads CQEs through mlx5dv): a successful SEND or an
     /// unexpected tagged message, neither with immediate data, that took a
-    /// WQE of SRQ `s`.
+    /// WQE of SRQ `s` (an unexpected one whole in that WQE).
     struct srq_receive {
         uint64_t wr_id;
         uint32_t byte_len;

@@ -15,12 +15,13 @@ using namespace detail;
 
 result<std::unique_ptr<srq>> srq::create(context &ctx, uint32_t pd,
                                          uint32_t max_wr, uint32_t max_sge,
-                                         uint32_t tm_list_size)
+                                         uint32_t tm_list_size, uint32_t tm_msg_wqes)
 {
     // C7: within what QUERY_DEV_CAP reported.
     if (max_wr == 0 || max_sge == 0 || max_sge > ctx.caps().max_sg_rq ||
         max_wr >= (1u << ctx.caps().log_max_srq_sz) ||
-        tm_list_size > prm::max_tm_list_size) {
+        tm_list_size > prm::max_tm_list_size || tm_msg_wqes == 0 ||
+        tm_msg_wqes > prm::max_tm_msg_wqes || (tm_msg_wqes > 1 && !tm_list_size)) {
         return status::invalid_param;
     }
     if (status st = ctx.hold_pd(pd); st != status::ok) {
@@ -71,6 +72,7 @@ result<std::unique_ptr<srq>> srq::create(context &ctx, uint32_t pd,
     if (tm_list_size) {
         prm::srqc_tm_enable::set(c->tm, 1);
         prm::srqc_tm_size::set(c->tm, tm_list_size);
+        prm::srqc_tm_msg_wqes::set(c->tm, tm_msg_wqes);
     }
     if (status st = ctx.command(prm::cmd_opcode::sw2hw_srq, s->srqn_, dma_addr(c));
         st != status::ok) {

@@ -23,11 +23,13 @@ class srq {
 public:
     /// `tm_list_size` > 0 makes it a TM SRQ (prm_tm.h) whose device list
     /// holds that many posted tags; list operations go through a command
-    /// QP (qp_type::tm_cmd) created on it.
+    /// QP (qp_type::tm_cmd) created on it. An unexpected eager message
+    /// may fill up to `tm_msg_wqes` of its WQEs (1 to 255; prm_tm.h).
     static result<std::unique_ptr<srq>> create(context &ctx, uint32_t pd,
                                                uint32_t max_wr,
                                                uint32_t max_sge = 1,
-                                               uint32_t tm_list_size = 0);
+                                               uint32_t tm_list_size = 0,
+                                               uint32_t tm_msg_wqes = 1);
     ~srq();
     uint32_t srqn() const { return srqn_; }
     uint32_t pd() const { return pd_; }

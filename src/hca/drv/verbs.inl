@@ -168,6 +168,8 @@ inline void read_tm_cqe(const uint8_t *entry_cqe, wc_tm &t)
     t.truncated = x.flags & prm::tm_cqe_truncated;
     t.with_imm  = x.flags & prm::tm_cqe_with_imm;
     t.failed    = x.flags & prm::tm_cqe_failed;
+    t.more      = x.flags & prm::tm_cqe_more;
+    t.continued = x.flags & prm::tm_cqe_continued;
 }
 
 /// The segment of a bind (mlx4 set_bind_seg) for the R_Key `new_rkey`.
@@ -777,9 +779,11 @@ inline cq::next cq::poll_srq_receive(srq &s, srq_receive &r)
     be16 wqe_index;
     load_field(entry, offsetof(prm::cqe, vlan_my_qpn), qpn);
     const qp *q = ctx_.qp_by_num(qpn.get() & prm::cqe_qpn_mask);
+    // An immediate, or a part of a message that fills several WQEs, takes
+    // the general poll and its wc.tm.
     if (!q || q->shared_rq() != &s ||
         (tm && (entry[offsetof(prm::tm_cqe, flags) - prm::cqe_offset_in_entry] &
-                prm::tm_cqe_with_imm))) {
+                (prm::tm_cqe_with_imm | prm::tm_cqe_more | prm::tm_cqe_continued)))) {
         return next::other;
     }
     load_field(entry, offsetof(prm::cqe, byte_cnt), byte_cnt);

@@ -429,6 +429,12 @@ void responder::respond_send(qp &q, const pkt &p)
         schedule_ack(q, p.ackreq);
         return;
     }
+    if (!first && q.resp.recv_wqes_left && tm &&
+        q.resp.recv_offset + p.payload.size() > hca_.srq_wqe_bytes(*tm, q.resp.recv_wqe)) {
+        if (!continue_unexpected(q, *tm, p)) {
+            return;
+        }
+    }
     if (dev::scatter_result r = hca_.scatter(q, q.resp.recv_wqe, q.resp.recv_offset, p.payload);
         r != dev::scatter_result::ok) {
         fail_receive(q, r);
@@ -437,17 +443,72 @@ void responder::respond_send(qp &q, const pkt &p)
     q.resp.recv_offset += uint32_t(p.payload.size());
     q.resp.epsn = ib::psn_add(q.resp.epsn, 1);
     if (last) {
-        bool has_imm = p.has(ib::kind_imm);
-        be32 imm{};
-        if (has_imm) {
-            imm = p.ext<ib::immdt>(ib::hdr_immdt).imm;
-        }
         q.resp.in_message = resp_message::none;
-        complete_receive(hca_, q, {q.resp.recv_wqe, q.resp.recv_offset, q.resp.recv_unexpected}, p.slid, has_imm,
-                         imm, ib::bth_solicited(p.bth));
+        if (q.resp.recv_continued) {
+            q.resp.msn = ib::psn_add(q.resp.msn, 1);
+            complete_unexpected_part(q, p, false);
+            q.resp.recv_continued = false;
+        } else {
+            bool has_imm = p.has(ib::kind_imm);
+            be32 imm{};
+            if (has_imm) {
+                imm = p.ext<ib::immdt>(ib::hdr_immdt).imm;
+            }
+            complete_receive(hca_, q, {q.resp.recv_wqe, q.resp.recv_offset, q.resp.recv_unexpected},
+                             p.slid, has_imm, imm, ib::bth_solicited(p.bth));
+        }
         q.resp.recv_unexpected = false;
     }
     schedule_ack(q, p.ackreq);
+}
+
+/// A packet of an unexpected eager message that does not fit in what is
+/// left of its SRQ WQE (prm_tm.h): that WQE completes (tm_cqe_more) and
+/// the message goes on in the SRQ's next one; the caller checked that the
+/// message may take another. A packet is never split between WQEs. false:
+/// the packet has been answered, nothing of it placed: an RNR NAK (no WQE
+/// yet; the requester sends again from this PSN, IBA 9.7.5.2.8) or a
+/// length error (the next WQE is smaller than the packet, E35).
+bool responder::continue_unexpected(qp &q, srq &s, const pkt &p)
+{
+    if (!hca_.recv_available(q, &s)) {
+        hca_.count(counter::rnr_naks_sent);
+        send_nak(q, ib::make_syndrome(ib::ack_class::rnr_nak, q.min_rnr_timer));
+        return false;
+    }
+    if (hca_.srq_wqe_bytes(s, s.head) < p.payload.size()) {
+        fail_receive(q, dev::scatter_result::too_long);
+        return false;
+    }
+    complete_unexpected_part(q, p, true);
+    q.resp.recv_wqe       = hca_.recv_take(q, &s);
+    q.resp.recv_offset    = 0;
+    q.resp.recv_continued = true;
+    --q.resp.recv_wqes_left;
+    return true;
+}
+
+/// The CQE of one WQE of an unexpected eager message that fills several:
+/// `more` unless it is the last; tm_cqe_continued unless it is the first
+/// (whose data begins with the tmh). The immediate, if any, comes with the
+/// last.
+void responder::complete_unexpected_part(qp &q, const pkt &p, bool more)
+{
+    prm::cqe c{};
+    c.vlan_my_qpn.set(q.qpn);
+    c.byte_cnt.set(q.resp.recv_offset);
+    c.wqe_index.set(q.resp.recv_wqe);
+    c.g_mlpath_rqpn.set(q.remote_qpn);
+    c.rlid.set(p.slid);
+    prm::tm_cqe x{};
+    x.flags = uint8_t((more ? prm::tm_cqe_more : 0) |
+                      (q.resp.recv_continued ? prm::tm_cqe_continued : 0));
+    if (!more && p.has(ib::kind_imm)) {
+        c.immed_rss_invalid.raw = p.ext<ib::immdt>(ib::hdr_immdt).imm.raw;
+        x.flags |= prm::tm_cqe_with_imm;
+    }
+    c.owner_sr_opcode = uint8_t(prm::tm_cqe_opcode::unexpected);
+    hca_.write_cqe(q, false, c, !more && ib::bth_solicited(p.bth), &x);
 }
 
 /// A SEND's data could not be placed in its receive WQE. E35: longer than

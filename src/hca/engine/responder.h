@@ -115,6 +115,8 @@ private:
     void deliver_datagram(qp &q, const pkt &p);
     qp  *qp0();
     void respond_send(qp &q, const pkt &p);
+    bool continue_unexpected(qp &q, srq &s, const pkt &p);
+    void complete_unexpected_part(qp &q, const pkt &p, bool more);
     void respond_write(qp &q, const pkt &p);
     void respond_read(qp &q, const pkt &p, bool duplicate);
     std::optional<ib::reth> checked_read_reth(qp &q, const pkt &p,

@@ -126,6 +126,8 @@ bool tag_matcher::run_tm_command(qp &q)
 bool tag_matcher::tm_first_packet(qp &q, srq &s, const pkt &p, bool last)
 {
     q.resp.recv_to_tag = q.resp.recv_unexpected = q.resp.recv_truncated = false;
+    q.resp.recv_continued = false;
+    q.resp.recv_wqes_left = 0;
     auto op = p.payload.empty() ? ib::tmh_opcode::no_tag
                                 : static_cast<ib::tmh_opcode>(p.payload[0]);
     if (op != ib::tmh_opcode::eager && op != ib::tmh_opcode::rndv) {
@@ -158,6 +160,9 @@ bool tag_matcher::tm_first_packet(qp &q, srq &s, const pkt &p, bool last)
     auto m = s.tm->list.match(h.tag.get());
     if (!m) {
         q.resp.recv_unexpected = true;   // into an SRQ WQE, counted when taken
+        if (!rndv) {
+            q.resp.recv_wqes_left = uint8_t(s.tm->msg_wqes - 1);   // and maybe more
+        }
         return true;
     }
     q.resp.tag_index   = m->first;

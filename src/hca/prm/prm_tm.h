@@ -10,6 +10,12 @@
 //  - Tag matching CQEs use receive opcodes mlx4 leaves free and the first
 //    half of the 64-byte CQ entry, which mlx4's 32-byte CQE leaves unused,
 //    for the tag, app_ctx and list index (tm_cqe).
+//  - An unexpected eager message may fill more than one SRQ WQE (mlx5's
+//    multi-packet XRQ, whose strides UCP takes as UCT_CB_PARAM_FLAG_MORE
+//    fragments): when a packet does not fit in what is left of its WQE,
+//    the device completes that WQE (tm_cqe_more) and goes on in the SRQ's
+//    next one (tm_cqe_continued), up to srqc_tm_msg_wqes WQEs. A packet is
+//    never split between WQEs.
 //  - A QP whose context sets qpc_tm_dev_sq has a send queue the device owns
 //    (mlx5's "tm_qp"): the device posts the RDMA READ and FIN of a matched
 //    rendezvous on it; the driver never posts there.
@@ -31,7 +37,11 @@ namespace mlx4x::prm {
 /// on, [15:0] entries of the posted-tag list.
 using srqc_tm_enable = bits<be32, 31, 1>;
 using srqc_tm_size   = bits<be32, 0, 16>;
+/// [23:16] SRQ WQEs one unexpected eager message may fill (0 and 1: one,
+/// as a plain SRQ; a longer message is a local length error).
+using srqc_tm_msg_wqes = bits<be32, 16, 8>;
 constexpr uint32_t max_tm_list_size = 0xffff;
+constexpr uint32_t max_tm_msg_wqes  = 0xff;
 
 /// qp_context.param3[31]: the device owns the send queue (rendezvous).
 using qpc_tm_dev_sq = bits<be32, 31, 1>;
@@ -75,6 +85,10 @@ enum class tm_cqe_opcode : uint8_t {
 constexpr uint8_t tm_cqe_truncated = 1u << 0;   ///< longer than the buffer
 constexpr uint8_t tm_cqe_with_imm  = 1u << 1;   ///< SEND with immediate
 constexpr uint8_t tm_cqe_failed    = 1u << 2;   ///< list op refused / read failed
+/// unexpected: the message goes on in the QP's next unexpected CQE.
+constexpr uint8_t tm_cqe_more      = 1u << 3;
+/// unexpected: not the message's first WQE (no tmh: data only).
+constexpr uint8_t tm_cqe_continued = 1u << 4;
 
 /// Result of a list operation (tm_cqe.syndrome).
 enum class tm_list_result : uint8_t {
