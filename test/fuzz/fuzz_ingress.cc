@@ -438,13 +438,15 @@ void expect_fresh_pair_works(fabric::loopback_fabric &fab)
 
 // Bad input aimed at tag matching (E63-E65 paths): tagged SENDs with every
 // tmh opcode, short headers, foreign rkeys and lengths, to a QP on a TM SRQ
-// whose list is kept full of tags, some matching. Nothing may crash or
-// write outside the posted buffers (ASan), and the list keeps working.
+// whose list is kept full of tags, some matching, and whose unexpected
+// eager messages may fill up to four SRQ buffers (prm_tm.h). Nothing may
+// crash or write outside the posted buffers (ASan), and the list keeps
+// working.
 TEST_F(rc_pair, fuzz_tagged_ingress_never_crashes)
 {
     start();
     constexpr uint32_t list = 64;
-    auto srq = drv::srq::create(*b.ctx, b.pd, 255, 1, list);
+    auto srq = drv::srq::create(*b.ctx, b.pd, 255, 1, list, 4);
     ASSERT_TRUE(srq.ok());
     drv::qp_caps cmd_caps;
     cmd_caps.max_send_wr = 256;
@@ -475,7 +477,7 @@ TEST_F(rc_pair, fuzz_tagged_ingress_never_crashes)
     const tm::rndv_rules ucp_rules{.max_hw_hdr = 128, .max_sw_hdr = 4096 - 16, .ucp = true,
                                    .ucp_hw_hdr_len = 17, .ucp_md_index_offset = 16,
                                    .ucp_max_mds = 64, .ucp_sw_rts_min = 41};
-    uint64_t passed_on = 0, dropped = 0;
+    uint64_t passed_on = 0, dropped = 0, parts = 0;
     auto hand_over = [&] {
         for (const drv::wc &w : b.recv_wcs) {
             if (w.status != drv::wc_status::success ||
@@ -483,6 +485,11 @@ TEST_F(rc_pair, fuzz_tagged_ingress_never_crashes)
                 continue;
             }
             ASSERT_LE(w.byte_len, 4096u);
+            ASSERT_FALSE(w.tm.with_imm && w.tm.more) << "an immediate comes with the last part";
+            parts += w.tm.more || w.tm.continued;
+            if (w.tm.continued) {
+                continue;   // data only: its message's first part had the tmh
+            }
             tm::unexpected_msg m = tm::parse_unexpected(
                 {bufs.data() + 4096 * w.wr_id, w.byte_len}, w.tm.with_imm, w.imm, ucp_rules);
             if (m.kind == tm::unexpected_kind::malformed) {
@@ -558,6 +565,7 @@ TEST_F(rc_pair, fuzz_tagged_ingress_never_crashes)
     hand_over();
     EXPECT_GT(passed_on, 0u);
     EXPECT_GT(dropped, 0u);
+    EXPECT_GT(parts, 0u) << "no unexpected message filled two buffers";
     b.qp.reset();
     (*cmd).reset();
     expect_fresh_pair_works(fab);
