@@ -611,7 +611,10 @@ ucs_status_t interface::deliver_in_desc(const uint8_t *data, uint32_t len, unsig
 /// takes mlx5's multi-packet XRQ strides: UCT_CB_PARAM_FLAG_FIRST on the
 /// first (which begins with the tmh), UCT_CB_PARAM_FLAG_MORE on all but
 /// the last (which carries the immediate of a synchronous send), each
-/// with the context UCP set at the first.
+/// with the context UCP set at the first. UCP copies each part into a
+/// descriptor of its largest size, the largest AM send of its interfaces
+/// (ours: am.max_zcopy, SEG_SIZE - 8) plus UCP_WORKER_HEADROOM_PRIV_SIZE
+/// (32 in UCX 1.13.1): a part fills at most a buffer, SEG_SIZE, and fits.
 void interface::on_unexpected_part(const uint8_t *buf, const drv::wc &w)
 {
     if (!tm_) {
