@@ -171,17 +171,18 @@ status interface::init(const uct_iface_params_t &params)
 /// a power of two, so the buffers are as many.
 status interface::init_receive_queue(bool tm)
 {
-    uint32_t rx_bufs = std::max(2u, std::bit_ceil(cfg_.rx_queue_len));
+    uint32_t rx_bufs  = std::max(2u, std::bit_ceil(cfg_.rx_queue_len));
+    uint32_t msg_wqes = 1;   // SRQ WQEs one unexpected message may fill
     if (tm) {
         // A packet is never split between buffers: a buffer holds its
         // whole packets of the largest path MTU, of any smaller one more.
-        size_t mtu   = mad::mtu_bytes(mad::ib_mtu::mtu_4096);
-        size_t whole = seg_size_ / mtu * mtu;
-        tm_msg_wqes_   = whole ? cfg_.tm_eager_segs : 1;
-        max_tag_eager_ = std::max(seg_size_, tm_msg_wqes_ * whole);
+        size_t mtu     = mad::mtu_bytes(mad::ib_mtu::mtu_4096);
+        size_t whole   = seg_size_ / mtu * mtu;
+        msg_wqes       = whole ? cfg_.tm_eager_segs : 1;
+        max_tag_eager_ = std::max(seg_size_, msg_wqes * whole);
     }
     auto sr = drv::srq::create(ctx(), md_.pd(), rx_bufs - 1, 1, tm ? cfg_.tm_list_size : 0,
-                               tm_msg_wqes_);
+                               msg_wqes);
     if (!sr.ok()) {
         MLX4X_ERROR("cannot create the receive queue (UCX_MLX4X_RX_QUEUE_LEN %u): %s",
                     cfg_.rx_queue_len, to_string(sr.error()));

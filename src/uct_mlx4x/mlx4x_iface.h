@@ -558,7 +558,6 @@ private:
     memory_domain                            &md_;
     uct_mlx4x_iface_config_t       cfg_;
     size_t                         seg_size_;
-    uint32_t                       tm_msg_wqes_ = 1;   ///< SRQ WQEs per unexpected message
     size_t                         max_tag_eager_;
     uint32_t                       max_inline_ = 0;
     uint8_t                        ack_timeout_ = 18;   ///< IBA exponent

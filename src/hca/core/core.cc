@@ -51,16 +51,29 @@ const mpt *core::find_remote(const qp &q, uint32_t rkey) const
     return region && region->covers(m->start, m->length) ? m : nullptr;
 }
 
+namespace {
+/// The data segments of SRQ WQE `index`: behind its next-WQE segment, to
+/// the end of its stride.
+struct srq_segs {
+    const uint8_t *first;
+    size_t         count;
+};
+srq_segs segs_of(const srq &s, uint32_t index)
+{
+    return {s.wqe(index) + sizeof(prm::wqe_srq_next_seg),
+            ((size_t{1} << s.log_stride) - sizeof(prm::wqe_srq_next_seg)) /
+                sizeof(prm::wqe_data_seg)};
+}
+} // namespace
+
 /// Receive WQE `wqe_index` of the QP's RQ or SRQ.
 scatter_result core::scatter(qp &q, uint32_t wqe_index,
                                        uint32_t offset,
                                        std::span<const uint8_t> data)
 {
     if (q.has_srq) {
-        const srq &s = srqs_[q.srqn];
-        size_t bytes = (size_t{1} << s.log_stride) - sizeof(prm::wqe_srq_next_seg);
-        return scatter_segs(q, s.wqe(wqe_index) + sizeof(prm::wqe_srq_next_seg),
-                            bytes / sizeof(prm::wqe_data_seg), offset, data);
+        srq_segs w = segs_of(srqs_[q.srqn], wqe_index);
+        return scatter_segs(q, w.first, w.count, offset, data);
     }
     return scatter_segs(q, q.rq_wqe(wqe_index),
                         (size_t{1} << q.rq_log_stride) / sizeof(prm::wqe_data_seg),
@@ -69,13 +82,11 @@ scatter_result core::scatter(qp &q, uint32_t wqe_index,
 
 uint64_t core::srq_wqe_bytes(const srq &s, uint16_t index) const
 {
-    const uint8_t *segs = s.wqe(index) + sizeof(prm::wqe_srq_next_seg);
-    size_t nseg = ((size_t{1} << s.log_stride) - sizeof(prm::wqe_srq_next_seg)) /
-                  sizeof(prm::wqe_data_seg);
+    srq_segs w     = segs_of(s, index);
     uint64_t bytes = 0;
-    for (size_t i = 0; i < nseg; ++i) {
+    for (size_t i = 0; i < w.count; ++i) {
         prm::wqe_data_seg d;
-        std::memcpy(&d, segs + i * sizeof(d), sizeof(d));
+        std::memcpy(&d, w.first + i * sizeof(d), sizeof(d));
         if (d.lkey.get() == prm::invalid_lkey) {
             break;
         }
