@@ -82,6 +82,60 @@ TEST(payload_copy, copy_small_and_copy_bytes_equal_memcpy)
     }
 }
 
+// copy_large takes `rep movsb` for a few KiB except where AMD Zen 3/4 run
+// it ~20 times slower (glibc bug 30994): the destination 1 to 63 bytes
+// past the source within a page. The rule, at the edges of that range and
+// across a page's wrap.
+TEST(payload_copy, string_copies_avoid_a_destination_just_past_the_source)
+{
+    alignas(4096) static uint8_t page[3 * 4096];
+    const uint8_t *s = page + 4096 + 100;
+    for (size_t past : {1, 2, 31, 32, 63}) {
+        EXPECT_TRUE(string_copy_slow(page + 4096 + 100 + past, s)) << past;
+        EXPECT_TRUE(string_copy_slow(page + 100 + past, s)) << past << " a page before";
+        EXPECT_TRUE(string_copy_slow(page + 2 * 4096 + 100 + past, s)) << past << " a page after";
+    }
+    for (size_t past : {0, 64, 65, 2048, 4095}) {
+        EXPECT_FALSE(string_copy_slow(page + 4096 + 100 + past, s)) << past;
+    }
+    // Wrapping: a source near the end of its page, the destination 10
+    // bytes past it, in the next page's first bytes.
+    EXPECT_TRUE(string_copy_slow(page + 2 * 4096 + 6, page + 4096 + 4092));
+    EXPECT_FALSE(string_copy_slow(page + 4096 + 4092, page + 2 * 4096 + 6));
+}
+
+// Both ways copy_large takes for a packet's size (rep movsb and the 64-byte
+// moves, chosen by the destination's place in its page relative to the
+// source) and glibc's beyond copy_blocks_max move every byte and no other.
+TEST(payload_copy, copy_large_by_either_way_equals_memcpy)
+{
+    constexpr size_t max = copy_blocks_max + 300;
+    std::vector<uint8_t> src_mem(max + 12288), dst_mem(max + 12288);
+    auto page_of = [](std::vector<uint8_t> &v) {
+        return reinterpret_cast<uint8_t *>((uintptr_t(v.data()) + 4095) & ~uintptr_t(4095));
+    };
+    uint8_t *src = page_of(src_mem), *dst = page_of(dst_mem);
+    for (size_t i = 0; i < max + 4096; ++i) {
+        src[i] = uint8_t(i * 13 + 5);
+    }
+    std::vector<uint8_t> want(max + 4200);
+    for (size_t n : std::initializer_list<size_t>{65, 100, 511, 512, 513, 1000, 4096, 8000,
+                                                  copy_blocks_max, copy_blocks_max + 1, max}) {
+        for (size_t so : {0, 16, 4000}) {
+            for (size_t past : {0, 1, 40, 63, 64, 200}) {
+                uint8_t *d = dst + so + past;
+                ASSERT_EQ(string_copy_slow(d, src + so), past >= 1 && past <= 63);
+                std::memset(dst, 0xee, want.size());
+                std::memcpy(want.data(), dst, want.size());
+                std::memcpy(want.data() + so + past, src + so, n);
+                copy_large(d, src + so, n);
+                ASSERT_EQ(0, std::memcmp(dst, want.data(), want.size()))
+                    << "n " << n << " src+" << so << " dst " << past << " past it";
+            }
+        }
+    }
+}
+
 TEST(inline_writer, chunks_of_200_bytes_after_ctrl_seg_stop_at_64_byte_boundaries)
 {
     auto src = pattern(200, 1);

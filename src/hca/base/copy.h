@@ -1,15 +1,21 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // Copies of a packet's payload (inline WQE data, a frame, a receive
 // buffer), without a call into libc's general memcpy: a handful of
-// overlapping fixed-size moves for the few bytes of a small message, a
-// loop of 64-byte moves up to a few pages.
+// overlapping fixed-size moves for the few bytes of a small message,
+// `rep movsb` for a few KiB, 64-byte moves where `rep movsb` is slow.
 //
 // Why not memcpy: glibc before 2.39 copies from 2 KiB on with `rep movsb`,
-// which AMD Zen cores run ~20 times slower when the destination lies 1 to
-// 31 bytes past the source within a page (glibc bug 30994; 1.4-1.9 us for
-// 4 KiB instead of 50-85 ns, docs/benchmarks.md). The device's copies have
-// offsets that ring slots and buffer layouts set, chosen for other
-// reasons; 64-byte vector blocks take 80-120 ns for 4 KiB at any of them.
+// which AMD Zen 3/4 cores run ~20 times slower when the destination lies
+// 1 to 31 bytes past the source within a page (glibc bug 30994; 1.4-1.9 us
+// for 4 KiB instead of 50-85 ns, docs/benchmarks.md). The device's copies
+// have offsets that ring slots and buffer layouts set, chosen for other
+// reasons. Why `rep movsb` elsewhere: the device's copies read lines the
+// other core wrote (a ring slot) or write lines it read, and the string
+// copy keeps many of those transfers in flight where a loop of vector
+// moves waits on them: a 8,000-byte ping-pong between two processes
+// through a ring took 1.1 us one way against 2.5 with 64-byte moves, the
+// cores' cache-line round trip 440 ns (docs/design-notes.md, "Copies of a
+// few KiB").
 #pragma once
 
 #include <cstddef>
@@ -22,10 +28,24 @@ namespace mlx4x {
 /// non-temporal stores win, and no packet is that large.
 constexpr size_t copy_blocks_max = size_t{64} << 10;
 
-/// memcpy(dst, src, n) for n > 64: 64-byte blocks, the last one
-/// overlapping the one before, up to copy_blocks_max; memcpy beyond. Not
-/// inlined (the small case is); the pragma keeps GCC from turning the
-/// loop back into a memcpy call.
+/// From this size `rep movsb` (below it, vector moves start sooner; at 512
+/// bytes the two take the same time).
+constexpr size_t copy_string_min = 512;
+
+/// Whether `rep movsb` is slow for this pair of addresses on AMD Zen 3/4
+/// (glibc bug 30994): the destination 1 to 63 bytes past the source in its
+/// page (the bug's 1 to 31, with margin).
+inline bool string_copy_slow(const uint8_t *d, const uint8_t *s)
+{
+    size_t past = (reinterpret_cast<uintptr_t>(d) - reinterpret_cast<uintptr_t>(s)) & 4095;
+    return past - 1 < 63;
+}
+
+/// memcpy(dst, src, n) for n > 64: `rep movsb` from copy_string_min
+/// unless string_copy_slow; else 64-byte blocks, the last one overlapping
+/// the one before; memcpy beyond copy_blocks_max. Not inlined (the small
+/// case is); the pragma keeps GCC from turning the loop back into a
+/// memcpy call.
 #pragma GCC push_options
 #pragma GCC optimize("no-tree-loop-distribute-patterns")
 [[gnu::noinline]] inline void copy_large(uint8_t *d, const uint8_t *s, size_t n)
@@ -34,6 +54,12 @@ constexpr size_t copy_blocks_max = size_t{64} << 10;
         std::memcpy(d, s, n);
         return;
     }
+#if defined(__x86_64__)
+    if (n >= copy_string_min && !string_copy_slow(d, s)) {
+        asm volatile("rep movsb" : "+D"(d), "+S"(s), "+c"(n) : : "memory");
+        return;
+    }
+#endif
     size_t i = 0;
     for (; i + 64 < n; i += 64) {
         std::memcpy(d + i, s + i, 64);
