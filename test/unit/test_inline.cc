@@ -119,7 +119,7 @@ TEST(payload_copy, copy_large_by_either_way_equals_memcpy)
         src[i] = uint8_t(i * 13 + 5);
     }
     std::vector<uint8_t> want(max + 4200);
-    for (size_t n : std::initializer_list<size_t>{65, 100, 511, 512, 513, 1000, 4096, 8000,
+    for (size_t n : std::initializer_list<size_t>{65, 100, 512, 1000, 2047, 2048, 2049, 4096, 8000,
                                                   copy_blocks_max, copy_blocks_max + 1, max}) {
         for (size_t so : {0, 16, 4000}) {
             for (size_t past : {0, 1, 40, 63, 64, 200}) {

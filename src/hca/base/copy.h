@@ -28,9 +28,11 @@ namespace mlx4x {
 /// non-temporal stores win, and no packet is that large.
 constexpr size_t copy_blocks_max = size_t{64} << 10;
 
-/// From this size `rep movsb` (below it, vector moves start sooner; at 512
-/// bytes the two take the same time).
-constexpr size_t copy_string_min = 512;
+/// From this size `rep movsb`. Below it the vector moves were as fast or
+/// faster in MPI ping-pongs (from 512 bytes with `rep movsb`, 512-byte
+/// messages took 5-10 % longer), though a bare ring ping-pong gains from
+/// 1 KiB.
+constexpr size_t copy_string_min = 2048;
 
 /// Whether `rep movsb` is slow for this pair of addresses on AMD Zen 3/4
 /// (glibc bug 30994): the destination 1 to 63 bytes past the source in its
