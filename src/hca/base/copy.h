@@ -12,7 +12,7 @@
 // reasons. Why `rep movsb` elsewhere: the device's copies read lines the
 // other core wrote (a ring slot) or write lines it read, and the string
 // copy keeps many of those transfers in flight where a loop of vector
-// moves waits on them: a 8,000-byte ping-pong between two processes
+// moves waits on them: an 8,000-byte ping-pong between two processes
 // through a ring took 1.1 us one way against 2.5 with 64-byte moves, the
 // cores' cache-line round trip 440 ns (docs/design-notes.md, "Copies of a
 // few KiB").
