@@ -5,6 +5,7 @@
 // Data and completions as for packets; E28 errors as for packets; a refusal
 // falls back to packets with nothing lost or doubled; lost packets retried.
 #include "hca_fixture.h"
+#include "hca/engine/requester.h"
 #include "hca/ib/ib_opcode.h"
 
 #include <numeric>
@@ -84,11 +85,14 @@ TEST_F(direct, write_of_a_gather_list_is_placed_by_the_responder_in_one_request)
     EXPECT_EQ(a.counter(dev::counter::tx_bytes), sizeof(ib::x_direct_ref));
 }
 
+// Longer than a lone READ is pulled (pull_alone_max): shared.
+constexpr uint32_t shared_len = engine::requester::pull_alone_max + 88 * 1024;
+
 // C60 with single copy: a READ into a scatter list of three pieces.
 TEST_F(direct, read_into_a_scatter_list_is_placed_before_its_response)
 {
     start();
-    constexpr uint32_t len = 300000;
+    constexpr uint32_t len = shared_len;
     std::vector<uint8_t> remote(len), local(len + 2, 0xee);
     fill_pattern(remote.data(), len, 9);
     auto &rm = b.reg(remote.data(), len, all_local);
@@ -110,6 +114,64 @@ TEST_F(direct, read_into_a_scatter_list_is_placed_before_its_response)
     EXPECT_EQ(b.counter(dev::counter::direct_bytes), len - ib::read_share(len));
 }
 
+// A READ up to the pulled sizes (a lone one up to pull_alone_max) is
+// copied whole by the requester once the responder has checked it and
+// granted it (PULL_RESPONSE): the responder reads no post and copies
+// nothing, one response, the bytes across the three pieces' boundaries.
+TEST_F(direct, a_pulled_read_is_copied_by_the_requester_after_the_grant)
+{
+    start();
+    constexpr uint32_t len = 300000;
+    static_assert(len > engine::requester::pull_read_max &&
+                  len <= engine::requester::pull_alone_max);
+    std::vector<uint8_t> remote(len), local(len + 2, 0xee);
+    fill_pattern(remote.data(), len, 19);
+    auto &rm = b.reg(remote.data(), len, all_local);
+    auto &lm = a.reg(local.data(), local.size(), all_local);
+    ASSERT_EQ(post_rdma(drv::wr_opcode::rdma_read, 2, local.data() + 1, len, lm.lkey(),
+                        remote.data(), rm.rkey(), 3),
+              status::ok);
+    ASSERT_TRUE(sends_done(1));
+    expect_all_succeeded();
+    EXPECT_EQ(a.send_wcs[0].opcode, drv::wc_opcode::rdma_read);
+    EXPECT_EQ(check_pattern(local.data() + 1, len, 19), -1);
+    EXPECT_EQ(local[0], 0xee);
+    EXPECT_EQ(local[len + 1], 0xee);
+    EXPECT_EQ(b.counter(dev::counter::direct_pull_grants), 1u);
+    EXPECT_EQ(b.counter(dev::counter::direct_reads), 0u);
+    EXPECT_EQ(b.counter(dev::counter::direct_bytes), 0u);
+    EXPECT_EQ(a.counter(dev::counter::direct_bytes), len);
+    EXPECT_EQ(a.counter(dev::counter::rx_packets), 1u);   // PULL_RESPONSE
+}
+
+// A requester that cannot copy a pulled READ (the responder's process no
+// longer reachable from it) asks for it again at once, unshared: the
+// responder executes the duplicate and copies it, every byte lands once,
+// and the QP's later READs go unshared.
+TEST_F(direct, a_pulled_read_that_cannot_be_copied_is_asked_again_unshared)
+{
+    start();
+    fab.fail_copies_from_peers_by(a.ctx->port().lid);
+    constexpr uint32_t len = 64 * 1024;
+    std::vector<uint8_t> remote(2 * len), local(2 * len, 0);
+    fill_pattern(remote.data(), remote.size(), 23);
+    auto &rm = b.reg(remote.data(), remote.size(), all_local);
+    auto &lm = a.reg(local.data(), local.size(), all_local);
+    for (int i = 0; i < 2; ++i) {
+        ASSERT_EQ(post_rdma(drv::wr_opcode::rdma_read, i, local.data() + i * len, len,
+                            lm.lkey(), remote.data() + i * len, rm.rkey()),
+                  status::ok);
+        ASSERT_TRUE(sends_done(i + 1));
+    }
+    expect_all_succeeded();
+    EXPECT_EQ(check_pattern(local.data(), 2 * len, 23), -1);
+    EXPECT_EQ(a.counter(dev::counter::direct_bytes), 0u);
+    EXPECT_EQ(b.counter(dev::counter::direct_pull_grants), 1u);   // the first only
+    EXPECT_EQ(b.counter(dev::counter::direct_reads), 2u);   // its duplicate, the second
+    EXPECT_EQ(b.counter(dev::counter::direct_bytes), 2 * len);
+    EXPECT_EQ(b.counter(dev::counter::duplicates), 1u);
+}
+
 // A requester that cannot copy its share (the responder's process no longer
 // reachable from it) asks for the READ again: the responder executes the
 // duplicate, unshared, and every byte lands once; the QP's later READs go
@@ -118,7 +180,7 @@ TEST_F(direct, a_read_share_that_cannot_be_copied_is_asked_again_unshared)
 {
     start();
     fab.fail_copies_from_peers_by(a.ctx->port().lid);   // a cannot copy its share
-    constexpr uint32_t len = 64 * 1024;
+    constexpr uint32_t len = shared_len;
     std::vector<uint8_t> remote(2 * len), local(2 * len, 0);
     fill_pattern(remote.data(), remote.size(), 13);
     auto &rm = b.reg(remote.data(), remote.size(), all_local);
@@ -150,7 +212,7 @@ TEST_F(direct, a_read_share_that_cannot_be_copied_is_asked_again_unshared)
 TEST_F(direct, a_device_serving_its_peer_asks_for_reads_unshared)
 {
     start();
-    constexpr uint32_t len = 64 * 1024, share = ib::read_share(len);
+    constexpr uint32_t len = shared_len, share = ib::read_share(len);
     std::vector<uint8_t> abuf(len), bbuf(len, 0), bread(2 * len, 0);
     fill_pattern(abuf.data(), len, 17);
     auto &am = a.reg(abuf.data(), len, all_local);
@@ -191,7 +253,7 @@ TEST_F(direct, a_device_serving_its_peer_asks_for_reads_unshared)
 TEST_F(direct, a_poll_ends_after_each_single_copy_but_takes_every_packet)
 {
     start();
-    constexpr uint32_t len = 64 * 1024, small = 1024;   // one packet
+    constexpr uint32_t len = shared_len, small = 1024;   // the responder copies; one packet
     constexpr int n = 3;
     std::vector<uint8_t> remote(n * len), local(n * len, 0);
     fill_pattern(remote.data(), remote.size(), 5);
@@ -368,9 +430,28 @@ TEST_F(direct, lost_requests_and_responses_are_retried_until_each_completes_once
     EXPECT_EQ(check_pattern(local.data(), local.size(), 21), -1);
     EXPECT_GT(fab.frames_dropped(), 0u);
     EXPECT_GE(b.counter(dev::counter::direct_writes), uint64_t(n));
-    EXPECT_GE(b.counter(dev::counter::direct_reads), uint64_t(n));
-    // The READs went shared: SHAREs lost on the way were asked for again.
-    EXPECT_GE(a.counter(dev::counter::direct_bytes), uint64_t(n) * ib::read_share(len));
+    // The READs went pulled: grants lost on the way were asked for again.
+    EXPECT_GE(b.counter(dev::counter::direct_pull_grants), uint64_t(n));
+    EXPECT_GE(a.counter(dev::counter::direct_bytes), uint64_t(n) * len);
+
+    // Shared READs the same way: SHAREs lost on the way asked for again.
+    constexpr int m = 4;
+    std::vector<uint8_t> big(shared_len * m), into(shared_len * m);
+    fill_pattern(big.data(), big.size(), 22);
+    auto &bm = b.reg(big.data(), big.size(), all_local);
+    auto &im = a.reg(into.data(), into.size(), all_local);
+    uint64_t copied = a.counter(dev::counter::direct_bytes);
+    for (int i = 0; i < m; ++i) {
+        ASSERT_EQ(post_rdma(drv::wr_opcode::rdma_read, 2 * n + i, into.data() + shared_len * i,
+                            shared_len, im.lkey(), big.data() + shared_len * i, bm.rkey()),
+                  status::ok);
+    }
+    ASSERT_TRUE(sends_done(2 * n + m)) << dump(a.send_wcs);
+    expect_all_succeeded();
+    EXPECT_EQ(check_pattern(into.data(), into.size(), 22), -1);
+    EXPECT_GE(b.counter(dev::counter::direct_reads), uint64_t(m));
+    EXPECT_GE(a.counter(dev::counter::direct_bytes) - copied,
+              uint64_t(m) * ib::read_share(shared_len));
 }
 
 // UCX_MLX4X_SINGLE_COPY_THRESH=auto: in the measured range the device sends

@@ -2,6 +2,7 @@
 // Malformed and misdirected packets at ingress (IBA 9.6 header checks):
 // each is dropped or NAKed as IBA says, counted, and leaves the QP working.
 #include "hca_fixture.h"
+#include "hca/engine/requester.h"
 #include "hca/ib/ib_opcode.h"
 #include "hca/ib/ib_psn.h"
 
@@ -410,7 +411,7 @@ TEST_F(ingress, a_forged_single_copy_request_cannot_turn_a_post_into_another_tra
 // completes once its retry is served.
 TEST_F(ingress, a_read_share_its_responder_did_not_grant_copies_nothing)
 {
-    constexpr uint32_t len = 16 * 1024;
+    constexpr uint32_t len = engine::requester::pull_alone_max + 4096;   // shared, not pulled
     std::vector<uint8_t> src(len), dst(len, 0);
     ASSERT_NO_FATAL_FAILURE(post_lost_direct_read(src, dst, 3));
     uint32_t psn   = expected_psn(a);   // the READ's
@@ -427,12 +428,44 @@ TEST_F(ingress, a_read_share_its_responder_did_not_grant_copies_nothing)
     std::memcpy(guessed.data() + sizeof(ib::lrh) + sizeof(ib::bth), grant(psn).data() +
                     sizeof(ib::lrh) + sizeof(ib::bth), sizeof(ib::aeth));
     inject(guessed);   // with a token that is not the post's
-    EXPECT_EQ(b.counter(dev::counter::bad_packets), 4u);
+    inject(ack_frame(ib::opcode::x_rdma_read_direct_pull_response, psn));   // not pulled
+    EXPECT_EQ(b.counter(dev::counter::bad_packets), 5u);
     EXPECT_EQ(b.counter(dev::counter::direct_bytes), 0u);
     EXPECT_EQ(std::count(dst.begin(), dst.end(), 0), long(len));
     ASSERT_TRUE(progress_until([&] { return !b.send_wcs.empty(); }));
     EXPECT_EQ(b.send_wcs[0].status, drv::wc_status::success);
     EXPECT_EQ(check_pattern(dst.data(), len, 3), -1);
+}
+
+// A pulled single-copy READ (x_rdma_read_direct_pull) is copied by its
+// requester at the PULL_RESPONSE, from the process its connection named,
+// into its own scatter list, the bytes its WQE names: a response from
+// another port is dropped and copies nothing (one for a READ that was not
+// pulled: a_read_share_its_responder_did_not_grant_copies_nothing); one
+// from the peer at the READ's PSN, forged here while the request is lost,
+// lets the requester read only what it asked for.
+TEST_F(ingress, a_pull_response_copies_only_what_the_read_itself_names)
+{
+    constexpr uint32_t len = 16 * 1024;
+    std::vector<uint8_t> src(len + 64), dst(len, 0);
+    ASSERT_NO_FATAL_FAILURE(post_lost_direct_read(src, dst, 6));
+    uint32_t psn  = expected_psn(a);
+    auto     pull = [&](uint32_t p) {
+        return ack_frame(ib::opcode::x_rdma_read_direct_pull_response, p);
+    };
+    auto foreign = pull(psn);
+    foreign[6] = 0;
+    foreign[7] = 0x77;   // SLID of no connected peer
+    inject(foreign);
+    EXPECT_EQ(b.counter(dev::counter::bad_packets), 1u);
+    EXPECT_EQ(b.counter(dev::counter::direct_bytes), 0u);
+    EXPECT_EQ(std::count(dst.begin(), dst.end(), 0), long(len));
+    inject(pull(psn));
+    ASSERT_EQ(b.send_wcs.size(), 1u);
+    EXPECT_EQ(b.send_wcs[0].status, drv::wc_status::success);
+    EXPECT_EQ(b.counter(dev::counter::direct_bytes), len);   // dst's length, no more
+    EXPECT_EQ(check_pattern(dst.data(), len, 6), -1);
+    expect_still_working();
 }
 
 // A single-copy READ completes when its responder has placed the data and

@@ -111,6 +111,7 @@ struct wqe_track {
     bool     rd_atomic : 1 = false;   ///< READ or atomic: completes on response
     bool     shared    : 1 = false;   ///< a shared single-copy READ (its share ours)
     bool     share_placed : 1 = false;   ///< ... whose share this side copied
+    bool     pulled : 1 = false;   ///< a single-copy READ this side copies whole
     bool     direct : 1 = false;   ///< went as a single copy: its post is freed at completion
     /// A READ asked for in requests of read_request_packets: a response
     /// LAST ends each of them.
@@ -141,6 +142,7 @@ struct resp_resource {
     bool     queued = false;   ///< waiting in the response queue
     bool     again = false;    ///< queued for a duplicate request (9.7.5.1.1)
     bool     rest_only = false;   ///< direct_read: the requester copied its share
+    bool     pulled = false;      ///< direct_read: the requester copies it all
     uint32_t psn  = 0;         ///< PSN of the first response packet (to send)
     /// The request's PSNs (from req_psn, npackets of them; set when the
     /// resource is taken): a duplicate may ask again from any of them

@@ -84,6 +84,9 @@ completer::placement completer::place_read_response(qp &q, const pkt &p,
         restart_ack_timer(q);
         return placement::dropped;
     }
+    if (p.opcode == uint8_t(ib::opcode::x_rdma_read_direct_pull_response)) {
+        return take_pulled_read(q, p, w, t);
+    }
     if (p.has(ib::kind_direct)) {
         // A single-copy READ's data is in place when the responder has
         // marked its entry so, not when a packet says: one that came before
@@ -374,6 +377,34 @@ void completer::take_read_share(qp &q, const pkt &p)
     // again unshared at its REST_RESPONSE.
     q.req.read_share_failed |= !t.share_placed;
     hca_.copied_directly_ = t.share_placed;   // the poll ends after it (on_frame)
+}
+
+/// The PULL_RESPONSE of pulled READ `w` (x_rdma_read_direct_pull): the
+/// responder checked the request (R_Key, rights, bounds), so this side
+/// copies the whole READ from the responder's memory into its scatter
+/// list, each entry checked as for packets (C53). What is copied comes
+/// from the WQE, from the process the connection named: a forged response
+/// can only complete the READ with bytes this process could read itself.
+/// One for a READ that was not pulled, or from another port than the QP's
+/// peer, is dropped. A failed copy (the responder's process no longer
+/// reachable from here, its memory gone) asks for the READ again at once,
+/// with its PSN, unshared: the responder copies it, or refuses and it goes
+/// as packets, which end in the error IBA gives it.
+completer::placement completer::take_pulled_read(qp &q, const pkt &p, const send_wqe &w,
+                                                 const wqe_track &t)
+{
+    if (!t.pulled || p.slid != q.dlid) {
+        hca_.count(counter::bad_packets);
+        return placement::dropped;
+    }
+    if (!copy_read_share(q, w, w.total_len)) {
+        q.req.read_share_failed = true;
+        req_.rewind(q, p.psn);
+        restart_ack_timer(q);
+        return placement::dropped;
+    }
+    hca_.copied_directly_ = true;   // the poll ends after it (on_frame)
+    return placement::placed;
 }
 
 /// Whether SHARE `p` carries the share token of WQE `index`'s post: only a

@@ -80,6 +80,7 @@ private:
     placement place_read_response(qp &q, const pkt &p, const send_wqe &w,
                                   uint32_t index, uint32_t first_psn);
     placement place_atomic_response(qp &q, const pkt &p, const send_wqe &w);
+    placement take_pulled_read(qp &q, const pkt &p, const send_wqe &w, const wqe_track &t);
     void complete_response(qp &q, const pkt &p);
     void direct_refused(qp &q, uint32_t psn);
     bool rnr_naked(qp &q, uint8_t syn, uint32_t psn);

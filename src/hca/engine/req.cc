@@ -458,9 +458,10 @@ requester::single_tx requester::send_single_request(qp &q, const send_wqe &w, bo
     if (read || w.opcode == prm::send_opcode::rdma_write) {
         std::optional<uint32_t> slot;
         if (direct) {
-            op = uint8_t(!read                ? opcode::x_rdma_write_direct
-                         : shares_direct_reads(q) ? opcode::x_rdma_read_direct_shared
-                                                 : opcode::x_rdma_read_direct);
+            op = uint8_t(!read ? opcode::x_rdma_write_direct
+                         : pulls_direct_read(q, w.total_len) ? opcode::x_rdma_read_direct_pull
+                         : shares_direct_reads(q)            ? opcode::x_rdma_read_direct_shared
+                                                             : opcode::x_rdma_read_direct);
             slot = post_direct(q, w, op, psn);
         }
         direct = slot.has_value();
@@ -555,6 +556,7 @@ void requester::single_request_sent(qp &q, const send_wqe &w, uint32_t psn,
         .npackets  = read ? packets_of(w.total_len, q.mtu) : npackets,
         .rd_atomic = rd_atomic,
         .shared    = op == uint8_t(opcode::x_rdma_read_direct_shared),
+        .pulled    = op == uint8_t(opcode::x_rdma_read_direct_pull),
         .direct    = direct,
         .chunked   = read && chunks_reads(q),
         .unsignaled = !w.signaled};

@@ -61,6 +61,22 @@ public:
         return !hca_.threaded_ && !q.req.read_share_failed &&
                hca_.slice_now() >= hca_.serving_until_ns_;
     }
+    /// Whether a single-copy READ of `len` bytes goes whole to this side
+    /// (x_rdma_read_direct_pull) instead of shared: up to pull_read_max,
+    /// and up to pull_alone_max when no other READ or atomic of the QP is
+    /// outstanding. A shared READ makes the responder read the post before
+    /// it answers, a system call (~2 us in this VM) ahead of every copy; a
+    /// pulled one takes one call in all, but on one core: a lone READ
+    /// waits for it (latency), a stream of them is faster shared
+    /// (docs/benchmarks.md, "Pulled READs").
+    bool     pulls_direct_read(const qp &q, uint32_t len)
+    {
+        return (len <= pull_read_max ||
+                (len <= pull_alone_max && q.req.rd_atomic_inflight == 0)) &&
+               shares_direct_reads(q);
+    }
+    static constexpr uint32_t pull_read_max  = 128u << 10;
+    static constexpr uint32_t pull_alone_max = 512u << 10;
     void     rewind(qp &q, uint32_t psn);
     /// The PSN of the last request packet sent (next_psn - 1 but in a
     /// READ, whose request takes the PSNs of all its responses).

@@ -299,9 +299,10 @@ bool responder::send_response_packet(qp &q)
         return true;
     }
     if (r.kind == resp_resource::type::direct_read) {
-        if (!emit_aeth(q, uint8_t(r.rest_only ? ib::opcode::x_rdma_read_direct_rest_response
-                                              : ib::opcode::x_rdma_read_direct_response),
-                       ack_syndrome, r.psn)) {
+        auto op = r.pulled      ? ib::opcode::x_rdma_read_direct_pull_response
+                  : r.rest_only ? ib::opcode::x_rdma_read_direct_rest_response
+                                : ib::opcode::x_rdma_read_direct_response;
+        if (!emit_aeth(q, uint8_t(op), ack_syndrome, r.psn)) {
             return false;
         }
         dequeue_response(q, r);

@@ -143,6 +143,10 @@ void responder::respond_direct_read(qp &q, const pkt &p, bool duplicate)
     if (!r) {
         return;
     }
+    if (p.opcode == uint8_t(ib::opcode::x_rdma_read_direct_pull)) {
+        grant_pull_read(q, p, *r, duplicate);
+        return;
+    }
     uint32_t len = r->dma_len.get();
     direct_request to;
     direct_check found = read_direct_post(q, p, len, to);
@@ -187,6 +191,7 @@ void responder::respond_direct_read(qp &q, const pkt &p, bool duplicate)
     served_copy(len);
     if (duplicate) {
         old->rest_only = share != 0;
+        old->pulled    = false;   // asked again unpulled: its copy failed there
         queue_response(q, uint32_t(old - q.resp.resources.data()));
         return;
     }
@@ -198,15 +203,46 @@ void responder::respond_direct_read(qp &q, const pkt &p, bool duplicate)
     res.rkey      = r->rkey.get();
     res.va        = r->va.get();
     res.len       = len;
+    accept_direct_read(q, res);
+}
+
+/// A single-copy READ's resource taken, and its response sent now when no
+/// earlier response waits, rather than after the slice's other frames. A
+/// requester keeps up to 16 READs in flight; answered at the end of the
+/// slice, 16 copies of 1 MiB went by before it learnt of the first and
+/// asked for the next (run_responders() sends it if the ring is full).
+void responder::accept_direct_read(qp &q, const resp_resource &res)
+{
     accept_read(q, res);
     if (q.resp.resp_count == 1) {
-        // The data is in place: answered now, when no earlier response
-        // waits, rather than after the slice's other frames. A requester
-        // keeps up to 16 READs in flight; answered at the end of the slice,
-        // 16 copies of 1 MiB went by before it learnt of the first and
-        // asked for the next (run_responders() sends it if the ring is full).
         (void)send_response_packet(q);
     }
+}
+
+/// Pulled single-copy READ: checked as a READ (checked_read_reth: R_Key,
+/// PD, rights, bounds, C9-88), then answered PULL_RESPONSE through the
+/// response queue (in order with earlier READs and atomics); this side
+/// reads no post and copies nothing, the requester copies the READ's bytes
+/// itself. A duplicate is answered again (IBA 9.7.5.1.1).
+void responder::grant_pull_read(qp &q, const pkt &p, const ib::reth &r, bool duplicate)
+{
+    if (duplicate) {
+        resp_resource *old = find_resource(q, p.psn);
+        if (old && old->kind == resp_resource::type::direct_read && old->pulled) {
+            queue_response(q, uint32_t(old - q.resp.resources.data()));
+        }
+        return;   // else too old to answer: the requester's retries decide
+    }
+    hca_.count(counter::direct_pull_grants);
+    resp_resource res;
+    res.kind     = resp_resource::type::direct_read;
+    res.pulled   = true;
+    res.psn      = p.psn;
+    res.npackets = 1;
+    res.rkey     = r.rkey.get();
+    res.va       = r.va.get();
+    res.len      = r.dma_len.get();
+    accept_direct_read(q, res);
 }
 
 } // namespace mlx4x::engine

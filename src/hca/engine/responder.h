@@ -155,6 +155,8 @@ private:
     bool send_read_share(qp &q, uint32_t psn, uint64_t share_token);
     void respond_direct_write(qp &q, const pkt &p);
     void respond_direct_read(qp &q, const pkt &p, bool duplicate);
+    void grant_pull_read(qp &q, const pkt &p, const ib::reth &r, bool duplicate);
+    void accept_direct_read(qp &q, const resp_resource &res);
     void refuse_direct(qp &q, uint32_t psn);
     void replay_atomic(qp &q, uint32_t psn);
     const mpt *check_rkey(const qp &q, uint32_t rkey, uint64_t va, uint64_t len,

@@ -55,6 +55,13 @@ enum class opcode : uint8_t {
     x_rdma_read_direct_shared    = 0xc6,
     x_rdma_read_direct_share     = 0xc7,
     x_rdma_read_direct_rest_response = 0xc8,
+    // A single-copy READ the requester copies whole: the responder, its
+    // checks passed, answers PULL_RESPONSE (AETH) without reading the
+    // requester's post or copying; the requester then copies the READ's
+    // bytes from the responder's memory into its own scatter list (the
+    // ranges of its WQE, never of a packet) and completes it.
+    x_rdma_read_direct_pull      = 0xc9,
+    x_rdma_read_direct_pull_response = 0xca,
     ud_send_only                 = 0x64,
     ud_send_only_imm             = 0x65,
 };
@@ -190,6 +197,11 @@ constexpr row rows[] = {
     {opcode::x_rdma_read_direct_rest_response, hdr_aeth,
      kind_response | kind_read | kind_first | kind_last | kind_direct,
      "X_RDMA_READ_DIRECT_REST_RESPONSE"},
+    {opcode::x_rdma_read_direct_pull, hdr_reth,
+     R | kind_read | kind_first | kind_last | kind_direct, "X_RDMA_READ_DIRECT_PULL"},
+    {opcode::x_rdma_read_direct_pull_response, hdr_aeth,
+     kind_response | kind_read | kind_first | kind_last | kind_direct,
+     "X_RDMA_READ_DIRECT_PULL_RESPONSE"},
     {opcode::ud_send_only, hdr_deth,
      R | kind_send | kind_first | kind_last | kind_ud, "UD_SEND_ONLY"},
     {opcode::ud_send_only_imm, hdr_deth | hdr_immdt,
@@ -248,5 +260,7 @@ static_assert(info(opcode::x_rdma_read_direct).hdr_len == 12 + 16);
 static_assert(info(opcode::x_direct_refused).hdr_len == 12 + 4);
 static_assert(info(opcode::x_rdma_read_direct_shared).hdr_len == 12 + 16);
 static_assert(info(opcode::x_rdma_read_direct_share).hdr_len == 12 + 4);
+static_assert(info(opcode::x_rdma_read_direct_pull).hdr_len == 12 + 16);
+static_assert(info(opcode::x_rdma_read_direct_pull_response).hdr_len == 12 + 4);
 
 } // namespace mlx4x::ib

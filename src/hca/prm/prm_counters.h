@@ -39,6 +39,7 @@ enum class counter : unsigned {
     direct_reads,     ///< direct READs placed (duplicates again)
     direct_bytes,     ///< bytes they moved
     direct_refusals,  ///< direct requests refused (requester fell back)
+    direct_pull_grants,   ///< direct READs granted for the requester to copy
     // send doorbells
     blueflame_sends,  ///< WQEs sent straight from their BlueFlame write
     // the port's traffic as the PMA counts it (IBA 16.1.3.5)
@@ -70,6 +71,7 @@ inline const char *counter_name(counter c)
         "tm_unexpected_rndv", "tm_rndv_done", "tm_list_ops", "tm_syncs",
         "tm_cancels", "engine_sleeps", "engine_doorbell_wakeups",
         "direct_writes", "direct_reads", "direct_bytes", "direct_refusals",
+        "direct_pull_grants",
         "blueflame_sends", "tx_frame_bytes", "rx_frame_bytes", "tx_multicast",
         "rx_multicast", "link_errors"};
     static_assert(std::size(names) == counter_count);
