@@ -46,6 +46,26 @@ protected:
         return a.qp->post_send(wr);
     }
 
+    /// A READ of `len` bytes of b's pattern `seed` into a scatter list of
+    /// three pieces on a, one byte in from a's buffer: completed, every
+    /// byte in place, the bytes around untouched.
+    void read_into_three_pieces(uint32_t len, uint32_t seed)
+    {
+        std::vector<uint8_t> remote(len), local(len + 2, 0xee);
+        fill_pattern(remote.data(), len, seed);
+        auto &rm = b.reg(remote.data(), len, all_local);
+        auto &lm = a.reg(local.data(), local.size(), all_local);
+        ASSERT_EQ(post_rdma(drv::wr_opcode::rdma_read, 2, local.data() + 1, len, lm.lkey(),
+                            remote.data(), rm.rkey(), 3),
+                  status::ok);
+        ASSERT_TRUE(sends_done(1));
+        expect_all_succeeded();
+        EXPECT_EQ(a.send_wcs[0].opcode, drv::wc_opcode::rdma_read);
+        EXPECT_EQ(check_pattern(local.data() + 1, len, seed), -1);
+        EXPECT_EQ(local[0], 0xee);
+        EXPECT_EQ(local[len + 1], 0xee);
+    }
+
     bool sends_done(size_t n)
     {
         return progress_until([&] { return a.send_wcs.size() >= n; });
@@ -93,19 +113,7 @@ TEST_F(direct, read_into_a_scatter_list_is_placed_before_its_response)
 {
     start();
     constexpr uint32_t len = shared_len;
-    std::vector<uint8_t> remote(len), local(len + 2, 0xee);
-    fill_pattern(remote.data(), len, 9);
-    auto &rm = b.reg(remote.data(), len, all_local);
-    auto &lm = a.reg(local.data(), local.size(), all_local);
-    ASSERT_EQ(post_rdma(drv::wr_opcode::rdma_read, 2, local.data() + 1, len, lm.lkey(),
-                        remote.data(), rm.rkey(), 3),
-              status::ok);
-    ASSERT_TRUE(sends_done(1));
-    expect_all_succeeded();
-    EXPECT_EQ(a.send_wcs[0].opcode, drv::wc_opcode::rdma_read);
-    EXPECT_EQ(check_pattern(local.data() + 1, len, 9), -1);
-    EXPECT_EQ(local[0], 0xee);
-    EXPECT_EQ(local[len + 1], 0xee);
+    ASSERT_NO_FATAL_FAILURE(read_into_three_pieces(len, 9));
     EXPECT_EQ(b.counter(dev::counter::direct_reads), 1u);
     // Shared: the requester copied the first half itself after the SHARE,
     // the responder the rest (both across the three pieces' boundaries).
@@ -124,19 +132,7 @@ TEST_F(direct, a_pulled_read_is_copied_by_the_requester_after_the_grant)
     constexpr uint32_t len = 300000;
     static_assert(len > engine::requester::pull_read_max &&
                   len <= engine::requester::pull_alone_max);
-    std::vector<uint8_t> remote(len), local(len + 2, 0xee);
-    fill_pattern(remote.data(), len, 19);
-    auto &rm = b.reg(remote.data(), len, all_local);
-    auto &lm = a.reg(local.data(), local.size(), all_local);
-    ASSERT_EQ(post_rdma(drv::wr_opcode::rdma_read, 2, local.data() + 1, len, lm.lkey(),
-                        remote.data(), rm.rkey(), 3),
-              status::ok);
-    ASSERT_TRUE(sends_done(1));
-    expect_all_succeeded();
-    EXPECT_EQ(a.send_wcs[0].opcode, drv::wc_opcode::rdma_read);
-    EXPECT_EQ(check_pattern(local.data() + 1, len, 19), -1);
-    EXPECT_EQ(local[0], 0xee);
-    EXPECT_EQ(local[len + 1], 0xee);
+    ASSERT_NO_FATAL_FAILURE(read_into_three_pieces(len, 19));
     EXPECT_EQ(b.counter(dev::counter::direct_pull_grants), 1u);
     EXPECT_EQ(b.counter(dev::counter::direct_reads), 0u);
     EXPECT_EQ(b.counter(dev::counter::direct_bytes), 0u);

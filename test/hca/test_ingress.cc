@@ -110,6 +110,13 @@ protected:
         fab.set_faults({});
     }
 
+    /// `f` as if from a port no QP here is connected to (its LRH's SLID).
+    static void from_foreign_port(std::vector<uint8_t> &f)
+    {
+        f[6] = 0;
+        f[7] = 0x77;
+    }
+
     /// `f` with RETH {va, rkey, len} after its BTH.
     static void set_reth(std::vector<uint8_t> &f, uint64_t va, uint32_t rkey, uint32_t len)
     {
@@ -419,8 +426,7 @@ TEST_F(ingress, a_read_share_its_responder_did_not_grant_copies_nothing)
         return ack_frame(ib::opcode::x_rdma_read_direct_share, p);
     };
     auto foreign = grant(psn);
-    foreign[6] = 0;
-    foreign[7] = 0x77;   // SLID of no connected peer
+    from_foreign_port(foreign);
     inject(foreign);
     inject(grant(ib::psn_add(psn, 1)));   // no READ there
     inject(grant(psn));   // from the peer, for the READ, without a token
@@ -454,8 +460,7 @@ TEST_F(ingress, a_pull_response_copies_only_what_the_read_itself_names)
         return ack_frame(ib::opcode::x_rdma_read_direct_pull_response, p);
     };
     auto foreign = pull(psn);
-    foreign[6] = 0;
-    foreign[7] = 0x77;   // SLID of no connected peer
+    from_foreign_port(foreign);
     inject(foreign);
     EXPECT_EQ(b.counter(dev::counter::bad_packets), 1u);
     EXPECT_EQ(b.counter(dev::counter::direct_bytes), 0u);
@@ -490,8 +495,7 @@ TEST_F(ingress, a_single_copy_read_response_before_the_copy_completes_nothing)
 TEST_F(ingress, rc_packet_from_a_foreign_port_is_dropped)
 {
     auto f = frame(ib::opcode::rc_send_only, expected_psn());
-    f[6] = 0;
-    f[7] = 0x77;   // SLID of no connected peer
+    from_foreign_port(f);
     inject(f);
     EXPECT_EQ(b.counter(dev::counter::bad_packets), 1u);
     EXPECT_TRUE(b.recv_wcs.empty());
