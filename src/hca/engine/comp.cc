@@ -371,7 +371,7 @@ void completer::take_read_share(qp &q, const pkt &p)
         return;
     }
     uint32_t share = ib::read_share(w.total_len);
-    t.share_placed = share && copy_read_share(q, w, share);
+    t.share_placed = share && copy_read_head(q, w, share);
     // A failed copy (the responder's process gone, or no longer reachable)
     // leaves the share to the responder from now on: the READ is asked
     // again unshared at its REST_RESPONSE.
@@ -397,7 +397,7 @@ completer::placement completer::take_pulled_read(qp &q, const pkt &p, const send
         hca_.count(counter::bad_packets);
         return placement::dropped;
     }
-    if (!copy_read_share(q, w, w.total_len)) {
+    if (!copy_read_head(q, w, w.total_len)) {
         q.req.read_share_failed = true;
         req_.rewind(q, p.psn);
         restart_ack_timer(q);
@@ -420,10 +420,10 @@ bool completer::carries_share_token(const qp &q, uint32_t index, const pkt &p) c
     return grant.share_token.get() == post->share_token;
 }
 
-/// Copies the first `share` bytes of READ `w` from the responder's memory
-/// into its scatter list, each entry checked as for packets (C53: L_Key,
-/// PD, bounds, local write).
-bool completer::copy_read_share(qp &q, const send_wqe &w, uint32_t share)
+/// Copies the first `share` bytes of READ `w` (a shared READ's share, or
+/// all of a pulled one) from the responder's memory into its scatter list,
+/// each entry checked as for packets (C53: L_Key, PD, bounds, local write).
+bool completer::copy_read_head(qp &q, const send_wqe &w, uint32_t share)
 {
     uint32_t done   = 0;
     bool     failed = false;

@@ -61,7 +61,7 @@ public:
     }
 
 private:
-    bool     copy_read_share(qp &q, const send_wqe &w, uint32_t share);
+    bool     copy_read_head(qp &q, const send_wqe &w, uint32_t share);
     bool     carries_share_token(const qp &q, uint32_t index, const pkt &p) const;
     void restart_ack_timer(qp &q);
     void arm_timer(qp &q, uint64_t now);
