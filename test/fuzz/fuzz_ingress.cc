@@ -64,7 +64,8 @@ struct frame_builder {
             ib::opcode::rc_rdma_read_response_only, ib::opcode::rc_acknowledge,
             ib::opcode::rc_atomic_acknowledge, ib::opcode::rc_compare_swap,
             ib::opcode::rc_fetch_add,         ib::opcode::ud_send_only,
-            ib::opcode::ud_send_only_imm};
+            ib::opcode::ud_send_only_imm,     ib::opcode::x_rdma_read_direct_pull,
+            ib::opcode::x_rdma_read_direct_pull_response};
         ib::opcode op = ops[any(std::size(ops))];
         const ib::opcode_info &info = ib::info(op);
         size_t payload = any(4) == 0 ? any(4200) : any(64);
