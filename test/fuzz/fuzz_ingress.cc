@@ -13,7 +13,9 @@
 #include "tm/unexpected.h"
 
 #include <algorithm>
+#include <map>
 #include <random>
+#include <span>
 
 namespace mlx4x::test {
 namespace {
@@ -638,6 +640,316 @@ TEST_F(rc_pair, fuzz_multi_packet_sequences_never_crash)
     EXPECT_GT(b.counter(dev::counter::naks_sent), 0u);
     EXPECT_GT(b.counter(dev::counter::duplicates), 0u);
     b.qp.reset();
+    expect_fresh_pair_works(fab);
+}
+
+
+// Single-copy and masked-atomic frames (trust boundaries, E28, E38): a
+// runs real single-copy WRITEs, READs of every kind (pulled, shared,
+// unshared: 9 KiB-700 KiB) and masked atomics against b, while copies of
+// the frames both put on the wire — the requests with their post's slot,
+// the responses, SHAREs with their token, REFUSED, ACKs — are mutated
+// (PSN moved, slot or AETH replaced, one single-copy opcode swapped for
+// another, a RETH or token field replaced, bits flipped, cut, extended)
+// and injected again, the sender's LID kept. Nothing may crash or touch
+// memory outside the regions (ASan); a READ that completes successfully
+// has all its bytes and none beyond; the devices still work afterwards.
+// b's READ source is one byte value throughout, so a duplicate READ that
+// a forged RETH moves within the region (which IBA cannot tell from the
+// original) still reads the same bytes.
+TEST_F(rc_pair, fuzz_single_copy_frames_never_crash_and_reads_stay_whole)
+{
+    constexpr uint32_t max_len = 700 * 1024, lanes = 8;
+    constexpr uint8_t  source_byte = 0x5a, untouched = 0xee;
+    fab.set_direct(8 * 1024);
+    start();
+    std::vector<uint8_t> src(max_len), read_source(max_len, source_byte),
+        landing(lanes * (max_len + 1)), write_target(max_len + 4096);
+    alignas(8) uint64_t atomic_word = 0, atomic_result = 0;
+    auto &sm = a.reg(src.data(), src.size(), all_local);
+    auto &lm = a.reg(landing.data(), landing.size(), all_local);
+    auto &am = a.reg(&atomic_result, sizeof(atomic_result), all_local);
+    auto &rm = b.reg(read_source.data(), read_source.size(), drv::access_remote_read);
+    auto &wm = b.reg(write_target.data(), write_target.size(),
+                     drv::access_local_write | drv::access_remote_write);
+    auto &tm = b.reg(&atomic_word, sizeof(atomic_word),
+                     drv::access_local_write | drv::access_remote_atomic);
+    fill_pattern(src.data(), src.size(), 5);
+    auto raw = fab.attach();
+    ASSERT_TRUE(raw.ok());
+
+    std::mt19937_64 rng(20261204);
+    auto any = [&](uint32_t n) { return uint32_t(rng() % n); };
+    struct pending_read {
+        uint32_t lane, len;
+    };
+    std::map<uint64_t, pending_read> reads;   // by wr_id
+    std::vector<bool> lane_busy(lanes);
+    uint64_t next_wr = 1, reads_checked = 0, atomics_done = 0;
+    unsigned outstanding = 0;
+
+    auto any_length = [&] {
+        switch (any(4)) {
+        case 0: return 9 * 1024 + any(8 * 1024);                       // short
+        case 1: return 64 * 1024 + any(64 * 1024);                     // pulled
+        case 2: return 200 * 1024 + any(300 * 1024);                   // pulled alone
+        default: return 520 * 1024 + any(max_len - 520 * 1024 + 1);   // shared
+        }
+    };
+    // One real operation of a: a WRITE, a READ into a free lane, or a
+    // masked atomic, its local side in 1-3 pieces.
+    auto post_one = [&] {
+        drv::send_wr wr;
+        wr.wr_id = next_wr++;
+        std::array<drv::sge, 3> sg;
+        unsigned kind = any(5), pieces = 1 + any(3);
+        uint32_t len = any_length();
+        auto split = [&](uint8_t *base, uint32_t lkey) {
+            uint32_t at = 0;
+            for (unsigned i = 0; i < pieces; ++i) {
+                uint32_t n = i + 1 == pieces ? len - at : len / pieces;
+                sg[i] = {reinterpret_cast<uint64_t>(base + at), n, lkey};
+                at += n;
+            }
+            wr.sg = {sg.data(), pieces};
+        };
+        if (kind == 4) {
+            sg[0] = {reinterpret_cast<uint64_t>(&atomic_result), 8, am.lkey()};
+            wr.sg           = {sg.data(), 1};
+            wr.opcode       = any(2) ? drv::wr_opcode::masked_atomic_cs
+                                     : drv::wr_opcode::masked_atomic_fa;
+            wr.remote_addr  = reinterpret_cast<uint64_t>(&atomic_word);
+            wr.rkey         = tm.rkey();
+            wr.compare_add  = rng();
+            wr.compare_mask = rng();
+            wr.swap         = rng();
+            wr.swap_mask    = rng();
+        } else if (kind < 2) {
+            uint32_t lane = 0;
+            while (lane < lanes && lane_busy[lane]) ++lane;
+            if (lane == lanes) return;
+            uint8_t *at = landing.data() + size_t(lane) * (max_len + 1);
+            std::memset(at, untouched, max_len + 1);
+            split(at, lm.lkey());
+            wr.opcode      = drv::wr_opcode::rdma_read;
+            wr.remote_addr = reinterpret_cast<uint64_t>(read_source.data());
+            wr.rkey        = rm.rkey();
+            reads[wr.wr_id] = {lane, len};
+            lane_busy[lane] = true;
+        } else {
+            split(src.data(), sm.lkey());
+            wr.opcode      = drv::wr_opcode::rdma_write;
+            wr.remote_addr = reinterpret_cast<uint64_t>(write_target.data() + any(4096));
+            wr.rkey        = wm.rkey();
+        }
+        if (a.qp->post_send(wr) == status::ok) {
+            ++outstanding;
+        } else if (reads.count(wr.wr_id)) {
+            lane_busy[reads[wr.wr_id].lane] = false;
+            reads.erase(wr.wr_id);
+        }
+    };
+    bool failed_since_connect = false;
+    auto take_completions = [&] {
+        for (const drv::wc &w : a.send_wcs) {
+            outstanding -= outstanding > 0;
+            failed_since_connect |= w.status != drv::wc_status::success;
+            atomics_done += w.status == drv::wc_status::success &&
+                            (w.opcode == drv::wc_opcode::masked_atomic_cs ||
+                             w.opcode == drv::wc_opcode::masked_atomic_fa);
+            auto r = reads.find(w.wr_id);
+            if (r == reads.end()) continue;
+            const uint8_t *at = landing.data() + size_t(r->second.lane) * (max_len + 1);
+            if (w.status == drv::wc_status::success) {
+                ASSERT_EQ(std::count(at, at + r->second.len, source_byte),
+                          long(r->second.len)) << "a READ completed without all its bytes";
+                ++reads_checked;
+            }
+            ASSERT_EQ(at[r->second.len], untouched) << "a READ wrote past its end";
+            lane_busy[r->second.lane] = false;
+            reads.erase(r);
+        }
+        a.send_wcs.clear();
+    };
+    // Fresh QPs on both sides: after an error, and now and then anyway so
+    // that the responder's checks, not the ERROR state's, meet the frames.
+    std::vector<std::vector<uint8_t>> log, pool;
+    auto reconnect = [&] {
+        a.qp.reset();
+        b.qp.reset();
+        a.poll();
+        take_completions();
+        reads.clear();
+        std::fill(lane_busy.begin(), lane_busy.end(), false);
+        outstanding = 0;
+        for (endpoint *e : {&a, &b}) {
+            auto q = drv::qp::create(*e->ctx, e->pd, drv::qp_type::rc, *e->scq, *e->rcq, {});
+            ASSERT_TRUE(q.ok());
+            e->qp = q.take();
+        }
+        ASSERT_NO_FATAL_FAILURE(connect_pair(a, b));
+        pool.clear();   // their QPNs are gone
+        failed_since_connect = false;
+    };
+
+    using op = ib::opcode;
+    static const op requests[]  = {op::x_rdma_write_direct, op::x_rdma_read_direct,
+                                   op::x_rdma_read_direct_shared, op::x_rdma_read_direct_pull};
+    static const op responses[] = {op::x_rdma_read_direct_response, op::x_direct_refused,
+                                   op::x_rdma_read_direct_share,
+                                   op::x_rdma_read_direct_rest_response,
+                                   op::x_rdma_read_direct_pull_response, op::rc_acknowledge};
+    auto is_in = [](op o, std::span<const op> set) {
+        return std::find(set.begin(), set.end(), o) != set.end();
+    };
+    auto worth_fuzzing = [&](const std::vector<uint8_t> &f) {
+        if (f.size() < sizeof(ib::lrh) + sizeof(ib::bth)) return false;
+        op o = op(f[sizeof(ib::lrh)]);
+        return is_in(o, requests) || is_in(o, responses) || o == op::x_masked_compare_swap ||
+               o == op::x_masked_fetch_add || o == op::rc_atomic_acknowledge;
+    };
+    // Frames it builds go from b to a.
+    frame_builder fb{std::mt19937_64(20261205), a.ctx->port().lid, b.ctx->port().lid,
+                     0, 0, 0, 0};
+    // A copy of a real frame, changed in one way.
+    auto forged = [&](std::vector<uint8_t> f) {
+        if (f.size() < sizeof(ib::lrh) + sizeof(ib::bth)) {
+            return f;   // cut short by a first change
+        }
+        uint8_t *bth = f.data() + sizeof(ib::lrh);
+        op o = op(*bth);
+        const ib::opcode_info &info = ib::info(o);
+        if (f.size() < sizeof(ib::lrh) + info.hdr_len) {
+            return f;
+        }
+        uint8_t *ext = bth;   // ext_offset counts from the BTH
+        uint8_t *payload = bth + info.hdr_len;
+        size_t payload_len = f.size() - sizeof(ib::lrh) - info.hdr_len;
+        switch (any(7)) {
+        case 0: {   // another PSN near it
+            ib::bth b;
+            std::memcpy(&b, bth, sizeof(b));
+            ib::bth_psn::set(b.apsn, ib::psn_add(ib::bth_psn::get(b.apsn), any(7) - 3));
+            std::memcpy(bth, &b, sizeof(b));
+            break;
+        }
+        case 1:   // another post slot, or another AETH
+            if (info.hdrs & ib::hdr_reth && payload_len >= sizeof(ib::x_direct_ref)) {
+                ib::x_direct_ref r{};
+                r.slot.set(any(2) ? any(72) : uint32_t(rng()));
+                std::memcpy(payload, &r, sizeof(r));
+            } else if (info.hdrs & ib::hdr_aeth) {
+                ib::aeth ae;
+                ae.syn_msn.set(uint32_t(rng()));
+                std::memcpy(ext + ib::ext_offset(info, ib::hdr_aeth), &ae, sizeof(ae));
+            }
+            break;
+        case 2: {   // one single-copy opcode for another of its side
+            std::span<const op> set = is_in(o, requests) ? std::span<const op>(requests)
+                                                         : std::span<const op>(responses);
+            *bth = uint8_t(set[any(uint32_t(set.size()))]);
+            break;
+        }
+        case 3:   // a RETH field, a SHARE's token, a masked atomic's operand
+            if (info.hdrs & ib::hdr_reth) {
+                ib::reth r;
+                std::memcpy(&r, ext + ib::ext_offset(info, ib::hdr_reth), sizeof(r));
+                switch (any(3)) {
+                case 0: r.va.set(r.va.get() + any(2 * max_len) - max_len); break;
+                case 1: r.rkey.set(any(2) ? r.rkey.get() ^ 0x100 : uint32_t(rng())); break;
+                default: r.dma_len.set(any(2) ? r.dma_len.get() + any(9) - 4 : uint32_t(rng()));
+                }
+                std::memcpy(ext + ib::ext_offset(info, ib::hdr_reth), &r, sizeof(r));
+            } else if (payload_len > 0) {
+                payload[any(uint32_t(payload_len))] ^= uint8_t(1u << any(8));
+            } else if (info.hdrs & ib::hdr_x_atomic_eth) {
+                ext[ib::ext_offset(info, ib::hdr_x_atomic_eth) + any(48)] = uint8_t(rng());
+            }
+            break;
+        case 4:
+            if (is_in(o, requests) && (f[6] << 8 | f[7]) == fb.dlid) {   // from a
+                // An answer to a's request, at its PSN: it may reach a
+                // before the real one, or answer a READ of another kind.
+                ib::bth b;
+                std::memcpy(&b, bth, sizeof(b));
+                op answer = responses[any(std::size(responses))];
+                f = fb.frame(answer, answer == op::x_rdma_read_direct_share ? 8 : 0,
+                             a.qp->qpn(), ib::bth_psn::get(b.apsn));
+                ib::aeth ae;
+                ae.syn_msn.set(any(4) ? any(1u << 24) : uint32_t(rng()));   // mostly ACKs
+                const ib::opcode_info &ai = ib::info(answer);
+                std::memcpy(f.data() + sizeof(ib::lrh) + ib::ext_offset(ai, ib::hdr_aeth), &ae,
+                            sizeof(ae));
+                break;
+            }
+            [[fallthrough]];
+        case 5:
+            f = fb.mutate(std::move(f));
+            break;
+        default:
+            break;   // the same frame again
+        }
+        return f;
+    };
+
+    // The frames the devices sent, into the pool (once it is full, each
+    // in the place of one at random).
+    auto harvest = [&] {
+        for (auto &f : log) {
+            if (worth_fuzzing(f)) {
+                pool.size() < 256 ? pool.push_back(std::move(f))
+                                  : void(pool[any(256)] = std::move(f));
+            }
+        }
+        log.clear();
+    };
+    constexpr unsigned rounds = 12000;
+    for (unsigned i = 0; i < rounds; ++i) {
+        if (failed_since_connect || i % 800 == 799) {
+            ASSERT_NO_FATAL_FAILURE(reconnect());
+        }
+        while (outstanding < 6 && any(3)) {
+            post_one();
+        }
+        // Forged frames go in before a's requests, between them and b's
+        // answers, or after both: so some reach each side ahead of the
+        // real frame they copy a neighbour of.
+        unsigned inject_at = any(3);
+        auto inject = [&](unsigned point) {
+            if (point != inject_at) return;
+            for (unsigned n = pool.empty() ? 0 : 1 + any(3); n--;) {
+                std::vector<uint8_t> f = forged(pool[any(uint32_t(pool.size()))]);
+                if (any(2)) f = forged(std::move(f));   // two changes at once
+                (void)(*raw)->send({f.data(), 4}, {f.data() + 4, f.size() - 4});
+            }
+        };
+        inject(0);
+        fab.record_frames(&log);
+        a.ctx->progress(64);
+        fab.record_frames(nullptr);
+        harvest();
+        inject(1);
+        fab.record_frames(&log);
+        b.ctx->progress(64);
+        fab.record_frames(nullptr);
+        harvest();
+        inject(2);
+        a.poll();
+        b.poll();
+        b.send_wcs.clear();
+        b.recv_wcs.clear();
+        ASSERT_NO_FATAL_FAILURE(take_completions());
+        manual_clock::advance(any(4) ? 1000 : 1000000);
+    }
+    progress_rounds(50);
+    ASSERT_NO_FATAL_FAILURE(take_completions());
+    EXPECT_GT(reads_checked, 100u);
+    EXPECT_GT(atomics_done, 100u);
+    EXPECT_GT(b.counter(dev::counter::direct_reads), 100u);
+    EXPECT_GT(b.counter(dev::counter::direct_writes), 100u);
+    EXPECT_GT(b.counter(dev::counter::direct_pull_grants), 100u);
+    EXPECT_GT(a.counter(dev::counter::bad_packets), 0u);   // forged answers dropped
+    EXPECT_GT(b.counter(dev::counter::bad_packets) + b.counter(dev::counter::naks_sent), 0u);
     expect_fresh_pair_works(fab);
 }
 
