@@ -32,6 +32,11 @@
  * collectives 8 B .. 1 MiB.
  * -q runs about a tenth of the iterations (smoke test); MPI_BENCH_ITERS=N in
  * the environment runs N (plus the warm-up tenth) for every size.
+ * MPI_BENCH_DISTINCT=1: bw/bibw/mr receive each message of a window into a
+ * buffer of its own; by default all go to one buffer, as in OSU. A tag
+ * matching transport may post a buffer only once at a time (UCT's contract,
+ * as mlx5's), so with one buffer UCP matches all but one receive of each
+ * window in software, the message going through a receive buffer.
  * MB/s is 10^6 bytes per second, as in OSU. Data is not verified here
  * (contrib/mlx4x-pingpong does that).
  */
@@ -46,7 +51,7 @@
 enum mode { M_LAT, M_BW, M_BIBW, M_MR, M_OVERLAP, M_PASSIVE,
             M_ALLREDUCE, M_ALLTOALL, M_BCAST };
 
-static int rank, nranks, peer, quick;
+static int rank, nranks, peer, quick, distinct;
 
 static int collective(enum mode m)
 {
@@ -129,8 +134,9 @@ static double stream(enum mode m, size_t size, long *msgs)
         int n = 0;
         if (rank == 1 || bidir) {
             for (int w = 0; w < WINDOW; ++w) {
-                MPI_Irecv(rbuf, (int)size, MPI_BYTE, peer, 2, MPI_COMM_WORLD,
-                          &req[n++]);
+                unsigned char *at = distinct ? rbuf + (size_t)w * ((size + 63) & ~(size_t)63)
+                                             : rbuf;
+                MPI_Irecv(at, (int)size, MPI_BYTE, peer, 2, MPI_COMM_WORLD, &req[n++]);
             }
         }
         if (rank == 0 || bidir) {
@@ -453,14 +459,17 @@ int main(int argc, char **argv)
     peer = 1 - rank;
     /* An all-to-all sends and receives a block per rank. */
     size_t room = (max * (m == M_ALLTOALL ? (size_t)nranks : 1) + 4095) & ~(size_t)4095;
+    const char *d = getenv("MPI_BENCH_DISTINCT");
+    distinct = d && *d == '1' && (m == M_BW || m == M_BIBW || m == M_MR);
+    size_t rroom = distinct ? (((max + 63) & ~(size_t)63) * WINDOW + 4095) & ~(size_t)4095 : room;
     sbuf = aligned_alloc(4096, room);
-    rbuf = aligned_alloc(4096, room);
+    rbuf = aligned_alloc(4096, rroom);
     if (!sbuf || !rbuf) {
         fprintf(stderr, "mpi_bench: out of memory\n");
         MPI_Abort(MPI_COMM_WORLD, 1);
     }
     memset(sbuf, 0, room);   /* zero: floats the allreduce may add */
-    memset(rbuf, 'b', room);
+    memset(rbuf, 'b', rroom);
     if (m == M_PASSIVE) {
         if (rank == 0) {
             printf("# mpi_bench: passive-target RMA to a computing rank (8 B, flushed one by one)\n");

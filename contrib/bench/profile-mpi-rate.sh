@@ -20,7 +20,8 @@
 # idle_call, frame_waiting, ucp_worker_progress: the waiting, not work
 # per message).
 #
-# usage: [PROFILE_BOTH=1] contrib/bench/profile-mpi-rate.sh [short long
+# usage: [PROFILE_BOTH=1] [PROFILE_SIZE=bytes (default 8)]
+#        contrib/bench/profile-mpi-rate.sh [short long
 #        (iterations of 64 messages; default 1000 4000)] [top functions
 #        (default 20)]
 # Needs valgrind, mpicc/mpirun and the built plugin (MLX4X_LIB as for
@@ -30,6 +31,7 @@ top=$(cd "$(dirname "$0")/../.." && pwd)
 short=${1:-1000}
 long=${2:-4000}
 nfun=${3:-20}
+size=${PROFILE_SIZE:-8}
 for tool in valgrind callgrind_annotate mpicc mpirun; do
     command -v $tool >/dev/null ||
         { echo "profile-mpi-rate: $tool not found (contrib/install-deps.sh; apt-get install valgrind)" >&2; exit 2; }
@@ -63,11 +65,11 @@ stream() {
     mlx4x)
         env UCX_TLS=mlx4x,self "${mpirun[@]}" -x UCX_TLS -x UCX_MLX4X_FABRIC \
             "$top/contrib/mlx4x-run" "$out/under-callgrind" \
-            "$out/mpi_bench" mr -m 8 -M 8 >"$cg.log" 2>&1 ;;
+            "$out/mpi_bench" mr -m $size -M $size >"$cg.log" 2>&1 ;;
     sm)
         env -u LD_PRELOAD OMPI_MCA_pml_ucx_tls=any OMPI_MCA_pml_ucx_devices=any \
             "${mpirun[@]}" -x UCX_TLS=sm,self --mca pml ucx "$out/under-callgrind" \
-            "$out/mpi_bench" mr -m 8 -M 8 >"$cg.log" 2>&1 ;;
+            "$out/mpi_bench" mr -m $size -M $size >"$cg.log" 2>&1 ;;
     esac
     local f=$cg
     [ "$2" = both ] && f=$cg.1
@@ -78,7 +80,7 @@ stream() {
 # Messages a run of N iterations sends: N and mpi_bench's warm-up tenth.
 messages() { local skip=$(($1 / 10)); [ $skip -gt 1 ] || skip=1; echo $((($1 + skip) * 64)); }
 
-echo "# Instructions per 8-byte MPI message (mpi_bench mr, window 64; runs of $short and $long iterations$([ "${PROFILE_BOTH:-0}" = 1 ] && echo ', both ranks under callgrind at once'))"
+echo "# Instructions per $size-byte MPI message (mpi_bench mr, window 64; runs of $short and $long iterations$([ "${PROFILE_BOTH:-0}" = 1 ] && echo ', both ranks under callgrind at once'))"
 for t in mlx4x sm; do
     if [ "${PROFILE_BOTH:-0}" = 1 ]; then
         a=$(stream $t both "$short") || exit 1

@@ -184,11 +184,11 @@ static ucs_config_field_t uct_mlx4x_iface_config_table[] = {
      "Receives the device's tag list holds; more are matched in software.",
      ucs_offsetof(uct_mlx4x_iface_config_t, tm_list_size), UCS_CONFIG_TYPE_UINT},
 
-    {"TM_MIN_RECV", "2k",
+    {"TM_MIN_RECV", "4k",
      "Smallest receive UCP posts to the device's tag list (UCP's own\n"
      "UCX_TM_THRESH applies above it). Below it a posted receive costs more\n"
-     "than the copy it saves: 1 KiB MPI messages were 12 % faster matched in\n"
-     "software (docs/benchmarks.md, 2026-12-03). 0: UCP's threshold alone.",
+     "than the copy it saves: 1-2 KiB MPI messages were 10-15 % faster matched\n"
+     "in software (docs/benchmarks.md). 0: UCP's threshold alone.",
      ucs_offsetof(uct_mlx4x_iface_config_t, tm_min_recv), UCS_CONFIG_TYPE_MEMUNITS},
 
     {"TM_EAGER_SEGS", "4",

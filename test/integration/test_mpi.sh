@@ -74,10 +74,10 @@ fi
 
 # UCX_MLX4X_TM_MIN_RECV: the smallest receive UCP posts to the device's tag
 # list (the interface's tag.recv.min_recv; UCP takes the larger of it and
-# its UCX_TM_THRESH, 1k by default). 2k by default: 1 KiB messages were
+# its UCX_TM_THRESH, 1k by default). 4k by default: 1-2 KiB messages were
 # faster matched in software.
 for v in default 8k; do
-    set_min=""; want=2048
+    set_min=""; want=4096
     [ $v = default ] || { set_min="-x UCX_MLX4X_TM_MIN_RECV=$v"; want=8192; }
     # shellcheck disable=SC2086 # set_min: nothing, or one option and its value
     out=$(UCX_LOG_LEVEL=debug timeout 120 mpirun --allow-run-as-root --oversubscribe -np 2 \
