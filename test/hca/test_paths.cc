@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // The fast paths against the general path. The requester's single-packet
-// path (send_single_packet, also from a BlueFlame write) and ingress's
-// SEND_ONLY and ACK paths (receive_send_only, receive_ack) repeat checks
+// path (send_single_packet, also from a BlueFlame write) and its path for
+// the packets of a longer SEND of one gather entry (send_gathered_packet),
+// and ingress's SEND_ONLY, SEND continuation and ACK paths
+// (receive_send_only, receive_send_continuation, receive_ack) repeat checks
 // the general path makes (IBA 9.6, 9.7.5) in less work; they are kept
 // equal by hand. Here the same seeded stream of work requests runs over
 // two connections, one with the fast paths and one without
@@ -95,8 +97,9 @@ std::vector<step> draw(uint64_t seed, unsigned n)
             drv::wr_opcode::send, drv::wr_opcode::send_imm,
             drv::wr_opcode::rdma_write, drv::wr_opcode::rdma_write_imm};
         s.op = ops[pick(4)];
-        // Mostly what the fast path takes (inline, up to 256 bytes), also
-        // gathered and multi-packet messages it leaves to the general one.
+        // Mostly what the fast paths take (inline, up to 256 bytes; SENDs
+        // of one gather entry, of one packet or several), also what they
+        // leave to the general one (multi-packet WRITEs).
         bool inl = pick(4) != 0;
         s.len     = inl ? pick(257) : pick(3) == 0 ? 4096 + pick(5000) : pick(600);
         s.flags   = drv::send_signaled | (inl ? drv::send_inline : 0) |

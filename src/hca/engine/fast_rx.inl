@@ -154,6 +154,43 @@ responder::complete_receive(dev::core &hca, qp &q, const received &m, uint16_t s
     return true;
 }
 
+/// A MIDDLE or LAST packet of the SEND under way on an RTS QP, in
+/// sequence, from its peer's port, of its partition (full member): placed
+/// by respond_send() as the general path places it, without its admission
+/// and dispatch (receive(), admits(), respond()), whose checks such a
+/// packet passes (fast_path_qp(), the PSN, the message under way). The
+/// packets of a 4-64 KiB message after its first. Anything else goes the
+/// general way, which also answers every error.
+[[gnu::always_inline]] inline bool
+ingress::receive_send_continuation(std::span<const uint8_t> frame)
+{
+    ib::lrh l;
+    ib::bth b;
+    if (frame.size() < sizeof(l) + sizeof(b)) {
+        return false;
+    }
+    std::memcpy(&l, frame.data(), sizeof(l));
+    std::memcpy(&b, frame.data() + sizeof(l), sizeof(b));
+    if (b.opcode != uint8_t(ib::opcode::rc_send_middle) &&
+        b.opcode != uint8_t(ib::opcode::rc_send_last) &&
+        b.opcode != uint8_t(ib::opcode::rc_send_last_imm)) {
+        return false;
+    }
+    qp *q = fast_path_qp(l, b);
+    if (!q || q->resp.in_message != resp_message::send ||
+        ib::bth_psn::get(b.apsn) != q->resp.epsn) {
+        return false;
+    }
+    std::optional<pkt> p = parse(frame);   // the packet as respond_send() reads it
+    if (!p) {
+        return false;
+    }
+    hca_.count(counter::rx_bytes, p->payload.size());
+    q->resp.nak_sent = false;
+    resp_.respond_send(*q, *p);
+    return true;
+}
+
 /// The common ACK in a fraction of the general path's work: a positive
 /// ACK, for an outstanding PSN, to an RTS RC QP with no READ or atomic
 /// outstanding, from its peer's port, of its partition (full member). Each

@@ -39,6 +39,12 @@ inline uint8_t rc_opcode(prm::send_opcode op, bool first, bool last)
     return static_cast<uint8_t>(o);
 }
 
+/// Packets of a message of `len` bytes (a message without data is one).
+inline uint32_t packets_of(uint32_t len, uint32_t mtu)
+{
+    return len == 0 ? 1 : (len + mtu - 1) / mtu;
+}
+
 /// Whether `q` may send another packet: fewer than its window in flight
 /// (limits::max_unacked, less after losses on a lossy link).
 inline bool window_open(const qp &q)
@@ -218,6 +224,94 @@ requester::send_single_packet(qp &q, const uint8_t *wqe, size_t room)
         q.req.sq_head = q.req.cur_wqe;
     }
     prefetch_next_wqe(q);
+    return single_tx::sent;
+}
+
+/// A packet of a SEND longer than the MTU whose data is one gather entry
+/// (UCX's bcopy and zero-copy eager messages of 4-64 KiB): its FIRST,
+/// MIDDLE or LAST at cur_offset, straight from the entry into the
+/// destination's ring with the QP's prebuilt headers, where the general
+/// path decodes the whole WQE again for every packet (~850 instructions a
+/// packet). The entry is checked for every packet as gathered_payload()
+/// checks it (C53); a packet sent again, any other WQE and any failed
+/// check go to the general path, which also reports errors. The caller
+/// checked what every packet needs (state, a WQE posted, window, RNR
+/// pause). Held equal to the general path by test/hca/test_paths.cc.
+[[gnu::always_inline]] inline requester::single_tx
+requester::send_gathered_packet(qp &q, const uint8_t *wqe, size_t room)
+{
+    dev::core &hca = hca_;   // in a register, as in send_single_packet()
+    prm::wqe_ctrl_seg ctrl = prm::load_ctrl_seg(wqe);
+    auto op  = static_cast<prm::send_opcode>(ctrl.owner_opcode.get() & 0x1f);
+    bool imm = op == prm::send_opcode::send_imm;
+    size_t size = size_t(ctrl.fence_size & prm::ctrl_ds_mask) * prm::seg_size;
+    if ((!imm && op != prm::send_opcode::send) || size > room ||
+        size != sizeof(ctrl) + sizeof(prm::wqe_data_seg)) {
+        return single_tx::not_single;
+    }
+    uint32_t offset = q.req.cur_offset;
+    if (offset == 0 && (ctrl.fence_size & prm::ctrl_fence) && q.req.rd_atomic_inflight) {
+        return single_tx::not_single;   // the general path waits
+    }
+    const uint8_t *segs = wqe + sizeof(ctrl);
+    uint32_t first_seg;
+    std::memcpy(&first_seg, segs, sizeof(first_seg));
+    uint32_t total = byteswap_if_little(first_seg);
+    if ((total & prm::inline_seg_flag) || total <= q.mtu || offset >= total) {
+        return single_tx::not_single;
+    }
+    const uint8_t *data = gathered_payload(q, segs, sizeof(prm::wqe_data_seg));
+    if (!data) {
+        return single_tx::not_single;
+    }
+
+    uint32_t chunk     = std::min(q.mtu, total - offset);
+    bool     first     = offset == 0, last = offset + chunk == total;
+    bool     with_imm  = imm && last;
+    bool     signaled  = (ctrl.srcrb_flags.get() & prm::ctrl_cq_update) != 0;
+    bool     solicited = last && (ctrl.srcrb_flags.get() & prm::ctrl_solicited) != 0;
+    size_t   hdr_len   = sizeof(ib::lrh) + sizeof(ib::bth) + (with_imm ? sizeof(ib::immdt) : 0);
+    uint32_t psn       = q.req.next_psn;
+    fabric::frame_slot f;
+    status s = hca.reserve_frame(q.dlid, hdr_len + chunk, f);
+    if (s == status::ok) {
+        uint8_t *out = dev::core::write_rc_headers(f, q, rc_opcode(op, first, last), chunk, psn,
+                                                   asks_for_ack(q, last, signaled), solicited);
+        if (with_imm) {
+            std::memcpy(out, &ctrl.imm, sizeof(ctrl.imm));
+            out += sizeof(ctrl.imm);
+        }
+        copy_bytes(out, data + offset, chunk);
+        s = hca.commit_frame(f);
+    }
+    if (hca.count_tx(s, chunk, hdr_len + chunk) == status::no_resource) {
+        return single_tx::busy;   // back-pressure: the same packet next time
+    }
+    // status::unreachable: lost on the wire, as in emit()'s callers. What
+    // follows is request_packet_sent()'s (a SEND is never timed).
+    if (first) {
+        q.req.track[q.req.cur_wqe & (q.sq_size() - 1)] = {
+            .first_psn  = psn,
+            .npackets   = packets_of(total, q.mtu),
+            .unsignaled = !signaled};
+        if (int32_t(q.req.cur_wqe + 1 - q.req.sq_head) > 0) {
+            q.req.sq_head = q.req.cur_wqe + 1;
+        }
+    }
+    q.req.next_psn = ib::psn_add(psn, 1);
+    comp_.start_ack_timer(q);
+    if (last) {
+        q.req.sending    = false;
+        q.req.cur_offset = 0;
+        ++q.req.cur_wqe;
+        if (int32_t(q.req.cur_wqe - q.req.sq_head) > 0) {
+            q.req.sq_head = q.req.cur_wqe;
+        }
+        prefetch_next_wqe(q);
+    } else {
+        q.req.sending    = true;
+        q.req.cur_offset = offset + chunk;
+    }
     return single_tx::sent;
 }
 

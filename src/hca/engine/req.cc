@@ -28,11 +28,6 @@ namespace {
 
 constexpr unsigned burst_per_qp = 16;   ///< packets per QP per progress call
 
-uint32_t packets_of(uint32_t len, uint32_t mtu)
-{
-    return len == 0 ? 1 : (len + mtu - 1) / mtu;
-}
-
 /// An atomic WQE's request: its AtomicETH (IBA 9.3.4), or the masked
 /// atomics' x_atomic_eth, written to `ext`; returns the header's length.
 size_t atomic_request(const send_wqe &w, uint8_t *ext, uint8_t &op)
@@ -290,8 +285,14 @@ bool requester::send_next_packet(qp &q)
     if (!requester_may_send(q)) {
         return false;
     }
-    if (q.req.tx_fast && !q.req.sending) {
-        switch (send_single_packet(q, q.sq_wqe(q.req.cur_wqe), size_t{1} << q.sq_log_stride)) {
+    if (q.req.tx_fast) {
+        const uint8_t *wqe  = q.sq_wqe(q.req.cur_wqe);
+        size_t         room = size_t{1} << q.sq_log_stride;
+        single_tx t = q.req.sending ? single_tx::not_single : send_single_packet(q, wqe, room);
+        if (t == single_tx::not_single) {
+            t = send_gathered_packet(q, wqe, room);   // a packet of a longer SEND
+        }
+        switch (t) {
         case single_tx::sent:       return true;
         case single_tx::busy:       return false;
         case single_tx::not_single: break;

@@ -99,6 +99,7 @@ private:
                                  bool first, bool last, uint32_t next);
     single_tx try_single_request(qp &q, const send_wqe &w);
     single_tx send_single_packet(qp &q, const uint8_t *wqe, size_t room);
+    single_tx send_gathered_packet(qp &q, const uint8_t *wqe, size_t room);
     const uint8_t *gathered_payload(const qp &q, const uint8_t *segs, size_t segs_len) const;
     single_tx send_single_request(qp &q, const send_wqe &w, bool fresh,
                                   bool direct);

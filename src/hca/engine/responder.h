@@ -108,13 +108,15 @@ public:
     /// A QP going to RESET owes nothing any more.
     void forget_acks_of(uint32_t qpn) { std::erase(ack_list_, qpn); }
     bool sweep_plain_acks(uint64_t &sent);
+    /// A SEND packet in sequence, admitted (IBA 9.7.5.2.1): respond() and
+    /// ingress's continuation fast path (receive_send_continuation).
+    void respond_send(qp &q, const pkt &p);
 
 private:
     bool holds_ack(qp &q);
     void tell_stuck(dev::qp &q, uint32_t psn);
     void deliver_datagram(qp &q, const pkt &p);
     qp  *qp0();
-    void respond_send(qp &q, const pkt &p);
     bool continue_unexpected(qp &q, srq &s, const pkt &p);
     void complete_unexpected_part(qp &q, const pkt &p, bool more);
     void respond_write(qp &q, const pkt &p);
