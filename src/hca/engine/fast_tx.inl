@@ -52,6 +52,41 @@ inline bool window_open(const qp &q)
     return ib::psn_diff(q.req.next_psn, q.comp.acked_psn) < int32_t(q.comp.cwnd);
 }
 
+/// An RC request packet at `psn` left: the WQE is outstanding from its
+/// first packet on (tracked, with its `npackets`, for the responses and
+/// rewind()), the PSN moves on, the ACK timer runs, and the message is done
+/// or continues at `next`.
+[[gnu::always_inline]] inline void
+requester::packet_sent(qp &q, uint32_t psn, bool first, bool last, uint32_t next,
+                       uint32_t npackets, bool signaled)
+{
+    if (first) {
+        q.req.track[q.req.cur_wqe & (q.sq_size() - 1)] = {
+            .first_psn  = psn,
+            .npackets   = npackets,
+            .unsignaled = !signaled};
+        // sq_head is the next WQE not yet started, so rewind() and the
+        // error paths see the one being sent.
+        if (int32_t(q.req.cur_wqe + 1 - q.req.sq_head) > 0) {
+            q.req.sq_head = q.req.cur_wqe + 1;
+        }
+    }
+    q.req.next_psn = ib::psn_add(psn, 1);
+    comp_.start_ack_timer(q);
+    if (last) {
+        q.req.sending    = false;
+        q.req.cur_offset = 0;
+        ++q.req.cur_wqe;
+        if (int32_t(q.req.cur_wqe - q.req.sq_head) > 0) {
+            q.req.sq_head = q.req.cur_wqe;
+        }
+        prefetch_next_wqe(q);
+    } else {
+        q.req.sending    = true;
+        q.req.cur_offset = next;
+    }
+}
+
 /// A BlueFlame WQE (prm_db.h), sent from the write itself when it is the
 /// QP's next WQE and nothing holds it back: the checks send_one_packet()
 /// makes before any packet, then send_single_packet(). not_single or busy:
@@ -211,19 +246,7 @@ requester::send_single_packet(qp &q, const uint8_t *wqe, size_t room)
         return single_tx::busy;   // back-pressure: the same WQE next time
     }
     // status::unreachable: lost on the wire, as in emit()'s callers.
-
-    q.req.track[q.req.cur_wqe & (q.sq_size() - 1)] = {
-        .first_psn  = psn,
-        .npackets   = 1,
-        .unsignaled = !(ctrl.srcrb_flags.get() & prm::ctrl_cq_update)};
-    q.req.next_psn = ib::psn_add(psn, 1);
-    comp_.start_ack_timer(q);
-    q.req.cur_offset = 0;
-    ++q.req.cur_wqe;
-    if (int32_t(q.req.cur_wqe - q.req.sq_head) > 0) {
-        q.req.sq_head = q.req.cur_wqe;
-    }
-    prefetch_next_wqe(q);
+    packet_sent(q, psn, true, true, 0, 1, (ctrl.srcrb_flags.get() & prm::ctrl_cq_update) != 0);
     return single_tx::sent;
 }
 
@@ -287,31 +310,9 @@ requester::send_gathered_packet(qp &q, const uint8_t *wqe, size_t room)
     if (hca.count_tx(s, chunk, hdr_len + chunk) == status::no_resource) {
         return single_tx::busy;   // back-pressure: the same packet next time
     }
-    // status::unreachable: lost on the wire, as in emit()'s callers. What
-    // follows is request_packet_sent()'s (a SEND is never timed).
-    if (first) {
-        q.req.track[q.req.cur_wqe & (q.sq_size() - 1)] = {
-            .first_psn  = psn,
-            .npackets   = packets_of(total, q.mtu),
-            .unsignaled = !signaled};
-        if (int32_t(q.req.cur_wqe + 1 - q.req.sq_head) > 0) {
-            q.req.sq_head = q.req.cur_wqe + 1;
-        }
-    }
-    q.req.next_psn = ib::psn_add(psn, 1);
-    comp_.start_ack_timer(q);
-    if (last) {
-        q.req.sending    = false;
-        q.req.cur_offset = 0;
-        ++q.req.cur_wqe;
-        if (int32_t(q.req.cur_wqe - q.req.sq_head) > 0) {
-            q.req.sq_head = q.req.cur_wqe;
-        }
-        prefetch_next_wqe(q);
-    } else {
-        q.req.sending    = true;
-        q.req.cur_offset = offset + chunk;
-    }
+    // status::unreachable: lost on the wire, as in emit()'s callers. A
+    // SEND is never timed (request_packet_sent()'s start_timing()).
+    packet_sent(q, psn, first, last, offset + chunk, packets_of(total, q.mtu), signaled);
     return single_tx::sent;
 }
 

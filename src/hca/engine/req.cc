@@ -390,31 +390,9 @@ void requester::request_packet_sent(qp &q, const send_wqe &w, uint32_t psn, bool
                                  bool last, uint32_t next)
 {
     if (first) {
-        q.req.track[q.req.cur_wqe & (q.sq_size() - 1)] = {
-            .first_psn  = psn,
-            .npackets   = packets_of(w.total_len, q.mtu),
-            .unsignaled = !w.signaled};
         start_timing(q, w, false);
-        // sq_head is the next WQE not yet started, so rewind() and the
-        // error paths see the one being sent.
-        if (int32_t(q.req.cur_wqe + 1 - q.req.sq_head) > 0) {
-            q.req.sq_head = q.req.cur_wqe + 1;
-        }
     }
-    q.req.next_psn = ib::psn_add(q.req.next_psn, 1);
-    comp_.start_ack_timer(q);
-    if (last) {
-        q.req.sending    = false;
-        q.req.cur_offset = 0;
-        ++q.req.cur_wqe;
-        if (int32_t(q.req.cur_wqe - q.req.sq_head) > 0) {
-            q.req.sq_head = q.req.cur_wqe;
-        }
-        prefetch_next_wqe(q);
-    } else {
-        q.req.sending    = true;
-        q.req.cur_offset = next;
-    }
+    packet_sent(q, psn, first, last, next, packets_of(w.total_len, q.mtu), w.signaled);
 }
 
 void requester::build_headers(qp &q)

@@ -97,6 +97,8 @@ private:
     bool     send_request_packet(qp &q, const send_wqe &w);
     void     request_packet_sent(qp &q, const send_wqe &w, uint32_t psn,
                                  bool first, bool last, uint32_t next);
+    void     packet_sent(qp &q, uint32_t psn, bool first, bool last, uint32_t next,
+                         uint32_t npackets, bool signaled);
     single_tx try_single_request(qp &q, const send_wqe &w);
     single_tx send_single_packet(qp &q, const uint8_t *wqe, size_t room);
     single_tx send_gathered_packet(qp &q, const uint8_t *wqe, size_t room);
