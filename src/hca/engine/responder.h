@@ -108,7 +108,7 @@ public:
     /// A QP going to RESET owes nothing any more.
     void forget_acks_of(uint32_t qpn) { std::erase(ack_list_, qpn); }
     bool sweep_plain_acks(uint64_t &sent);
-    /// A SEND packet in sequence, admitted (IBA 9.7.5.2.1): respond() and
+    /// A SEND packet in sequence that the QP admitted: from respond() and
     /// ingress's continuation fast path (receive_send_continuation).
     void respond_send(qp &q, const pkt &p);
 
