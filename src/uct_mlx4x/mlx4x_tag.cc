@@ -216,7 +216,8 @@ extern "C" ucs_status_ptr_t uct_mlx4x_ep_tag_rndv_zcopy(uct_ep_h h, uct_tag_t ta
                 uint32_t(sizeof(tmh) + sizeof(rvh) + header_length),
                 e.bounce.mr->lkey()};
     drv::send_wr_core wr;
-    wr.sg = {&sg, 1};
+    wr.sg    = {&sg, 1};
+    wr.flags = drv::send_vouch_rvh;   // the receiver may copy without asking
     if (ucs_status_t st = post(e, wr); st != UCS_OK) {
         uct_completion_t *unused;
         (void)tm->take_rndv(app_ctx, unused);

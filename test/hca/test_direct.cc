@@ -5,6 +5,7 @@
 // Data and completions as for packets; E28 errors as for packets; a refusal
 // falls back to packets with nothing lost or doubled; lost packets retried.
 #include "hca_fixture.h"
+#include "hca/engine/read_grants.h"
 #include "hca/engine/requester.h"
 #include "hca/ib/ib_opcode.h"
 
@@ -512,6 +513,51 @@ TEST_F(direct, in_the_measured_range_both_paths_are_timed_then_the_cheaper_taken
     expect_all_succeeded();
     EXPECT_EQ(check_pattern(big_dst.data(), always, 77), -1);
     EXPECT_EQ(b.counter(dev::counter::direct_writes), direct_before_small + 1);
+}
+
+// ---- read_grants: what a vouched rendezvous lets the device skip ----------
+
+// A grant serves only READs from the port and process it came from, with
+// its R_Key and inside its range; the one reaching its end uses it up.
+TEST(read_grants, a_grant_matches_only_its_peer_key_and_range)
+{
+    engine::read_grants g;
+    g.note({.lid = 3, .pid = 100, .rkey = 7, .va = 0x10000, .len = 0x3000});
+    EXPECT_FALSE(g.take(4, 100, 7, 0x10000, 0x1000)) << "another port";
+    EXPECT_FALSE(g.take(3, 101, 7, 0x10000, 0x1000)) << "another process";
+    EXPECT_FALSE(g.take(3, 100, 8, 0x10000, 0x1000)) << "another key";
+    EXPECT_FALSE(g.take(3, 100, 7, 0xf000, 0x1000)) << "starts before it";
+    EXPECT_FALSE(g.take(3, 100, 7, 0x12000, 0x1001)) << "ends after it";
+    EXPECT_FALSE(g.take(3, 100, 7, 0x10000, 0)) << "empty";
+    EXPECT_TRUE(g.take(3, 100, 7, 0x11000, 0x1000));
+    EXPECT_TRUE(g.take(3, 100, 7, 0x10000, 0x3000));
+    EXPECT_FALSE(g.take(3, 100, 7, 0x10000, 0x1000)) << "used up by the READ to its end";
+}
+
+// A range near the top of the address space cannot wrap into a match.
+TEST(read_grants, ranges_do_not_wrap)
+{
+    engine::read_grants g;
+    g.note({.lid = 1, .pid = 5, .rkey = 1, .va = ~uint64_t{0} - 0xfff, .len = 0x1000});
+    EXPECT_FALSE(g.take(1, 5, 1, ~uint64_t{0} - 0xfff, 0x2000));
+    EXPECT_FALSE(g.take(1, 5, 1, 0, 0x10));
+    EXPECT_TRUE(g.take(1, 5, 1, ~uint64_t{0} - 0xfff, 0x1000));
+}
+
+// The newest `capacity` grants are kept; an unknown process (pid 0) never
+// matches, even an empty entry.
+TEST(read_grants, the_oldest_grant_makes_room_and_pid_0_matches_nothing)
+{
+    engine::read_grants g;
+    for (uint32_t i = 0; i <= engine::read_grants::capacity; ++i) {
+        g.note({.lid = 1, .pid = 9, .rkey = i, .va = 0x1000, .len = 0x1000});
+    }
+    EXPECT_FALSE(g.take(1, 9, 0, 0x1000, 0x1000)) << "the oldest was overwritten";
+    EXPECT_TRUE(g.take(1, 9, 1, 0x1000, 0x1000));
+    EXPECT_TRUE(g.take(1, 9, engine::read_grants::capacity, 0x1000, 0x1000));
+    EXPECT_FALSE(g.take(0, 0, 0, 0, 0x10));
+    g.note({.lid = 1, .pid = 0, .rkey = 1, .va = 0x1000, .len = 0x1000});
+    EXPECT_FALSE(g.take(1, 0, 1, 0x1000, 0x1000));
 }
 
 } // namespace

@@ -118,15 +118,19 @@ for segs in default 1; do
 done
 
 # Single copy (issue 7): the rendezvous READs of 64 KiB and more that the
-# device issued in that job moved their data by one process_vm_writev of
-# the sender's device, where the host allows it (cma_probe says).
-direct=$(sum direct_reads)
+# device issued in that job moved their data by single copies, where the
+# host allows it (cma_probe says): served by the sender's device
+# (direct_reads), granted for the receiver to copy (direct_pull_grants),
+# or copied at once from a range the sender's device vouched for in the
+# rendezvous header (granted_reads: 64-512 KiB, issue 33).
+direct=$(( $(sum direct_reads) + $(sum direct_pull_grants) + $(sum granted_reads) ))
 if why=$("$top_builddir/test/integration/cma_probe"); then
-    if [ "$direct" -gt 0 ] && [ "$(sum direct_refusals)" -eq 0 ]; then
-        ok "single-copy rendezvous between the ranks: $direct READs, $(sum direct_bytes) bytes"
+    if [ "$direct" -gt 0 ] && [ "$(sum direct_refusals)" -eq 0 ] &&
+       [ "$(sum granted_reads)" -gt 0 ] && [ "$(sum rndv_vouched)" -gt 0 ]; then
+        ok "single-copy rendezvous between the ranks: $direct READs ($(sum granted_reads) of vouched ranges, without a READ on the wire), $(sum direct_bytes) bytes"
     else
-        fail "no single-copy READs although the host allows them ($direct)"
-        grep -E '^direct_' "$log"
+        fail "single-copy READs missing although the host allows them ($direct, $(sum granted_reads) of vouched ranges)"
+        grep -E '^(direct_|granted_|rndv_)' "$log"
     fi
 elif [ "$direct" -eq 0 ]; then
     skip "single copy not permitted on this host ($why); packets were used"

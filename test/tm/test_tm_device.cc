@@ -5,6 +5,7 @@
 // Checklist: E63-E65 and the tag matching rules TM2 (ordering), TM5
 // (rendezvous), TM7 (arrival) of docs/seeds-digest.md §3.3.
 #include "../hca/hca_fixture.h"
+#include "hca/ib/ib_opcode.h"
 #include "hca/ib/ib_tm.h"
 
 #include <algorithm>
@@ -119,7 +120,7 @@ protected:
 
     /// Sends a rendezvous header for `len` bytes of `out` at 32 KiB.
     void send_rndv(uint64_t tag, uint32_t len, uint32_t app_ctx,
-                   uint32_t rkey = 0)
+                   uint32_t rkey = 0, uint32_t flags = drv::send_signaled)
     {
         struct {
             ib::tmh h;
@@ -135,7 +136,7 @@ protected:
         std::memset(m.user_hdr, 0x5a, sizeof(m.user_hdr));
         uint8_t *msg = out.data() + 61440;
         std::memcpy(msg, &m, sizeof(m));
-        ASSERT_EQ(a.post_send(77, msg, sizeof(m), om->lkey()), status::ok);
+        ASSERT_EQ(a.post_send(77, msg, sizeof(m), om->lkey(), flags), status::ok);
     }
 
     /// Moves the first completion with `op` out of b.recv_wcs into `w`.
@@ -414,6 +415,301 @@ TEST_F(tm_device, driver_refuses_to_post_on_the_device_owned_send_queue)
     EXPECT_EQ(b.post_send(1, srq_bufs.data(), 8, sm->lkey()), status::invalid_param);
     drv::tm_op o;
     EXPECT_EQ(b.qp->post_tm_op(o), status::invalid_param);
+}
+
+// ---- rendezvous the sender's device vouches for (ib::tmh_x_rvh_vouched) -----
+
+/// Single copy on between the two ports from 8 KiB, and what went on the
+/// wire recorded: a vouched rendezvous' READ must not be there.
+class tm_device_vouched : public tm_device {
+protected:
+    static constexpr uint32_t rndv_len = 3 * 4096;
+    static constexpr uint32_t vouch    = drv::send_signaled | drv::send_vouch_rvh;
+
+    void SetUp() override
+    {
+        tm_device::SetUp();
+        fab.set_direct(8192);
+        fab.record_frames(&wire);
+    }
+    void TearDown() override
+    {
+        fab.record_frames(nullptr);
+        tm_device::TearDown();
+    }
+    /// READ requests that went on the wire, of any kind (packets or single
+    /// copy).
+    size_t read_requests_on_the_wire() const
+    {
+        return size_t(std::count_if(wire.begin(), wire.end(), [](const auto &f) {
+            if (f.size() <= sizeof(ib::lrh)) {
+                return false;
+            }
+            auto op = ib::opcode(f[sizeof(ib::lrh)]);
+            return op == ib::opcode::rc_rdma_read_request ||
+                   op == ib::opcode::x_rdma_read_direct ||
+                   op == ib::opcode::x_rdma_read_direct_shared ||
+                   op == ib::opcode::x_rdma_read_direct_pull;
+        }));
+    }
+    /// A matched rendezvous of rndv_len bytes from `rkey` (om's by default):
+    /// whether its receive completed without failure, the data checked.
+    bool matched_rendezvous(uint32_t flags, uint32_t rkey = 0, uint32_t len = rndv_len)
+    {
+        fill_pattern(out.data() + 32768, rndv_len, 21);
+        append(4, 0x60, full_mask, 4096 * 4);
+        send_rndv(0x60, len, 0x77, rkey, flags);
+        wait(drv::wc_opcode::tm_consumed);
+        drv::wc d = wait(drv::wc_opcode::tm_rndv_done);
+        return !d.tm.failed && check_pattern(slot(4), rndv_len, 21) == -1;
+    }
+
+    std::vector<std::vector<uint8_t>> wire;
+};
+
+// Issue 33: the READ of a rendezvous whose header the sender's device
+// vouched for is copied by the receiving device at once — no READ request
+// and no answer on the wire, two of the four trips between the processes
+// — and the FIN still reaches the sender.
+TEST_F(tm_device_vouched, a_vouched_rendezvous_is_copied_at_once_without_a_read_on_the_wire)
+{
+    ASSERT_TRUE(matched_rendezvous(vouch));
+    EXPECT_EQ(a.counter(dev::counter::rndv_vouched), 1u);
+    EXPECT_EQ(b.counter(dev::counter::granted_reads), 1u);
+    EXPECT_EQ(read_requests_on_the_wire(), 0u);
+    ASSERT_TRUE(progress_until([&] { return !a.recv_wcs.empty(); }));
+    EXPECT_EQ(fin_buf[64 * (a.recv_wcs[0].wr_id - 200)], uint8_t(ib::tmh_opcode::fin));
+}
+
+// The same header without the WQE flag: not vouched, the READ goes on the
+// wire and the sender's responder checks it.
+TEST_F(tm_device_vouched, an_unvouched_rendezvous_is_read_as_before)
+{
+    ASSERT_TRUE(matched_rendezvous(drv::send_signaled));
+    EXPECT_EQ(a.counter(dev::counter::rndv_vouched), 0u);
+    EXPECT_EQ(b.counter(dev::counter::granted_reads), 0u);
+    EXPECT_EQ(read_requests_on_the_wire(), 1u);
+}
+
+// E28 stays the peer's answer to a bad key: the sender's device vouches
+// only for an R_Key that reaches a region of its QP's PD with remote read
+// over the whole range (C9-88), so the receiver's READ goes on the wire
+// and fails there, as without vouching.
+TEST_F(tm_device_vouched, E28_the_sender_does_not_vouch_for_a_bad_key)
+{
+    EXPECT_FALSE(matched_rendezvous(vouch, om->rkey() ^ 0x100));
+    EXPECT_EQ(a.counter(dev::counter::rndv_vouched), 0u);
+    EXPECT_EQ(b.counter(dev::counter::granted_reads), 0u);
+    EXPECT_EQ(read_requests_on_the_wire(), 1u);
+}
+
+TEST_F(tm_device_vouched, E28_the_sender_does_not_vouch_for_a_region_without_remote_read)
+{
+    auto &no_read = a.reg(out.data(), out.size(), drv::access_local_write);
+    EXPECT_FALSE(matched_rendezvous(vouch, no_read.rkey()));
+    EXPECT_EQ(a.counter(dev::counter::rndv_vouched), 0u);
+    EXPECT_EQ(b.counter(dev::counter::granted_reads), 0u);
+}
+
+// A header that names more than the region holds is not vouched for, even
+// when the part the receiver reads is inside it (its posted buffer is
+// shorter): vouching is for the whole range or nothing.
+TEST_F(tm_device_vouched, the_sender_does_not_vouch_for_a_range_past_its_region)
+{
+    EXPECT_TRUE(matched_rendezvous(vouch, 0, 32768 + 1));
+    EXPECT_EQ(a.counter(dev::counter::rndv_vouched), 0u);
+    EXPECT_EQ(b.counter(dev::counter::granted_reads), 0u);
+    EXPECT_EQ(read_requests_on_the_wire(), 1u);
+}
+
+// Vouched, but the ports cannot copy between them (another user, another
+// host): the READ goes on the wire.
+TEST_F(tm_device_vouched, without_single_copy_a_vouched_rendezvous_is_read_on_the_wire)
+{
+    fab.set_direct(0);
+    ASSERT_TRUE(matched_rendezvous(vouch));
+    EXPECT_EQ(a.counter(dev::counter::rndv_vouched), 1u);
+    EXPECT_EQ(b.counter(dev::counter::granted_reads), 0u);
+    EXPECT_EQ(read_requests_on_the_wire(), 1u);
+}
+
+// The copy of a vouched range can still fail (the sender's process gone,
+// or its memory unmapped since: process_vm_readv's EFAULT): the READ then
+// goes on the wire as any other, and nothing is lost.
+TEST_F(tm_device_vouched, a_granted_copy_that_fails_goes_on_the_wire)
+{
+    fab.fail_copies_from_peers_by(b.ctx->port().lid);
+    ASSERT_TRUE(matched_rendezvous(vouch));
+    EXPECT_EQ(a.counter(dev::counter::rndv_vouched), 1u);
+    EXPECT_EQ(b.counter(dev::counter::granted_reads), 0u);
+    EXPECT_GE(read_requests_on_the_wire(), 1u);
+}
+
+/// An unexpected vouched rendezvous that software reads itself, as UCP
+/// does: on another QP of the same two devices (the UCT layer sends and
+/// reads on its endpoint's QP, the header came on its receive QP).
+class tm_device_vouched_unexpected : public tm_device_vouched {
+protected:
+    void SetUp() override
+    {
+        tm_device_vouched::SetUp();
+        auto bq = drv::qp::create(*b.ctx, b.pd, drv::qp_type::rc, *b.scq, *b.rcq, {});
+        auto aq = drv::qp::create(*a.ctx, a.pd, drv::qp_type::rc, *a.scq, *a.rcq, {});
+        ASSERT_TRUE(bq.ok() && aq.ok());
+        b_tx = bq.take();
+        a_rx = aq.take();
+        connect(*b_tx, *a_rx, b.ctx->port().lid, a.ctx->port().lid);
+        connect(*a_rx, *b_tx, a.ctx->port().lid, b.ctx->port().lid);
+        in.assign(rndv_len + 4096, 0xee);
+        im = &b.reg(in.data(), in.size());
+        fill_pattern(out.data() + 32768, 32768, 22);
+        send_rndv(0x61, rndv_len, 0x78, 0, vouch);
+        drv::wc w = wait(drv::wc_opcode::tm_unexpected);
+        EXPECT_EQ(w.status, drv::wc_status::success);
+    }
+    void TearDown() override
+    {
+        b_tx.reset();
+        a_rx.reset();
+        tm_device_vouched::TearDown();
+    }
+    static void connect(drv::qp &q, const drv::qp &peer, uint16_t lid, uint16_t peer_lid)
+    {
+        drv::rc_connect_attr attr;
+        attr.remote_qpn  = peer.qpn();
+        attr.dlid        = peer_lid;
+        attr.rq_psn      = 0x100 + peer_lid;
+        attr.sq_psn      = 0x100 + lid;
+        attr.peer_direct = peer.direct();
+        ASSERT_EQ(q.to_init(all_remote_access), status::ok);
+        ASSERT_EQ(q.to_rtr(attr), status::ok);
+        ASSERT_EQ(q.to_rts(attr), status::ok);
+    }
+    /// READs [out + 32768 + from, + len) through `rkey` into `in` on b_tx:
+    /// whether it completed successfully with the bytes in place.
+    bool read(uint32_t from, uint32_t len, uint32_t rkey)
+    {
+        drv::sge sg{reinterpret_cast<uint64_t>(in.data()), len, im->lkey()};
+        drv::send_wr wr;
+        wr.wr_id       = 9;
+        wr.opcode      = drv::wr_opcode::rdma_read;
+        wr.sg          = {&sg, 1};
+        wr.remote_addr = reinterpret_cast<uint64_t>(out.data() + 32768 + from);
+        wr.rkey        = rkey;
+        b.send_wcs.clear();
+        EXPECT_EQ(b_tx->post_send(wr), status::ok);
+        EXPECT_TRUE(progress_until([&] { return !b.send_wcs.empty(); }));
+        if (b.send_wcs.empty() || b.send_wcs[0].status != drv::wc_status::success) {
+            return false;
+        }
+        return std::memcmp(in.data(), out.data() + 32768 + from, len) == 0;
+    }
+
+    std::unique_ptr<drv::qp> b_tx, a_rx;
+    std::vector<uint8_t>     in;
+    drv::mr                 *im = nullptr;
+};
+
+// UCP's READ after an unexpected vouched header is copied at once too,
+// whichever QP of the two processes it goes on; a grant serves READs
+// inside its range until one reaches its end, and the next goes on the wire.
+TEST_F(tm_device_vouched_unexpected, software_reads_a_vouched_range_at_once_until_its_end)
+{
+    ASSERT_TRUE(read(0, 8192, om->rkey()));
+    ASSERT_TRUE(read(0, 8192, om->rkey()));
+    EXPECT_EQ(b.counter(dev::counter::granted_reads), 2u);
+    ASSERT_TRUE(read(4096, 8192, om->rkey()));   // to the end: the grant is used up
+    EXPECT_EQ(b.counter(dev::counter::granted_reads), 3u);
+    EXPECT_EQ(read_requests_on_the_wire(), 0u);
+    ASSERT_TRUE(read(4096, 8192, om->rkey()));
+    EXPECT_EQ(b.counter(dev::counter::granted_reads), 3u);
+    EXPECT_EQ(read_requests_on_the_wire(), 1u);
+}
+
+// A grant never widens what a READ may do: one that ends past the vouched
+// range or names another key goes on the wire, where the peer checks it
+// (the wider one is inside om and succeeds; the other key fails, E28).
+TEST_F(tm_device_vouched_unexpected, a_read_past_the_vouched_range_or_with_another_key_goes_on_the_wire)
+{
+    ASSERT_TRUE(read(4096, rndv_len, om->rkey()));
+    EXPECT_EQ(b.counter(dev::counter::granted_reads), 0u);
+    EXPECT_EQ(read_requests_on_the_wire(), 1u);
+    EXPECT_FALSE(read(0, rndv_len, om->rkey() ^ 0x100));
+    EXPECT_EQ(b.counter(dev::counter::granted_reads), 0u);
+    EXPECT_EQ(read_requests_on_the_wire(), 2u);
+}
+
+// A granted READ takes no PSN, yet completes in order: behind a SEND still
+// waiting for its ACK it completes after it, once the ACK came (C40: a
+// send queue's completions in posting order).
+TEST_F(tm_device_vouched_unexpected, a_granted_read_behind_an_unacknowledged_send_completes_after_it)
+{
+    std::vector<uint8_t> msg(64, 0x3c), sink(64);
+    auto &sink_mr = a.reg(sink.data(), sink.size());
+    drv::sge rg{reinterpret_cast<uint64_t>(sink.data()), 64, sink_mr.lkey()};
+    ASSERT_EQ(a_rx->post_recv(5, {&rg, 1}), status::ok);
+    drv::sge sg{reinterpret_cast<uint64_t>(in.data() + rndv_len), 64, im->lkey()};
+    std::memcpy(in.data() + rndv_len, msg.data(), msg.size());
+    drv::send_wr send;
+    send.wr_id = 8;
+    send.sg    = {&sg, 1};
+    b.send_wcs.clear();
+    ASSERT_EQ(b_tx->post_send(send), status::ok);   // sent at its doorbell, not yet ACKed
+    drv::sge dst{reinterpret_cast<uint64_t>(in.data()), rndv_len, im->lkey()};
+    drv::send_wr rd;
+    rd.wr_id       = 9;
+    rd.opcode      = drv::wr_opcode::rdma_read;
+    rd.sg          = {&dst, 1};
+    rd.remote_addr = reinterpret_cast<uint64_t>(out.data() + 32768);
+    rd.rkey        = om->rkey();
+    ASSERT_EQ(b_tx->post_send(rd), status::ok);
+    EXPECT_EQ(b.counter(dev::counter::granted_reads), 1u) << "copied at its doorbell";
+    b.poll();
+    EXPECT_TRUE(b.send_wcs.empty()) << "completed before the SEND's ACK";
+    ASSERT_TRUE(progress_until([&] { return b.send_wcs.size() >= 2; }));
+    EXPECT_EQ(b.send_wcs[0].wr_id, 8u);
+    EXPECT_EQ(b.send_wcs[1].wr_id, 9u);
+    EXPECT_EQ(b.send_wcs[1].status, drv::wc_status::success);
+    EXPECT_EQ(std::memcmp(in.data(), out.data() + 32768, rndv_len), 0);
+    EXPECT_EQ(read_requests_on_the_wire(), 0u);
+}
+
+// The SEND before it is RNR NAKed (no receive at the peer yet) and sent
+// again: the requester goes back to it and walks past the granted READ,
+// which is neither copied nor asked for again; both complete in order once
+// a receive is posted, and the QP's READs work as before afterwards.
+TEST_F(tm_device_vouched_unexpected, a_send_sent_again_before_a_granted_read_leaves_it_done)
+{
+    drv::sge sg{reinterpret_cast<uint64_t>(in.data() + rndv_len), 64, im->lkey()};
+    drv::send_wr send;
+    send.wr_id = 8;
+    send.sg    = {&sg, 1};
+    b.send_wcs.clear();
+    ASSERT_EQ(b_tx->post_send(send), status::ok);
+    drv::sge dst{reinterpret_cast<uint64_t>(in.data()), rndv_len, im->lkey()};
+    drv::send_wr rd;
+    rd.wr_id       = 9;
+    rd.opcode      = drv::wr_opcode::rdma_read;
+    rd.sg          = {&dst, 1};
+    rd.remote_addr = reinterpret_cast<uint64_t>(out.data() + 32768);
+    rd.rkey        = om->rkey();
+    ASSERT_EQ(b_tx->post_send(rd), status::ok);
+    progress_rounds(20);
+    EXPECT_GT(a.counter(dev::counter::rnr_naks_sent), 0u);
+    EXPECT_TRUE(b.send_wcs.empty());
+    std::vector<uint8_t> sink(64);
+    auto &sink_mr = a.reg(sink.data(), sink.size());
+    drv::sge rg{reinterpret_cast<uint64_t>(sink.data()), 64, sink_mr.lkey()};
+    ASSERT_EQ(a_rx->post_recv(5, {&rg, 1}), status::ok);
+    ASSERT_TRUE(progress_until([&] { return b.send_wcs.size() >= 2; }));
+    EXPECT_EQ(b.send_wcs[0].wr_id, 8u);
+    EXPECT_EQ(b.send_wcs[1].wr_id, 9u);
+    EXPECT_EQ(b.send_wcs[1].status, drv::wc_status::success);
+    EXPECT_EQ(b.counter(dev::counter::granted_reads), 1u);
+    EXPECT_EQ(read_requests_on_the_wire(), 0u);
+    std::memset(in.data(), 0, rndv_len);
+    ASSERT_TRUE(read(0, rndv_len, om->rkey()));   // the grant used up: on the wire
+    EXPECT_EQ(read_requests_on_the_wire(), 1u);
 }
 
 // ---- unexpected eager messages longer than one SRQ buffer (prm_tm.h) -------

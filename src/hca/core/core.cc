@@ -51,6 +51,29 @@ const mpt *core::find_remote(const qp &q, uint32_t rkey) const
     return region && region->covers(m->start, m->length) ? m : nullptr;
 }
 
+/// R_Key check for an incoming RDMA or atomic (IBA 9.7.5.1.3, C9-88): key
+/// valid, same PD, access right on both QP and region, range inside it.
+/// Also what a rendezvous header's vouching checks (requester::vouch_for_rvh).
+const mpt *core::check_rkey(const qp &q, uint32_t rkey, uint64_t va, uint64_t len,
+                            uint32_t perm) const
+{
+    static const mpt zero_length{};
+    if (len == 0) {
+        // A zero-length RDMA transfer touches no memory: its R_Key and VA
+        // are not validated (IBA 9.4.4 / 9.4.5, DMA Length 0).
+        return &zero_length;
+    }
+    const mpt *m = find_remote(q, rkey);
+    bool qp_allows = perm == prm::mpt_perm_remote_write  ? q.remote_write
+                     : perm == prm::mpt_perm_remote_read ? q.remote_read
+                                                         : q.remote_atomic;
+    if (!qp_allows || !m || m->pd != q.pd || !(m->flags & perm) ||
+        !m->covers(va, len)) {
+        return nullptr;
+    }
+    return m;
+}
+
 namespace {
 /// The data segments of SRQ WQE `index`: behind its next-WQE segment, to
 /// the end of its stride.

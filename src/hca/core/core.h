@@ -160,6 +160,10 @@ public:
     /// What an R_Key reaches through QP `q`: a region, or a bound window
     /// whose region still covers it.
     const mpt *find_remote(const qp &q, uint32_t rkey) const;
+    /// What `rkey` reaches through `q` for an access `perm` (one of
+    /// prm::mpt_perm_remote_*) to [va, va + len): nullptr if not allowed.
+    const mpt *check_rkey(const qp &q, uint32_t rkey, uint64_t va, uint64_t len,
+                          uint32_t perm) const;
 
     // ---- receive WQEs, from the QP's RQ or its SRQ (core.inl, core.cc) ----
     /// The QP's SRQ; nullptr for a QP with its own RQ (or whose SRQ is gone).

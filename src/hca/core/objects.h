@@ -120,6 +120,10 @@ struct wqe_track {
     /// retirement need not read the WQE's control segment again, a cache
     /// line written long before. false: not known, the WQE is read.
     bool     unsignaled : 1 = false;
+    /// A READ copied at once from a range its peer vouched for
+    /// (requester::run_granted_read): npackets 0, retired once every
+    /// earlier WQE is; a rewind walks past it.
+    bool     granted : 1 = false;
 };
 static_assert(sizeof(wqe_track) == 12);
 

@@ -77,6 +77,9 @@ enum send_flags : uint32_t {
     send_inline    = 1u << 1,
     send_fence     = 1u << 2,
     send_solicited = 1u << 3,
+    /// mlx4x: a SEND whose payload starts with a rendezvous header; the
+    /// device vouches for its rvh to the receiver (prm::ctrl_x_vouch_rvh).
+    send_vouch_rvh = 1u << 4,
 };
 
 /// What every SEND, RDMA WRITE and READ names. A post of one of these

@@ -532,7 +532,8 @@ inline status qp::publish_send(uint32_t idx, uint8_t *wqe, wr_opcode op, uint32_
                 uint8_t(ds | ((flags & send_fence) ? prm::ctrl_fence : 0)));
     store_field(wqe, offsetof(ctrl, srcrb_flags),
                 be32::of(((flags & send_signaled) ? prm::ctrl_cq_update : 0) |
-                         ((flags & send_solicited) ? prm::ctrl_solicited : 0)));
+                         ((flags & send_solicited) ? prm::ctrl_solicited : 0) |
+                         ((flags & send_vouch_rvh) ? prm::ctrl_x_vouch_rvh : 0)));
     store_field(wqe, offsetof(ctrl, imm), be32::of(imm));
     sq_wrid_[idx & (sq_size_ - 1)] = wr_id;
     uint32_t owner_opcode = uint32_t(detail::to_prm(op)) |

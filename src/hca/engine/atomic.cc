@@ -99,7 +99,7 @@ void responder::respond_atomic(qp &q, const pkt &p)
         responder_error(q, ib::nak_code::invalid_request);   // bad operand size
         return;
     }
-    if (!check_rkey(q, r.rkey, r.va, r.size, prm::mpt_perm_atomic)) {
+    if (!hca_.check_rkey(q, r.rkey, r.va, r.size, prm::mpt_perm_atomic)) {
         responder_error(q, ib::nak_code::remote_access);
         return;
     }

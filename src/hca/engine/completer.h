@@ -60,8 +60,11 @@ public:
         }
     }
 
-private:
+    /// Copies the first `share` bytes of READ `w` from the peer's process
+    /// into its scatter list (a share, a pulled or a granted READ).
     bool     copy_read_head(qp &q, const send_wqe &w, uint32_t share);
+
+private:
     bool     carries_share_token(const qp &q, uint32_t index, const pkt &p) const;
     void restart_ack_timer(qp &q);
     void arm_timer(qp &q, uint64_t now);

@@ -160,6 +160,9 @@ requester::send_single_packet(qp &q, const uint8_t *wqe, size_t room)
     if ((ctrl.fence_size & prm::ctrl_fence) && q.req.rd_atomic_inflight) {
         return single_tx::not_single;   // the general path waits
     }
+    if (ctrl.srcrb_flags.get() & prm::ctrl_x_vouch_rvh) {
+        return single_tx::not_single;   // a rendezvous header: vouch_for_rvh
+    }
     size_t size = size_t(ctrl.fence_size & prm::ctrl_ds_mask) * prm::seg_size;
     size_t off  = sizeof(ctrl) + (write ? sizeof(prm::wqe_raddr_seg) : 0);
     uint32_t first_seg = 0;

@@ -179,12 +179,21 @@ bool requester::run_local_wqe(qp &q, const send_wqe &w)
     case local_op::failed:  return fail_send_wqe(q, prm::cqe_syndrome::mw_bind_err);
     case local_op::done:    break;
     }
+    retire_in_place(q);
+    return true;
+}
+
+/// WQE cur_wqe, which every earlier WQE completed before, was carried out
+/// here without a PSN (a local WQE, a granted READ): it completes, and the
+/// send queue moves on.
+void requester::retire_in_place(qp &q)
+{
     if (int32_t(q.req.cur_wqe + 1 - q.req.sq_head) > 0) {
         q.req.sq_head = q.req.cur_wqe + 1;
     }
+    q.req.track[q.req.cur_wqe & (q.sq_size() - 1)] = {};   // no post, no PSNs
     comp_.complete_wqe(q, q.req.cur_wqe, {}, false);
     q.comp.sq_tail = ++q.req.cur_wqe;
-    return true;
 }
 
 /// A READ/atomic, or a message that goes by single copy, as one request:
@@ -195,6 +204,13 @@ requester::single_tx requester::try_single_request(qp &q, const send_wqe &w)
 {
     bool fresh     = int32_t(q.req.cur_wqe - q.req.sq_head) >= 0;   // not a resend
     bool rd_atomic = is_read(w.opcode) || is_atomic(w.opcode);
+    if (is_read(w.opcode) && q.req.cur_offset == 0) {
+        if (fresh ? run_granted_read(q, w)
+                  : q.req.track[q.req.cur_wqe & (q.sq_size() - 1)].granted) {
+            q.req.cur_wqe += !fresh;   // copied before the rewind: nothing to send again
+            return single_tx::sent;
+        }
+    }
     if (fresh && w.fence && q.req.rd_atomic_inflight) {
         return single_tx::busy;
     }
@@ -355,6 +371,9 @@ bool requester::send_request_packet(qp &q, const send_wqe &w)
                    q.qpn, psn, q.req.cur_wqe);
         request_packet_sent(q, w, psn, first, last, offset + chunk);
         return true;
+    }
+    if (first && w.vouch_rvh) [[unlikely]] {
+        payload = vouch_for_rvh(q, payload);
     }
     request_headers h(q, w, first, last);
     bool     ackreq = !ud && asks_for_ack(q, last, w.signaled);

@@ -141,4 +141,80 @@ bool requester::direct_post_placed(const qp &q, uint32_t index) const
                        uint32_t(ib::direct_state::placed);
 }
 
+
+/// A READ inside a range the peer's device vouched for (read_grants,
+/// ib::tmh_x_rvh_vouched), where a pulled READ would go: copied here and
+/// now from the process the connection names, each scatter entry checked
+/// against its L_Key (copy_read_head), as the pulled READ's PULL_RESPONSE
+/// would have it copied — without the request and the answer, two of the
+/// rendezvous' four trips between the processes. It takes no PSN: it
+/// completes now if every earlier WQE has, else when they have
+/// (retire_acked), so its CQE stays in order. false: the READ goes on the
+/// wire as any other, and the peer checks its key (also after a failed
+/// copy: the grant is used up, the peer answers).
+bool requester::run_granted_read(qp &q, const send_wqe &w)
+{
+    if (!use_direct(q, w) || !pulls_direct_read(q, w.total_len) ||
+        !grants_.take(q.dlid, q.resp.peer_direct.pid, w.rkey, w.raddr, w.total_len)) {
+        return false;
+    }
+    start_timing(q, w, true);
+    bool copied = comp_.copy_read_head(q, w, w.total_len);
+    if (q.req.timed) {
+        timed_transfer &t = q.req.timing[q.req.cur_wqe & (q.sq_size() - 1)];
+        if (copied) {
+            finish_timing(t);   // the chooser sees what the path costs
+        } else {
+            t = {};   // timed again when it goes on the wire
+        }
+    }
+    if (!copied) {
+        return false;
+    }
+    hca_.count(counter::granted_reads);
+    if (q.comp.sq_tail == q.req.cur_wqe) {
+        retire_in_place(q);
+        return true;
+    }
+    // Behind WQEs that wait for their ACKs (a FIN before it on the
+    // device's own queue, a SEND on the driver's).
+    q.req.track[q.req.cur_wqe & (q.sq_size() - 1)] = {.first_psn  = q.req.next_psn,
+                                                       .unsignaled = !w.signaled,
+                                                       .granted    = true};
+    if (int32_t(q.req.cur_wqe + 1 - q.req.sq_head) > 0) {
+        q.req.sq_head = q.req.cur_wqe + 1;
+    }
+    ++q.req.cur_wqe;
+    return true;
+}
+
+/// The first packet of a SEND that asks the device to vouch for its
+/// rendezvous header (prm::ctrl_x_vouch_rvh): if the rvh's R_Key reaches
+/// a region (or bound window) of this QP's PD that lets peers read the
+/// whole range, through a QP that allows remote reads — the check the
+/// responder would make of the READ (core::check_rkey, C9-88) — the header
+/// goes marked ib::tmh_x_rvh_vouched, from the staging buffer (the
+/// sender's memory is not written). Otherwise it goes as posted and the
+/// receiver asks for the READ, which this side's responder answers (E28
+/// for a bad key, as without vouching).
+std::span<const uint8_t> requester::vouch_for_rvh(const qp &q, std::span<const uint8_t> payload)
+{
+    constexpr size_t headers = sizeof(ib::tmh) + sizeof(ib::rvh);
+    if (payload.size() < headers || payload[0] != uint8_t(ib::tmh_opcode::rndv)) {
+        return payload;
+    }
+    ib::rvh r;
+    std::memcpy(&r, payload.data() + sizeof(ib::tmh), sizeof(r));
+    if (r.len.get() == 0 ||
+        !hca_.check_rkey(q, r.rkey.get(), r.va.get(), r.len.get(), prm::mpt_perm_remote_read)) {
+        return payload;
+    }
+    if (payload.data() != staging_.data()) {
+        std::memcpy(staging_.data(), payload.data(), payload.size());
+    }
+    staging_[offsetof(ib::tmh, reserved)] |= ib::tmh_x_rvh_vouched;
+    hca_.count(counter::rndv_vouched);
+    return {staging_.data(), payload.size()};
+}
+
 } // namespace mlx4x::engine

@@ -8,8 +8,10 @@
 #include "hca/core/core.h"
 #include "hca/engine/direct_chooser.h"
 #include "hca/engine/pkt.h"
+#include "hca/engine/read_grants.h"
 #include "hca/engine/roles.h"
 #include "hca/engine/wqe.h"
+#include "hca/ib/ib_tm.h"
 
 #include <sys/random.h>
 #include <optional>
@@ -45,6 +47,13 @@ public:
     single_tx send_blueflame(qp &q, std::span<const uint8_t> wqe);
     void     build_headers(qp &q);   ///< tx_lrh/tx_bth, rx_*_key (at every transition)
     void     finish_timing(timed_transfer &t);
+    /// A rendezvous header vouched for by the peer's device came in on
+    /// `q` (tag_matcher): READs inside its range may be copied at once.
+    void     note_read_grant(const qp &q, const ib::rvh &r)
+    {
+        grants_.note({.lid = q.dlid, .pid = q.resp.peer_direct.pid, .rkey = r.rkey.get(),
+                      .va = r.va.get(), .len = r.len.get()});
+    }
     void     release_direct_post(qp &q, uint32_t index);
     const ib::x_direct_post *direct_post_of(const qp &q, uint32_t index) const;
     bool     direct_post_placed(const qp &q, uint32_t index) const;
@@ -133,6 +142,9 @@ private:
     gathered gather_payload(qp &q, const send_wqe &w, uint32_t offset, uint32_t len,
                             bool again, std::span<const uint8_t> &out);
     local_op run_local_op(qp &q, const send_wqe &w);
+    void     retire_in_place(qp &q);
+    bool     run_granted_read(qp &q, const send_wqe &w);
+    std::span<const uint8_t> vouch_for_rvh(const qp &q, std::span<const uint8_t> payload);
     bool     bind_window(qp &q, const prm::wqe_bind_seg &b);
     bool     invalidate_window(qp &q, uint32_t key);
 
@@ -150,6 +162,7 @@ private:
     /// the same time again.
     uint64_t                       timed_done_ns_ = 0;
     std::array<uint8_t, fabric::max_frame_size> staging_{};
+    read_grants                    grants_;
     dev::core    &hca_;
     completer    &comp_;
     tag_matcher  &tm_;

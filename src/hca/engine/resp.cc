@@ -110,28 +110,6 @@ bool ingress::continues_message(const qp &q, const pkt &p)
     return p.has(kind) && !p.has(ib::kind_first) && !p.has(ib::kind_direct);
 }
 
-/// R_Key check for an incoming RDMA or atomic (IBA 9.7.5.1.3, C9-88): key
-/// valid, same PD, access right on both QP and region, range inside it.
-const mpt *responder::check_rkey(const qp &q, uint32_t rkey, uint64_t va,
-                              uint64_t len, uint32_t perm) const
-{
-    static const mpt zero_length{};
-    if (len == 0) {
-        // A zero-length RDMA transfer touches no memory: its R_Key and VA
-        // are not validated (IBA 9.4.4 / 9.4.5, DMA Length 0).
-        return &zero_length;
-    }
-    const mpt *m = hca_.find_remote(q, rkey);
-    bool qp_allows = perm == prm::mpt_perm_remote_write  ? q.remote_write
-                     : perm == prm::mpt_perm_remote_read ? q.remote_read
-                                                         : q.remote_atomic;
-    if (!qp_allows || !m || m->pd != q.pd || !(m->flags & perm) ||
-        !m->covers(va, len)) {
-        return nullptr;
-    }
-    return m;
-}
-
 /// Takes the oldest resource entry for a new READ/atomic request and
 /// queues it for transmission. Fails when the requester exceeds the
 /// negotiated depth (every entry still has responses to send).
@@ -190,7 +168,7 @@ resp_resource *responder::find_resource(qp &q, uint32_t psn)
 std::optional<ib::reth> responder::checked_read_reth(qp &q, const pkt &p, bool duplicate)
 {
     ib::reth r = p.ext<ib::reth>(ib::hdr_reth);
-    if (!check_rkey(q, r.rkey.get(), r.va.get(), r.dma_len.get(),
+    if (!hca_.check_rkey(q, r.rkey.get(), r.va.get(), r.dma_len.get(),
                     prm::mpt_perm_remote_read)) {
         if (!duplicate) {
             responder_error(q, ib::nak_code::remote_access);
@@ -538,7 +516,7 @@ void responder::respond_write(qp &q, const pkt &p)
     }
     if (first) {
         ib::reth r = p.ext<ib::reth>(ib::hdr_reth);
-        if (!check_rkey(q, r.rkey.get(), r.va.get(), r.dma_len.get(),
+        if (!hca_.check_rkey(q, r.rkey.get(), r.va.get(), r.dma_len.get(),
                         prm::mpt_perm_remote_write)) {
             responder_error(q, ib::nak_code::remote_access);
             return;

@@ -102,7 +102,7 @@ void responder::respond_direct_write(qp &q, const pkt &p)
     }
     ib::reth r = p.ext<ib::reth>(ib::hdr_reth);
     uint32_t len = r.dma_len.get();
-    if (!check_rkey(q, r.rkey.get(), r.va.get(), len, prm::mpt_perm_remote_write)) {
+    if (!hca_.check_rkey(q, r.rkey.get(), r.va.get(), len, prm::mpt_perm_remote_write)) {
         responder_error(q, ib::nak_code::remote_access);
         return;
     }

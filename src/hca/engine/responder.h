@@ -161,8 +161,6 @@ private:
     void accept_direct_read(qp &q, const resp_resource &res);
     void refuse_direct(qp &q, uint32_t psn);
     void replay_atomic(qp &q, uint32_t psn);
-    const mpt *check_rkey(const qp &q, uint32_t rkey, uint64_t va, uint64_t len,
-                          uint32_t perm) const;
     bool take_resource(qp &q, const resp_resource &r);
     bool resource_resending(const qp &q) const;
     void queue_response(qp &q, uint32_t idx);

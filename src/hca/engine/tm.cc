@@ -142,6 +142,13 @@ bool tag_matcher::tm_first_packet(qp &q, srq &s, const pkt &p, bool last)
         resp_.responder_error(q, ib::nak_code::invalid_request);
         return false;
     }
+    if (rndv && (p.payload[offsetof(ib::tmh, reserved)] & ib::tmh_x_rvh_vouched)) {
+        // Its READ, whoever asks for it (this device's below, or software's
+        // after an unexpected header), may be copied at once (read_grants).
+        ib::rvh r;
+        std::memcpy(&r, p.payload.data() + sizeof(ib::tmh), sizeof(r));
+        req_.note_read_grant(q, r);
+    }
     if (rndv && q.dev_sq.empty()) {
         // The device serves a rendezvous only on a QP whose send queue it
         // owns (qpc_tm_dev_sq); on one the driver sends on, the header goes
@@ -181,6 +188,10 @@ bool tag_matcher::tm_first_packet(qp &q, srq &s, const pkt &p, bool last)
     q.resp.epsn = ib::psn_add(q.resp.epsn, 1);
     q.resp.msn  = ib::psn_add(q.resp.msn, 1);
     resp_.schedule_ack(q, p.ackreq);
+    // The READ starts now, as a doorbell starts a driver's WQE, not at the
+    // end of the slice: a granted one is copied and its FIN sent before
+    // software polls the CQ, which then finds the receive done.
+    req_.run_requester(q);
     return false;
 }
 

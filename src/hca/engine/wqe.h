@@ -17,6 +17,7 @@ struct send_wqe {
     bool     signaled;
     bool     solicited;
     bool     fence;          ///< wait for earlier READs/atomics (C60)
+    bool     vouch_rvh = false;   ///< prm::ctrl_x_vouch_rvh
     uint32_t imm;            ///< raw big-endian, as on the wire
     uint64_t raddr = 0;
     uint32_t rkey  = 0;
@@ -215,6 +216,7 @@ inline bool decode_send_wqe(const dev::qp &q, uint32_t index, send_wqe &w)
     w.signaled  = (ctrl.srcrb_flags.get() & prm::ctrl_cq_update) != 0;
     w.solicited = (ctrl.srcrb_flags.get() & prm::ctrl_solicited) != 0;
     w.fence     = (ctrl.fence_size & prm::ctrl_fence) != 0;
+    w.vouch_rvh = (ctrl.srcrb_flags.get() & prm::ctrl_x_vouch_rvh) != 0;
     w.imm       = ctrl.imm.raw;
     size_t off  = sizeof(ctrl);
     if (q.datagram()) {

@@ -24,13 +24,22 @@ enum class tmh_opcode : uint8_t {
 /// Tag matching header (struct ibv_tmh), 16 bytes.
 struct tmh {
     uint8_t opcode;        ///< tmh_opcode
-    uint8_t reserved[3];   ///< free for the upper layer (UCX: header bytes)
+    uint8_t reserved[3];   ///< zero from software; [0] see tmh_x_rvh_vouched
     be32    app_ctx;       ///< sender's context, returned in FIN / CQEs
     be64    tag;
 };
 static_assert(sizeof(tmh) == 16);
 static_assert(offsetof(tmh, app_ctx) == 4);
 static_assert(offsetof(tmh, tag) == 8);
+
+/// mlx4x: tmh.reserved[0] of a rendezvous header whose rvh the sending
+/// device checked against its own tables before the SEND left (a WQE with
+/// prm::ctrl_x_vouch_rvh): the R_Key names a region of the sending QP's PD
+/// that lets peers read the whole range. The receiving device may then
+/// copy that range from the sender's process without asking its device
+/// again (engine::read_grants; docs/design-notes.md, "Rendezvous the
+/// sender's device vouches for"). Software sends the byte as 0.
+constexpr uint8_t tmh_x_rvh_vouched = 0x01;
 
 /// Rendezvous header (struct ibv_rvh), 16 bytes after the tmh: where the
 /// receiver's device reads the data from.

@@ -53,6 +53,10 @@ constexpr uint8_t  ctrl_fence      = 1u << 6;    ///< in ctrl.fence_size
 constexpr uint8_t  ctrl_ds_mask    = 0x3f;       ///< size in 16-byte units
 constexpr uint32_t ctrl_cq_update  = 3u << 2;    ///< srcrb_flags: signalled
 constexpr uint32_t ctrl_solicited  = 1u << 1;
+/// mlx4x: srcrb_flags of a SEND that starts with a rendezvous header
+/// (ib::tmh + ib::rvh): the device checks the rvh's R_Key and range and
+/// marks the header it sends (ib::tmh_x_rvh_vouched) if they hold.
+constexpr uint32_t ctrl_x_vouch_rvh = 1u << 8;
 constexpr uint32_t invalid_lkey    = 0x100;      ///< ends a receive SGE list
 constexpr uint32_t inline_seg_flag = 1u << 31;   ///< inline byte_count flag
 constexpr size_t   inline_align    = 64;         ///< inline chunks never cross
@@ -63,7 +67,7 @@ struct wqe_ctrl_seg {
     be16    vlan_tag;
     uint8_t ins_vlan;
     uint8_t fence_size;    ///< [6] fence, [5:0] WQE size in 16-byte units
-    be32    srcrb_flags;   ///< [3:2] CQ update, [1] solicited
+    be32    srcrb_flags;   ///< [8] mlx4x vouch, [3:2] CQ update, [1] solicited
     be32    imm;           ///< immediate data (SEND/WRITE with immediate)
 };
 static_assert(sizeof(wqe_ctrl_seg) == 16);
