@@ -545,6 +545,30 @@ TEST_F(tm_device_vouched, a_granted_copy_that_fails_goes_on_the_wire)
     EXPECT_GE(read_requests_on_the_wire(), 1u);
 }
 
+// Only a SEND's header is vouched for: a WRITE whose WQE carries the flag
+// (and whose data happens to look like a rendezvous header) arrives as
+// written.
+TEST_F(tm_device_vouched, a_write_with_the_flag_is_not_changed)
+{
+    std::vector<uint8_t> target(64, 0);
+    auto &tm = b.reg(target.data(), target.size(), all_local);
+    ib::tmh h{};
+    h.opcode = uint8_t(ib::tmh_opcode::rndv);
+    ib::rvh r{};
+    r.va.set(reinterpret_cast<uint64_t>(out.data()));
+    r.rkey.set(om->rkey());
+    r.len.set(4096);
+    std::memcpy(out.data(), &h, sizeof(h));
+    std::memcpy(out.data() + sizeof(h), &r, sizeof(r));
+    ASSERT_EQ(a.post_write(1, out.data(), 48, om->lkey(), reinterpret_cast<uint64_t>(target.data()),
+                           tm.rkey(), vouch),
+              status::ok);
+    ASSERT_TRUE(progress_until([&] { return !a.send_wcs.empty(); }));
+    EXPECT_EQ(a.send_wcs[0].status, drv::wc_status::success);
+    EXPECT_EQ(std::memcmp(target.data(), out.data(), 48), 0);
+    EXPECT_EQ(a.counter(dev::counter::rndv_vouched), 0u);
+}
+
 /// An unexpected vouched rendezvous that software reads itself, as UCP
 /// does: on another QP of the same two devices (the UCT layer sends and
 /// reads on its endpoint's QP, the header came on its receive QP).

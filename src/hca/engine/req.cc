@@ -372,8 +372,8 @@ bool requester::send_request_packet(qp &q, const send_wqe &w)
         request_packet_sent(q, w, psn, first, last, offset + chunk);
         return true;
     }
-    if (first && w.vouch_rvh) [[unlikely]] {
-        payload = vouch_for_rvh(q, payload);
+    if (first && w.vouch_rvh && !ud && is_send(w.opcode)) [[unlikely]] {
+        payload = vouch_for_rvh(q, payload);   // a tag rendezvous header's SEND
     }
     request_headers h(q, w, first, last);
     bool     ackreq = !ud && asks_for_ack(q, last, w.signaled);

@@ -47,6 +47,10 @@ constexpr bool is_read(prm::send_opcode op)
 {
     return op == prm::send_opcode::rdma_read;
 }
+constexpr bool is_send(prm::send_opcode op)
+{
+    return op == prm::send_opcode::send || op == prm::send_opcode::send_imm;
+}
 /// Operations the requester carries out itself, sending nothing, once
 /// every earlier WQE completed: memory window binds and invalidations
 /// (their segment is in segs), and NOPs.
