@@ -698,6 +698,68 @@ TEST_F(tm_device_vouched_unexpected, a_granted_read_behind_an_unacknowledged_sen
     EXPECT_EQ(read_requests_on_the_wire(), 0u);
 }
 
+// IBA 9.5: a READ sees what an earlier WRITE of its QP stored. Behind a
+// WRITE not yet executed at the peer, a READ of a vouched range is not
+// copied ahead of it: it goes on the wire, after the WRITE.
+TEST_F(tm_device_vouched_unexpected, a_read_behind_a_write_is_not_copied_ahead_of_it)
+{
+    auto &writable = a.reg(out.data(), out.size(), all_local);
+    std::vector<uint8_t> fresh(rndv_len);
+    fill_pattern(fresh.data(), rndv_len, 23);
+    std::memcpy(in.data(), fresh.data(), rndv_len);
+    drv::sge src{reinterpret_cast<uint64_t>(in.data()), rndv_len, im->lkey()};
+    drv::send_wr wr;
+    wr.wr_id       = 7;
+    wr.opcode      = drv::wr_opcode::rdma_write;
+    wr.sg          = {&src, 1};
+    wr.remote_addr = reinterpret_cast<uint64_t>(out.data() + 32768);
+    wr.rkey        = writable.rkey();
+    b.send_wcs.clear();
+    ASSERT_EQ(b_tx->post_send(wr), status::ok);   // sent, not yet executed by a
+    std::vector<uint8_t> got(rndv_len + 4096, 0);
+    auto &gm = b.reg(got.data(), got.size());
+    drv::sge dst{reinterpret_cast<uint64_t>(got.data()), rndv_len, gm.lkey()};
+    drv::send_wr rd;
+    rd.wr_id       = 9;
+    rd.opcode      = drv::wr_opcode::rdma_read;
+    rd.sg          = {&dst, 1};
+    rd.remote_addr = reinterpret_cast<uint64_t>(out.data() + 32768);
+    rd.rkey        = om->rkey();
+    ASSERT_EQ(b_tx->post_send(rd), status::ok);
+    ASSERT_TRUE(progress_until([&] { return b.send_wcs.size() >= 2; }));
+    EXPECT_EQ(b.send_wcs[1].status, drv::wc_status::success);
+    EXPECT_EQ(std::memcmp(got.data(), fresh.data(), rndv_len), 0) << "read before the WRITE";
+    EXPECT_EQ(b.counter(dev::counter::granted_reads), 0u);
+}
+
+// C60: a fenced READ waits for the READs before it; one of a vouched range
+// is not copied ahead of them either (only once they completed).
+TEST_F(tm_device_vouched_unexpected, a_fenced_read_behind_a_read_is_not_copied_ahead_of_it)
+{
+    drv::sge first{reinterpret_cast<uint64_t>(in.data() + rndv_len), 4096, im->lkey()};
+    drv::send_wr rd1;
+    rd1.wr_id       = 8;
+    rd1.opcode      = drv::wr_opcode::rdma_read;
+    rd1.sg          = {&first, 1};
+    rd1.remote_addr = reinterpret_cast<uint64_t>(out.data());
+    rd1.rkey        = om->rkey();
+    b.send_wcs.clear();
+    ASSERT_EQ(b_tx->post_send(rd1), status::ok);   // on the wire: one packet's worth
+    drv::sge dst{reinterpret_cast<uint64_t>(in.data()), rndv_len, im->lkey()};
+    drv::send_wr rd2 = rd1;
+    rd2.wr_id       = 9;
+    rd2.flags       = drv::send_signaled | drv::send_fence;
+    rd2.sg          = {&dst, 1};
+    rd2.remote_addr = reinterpret_cast<uint64_t>(out.data() + 32768);
+    ASSERT_EQ(b_tx->post_send(rd2), status::ok);
+    EXPECT_EQ(b.counter(dev::counter::granted_reads), 0u) << "copied at its doorbell";
+    ASSERT_TRUE(progress_until([&] { return b.send_wcs.size() >= 2; }));
+    EXPECT_EQ(b.send_wcs[0].wr_id, 8u);
+    EXPECT_EQ(b.send_wcs[1].wr_id, 9u);
+    EXPECT_EQ(b.send_wcs[1].status, drv::wc_status::success);
+    EXPECT_EQ(std::memcmp(in.data(), out.data() + 32768, rndv_len), 0);
+}
+
 // The SEND before it is RNR NAKed (no receive at the peer yet) and sent
 // again: the requester goes back to it and walks past the granted READ,
 // which is neither copied nor asked for again; both complete in order once

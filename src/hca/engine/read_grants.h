@@ -52,8 +52,6 @@ public:
         return false;
     }
 
-    void clear() { grants_ = {}; }
-
 private:
     std::array<read_grant, capacity> grants_{};
     uint32_t                         next_ = 0;

@@ -141,7 +141,6 @@ bool requester::direct_post_placed(const qp &q, uint32_t index) const
                        uint32_t(ib::direct_state::placed);
 }
 
-
 /// A READ inside a range the peer's device vouched for (read_grants,
 /// ib::tmh_x_rvh_vouched), where a pulled READ would go: copied here and
 /// now from the process the connection names, each scatter entry checked
@@ -154,7 +153,7 @@ bool requester::direct_post_placed(const qp &q, uint32_t index) const
 /// copy: the grant is used up, the peer answers).
 bool requester::run_granted_read(qp &q, const send_wqe &w)
 {
-    if (!use_direct(q, w) || !pulls_direct_read(q, w.total_len) ||
+    if (!use_direct(q, w) || !pulls_direct_read(q, w.total_len) || !may_read_now(q, w) ||
         !grants_.take(q.dlid, q.resp.peer_direct.pid, w.rkey, w.raddr, w.total_len)) {
         return false;
     }
@@ -185,6 +184,27 @@ bool requester::run_granted_read(qp &q, const send_wqe &w)
         q.req.sq_head = q.req.cur_wqe + 1;
     }
     ++q.req.cur_wqe;
+    return true;
+}
+
+/// Whether READ `w` may read the peer's memory now, before the WQEs ahead
+/// of it have completed: the responder executes a QP's requests in order
+/// (IBA 9.5), so a READ sees what an earlier WRITE or atomic stored, and a
+/// fenced one waits for every earlier READ and atomic (C60). SENDs and
+/// READs ahead of it change nothing it reads. Walks the outstanding WQEs:
+/// a granted READ is a large one, this is a few loads per WQE.
+bool requester::may_read_now(const qp &q, const send_wqe &w) const
+{
+    if (w.fence && q.req.rd_atomic_inflight) {
+        return false;
+    }
+    for (uint32_t i = q.comp.sq_tail; i != q.req.cur_wqe; ++i) {
+        auto op = static_cast<prm::send_opcode>(
+            prm::load_ctrl_seg(q.sq_wqe(i)).owner_opcode.get() & 0x1f);
+        if (!is_send(op) && !is_read(op)) {
+            return false;   // a WRITE or an atomic the READ must see
+        }
+    }
     return true;
 }
 

@@ -144,6 +144,7 @@ private:
     local_op run_local_op(qp &q, const send_wqe &w);
     void     retire_in_place(qp &q);
     bool     run_granted_read(qp &q, const send_wqe &w);
+    bool     may_read_now(const qp &q, const send_wqe &w) const;
     std::span<const uint8_t> vouch_for_rvh(const qp &q, std::span<const uint8_t> payload);
     bool     bind_window(qp &q, const prm::wqe_bind_seg &b);
     bool     invalidate_window(qp &q, uint32_t key);
