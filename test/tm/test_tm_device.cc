@@ -609,19 +609,26 @@ protected:
         ASSERT_EQ(q.to_rtr(attr), status::ok);
         ASSERT_EQ(q.to_rts(attr), status::ok);
     }
+    /// A signalled RDMA `op` of `sg` to or from `out` + `at` through `rkey`.
+    drv::send_wr rdma(drv::wr_opcode op, uint64_t wr_id, const drv::sge &sg, uint32_t at,
+                      uint32_t rkey)
+    {
+        drv::send_wr wr;
+        wr.wr_id       = wr_id;
+        wr.opcode      = op;
+        wr.sg          = {&sg, 1};
+        wr.remote_addr = reinterpret_cast<uint64_t>(out.data() + at);
+        wr.rkey        = rkey;
+        return wr;
+    }
     /// READs [out + 32768 + from, + len) through `rkey` into `in` on b_tx:
     /// whether it completed successfully with the bytes in place.
     bool read(uint32_t from, uint32_t len, uint32_t rkey)
     {
         drv::sge sg{reinterpret_cast<uint64_t>(in.data()), len, im->lkey()};
-        drv::send_wr wr;
-        wr.wr_id       = 9;
-        wr.opcode      = drv::wr_opcode::rdma_read;
-        wr.sg          = {&sg, 1};
-        wr.remote_addr = reinterpret_cast<uint64_t>(out.data() + 32768 + from);
-        wr.rkey        = rkey;
         b.send_wcs.clear();
-        EXPECT_EQ(b_tx->post_send(wr), status::ok);
+        EXPECT_EQ(b_tx->post_send(rdma(drv::wr_opcode::rdma_read, 9, sg, 32768 + from, rkey)),
+                  status::ok);
         EXPECT_TRUE(progress_until([&] { return !b.send_wcs.empty(); }));
         if (b.send_wcs.empty() || b.send_wcs[0].status != drv::wc_status::success) {
             return false;
@@ -680,13 +687,8 @@ TEST_F(tm_device_vouched_unexpected, a_granted_read_behind_an_unacknowledged_sen
     b.send_wcs.clear();
     ASSERT_EQ(b_tx->post_send(send), status::ok);   // sent at its doorbell, not yet ACKed
     drv::sge dst{reinterpret_cast<uint64_t>(in.data()), rndv_len, im->lkey()};
-    drv::send_wr rd;
-    rd.wr_id       = 9;
-    rd.opcode      = drv::wr_opcode::rdma_read;
-    rd.sg          = {&dst, 1};
-    rd.remote_addr = reinterpret_cast<uint64_t>(out.data() + 32768);
-    rd.rkey        = om->rkey();
-    ASSERT_EQ(b_tx->post_send(rd), status::ok);
+    ASSERT_EQ(b_tx->post_send(rdma(drv::wr_opcode::rdma_read, 9, dst, 32768, om->rkey())),
+              status::ok);
     EXPECT_EQ(b.counter(dev::counter::granted_reads), 1u) << "copied at its doorbell";
     b.poll();
     EXPECT_TRUE(b.send_wcs.empty()) << "completed before the SEND's ACK";
@@ -708,24 +710,14 @@ TEST_F(tm_device_vouched_unexpected, a_read_behind_a_write_is_not_copied_ahead_o
     fill_pattern(fresh.data(), rndv_len, 23);
     std::memcpy(in.data(), fresh.data(), rndv_len);
     drv::sge src{reinterpret_cast<uint64_t>(in.data()), rndv_len, im->lkey()};
-    drv::send_wr wr;
-    wr.wr_id       = 7;
-    wr.opcode      = drv::wr_opcode::rdma_write;
-    wr.sg          = {&src, 1};
-    wr.remote_addr = reinterpret_cast<uint64_t>(out.data() + 32768);
-    wr.rkey        = writable.rkey();
     b.send_wcs.clear();
-    ASSERT_EQ(b_tx->post_send(wr), status::ok);   // sent, not yet executed by a
+    ASSERT_EQ(b_tx->post_send(rdma(drv::wr_opcode::rdma_write, 7, src, 32768, writable.rkey())),
+              status::ok);   // sent, not yet executed by a
     std::vector<uint8_t> got(rndv_len + 4096, 0);
     auto &gm = b.reg(got.data(), got.size());
     drv::sge dst{reinterpret_cast<uint64_t>(got.data()), rndv_len, gm.lkey()};
-    drv::send_wr rd;
-    rd.wr_id       = 9;
-    rd.opcode      = drv::wr_opcode::rdma_read;
-    rd.sg          = {&dst, 1};
-    rd.remote_addr = reinterpret_cast<uint64_t>(out.data() + 32768);
-    rd.rkey        = om->rkey();
-    ASSERT_EQ(b_tx->post_send(rd), status::ok);
+    ASSERT_EQ(b_tx->post_send(rdma(drv::wr_opcode::rdma_read, 9, dst, 32768, om->rkey())),
+              status::ok);
     ASSERT_TRUE(progress_until([&] { return b.send_wcs.size() >= 2; }));
     EXPECT_EQ(b.send_wcs[1].status, drv::wc_status::success);
     EXPECT_EQ(std::memcmp(got.data(), fresh.data(), rndv_len), 0) << "read before the WRITE";
@@ -737,21 +729,13 @@ TEST_F(tm_device_vouched_unexpected, a_read_behind_a_write_is_not_copied_ahead_o
 TEST_F(tm_device_vouched_unexpected, a_fenced_read_behind_a_read_is_not_copied_ahead_of_it)
 {
     drv::sge first{reinterpret_cast<uint64_t>(in.data() + rndv_len), 4096, im->lkey()};
-    drv::send_wr rd1;
-    rd1.wr_id       = 8;
-    rd1.opcode      = drv::wr_opcode::rdma_read;
-    rd1.sg          = {&first, 1};
-    rd1.remote_addr = reinterpret_cast<uint64_t>(out.data());
-    rd1.rkey        = om->rkey();
     b.send_wcs.clear();
-    ASSERT_EQ(b_tx->post_send(rd1), status::ok);   // on the wire: one packet's worth
+    ASSERT_EQ(b_tx->post_send(rdma(drv::wr_opcode::rdma_read, 8, first, 0, om->rkey())),
+              status::ok);   // on the wire: one packet's worth
     drv::sge dst{reinterpret_cast<uint64_t>(in.data()), rndv_len, im->lkey()};
-    drv::send_wr rd2 = rd1;
-    rd2.wr_id       = 9;
-    rd2.flags       = drv::send_signaled | drv::send_fence;
-    rd2.sg          = {&dst, 1};
-    rd2.remote_addr = reinterpret_cast<uint64_t>(out.data() + 32768);
-    ASSERT_EQ(b_tx->post_send(rd2), status::ok);
+    drv::send_wr fenced = rdma(drv::wr_opcode::rdma_read, 9, dst, 32768, om->rkey());
+    fenced.flags = drv::send_signaled | drv::send_fence;
+    ASSERT_EQ(b_tx->post_send(fenced), status::ok);
     EXPECT_EQ(b.counter(dev::counter::granted_reads), 0u) << "copied at its doorbell";
     ASSERT_TRUE(progress_until([&] { return b.send_wcs.size() >= 2; }));
     EXPECT_EQ(b.send_wcs[0].wr_id, 8u);
@@ -773,13 +757,8 @@ TEST_F(tm_device_vouched_unexpected, a_send_sent_again_before_a_granted_read_lea
     b.send_wcs.clear();
     ASSERT_EQ(b_tx->post_send(send), status::ok);
     drv::sge dst{reinterpret_cast<uint64_t>(in.data()), rndv_len, im->lkey()};
-    drv::send_wr rd;
-    rd.wr_id       = 9;
-    rd.opcode      = drv::wr_opcode::rdma_read;
-    rd.sg          = {&dst, 1};
-    rd.remote_addr = reinterpret_cast<uint64_t>(out.data() + 32768);
-    rd.rkey        = om->rkey();
-    ASSERT_EQ(b_tx->post_send(rd), status::ok);
+    ASSERT_EQ(b_tx->post_send(rdma(drv::wr_opcode::rdma_read, 9, dst, 32768, om->rkey())),
+              status::ok);
     progress_rounds(20);
     EXPECT_GT(a.counter(dev::counter::rnr_naks_sent), 0u);
     EXPECT_TRUE(b.send_wcs.empty());
