@@ -142,12 +142,15 @@ bool tag_matcher::tm_first_packet(qp &q, srq &s, const pkt &p, bool last)
         resp_.responder_error(q, ib::nak_code::invalid_request);
         return false;
     }
-    if (rndv && (p.payload[offsetof(ib::tmh, reserved)] & ib::tmh_x_rvh_vouched)) {
-        // Its READ, whoever asks for it (this device's below, or software's
-        // after an unexpected header), may be copied at once (read_grants).
-        ib::rvh r;
+    ib::rvh r{};
+    if (rndv) {
         std::memcpy(&r, p.payload.data() + sizeof(ib::tmh), sizeof(r));
-        req_.note_read_grant(q, r);
+        if (p.payload[offsetof(ib::tmh, reserved)] & ib::tmh_x_rvh_vouched) {
+            // Its READ, whoever asks for it (this device's below, or
+            // software's after an unexpected header), may be copied at
+            // once (read_grants).
+            req_.note_read_grant(q, r);
+        }
     }
     if (rndv && q.dev_sq.empty()) {
         // The device serves a rendezvous only on a QP whose send queue it
@@ -181,8 +184,6 @@ bool tag_matcher::tm_first_packet(qp &q, srq &s, const pkt &p, bool last)
         return true;
     }
     hca_.count(counter::tm_expected_rndv);
-    ib::rvh r;
-    std::memcpy(&r, p.payload.data() + sizeof(h), sizeof(r));
     tm_start_rndv(q, s, m->first, h, r);
     // The rendezvous header is consumed like a complete SEND.
     q.resp.epsn = ib::psn_add(q.resp.epsn, 1);
