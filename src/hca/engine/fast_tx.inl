@@ -65,11 +65,7 @@ requester::packet_sent(qp &q, uint32_t psn, bool first, bool last, uint32_t next
             .first_psn  = psn,
             .npackets   = npackets,
             .unsignaled = !signaled};
-        // sq_head is the next WQE not yet started, so rewind() and the
-        // error paths see the one being sent.
-        if (int32_t(q.req.cur_wqe + 1 - q.req.sq_head) > 0) {
-            q.req.sq_head = q.req.cur_wqe + 1;
-        }
+        mark_started(q);
     }
     q.req.next_psn = ib::psn_add(psn, 1);
     comp_.start_ack_timer(q);

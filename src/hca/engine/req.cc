@@ -188,9 +188,7 @@ bool requester::run_local_wqe(qp &q, const send_wqe &w)
 /// send queue moves on.
 void requester::retire_in_place(qp &q)
 {
-    if (int32_t(q.req.cur_wqe + 1 - q.req.sq_head) > 0) {
-        q.req.sq_head = q.req.cur_wqe + 1;
-    }
+    mark_started(q);
     q.req.track[q.req.cur_wqe & (q.sq_size() - 1)] = {};   // no post, no PSNs
     comp_.complete_wqe(q, q.req.cur_wqe, {}, false);
     q.comp.sq_tail = ++q.req.cur_wqe;
@@ -561,9 +559,7 @@ void requester::single_request_sent(qp &q, const send_wqe &w, uint32_t psn,
     if (q.req.cur_offset == 0) {   // not a READ asked for from its middle
         start_timing(q, w, direct);
     }
-    if (int32_t(q.req.cur_wqe + 1 - q.req.sq_head) > 0) {
-        q.req.sq_head = q.req.cur_wqe + 1;
-    }
+    mark_started(q);
     q.req.rd_atomic_inflight += fresh && rd_atomic;
     q.req.next_psn = ib::psn_add(psn, npackets);
     comp_.start_ack_timer(q);

@@ -180,9 +180,7 @@ bool requester::run_granted_read(qp &q, const send_wqe &w)
     q.req.track[q.req.cur_wqe & (q.sq_size() - 1)] = {.first_psn  = q.req.next_psn,
                                                        .unsignaled = !w.signaled,
                                                        .granted    = true};
-    if (int32_t(q.req.cur_wqe + 1 - q.req.sq_head) > 0) {
-        q.req.sq_head = q.req.cur_wqe + 1;
-    }
+    mark_started(q);
     ++q.req.cur_wqe;
     return true;
 }

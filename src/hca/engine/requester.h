@@ -142,6 +142,15 @@ private:
     gathered gather_payload(qp &q, const send_wqe &w, uint32_t offset, uint32_t len,
                             bool again, std::span<const uint8_t> &out);
     local_op run_local_op(qp &q, const send_wqe &w);
+    /// WQE cur_wqe has started: sq_head, the next WQE not yet started,
+    /// moves past it, so rewind() and the error paths see it (a WQE
+    /// started again after a rewind leaves sq_head where it is).
+    static void mark_started(qp &q)
+    {
+        if (int32_t(q.req.cur_wqe + 1 - q.req.sq_head) > 0) {
+            q.req.sq_head = q.req.cur_wqe + 1;
+        }
+    }
     void     retire_in_place(qp &q);
     bool     run_granted_read(qp &q, const send_wqe &w);
     bool     may_read_now(const qp &q, const send_wqe &w) const;
