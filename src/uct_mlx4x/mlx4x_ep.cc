@@ -79,8 +79,32 @@ status make_slots(drv::context &ctx, uint32_t pd, slot_area &a, size_t n, size_t
         return status::no_memory;
     }
     a.slot_size = slot_size;
-    a.mem = {p, slot_unmapper{length}};
-    auto r = drv::mr::reg(ctx, pd, a.mem.get(), length, all_access);
+    a.mem  = {p, slot_unmapper{length}};
+    a.base = p;
+    auto r = drv::mr::reg(ctx, pd, a.base, length, all_access);
+    if (!r.ok()) {
+        return r.error();
+    }
+    a.mr = r.take();
+    return status::ok;
+}
+
+/// make_slots() in a shared_area, which the peer's device maps to copy a
+/// SEND out of its slot (drv::qp::use_send_area); anonymous memory as
+/// make_slots() when there is no such area (memfd refused).
+status make_shared_slots(drv::context &ctx, uint32_t pd, slot_area &a, size_t n,
+                         size_t slot_size)
+{
+    size_t length = n * slot_size;
+    auto   area   = length <= UINT32_MAX ? shared_area::create(uint32_t(length))
+                                         : result<shared_area>(status::invalid_param);
+    if (!area.ok()) {
+        return make_slots(ctx, pd, a, n, slot_size);
+    }
+    a.shared    = area.take();
+    a.base      = a.shared.data();
+    a.slot_size = slot_size;
+    auto r = drv::mr::reg(ctx, pd, a.base, length, all_access);
     if (!r.ok()) {
         return r.error();
     }
@@ -195,9 +219,13 @@ status endpoint::create_qp()
     if (slots > slot_stack::max_slots) {
         return status::invalid_param;
     }
-    if (status s = make_slots(i.ctx(), i.domain().pd(), bounce, slots, i.bounce_slot_size());
+    if (status s = make_shared_slots(i.ctx(), i.domain().pd(), bounce, slots,
+                                     i.bounce_slot_size());
         s != status::ok) {
         return s;
+    }
+    if (bounce.shared.data()) {
+        qp_->use_send_area(bounce.shared);   // its SENDs may go by reference
     }
     ops.assign(slots, tx_op{});
     ops_mask = uint32_t(ops.size() - 1);

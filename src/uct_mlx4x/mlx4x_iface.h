@@ -78,14 +78,20 @@ struct __attribute__((packed)) direct_addr {
     uint64_t va;
     uint64_t key;
     uint8_t  log_slots;
+    uint32_t area_fd;    ///< its send area (drv::qp::use_send_area)
+    uint32_t area_len;
+    uint64_t area_key;   ///< 0: none
 
     static direct_addr of(const drv::direct_window &w)
     {
-        return {w.pid, w.va, w.key, w.log_slots};
+        return {w.pid, w.va, w.key, w.log_slots, w.area_fd, w.area_len, w.area_key};
     }
-    drv::direct_window window() const { return {pid, va, key, log_slots}; }
+    drv::direct_window window() const
+    {
+        return {pid, va, key, log_slots, area_fd, area_len, area_key};
+    }
 };
-static_assert(sizeof(direct_addr) == 21);
+static_assert(sizeof(direct_addr) == 37);
 /// Endpoint address (CONNECT_TO_EP): the endpoint's two RC QPs, each with
 /// its first send PSN and its window of single-copy posts. Like an
 /// interface connection, each direction has its own QP: the endpoint sends
@@ -297,10 +303,12 @@ struct slot_unmapper {
     void   operator()(uint8_t *p) const;
 };
 struct slot_area {
-    std::unique_ptr<uint8_t, slot_unmapper> mem;
+    std::unique_ptr<uint8_t, slot_unmapper> mem;      ///< anonymous memory, or
+    shared_area                             shared;   ///< memory the peer may map
     std::unique_ptr<drv::mr>                mr;
+    uint8_t                                *base = nullptr;
     size_t                                  slot_size = 0;
-    uint8_t *slot(size_t i) { return mem.get() + i * slot_size; }
+    uint8_t *slot(size_t i) { return base + i * slot_size; }
 };
 
 /// Atomic operations UCT may post (no result) and fetch: what iface_query
@@ -316,6 +324,8 @@ constexpr uint32_t all_access = drv::access_local_write | drv::access_remote_wri
 // Shared by endpoints and the interface (mlx4x_ep.cc).
 status make_slots(drv::context &ctx, uint32_t pd, slot_area &a, size_t n, size_t slot_size,
                   bool huge = false);
+status make_shared_slots(drv::context &ctx, uint32_t pd, slot_area &a, size_t n,
+                         size_t slot_size);
 uint32_t random_psn();
 drv::direct_window peer_direct(const mad::cm::peer_info &p);
 

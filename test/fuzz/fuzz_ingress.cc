@@ -26,6 +26,7 @@ struct frame_builder {
     uint32_t        rc_qpn, ud_qpn, rkey;
     uint64_t        va;
     uint32_t        next_psn = 0;   ///< tagged(): mostly in sequence
+    uint32_t        area_len = 0;   ///< of the sender's send area (x_send_ref)
 
     uint32_t any(uint32_t n) { return uint32_t(rng() % n); }
 
@@ -67,10 +68,14 @@ struct frame_builder {
             ib::opcode::rc_atomic_acknowledge, ib::opcode::rc_compare_swap,
             ib::opcode::rc_fetch_add,         ib::opcode::ud_send_only,
             ib::opcode::ud_send_only_imm,     ib::opcode::x_rdma_read_direct_pull,
-            ib::opcode::x_rdma_read_direct_pull_response};
+            ib::opcode::x_rdma_read_direct_pull_response, ib::opcode::x_send_by_ref,
+            ib::opcode::x_send_by_ref_imm};
         ib::opcode op = ops[any(std::size(ops))];
         const ib::opcode_info &info = ib::info(op);
-        size_t payload = any(4) == 0 ? any(4200) : any(64);
+        bool   by_ref  = info.kind & ib::kind_direct && info.kind & ib::kind_send;
+        size_t payload = by_ref && any(4) ? sizeof(ib::x_send_ref)
+                         : any(4) == 0    ? any(4200)
+                                          : any(64);
         std::vector<uint8_t> f =
             frame(op, payload, info.kind & ib::kind_ud ? ud_qpn : rc_qpn,
                   any(8) ? any(16) : uint32_t(rng()));
@@ -100,6 +105,12 @@ struct frame_builder {
             ib::aeth a;
             a.syn_msn.set(uint32_t(rng()));
             std::memcpy(ext + ib::ext_offset(info, ib::hdr_aeth), &a, sizeof(a));
+        }
+        if (by_ref && payload == sizeof(ib::x_send_ref)) {   // mostly inside the area
+            ib::x_send_ref r;
+            r.offset.set(any(2) ? any(area_len + 1) : uint32_t(rng()));
+            r.len.set(any(2) ? any(20000) : uint32_t(rng()));
+            std::memcpy(ext + info.hdr_len, &r, sizeof(r));
         }
         return f;
     }
@@ -136,6 +147,38 @@ struct frame_builder {
             std::memcpy(f.data() + sizeof(ib::lrh) + ib::ext_offset(info, ib::hdr_immdt),
                         &im, sizeof(im));
         }
+        return f;
+    }
+
+    /// SEND ONLY `f` as the SEND by reference a sender with send area
+    /// `area` would make of it, drawing from `r` (not rng: the frames
+    /// after it stay those of the same seed): its payload copied into the
+    /// area at a random offset; now and then an eager one with more of the
+    /// area's bytes behind it (up to five packets: unexpected over several
+    /// buffers) or a reference past the area. Other frames as they are.
+    std::vector<uint8_t> by_ref_of(std::vector<uint8_t> f, uint8_t *area, std::mt19937_64 &r)
+    {
+        auto draw = [&](uint64_t n) { return r() % n; };
+        if (f.size() < sizeof(ib::lrh) + sizeof(ib::bth) + sizeof(ib::immdt)) {
+            return f;   // cut short by mutate()
+        }
+        const ib::opcode_info &info = ib::info(f[sizeof(ib::lrh)]);
+        bool imm = f[sizeof(ib::lrh)] == uint8_t(ib::opcode::rc_send_only_imm);
+        if (!imm && f[sizeof(ib::lrh)] != uint8_t(ib::opcode::rc_send_only)) {
+            return f;
+        }
+        size_t at    = sizeof(ib::lrh) + info.hdr_len;
+        bool   eager = f.size() > at && f[at] == uint8_t(ib::tmh_opcode::eager);
+        size_t len   = f.size() - at + (eager && draw(16) == 0 ? draw(5 * 4096) : 0);
+        size_t off   = draw(area_len - std::min<size_t>(len, area_len) + 1);
+        std::memcpy(area + off, f.data() + at, std::min(f.size() - at, area_len - off));
+        ib::x_send_ref ref;
+        ref.offset.set(draw(64) ? uint32_t(off) : uint32_t(r()));
+        ref.len.set(draw(64) ? uint32_t(len) : uint32_t(r()));
+        f.resize(at);
+        f[sizeof(ib::lrh)] = uint8_t(imm ? ib::opcode::x_send_by_ref_imm : ib::opcode::x_send_by_ref);
+        auto *bytes = reinterpret_cast<const uint8_t *>(&ref);
+        f.insert(f.end(), bytes, bytes + sizeof(ref));
         return f;
     }
 
@@ -333,6 +376,11 @@ TEST_F(rc_pair, fuzz_ingress_never_crashes_and_traffic_survives)
 {
     drv::qp_caps caps;
     caps.max_recv_wr = 256;
+    // a's send area, which b maps for SENDs by reference (x_send_ref).
+    auto area = shared_area::create(64 * 1024);
+    ASSERT_TRUE(area.ok());
+    fill_pattern(area->data(), 64 * 1024, 9);
+    send_area_of_a = &*area;
     start(caps);
     // A UD QP on b too, and registered memory for the fuzzed RETHs to hit.
     drv::qp_caps ud_caps;
@@ -363,6 +411,7 @@ TEST_F(rc_pair, fuzz_ingress_never_crashes_and_traffic_survives)
     frame_builder fb{std::mt19937_64(20261121), b.ctx->port().lid,
                      a.ctx->port().lid, b.qp->qpn(), (*ud)->qpn(), rm.rkey(),
                      reinterpret_cast<uint64_t>(region.data())};
+    fb.area_len = 64 * 1024;
     // A bad request moves the target QP to ERROR, after which RC frames are
     // dropped at the state check: give it a fresh connected QP regularly so
     // the responder itself keeps being exercised.
@@ -466,6 +515,11 @@ void expect_fresh_pair_works(fabric::loopback_fabric &fab)
 // working.
 TEST_F(rc_pair, fuzz_tagged_ingress_never_crashes)
 {
+    // a's send area: some tagged SENDs come by reference (by_ref_of).
+    constexpr uint32_t area_len = 64 * 1024;
+    auto area = shared_area::create(area_len);
+    ASSERT_TRUE(area.ok());
+    send_area_of_a = &*area;
     start();
     fab.set_direct(8 * 1024);   // vouched headers' READs copied at once (vouch_sometimes)
     constexpr uint32_t list = 64;
@@ -556,6 +610,8 @@ TEST_F(rc_pair, fuzz_tagged_ingress_never_crashes)
     frame_builder fb{std::mt19937_64(20261122), b.ctx->port().lid,
                      a.ctx->port().lid, b.qp->qpn(), 0, rm.rkey(),
                      reinterpret_cast<uint64_t>(region.data())};
+    fb.area_len = area_len;
+    std::mt19937_64 ref_rng(20261204);   // by_ref_of's draws
     auto raw = fab.attach();
     ASSERT_TRUE(raw.ok());
     constexpr unsigned frames = 100000;
@@ -572,6 +628,9 @@ TEST_F(rc_pair, fuzz_tagged_ingress_never_crashes)
             }
         } else {
             std::vector<uint8_t> f = fb.any(4) ? fb.tagged() : fb.mutate(fb.tagged());
+            if (ref_rng() % 4 == 0) {
+                f = fb.by_ref_of(std::move(f), area->data(), ref_rng);
+            }
             f[2] = uint8_t(fb.dlid >> 8);
             f[3] = uint8_t(fb.dlid);
             (void)(*raw)->send({f.data(), 4}, {f.data() + 4, f.size() - 4});
@@ -594,6 +653,7 @@ TEST_F(rc_pair, fuzz_tagged_ingress_never_crashes)
     EXPECT_GT(dropped, 0u);
     EXPECT_GT(b.counter(dev::counter::granted_reads), 0u);
     EXPECT_GT(parts, 0u) << "no unexpected message filled two buffers";
+    EXPECT_GT(b.counter(dev::counter::placed_by_ref), 0u);
     b.qp.reset();
     (*cmd).reset();
     expect_fresh_pair_works(fab);

@@ -209,7 +209,9 @@ void connect_one(endpoint &a, const endpoint &b, drv::rc_connect_attr attr,
     attr.dlid       = b.ctx->port().lid;
     attr.rq_psn     = start_psn(b);
     attr.sq_psn     = start_psn(a);
-    attr.peer_direct = b.qp->direct();
+    if (!attr.peer_direct.key) {   // unless the test names another
+        attr.peer_direct = b.qp->direct();
+    }
     ASSERT_EQ(a.qp->to_init(access), status::ok);
     ASSERT_EQ(a.qp->to_rtr(attr), status::ok);
     ASSERT_EQ(a.qp->to_rts(attr), status::ok);
@@ -232,6 +234,9 @@ void rc_pair::start(const drv::qp_caps &caps, drv::rc_connect_attr attr,
 {
     ASSERT_NO_FATAL_FAILURE(a.open(fab, caps));
     ASSERT_NO_FATAL_FAILURE(b.open(fab, caps));
+    if (send_area_of_a) {
+        a.qp->use_send_area(*send_area_of_a);
+    }
     ASSERT_NO_FATAL_FAILURE(connect_pair(a, b, attr, access));
 }
 

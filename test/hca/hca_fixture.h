@@ -153,6 +153,9 @@ protected:
     }
 
     fabric::loopback_fabric  fab{};
+    /// Where a's SENDs may go by reference (drv::qp::use_send_area), if
+    /// set before start().
+    const shared_area       *send_area_of_a = nullptr;
     endpoint                 a, b;
 };
 

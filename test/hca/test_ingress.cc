@@ -16,6 +16,10 @@ protected:
     void SetUp() override
     {
         rc_pair::SetUp();
+        auto area = shared_area::create(area_len);
+        ASSERT_TRUE(area.ok());
+        area_of_a      = area.take();
+        send_area_of_a = &area_of_a;   // b maps it for a's SENDs by reference
         start();
         auto p = fab.attach();
         ASSERT_TRUE(p.ok());
@@ -171,6 +175,23 @@ protected:
         EXPECT_EQ(std::count(target.begin(), target.end(), 0), long(target.size()));
     }
 
+    /// A SEND by reference to b's QP at the PSN it expects, naming
+    /// `len` bytes at `offset` of a's send area (`payload`: its size).
+    void inject_send_by_ref(uint32_t offset, uint32_t len,
+                            size_t payload = sizeof(ib::x_send_ref))
+    {
+        constexpr auto op = ib::opcode::x_send_by_ref;
+        auto f = frame(op, expected_psn(), payload);
+        ib::x_send_ref ref;
+        ref.offset.set(offset);
+        ref.len.set(len);
+        std::memcpy(f.data() + sizeof(ib::lrh) + ib::info(op).hdr_len, &ref,
+                    std::min(payload, sizeof(ref)));
+        inject(f);
+    }
+
+    static constexpr uint32_t     area_len = 64 * 1024;
+    shared_area                   area_of_a;
     std::unique_ptr<fabric::port> raw;
     std::vector<uint8_t>          target = std::vector<uint8_t>(4096, 0);
     drv::mr                      *tm_ = nullptr;   ///< target's, every remote right
@@ -354,6 +375,41 @@ TEST_F(ingress, ack_of_a_psn_not_outstanding_completes_nothing)
 // QP's connection named. A request carrying ranges of its own (an address
 // its requester never posted, here another buffer of the process) is an
 // invalid request (IBA 9.7.5.2.2): NAKed, no byte copied, the QP failed.
+// A SEND by reference names bytes of its requester's send area, which b
+// mapped as the connection named it; the packet names only an offset and
+// a length in it. Past the area's end, also where offset + length wraps
+// 32 bits, or with a malformed reference: an invalid request (IBA
+// 9.7.5.2.2), NAKed; nothing read or placed, b's receives flushed.
+TEST_F(ingress, a_send_by_reference_past_the_end_of_the_area_is_an_invalid_request)
+{
+    fill_pattern(area_of_a.data(), area_len, 3);
+    inject_send_by_ref(area_len - 8, 9);
+    expect_invalid_request_nak(0);
+    EXPECT_EQ(b.counter(dev::counter::placed_by_ref), 0u);
+}
+TEST_F(ingress, a_send_by_reference_whose_offset_and_length_wrap_is_an_invalid_request)
+{
+    inject_send_by_ref(0xfffffff8u, 16);
+    expect_invalid_request_nak(0);
+}
+TEST_F(ingress, a_malformed_send_by_reference_is_an_invalid_request)
+{
+    inject_send_by_ref(0, 8, sizeof(ib::x_send_ref) + 4);
+    expect_invalid_request_nak(0);
+}
+// Within the area, as a's device would send it: placed (the checks above
+// refuse only what is outside it).
+TEST_F(ingress, a_send_by_reference_inside_the_area_is_placed)
+{
+    fill_pattern(area_of_a.data() + 100, 64, 4);
+    inject_send_by_ref(100, 64);
+    ASSERT_TRUE(progress_until([&] { return !b.recv_wcs.empty(); }));
+    EXPECT_EQ(b.recv_wcs[0].status, drv::wc_status::success);
+    EXPECT_EQ(b.recv_wcs[0].byte_len, 64u);
+    EXPECT_EQ(check_pattern(rbuf.data(), 64, 4), -1);
+    EXPECT_EQ(b.counter(dev::counter::placed_by_ref), 1u);
+}
+
 TEST_F(ingress, a_single_copy_request_naming_memory_itself_is_naked_and_copies_nothing)
 {
     fab.set_direct(1);

@@ -5,6 +5,7 @@
 // Checklist: E63-E65 and the tag matching rules TM2 (ordering), TM5
 // (rendezvous), TM7 (arrival) of docs/seeds-digest.md §3.3.
 #include "../hca/hca_fixture.h"
+#include "hca/engine/requester.h"
 #include "hca/ib/ib_opcode.h"
 #include "hca/ib/ib_tm.h"
 
@@ -44,9 +45,15 @@ protected:
         cmd = c.take();
         ASSERT_EQ(cmd->to_init(0), status::ok);
         ASSERT_EQ(cmd->to_ud_rts(), status::ok);
+        auto area = shared_area::create(64 * 1024);
+        ASSERT_TRUE(area.ok());
+        out_area = area.take();
+        out      = {out_area.data(), 64 * 1024};
+        if (sends_by_ref) {
+            a.qp->use_send_area(out_area);
+        }
         ASSERT_NO_FATAL_FAILURE(connect_pair(a, b));
 
-        out.assign(64 * 1024, 0);
         srq_bufs.assign(16 * 4096, 0);
         posted.assign(list_size * 4096, 0);
         fin_buf.assign(16 * 64, 0);
@@ -167,7 +174,12 @@ protected:
 
     std::unique_ptr<drv::srq> srq;
     std::unique_ptr<drv::qp>  cmd;
-    std::vector<uint8_t>      out, srq_bufs, posted, fin_buf;
+    /// a's SENDs from `out` go by reference (drv::qp::use_send_area):
+    /// those of at least send_by_ref_min bytes.
+    bool                      sends_by_ref = false;
+    shared_area               out_area;   ///< out's memory, zero at first
+    std::span<uint8_t>        out;
+    std::vector<uint8_t>      srq_bufs, posted, fin_buf;
     drv::mr *om = nullptr, *fm = nullptr, *sm = nullptr, *pm = nullptr;
     uint16_t sw_cnt   = 0;
     uint32_t send_off = 0;
@@ -930,6 +942,88 @@ TEST_F(tm_device_one_buffer, a_part_that_finds_no_buffer_waits_for_one_and_nothi
     ASSERT_EQ(all.size(), sizeof(ib::tmh) + 10000);
     EXPECT_EQ(check_pattern(all.data() + sizeof(ib::tmh), 10000, 36), -1);
     EXPECT_EQ(sender_completion().status, drv::wc_status::success);
+}
+
+/// a's SENDs of at least send_by_ref_min bytes go by reference; an
+/// unexpected message may fill six buffers.
+class tm_device_by_ref : public tm_device_parts {
+protected:
+    tm_device_by_ref()
+    {
+        sends_by_ref = true;
+        msg_wqes     = 6;
+    }
+    static constexpr uint32_t len = engine::requester::send_by_ref_min;   // + tmh: 5 packets
+};
+
+// Matched, a SEND by reference is placed in its posted buffer as its
+// packets would be: truncated there, nothing written past it.
+TEST_F(tm_device_by_ref, a_matched_send_by_reference_is_placed_as_its_packets_are)
+{
+    append(4, 0x44, full_mask, 100);
+    slot(4)[100] = 0xee;
+    send_long_eager(0x44, len, 14);
+    drv::wc w = wait(drv::wc_opcode::tm_expected);
+    EXPECT_TRUE(w.tm.truncated);
+    EXPECT_EQ(w.byte_len, len);
+    EXPECT_EQ(check_pattern(slot(4), 100, 14), -1);
+    EXPECT_EQ(slot(4)[100], 0xee) << "nothing written past the buffer";
+    EXPECT_EQ(a.counter(dev::counter::sends_by_ref), 1u);
+    EXPECT_EQ(b.counter(dev::counter::placed_by_ref), 1u);
+    EXPECT_EQ(b.counter(dev::counter::rx_packets), 1u);
+}
+
+// Unexpected, it fills buffers as its packets would (here five), each
+// completion as theirs.
+TEST_F(tm_device_by_ref, an_unexpected_send_by_reference_fills_the_buffers_its_packets_would)
+{
+    send_long_eager(0x77, len, 31);
+    std::vector<drv::wc> parts = parts_of_message(8);
+    ASSERT_EQ(parts.size(), 5u);
+    for (size_t i = 0; i < parts.size(); ++i) {
+        EXPECT_EQ(parts[i].byte_len, i < 4 ? 4096u : sizeof(ib::tmh));
+        EXPECT_EQ(parts[i].tm.more, i < 4);
+        EXPECT_EQ(parts[i].tm.continued, i > 0);
+    }
+    std::vector<uint8_t> all = joined(parts);
+    EXPECT_EQ(check_pattern(all.data() + sizeof(ib::tmh), len, 31), -1);
+    EXPECT_EQ(b.counter(dev::counter::placed_by_ref), 1u);
+    EXPECT_EQ(sender_completion().status, drv::wc_status::success);
+}
+
+/// One buffer posted at the start.
+class tm_device_by_ref_one_buffer : public tm_device_by_ref {
+protected:
+    tm_device_by_ref_one_buffer() { srq_posts = 1; }
+};
+
+// Packets of a message that finds too few buffers wait for the next ones
+// (RNR at the packet that needs one, a_part_that_finds_no_buffer...); a
+// SEND by reference is sent again whole, so it is RNR NAKed before any of
+// it is placed: nothing in the one buffer, then, with buffers posted, the
+// message once, whole.
+TEST_F(tm_device_by_ref_one_buffer, an_unexpected_send_by_reference_waits_whole_for_its_buffers)
+{
+    send_long_eager(0x7c, len, 36);
+    ASSERT_TRUE(progress_until([&] { return b.counter(dev::counter::rnr_naks_sent) > 0; }));
+    progress_rounds(20);
+    EXPECT_TRUE(b.recv_wcs.empty()) << dump(b.recv_wcs);
+    EXPECT_EQ(std::count(srq_buf(100), srq_buf(100) + srq_buf_len, 0), long(srq_buf_len))
+        << "nothing placed in the one buffer";
+    EXPECT_EQ(b.counter(dev::counter::placed_by_ref), 0u);
+    for (uint32_t i = 1; i < 5; ++i) {
+        post_srq_buffer(i);
+    }
+    std::vector<drv::wc> parts = parts_of_message(8);
+    ASSERT_EQ(parts.size(), 5u);
+    EXPECT_EQ(parts[0].wr_id, 100u);
+    std::vector<uint8_t> all = joined(parts);
+    ASSERT_EQ(all.size(), sizeof(ib::tmh) + len);
+    EXPECT_EQ(check_pattern(all.data() + sizeof(ib::tmh), len, 36), -1);
+    EXPECT_EQ(sender_completion().status, drv::wc_status::success);
+    EXPECT_EQ(b.counter(dev::counter::placed_by_ref), 1u);
+    EXPECT_EQ(a.counter(dev::counter::sends_by_ref), b.counter(dev::counter::rnr_naks_sent) + 1)
+        << "sent again whole after each RNR NAK";
 }
 
 TEST(tm_srq, the_driver_refuses_a_message_limit_outside_1_to_255_or_without_tag_matching)

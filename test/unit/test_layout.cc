@@ -151,7 +151,10 @@ TEST(layout, prm_contexts_and_command_interface)
     EXPECT_EQ(offsetof(prm::hcr, token), 0x14u);
     EXPECT_EQ(offsetof(prm::hcr, go_opcode), 0x18u);
     EXPECT_EQ(sizeof(prm::qp_path), 0x2cu);
-    EXPECT_EQ(sizeof(prm::qp_context), 0xf8u);
+    EXPECT_EQ(sizeof(prm::qp_context), 0x118u);   // mlx4's 0xf8, then SENDs by reference
+    EXPECT_EQ(offsetof(prm::qp_context, send_area), 0xf8u);
+    EXPECT_EQ(offsetof(prm::qp_context, peer_area_fd), 0x104u);
+    EXPECT_EQ(offsetof(prm::qp_context, peer_area_len), 0x110u);
     EXPECT_EQ(offsetof(prm::qp_context, local_qpn), 0x10u);
     EXPECT_EQ(offsetof(prm::qp_context, remote_qpn), 0x14u);
     EXPECT_EQ(offsetof(prm::qp_context, pri_path), 0x18u);

@@ -4,6 +4,7 @@
 // so the data path never re-parses big-endian contexts.
 #pragma once
 
+#include "hca/base/shared_area.h"
 #include "hca/ib/ib_hdr.h"
 #include "hca/ib/ib_psn.h"
 #include "hca/prm/prm_ctx.h"
@@ -267,6 +268,11 @@ struct qp {
         uint64_t     direct_key   = 0;
         /// This side could not copy a shared READ's share: READs go unshared.
         bool         read_share_failed = false;
+        /// Where SENDs may name their bytes instead of carrying them
+        /// (ib::x_send_ref): the driver's shared area, as its process sees
+        /// it; len 0: none.
+        uint64_t     send_area     = 0;
+        uint32_t     send_area_len = 0;
     } req;
 
     struct completer {
@@ -373,6 +379,15 @@ struct qp {
             uint64_t key   = 0;
             uint32_t slots = 0;
         } peer_direct;
+        /// The peer QP's area its SENDs by reference name (in process
+        /// peer_direct.pid), as the connection named it, and its mapping
+        /// here once the first such SEND came (responder::peer_send_area).
+        shared_area_name peer_area_name;
+        mlx4x::peer_area peer_area_map;
+        bool             peer_area_unreachable = false;   ///< its mapping failed
+        /// While a SEND by reference is placed (responder::place_by_ref):
+        /// its length, which its first packet checks the receive WQEs for.
+        uint32_t         by_ref_len = 0;
         // Tag matching: the SEND in progress goes to posted receive
         // `tag_index` of the QP's TM SRQ instead of an SRQ WQE.
         bool         recv_to_tag = false;

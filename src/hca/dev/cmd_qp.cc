@@ -258,6 +258,17 @@ cmd_status firmware::qp_to_rtr(qp &q, const prm::qp_context &ctx)
         q.resp.peer_direct = {int32_t(ctx.peer_pid.get()), ctx.peer_direct_window.get(), key,
                          1u << ctx.peer_log_direct_window};
     }
+    // SENDs by reference (ib::x_send_ref): the area this QP's own SENDs
+    // may name, and the peer's, mapped when its first such SEND comes.
+    q.req.send_area     = ctx.send_area_len.get() ? ctx.send_area.get() : 0;
+    q.req.send_area_len = q.req.send_area ? ctx.send_area_len.get() : 0;
+    q.resp.peer_area_map  = {};
+    q.resp.peer_area_name = {};
+    q.resp.peer_area_unreachable = false;
+    if (q.resp.peer_direct.pid && ctx.peer_area_key.get() && ctx.peer_area_len.get()) {
+        q.resp.peer_area_name = {q.resp.peer_direct.pid, ctx.peer_area_fd.get(),
+                                 ctx.peer_area_len.get(), ctx.peer_area_key.get()};
+    }
     return cmd_status::ok;
 }
 

@@ -193,6 +193,15 @@ void qp::make_direct_window()
     }
 }
 
+void qp::use_send_area(const shared_area &area)
+{
+    const shared_area_name &n = area.name();
+    direct_window_.area_fd  = n.fd;
+    direct_window_.area_len = n.len;
+    direct_window_.area_key = n.key;
+    send_area_va_           = dma_addr(area.data());
+}
+
 prm::qp_modify_mailbox qp::base_mailbox() const
 {
     prm::qp_modify_mailbox mb{};
@@ -219,6 +228,8 @@ prm::qp_modify_mailbox qp::base_mailbox() const
     c.direct_window.set(direct_window_.va);
     c.direct_key.set(direct_window_.key);
     c.log_direct_window = direct_window_.log_slots;
+    c.send_area.set(send_area_va_);
+    c.send_area_len.set(direct_window_.area_len);
     return mb;
 }
 
@@ -273,6 +284,9 @@ status qp::to_rtr(const rc_connect_attr &a)
     c.peer_direct_key.set(a.peer_direct.key);
     c.peer_pid.set(uint32_t(a.peer_direct.pid));
     c.peer_log_direct_window = a.peer_direct.log_slots;
+    c.peer_area_fd.set(a.peer_direct.area_fd);
+    c.peer_area_len.set(a.peer_direct.area_len);
+    c.peer_area_key.set(a.peer_direct.area_key);
     status s = modify(prm::cmd_opcode::init2rtr_qp, prm::qp_state::rtr, mb);
     if (s == status::ok) {
         // TIME WAIT lasts one local ACK timeout (4.096 us * 2^n), which

@@ -3,6 +3,7 @@
 // the posting and polling hot paths are inline (verbs.inl).
 #pragma once
 
+#include "hca/base/shared_area.h"
 #include "hca/drv/srq.h"
 
 namespace mlx4x::drv {
@@ -119,6 +120,11 @@ struct direct_window {
     uint64_t va  = 0;
     uint64_t key = 0;         ///< 0: no window (transfers go as packets)
     uint8_t  log_slots = 0;
+    /// Where the QP's SENDs may name their bytes (x_send_by_ref): the
+    /// area's fd, length and key in process `pid`; key 0: none.
+    uint32_t area_fd  = 0;
+    uint32_t area_len = 0;
+    uint64_t area_key = 0;
 };
 
 struct rc_connect_attr {
@@ -149,6 +155,11 @@ public:
     uint32_t max_inline() const { return max_inline_; }
     /// This QP's window of single-copy posts, for the peer's rc_connect_attr.
     const direct_window &direct() const { return direct_window_; }
+    /// SENDs of one gather entry inside `area` may go by reference, the
+    /// peer's device copying them out of it (ib::x_send_ref). Before
+    /// direct() is handed to the peer and before to_rtr(); the area must
+    /// outlive the QP's connection.
+    void use_send_area(const shared_area &area);
     /// Send WQEs not yet completed (C62: the queue is never overrun).
     uint32_t sq_outstanding() const { return sq_head_ - sq_tail_; }
     uint32_t sq_free() const { return sq_size_ - sq_outstanding(); }
@@ -263,6 +274,7 @@ private:
     /// Single copy (RC): the posts the device writes, read by the peer's.
     std::unique_ptr<ib::x_direct_post[]> direct_posts_;
     direct_window direct_window_;
+    uint64_t      send_area_va_ = 0;   ///< use_send_area(), for the device
 };
 
 } // namespace mlx4x::drv

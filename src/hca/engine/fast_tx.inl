@@ -283,8 +283,8 @@ requester::send_gathered_packet(qp &q, const uint8_t *wqe, size_t room)
         return single_tx::not_single;
     }
     const uint8_t *data = gathered_payload(q, segs, sizeof(prm::wqe_data_seg));
-    if (!data) {
-        return single_tx::not_single;
+    if (!data || (offset == 0 && sends_by_ref(q, reinterpret_cast<uintptr_t>(data), total))) {
+        return single_tx::not_single;   // send_by_ref: the general path
     }
 
     uint32_t chunk     = std::min(q.mtu, total - offset);

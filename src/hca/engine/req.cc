@@ -221,6 +221,9 @@ requester::single_tx requester::try_single_request(qp &q, const send_wqe &w)
             return single_tx::busy;
         }
     }
+    if (is_send(w.opcode)) {
+        return send_by_ref(q, w, fresh);
+    }
     // A READ asked again from its middle goes as packets.
     bool direct = q.req.cur_offset == 0 && use_direct(q, w);
     if (!rd_atomic && !direct) {

@@ -5,6 +5,7 @@
 // reads instead of trusting the packet.
 #include "hca/engine/requester.h"
 #include "hca/engine/completer.h"
+#include "hca/engine/egress.h"
 #include "hca/engine/wqe.h"
 #include "hca/ib/ib_psn.h"
 
@@ -110,6 +111,51 @@ std::optional<uint32_t> requester::post_direct(qp &q, const send_wqe &w, uint8_t
     }
     entry = post;   // before the request leaves: the fabric orders the rest
     return slot;
+}
+
+/// A SEND of one gather entry inside the QP's send area (sends_by_ref) as
+/// one X_SEND_BY_REF request naming its bytes there (ib::x_send_ref): the
+/// responder copies them out of the area, which it maps, into the receive
+/// WQE or posted tag the SEND would reach. One PSN whatever the length;
+/// the bytes stay the sender's until the ACK (UCT frees a bounce slot at
+/// the completion), so a retransmission names them again. The entry is
+/// checked against its L_Key as for packets (C53); anything else, or a
+/// failed check, goes as packets (which report it).
+requester::single_tx requester::send_by_ref(qp &q, const send_wqe &w, bool fresh)
+{
+    if (w.is_inline || w.vouch_rvh || w.segs_len != sizeof(prm::wqe_data_seg)) {
+        return single_tx::not_single;
+    }
+    prm::wqe_data_seg d;
+    std::memcpy(&d, w.segs, sizeof(d));
+    uint64_t addr = d.addr.get();
+    uint32_t len  = d.byte_count.get();
+    if (len != w.total_len || !sends_by_ref(q, addr, len) ||
+        !hca_.local_access_ok(q, d.lkey.get(), addr, len, false)) {
+        return single_tx::not_single;
+    }
+    ib::x_send_ref ref;
+    ref.offset.set(uint32_t(addr - q.req.send_area));
+    ref.len.set(len);
+    bool     imm = w.opcode == prm::send_opcode::send_imm;
+    auto     op  = uint8_t(imm ? ib::opcode::x_send_by_ref_imm : ib::opcode::x_send_by_ref);
+    uint32_t psn = q.req.next_psn;
+    status s = out_.emit({.pkey      = q.pkey,
+                          .opcode    = op,
+                          .dlid      = q.dlid,
+                          .dqpn      = q.remote_qpn,
+                          .psn       = psn,
+                          .ackreq    = asks_for_ack(q, true, w.signaled),
+                          .solicited = w.solicited,
+                          .ext       = {reinterpret_cast<const uint8_t *>(&w.imm),
+                                        imm ? sizeof(w.imm) : 0},
+                          .payload   = {reinterpret_cast<const uint8_t *>(&ref), sizeof(ref)}});
+    if (s == status::no_resource) {
+        return single_tx::busy;
+    }
+    hca_.count(counter::sends_by_ref);
+    single_request_sent(q, w, psn, 1, op, true, fresh, w.total_len);
+    return single_tx::sent;
 }
 
 /// WQE `index` completed: its entry (if it went direct) is free, and a

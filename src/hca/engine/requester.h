@@ -84,6 +84,21 @@ public:
                 (len <= pull_alone_max && q.req.rd_atomic_inflight == 0)) &&
                shares_direct_reads(q);
     }
+    /// Whether a SEND of `len` bytes at `addr` goes by reference
+    /// (send_by_ref, ib::x_send_ref): at least send_by_ref_min bytes, all
+    /// inside the QP's send area, to a peer of this host that has not
+    /// refused it. send_gathered_packet() asks before its copy, `len` first.
+    static bool sends_by_ref(const qp &q, uint64_t addr, uint32_t len)
+    {
+        return len >= send_by_ref_min && addr - q.req.send_area < q.req.send_area_len &&
+               len <= q.req.send_area_len - (addr - q.req.send_area) &&
+               !q.req.direct_refused && !fabric::is_remote_lid(q.dlid);
+    }
+    /// Below this, packets are faster: a bounce slot the peer's device
+    /// has read is in its cache, and the next pack into it waits for those
+    /// lines (docs/benchmarks.md, "SENDs that name their bounce slot").
+    static constexpr uint32_t send_by_ref_min = 16384;
+    static_assert(send_by_ref_min > limits::mtu, "send_single_packet() does not ask");
     static constexpr uint32_t pull_read_max  = 128u << 10;
     static constexpr uint32_t pull_alone_max = 512u << 10;
     void     rewind(qp &q, uint32_t psn);
@@ -114,6 +129,7 @@ private:
     const uint8_t *gathered_payload(const qp &q, const uint8_t *segs, size_t segs_len) const;
     single_tx send_single_request(qp &q, const send_wqe &w, bool fresh,
                                   bool direct);
+    single_tx send_by_ref(qp &q, const send_wqe &w, bool fresh);
     void      single_request_sent(qp &q, const send_wqe &w, uint32_t psn,
                                   uint32_t npackets, uint8_t op, bool direct, bool fresh,
                                   uint32_t end);

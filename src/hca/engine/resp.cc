@@ -48,7 +48,8 @@ void responder::respond(qp &q, const pkt &p)
         // answered from its saved result, anything else acknowledged again.
         hca_.count(counter::duplicates);
         if (p.has(ib::kind_direct)) {
-            // A direct READ is executed again; a direct WRITE was placed.
+            // A direct READ is executed again; a direct WRITE or SEND was
+            // placed.
             if (p.has(ib::kind_read)) {
                 respond_direct_read(q, p, true);
             } else {
@@ -88,6 +89,8 @@ void responder::respond(qp &q, const pkt &p)
     if (p.has(ib::kind_direct)) {
         if (p.has(ib::kind_read)) {
             respond_direct_read(q, p, false);
+        } else if (p.has(ib::kind_send)) {
+            respond_send_by_ref(q, p);
         } else {
             respond_direct_write(q, p);
         }
@@ -380,6 +383,12 @@ void responder::respond_send(qp &q, const pkt &p)
             send_nak(q, ib::make_syndrome(ib::ack_class::rnr_nak, q.min_rnr_timer));
             return;
         } else {
+            if (q.resp.recv_wqes_left && q.resp.by_ref_len > q.mtu &&
+                !finds_receive_wqes(q, *tm, q.resp.by_ref_len)) [[unlikely]] {
+                hca_.count(counter::rnr_naks_sent);   // before any of it is placed
+                send_nak(q, ib::make_syndrome(ib::ack_class::rnr_nak, q.min_rnr_timer));
+                return;
+            }
             q.resp.recv_wqe = hca_.recv_take(q);
             if (q.resp.recv_unexpected) {
                 tm->tm->list.note_unexpected();

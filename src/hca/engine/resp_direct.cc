@@ -245,4 +245,125 @@ void responder::grant_pull_read(qp &q, const pkt &p, const ib::reth &r, bool dup
     accept_direct_read(q, res);
 }
 
+// ---- SENDs by reference (ib::x_send_ref) ----------------------------------
+
+/// The peer's send area as this QP's connection named it (INIT2RTR: the
+/// peer's pid, the area's fd, length and key; never the packet), mapped
+/// read-only at its first SEND by reference (shared_area.h). Empty when
+/// the connection named none, this process may not open it, or what it
+/// opened is not the area named (remembered: not tried again).
+std::span<const uint8_t> responder::peer_send_area(qp &q)
+{
+    auto &r = q.resp;
+    if (!r.peer_area_map.mapped() && r.peer_area_name.key && !r.peer_area_unreachable) {
+        auto m = peer_area::map(r.peer_area_name);
+        r.peer_area_unreachable = !m.ok();
+        if (m.ok()) {
+            r.peer_area_map = m.take();
+        }
+    }
+    return r.peer_area_map.bytes();
+}
+
+/// A SEND by reference: its bytes, `len` at `offset` in the peer's send
+/// area, bounds-checked against the area (the packet names only an offset
+/// into it), are placed as the SEND ONLY or FIRST..LAST packets it stands
+/// for would be. A malformed reference is an invalid request (IBA
+/// 9.7.5.2.2); an area this side cannot map, or none named, is refused
+/// (DIRECT_REFUSED: the requester sends it again, and everything after it,
+/// as packets).
+void responder::respond_send_by_ref(qp &q, const pkt &p)
+{
+    ib::x_send_ref ref;
+    if (p.payload.size() != sizeof(ref)) {
+        hca_.count(counter::bad_packets);
+        responder_error(q, ib::nak_code::invalid_request);
+        return;
+    }
+    std::memcpy(&ref, p.payload.data(), sizeof(ref));
+    std::span<const uint8_t> area = peer_send_area(q);
+    if (area.empty()) {
+        refuse_direct(q, p.psn);
+        return;
+    }
+    uint64_t offset = ref.offset.get(), len = ref.len.get();
+    if (offset > area.size() || len > area.size() - offset) {
+        hca_.count(counter::bad_packets);
+        responder_error(q, ib::nak_code::invalid_request);
+        return;
+    }
+    place_by_ref(q, p, area.subspan(offset, len));
+}
+
+/// Whether the receive WQEs an unexpected eager message of `len` bytes,
+/// sent by reference, may fill are all posted (respond_send asks before it
+/// takes the first). Its packets would take them one by one, and an RNR
+/// NAK in the middle makes their requester send again from that packet; a
+/// SEND by reference is sent again whole, so it is RNR-NAKed before
+/// anything of it is placed. Walks the SRQ as its packets would take it (a
+/// packet is never split between WQEs).
+bool responder::finds_receive_wqes(qp &q, srq &s, uint32_t len)
+{
+    uint32_t posted = hca_.recv_posted(q, &s);
+    uint32_t taken  = 0;
+    uint16_t index  = s.head;
+    uint64_t room   = 0;
+    for (uint32_t off = 0; off < len; off += q.mtu) {
+        uint32_t chunk = std::min(q.mtu, len - off);
+        if (taken == 0 || room < chunk) {
+            if (taken == s.tm->msg_wqes) {
+                return true;   // longer than a message may be: the length error packets meet
+            }
+            if (taken == posted) {
+                return false;
+            }
+            if (taken) {
+                prm::wqe_srq_next_seg next;
+                std::memcpy(&next, s.wqe(index), sizeof(next));
+                index = next.next_wqe_index.get();
+            }
+            room = hca_.srq_wqe_bytes(s, index);
+            ++taken;
+        }
+        room -= std::min<uint64_t>(room, chunk);
+    }
+    return true;
+}
+
+/// The packets of q.mtu bytes a SEND by reference stands for, through
+/// respond_send, each at the request's one PSN: tag matching, receive
+/// WQEs, truncation, completions and errors are those of the packets. A
+/// packet not placed has been answered (RNR NAK, or an error): the rest
+/// is not. Only the last asks for the ACK the request asked for.
+void responder::place_by_ref(qp &q, const pkt &p, std::span<const uint8_t> bytes)
+{
+    using ib::opcode;
+    bool   imm  = p.has(ib::kind_imm);
+    pkt    part = p;
+    size_t off  = 0;
+    q.resp.by_ref_len = uint32_t(bytes.size());   // for respond_send's finds_receive_wqes
+    do {
+        size_t chunk = std::min<size_t>(q.mtu, bytes.size() - off);
+        bool   first = off == 0, last = off + chunk == bytes.size();
+        opcode op    = first && last ? (imm ? opcode::rc_send_only_imm : opcode::rc_send_only)
+                       : first       ? opcode::rc_send_first
+                       : last        ? (imm ? opcode::rc_send_last_imm : opcode::rc_send_last)
+                                     : opcode::rc_send_middle;
+        part.opcode  = uint8_t(op);
+        part.info    = &ib::info(part.opcode);
+        part.payload = bytes.subspan(off, chunk);
+        part.ackreq  = last && p.ackreq;
+        q.resp.epsn  = p.psn;
+        respond_send(q, part);
+        if (q.resp.epsn == p.psn) {
+            break;   // answered, not placed
+        }
+        off += chunk;
+    } while (off < bytes.size());
+    q.resp.by_ref_len = 0;
+    if (q.resp.epsn != p.psn) {
+        hca_.count(counter::placed_by_ref);
+    }
+}
+
 } // namespace mlx4x::engine

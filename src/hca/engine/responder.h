@@ -160,6 +160,10 @@ private:
     void grant_pull_read(qp &q, const pkt &p, const ib::reth &r, bool duplicate);
     void accept_direct_read(qp &q, const resp_resource &res);
     void refuse_direct(qp &q, uint32_t psn);
+    void respond_send_by_ref(qp &q, const pkt &p);
+    std::span<const uint8_t> peer_send_area(qp &q);
+    bool finds_receive_wqes(qp &q, srq &s, uint32_t len);
+    void place_by_ref(qp &q, const pkt &p, std::span<const uint8_t> bytes);
     void replay_atomic(qp &q, uint32_t psn);
     bool take_resource(qp &q, const resp_resource &r);
     bool resource_resending(const qp &q) const;

@@ -183,6 +183,15 @@ struct x_direct_ref {
 };
 static_assert(sizeof(x_direct_ref) == 8);
 
+/// Payload of a SEND by reference (opcode::x_send_by_ref): its bytes, at
+/// `offset` in the area the requester's QP named at connection
+/// (shared_area_name), in place of the bytes themselves.
+struct x_send_ref {
+    be32 offset;
+    be32 len;
+};
+static_assert(sizeof(x_send_ref) == 8);
+
 /// The bytes of a shared single-copy READ of `len` bytes that the requester
 /// copies itself after the responder's SHARE: the first half, in whole
 /// 4 KiB. 0: too short to share, the responder copies all of it.

@@ -62,6 +62,13 @@ enum class opcode : uint8_t {
     // ranges of its WQE, never of a packet) and completes it.
     x_rdma_read_direct_pull      = 0xc9,
     x_rdma_read_direct_pull_response = 0xca,
+    // A SEND whose bytes the responder copies out of an area of the
+    // requester's process that it maps (ib::x_send_ref; only between
+    // processes of one host that may read each other's memory): one PSN,
+    // placed as the SEND ONLY or FIRST..LAST it stands for would be. A
+    // responder that cannot map the area answers DIRECT_REFUSED.
+    x_send_by_ref                = 0xcb,
+    x_send_by_ref_imm            = 0xcc,
     ud_send_only                 = 0x64,
     ud_send_only_imm             = 0x65,
 };
@@ -202,6 +209,10 @@ constexpr row rows[] = {
     {opcode::x_rdma_read_direct_pull_response, hdr_aeth,
      kind_response | kind_read | kind_first | kind_last | kind_direct,
      "X_RDMA_READ_DIRECT_PULL_RESPONSE"},
+    {opcode::x_send_by_ref, 0,
+     R | kind_send | kind_first | kind_last | kind_direct, "X_SEND_BY_REF"},
+    {opcode::x_send_by_ref_imm, hdr_immdt,
+     R | kind_send | kind_first | kind_last | kind_imm | kind_direct, "X_SEND_BY_REF_IMM"},
     {opcode::ud_send_only, hdr_deth,
      R | kind_send | kind_first | kind_last | kind_ud, "UD_SEND_ONLY"},
     {opcode::ud_send_only_imm, hdr_deth | hdr_immdt,

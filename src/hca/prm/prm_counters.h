@@ -42,6 +42,8 @@ enum class counter : unsigned {
     direct_pull_grants,   ///< direct READs granted for the requester to copy
     rndv_vouched,         ///< rendezvous headers sent vouched for (ib::tmh_x_rvh_vouched)
     granted_reads,        ///< READs copied at once from a vouched range (read_grants)
+    sends_by_ref,         ///< SENDs sent naming their bytes (ib::x_send_ref)
+    placed_by_ref,        ///< ... placed from the peer's area
     // send doorbells
     blueflame_sends,  ///< WQEs sent straight from their BlueFlame write
     // the port's traffic as the PMA counts it (IBA 16.1.3.5)
@@ -73,7 +75,7 @@ inline const char *counter_name(counter c)
         "tm_unexpected_rndv", "tm_rndv_done", "tm_list_ops", "tm_syncs",
         "tm_cancels", "engine_sleeps", "engine_doorbell_wakeups",
         "direct_writes", "direct_reads", "direct_bytes", "direct_refusals",
-        "direct_pull_grants", "rndv_vouched", "granted_reads",
+        "direct_pull_grants", "rndv_vouched", "granted_reads", "sends_by_ref", "placed_by_ref",
         "blueflame_sends", "tx_frame_bytes", "rx_frame_bytes", "tx_multicast",
         "rx_multicast", "link_errors"};
     static_assert(std::size(names) == counter_count);

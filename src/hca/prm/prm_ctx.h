@@ -101,8 +101,17 @@ struct qp_context {
     uint8_t log_direct_window;   ///< 0xf4: entries, log2
     uint8_t peer_log_direct_window;
     uint8_t reserved6[2];
+    // SENDs by reference (ib::x_send_ref), read at INIT2RTR:
+    be64    send_area;           ///< 0xf8: this QP's SENDs from inside it may go by reference
+    be32    send_area_len;       ///< 0x100
+    be32    peer_area_fd;        ///< 0x104: the peer QP's area (shared_area_name), in peer_pid
+    be64    peer_area_key;       ///< 0x108: 0: none
+    be32    peer_area_len;       ///< 0x110
+    uint32_t reserved7;
 };
-static_assert(sizeof(qp_context) == 0xf8);
+static_assert(sizeof(qp_context) == 0x118);
+static_assert(offsetof(qp_context, send_area) == 0xf8 &&
+              offsetof(qp_context, peer_area_key) == 0x108);
 static_assert(offsetof(qp_context, pri_path) == 0x18);
 static_assert(offsetof(qp_context, next_send_psn) == 0x78);
 static_assert(offsetof(qp_context, cqn_recv) == 0x9c);
