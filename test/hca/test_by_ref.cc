@@ -221,6 +221,31 @@ TEST_F(by_ref, lost_and_duplicated_requests_place_each_send_once_in_order)
     EXPECT_EQ(b.counter(dev::counter::placed_by_ref), uint64_t(n));
 }
 
+// A requester far ahead of its peer sends packets: the SENDs behind
+// by_ref_max_behind WQEs not yet completed go as packets, whose ring holds
+// it back (rather than letting it run through its area). All arrive.
+TEST_F(by_ref, a_send_behind_too_many_outstanding_goes_as_packets)
+{
+    start_with_area();
+    constexpr uint32_t behind = engine::requester::by_ref_max_behind, n = behind + 4;
+    constexpr uint32_t len = by_ref_min + 100, stride = 2 * by_ref_min;
+    std::vector<uint8_t> rbuf(n * stride, 0);
+    auto &rm = b.reg(rbuf.data(), rbuf.size());
+    for (uint32_t i = 0; i < n; ++i) {
+        ASSERT_EQ(b.post_recv(i, rbuf.data() + stride * i, stride, rm.lkey()), status::ok);
+        ASSERT_EQ(send_from_area(i, (stride * i) % area_len, len, 50 + i), status::ok);
+    }
+    for (int i = 0; i < 8; ++i) {
+        a.ctx->progress();   // b does not run: nothing completes
+    }
+    EXPECT_EQ(a.counter(dev::counter::sends_by_ref), behind);
+    ASSERT_TRUE(done(n, n)) << dump(a.send_wcs) << " / " << dump(b.recv_wcs);
+    for (uint32_t i = 0; i < n; ++i) {
+        EXPECT_EQ(b.recv_wcs[i].wr_id, i);
+        EXPECT_EQ(check_pattern(rbuf.data() + stride * i, len, 50 + i), -1) << i;
+    }
+}
+
 // The responder maps only the file its connection named, and checks it is
 // that one (the key in its header page): told another key, it refuses
 // the first SEND by reference; that SEND and the rest go as packets, and

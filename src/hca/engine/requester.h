@@ -86,11 +86,13 @@ public:
     }
     /// Whether a SEND of `len` bytes at `addr` goes by reference
     /// (send_by_ref, ib::x_send_ref): at least send_by_ref_min bytes, all
-    /// inside the QP's send area, to a peer of this host that has not
+    /// inside the QP's send area, behind fewer than by_ref_max_behind WQEs
+    /// of its QP not yet completed, to a peer of this host that has not
     /// refused it. send_gathered_packet() asks before its copy, `len` first.
     static bool sends_by_ref(const qp &q, uint64_t addr, uint32_t len)
     {
         return len >= send_by_ref_min && addr - q.req.send_area < q.req.send_area_len &&
+               q.req.cur_wqe - q.comp.sq_tail < by_ref_max_behind &&
                len <= q.req.send_area_len - (addr - q.req.send_area) &&
                !q.req.direct_refused && !fabric::is_remote_lid(q.dlid);
     }
@@ -99,6 +101,12 @@ public:
     /// lines (docs/benchmarks.md, "SENDs that name their bounce slot").
     static constexpr uint32_t send_by_ref_min = 16384;
     static_assert(send_by_ref_min > limits::mtu, "send_single_packet() does not ask");
+    /// A sender far ahead of its peer (an MPI_Bcast's root) sends packets:
+    /// the peer's ring holds it back, where references would let it run
+    /// through its send area, whose slots the peer then reads cold and
+    /// faults in (4-rank bcast of 32 KiB: 54 -> 124 us per call unbounded,
+    /// 55 at 16; docs/benchmarks.md).
+    static constexpr uint32_t by_ref_max_behind = 16;
     static constexpr uint32_t pull_read_max  = 128u << 10;
     static constexpr uint32_t pull_alone_max = 512u << 10;
     void     rewind(qp &q, uint32_t psn);
