@@ -219,13 +219,21 @@ status endpoint::create_qp()
     if (slots > slot_stack::max_slots) {
         return status::invalid_param;
     }
-    if (status s = make_shared_slots(i.ctx(), i.domain().pd(), bounce, slots,
-                                     i.bounce_slot_size());
+    bool shared = i.domain().single_copy() && i.take_shared_bounce();
+    if (status s = shared ? make_shared_slots(i.ctx(), i.domain().pd(), bounce, slots,
+                                              i.bounce_slot_size())
+                          : make_slots(i.ctx(), i.domain().pd(), bounce, slots,
+                                       i.bounce_slot_size());
         s != status::ok) {
+        if (shared && !bounce.shared.data()) {
+            i.give_back_shared_bounce();   // else the destructor does
+        }
         return s;
     }
     if (bounce.shared.data()) {
         qp_->use_send_area(bounce.shared);   // its SENDs may go by reference
+    } else if (shared) {
+        i.give_back_shared_bounce();   // memfd refused: anonymous after all
     }
     ops.assign(slots, tx_op{});
     ops_mask = uint32_t(ops.size() - 1);
@@ -251,6 +259,9 @@ endpoint::~endpoint()
     }
     iface_.remove_ep(this);
     iface_.pending_removed(pending.size());   // UCT wants them purged first
+    if (bounce.shared.data()) {
+        iface_.give_back_shared_bounce();
+    }
     qp_.reset();
     rx_qp_.reset();
     for (uint32_t n = posted - completed; n > 0; --n) {

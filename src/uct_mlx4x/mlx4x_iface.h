@@ -238,6 +238,10 @@ public:
     /// The path MTU of a connection to the port at `lid`.
     uint32_t mtu_to(uint16_t lid) const;
     const std::string &fabric_name() const { return fabric_name_; }
+    /// Whether data may move between processes by one copy
+    /// (UCX_MLX4X_SINGLE_COPY_THRESH not "inf"): single-copy RDMA, and
+    /// SENDs by reference out of endpoints' bounce slots.
+    bool single_copy() const { return single_copy_; }
     /// The interface that reaches other hosts (RoCEv2), or null: this host only.
     const fabric::netdev *other_hosts_via() const;
     /// A memory domain open in this process (the first still open), for
@@ -264,6 +268,7 @@ private:
                             char *buf, size_t max);
 
     std::string                     fabric_name_;
+    bool                            single_copy_ = false;   ///< single_copy()
     std::string                     netns_;        ///< its test host (UCX_MLX4X_NETNS), or ""
     std::unique_ptr<fabric::fabric> fabric_;
     fabric::roce_fabric            *roce_ = nullptr;   ///< fabric_, when it reaches other hosts
@@ -485,6 +490,16 @@ public:
     uint32_t add_ep(endpoint *e);
     size_t   endpoint_count() const { return ep_by_qpn_.size(); }
     void     remove_ep(endpoint *e);
+    /// Whether a new endpoint's bounce slots may live in a shared_area
+    /// (its SENDs then go by reference): each holds a descriptor open, so
+    /// only max_shared_bounce endpoints at a time have one; the others'
+    /// slots are anonymous memory and their SENDs packets.
+    bool     take_shared_bounce()
+    {
+        return shared_bounce_left_ ? (--shared_bounce_left_, true) : false;
+    }
+    void     give_back_shared_bounce() { ++shared_bounce_left_; }
+    static constexpr uint32_t max_shared_bounce = 64;
     /// Send CQ credits: one per signalled WQE in flight, so the CQ never
     /// overruns (an error flush of unsignalled WQEs aside, as in UCX's rc).
     bool     tx_credit_available() const { return tx_credits_ != 0; }
@@ -578,6 +593,7 @@ private:
     uint32_t                       service_ = 0;   ///< CM service we listen on
     bool                           listening_ = false;
     uint32_t                       tx_credits_ = 0;
+    uint32_t shared_bounce_left_ = max_shared_bounce;   ///< take_shared_bounce()
     size_t                         pending_reqs_ = 0;
     bool                           upkeep_owed_ = false;   ///< progress() returned early
     std::vector<endpoint *>              eps_;        ///< by conn_id (index)

@@ -95,6 +95,7 @@ memory_domain::open_on(const options &o, const std::string &host_netns)
     auto m = std::make_unique<memory_domain>();
     m->fabric_name_ = o.fabric_name.empty() ? fabric::shm_fabric::default_name()
                                             : o.fabric_name;
+    m->single_copy_ = o.single_copy_min || o.single_copy_try_min;
     if (!host_netns.empty()) {
         m->fabric_name_ += "." + host_netns;   // a host of its own
         m->netns_ = host_netns;

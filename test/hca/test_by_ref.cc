@@ -9,8 +9,14 @@
 #include "hca/engine/requester.h"
 #include "hca/ib/ib_opcode.h"
 
+#include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
+
+#include <atomic>
+#include <string>
+#include <thread>
 
 namespace mlx4x::test {
 namespace {
@@ -337,6 +343,35 @@ TEST(shared_area, an_unsealed_file_is_not_mapped)
     n.fd = uint32_t(fd);
     EXPECT_EQ(peer_area::map(n).error(), status::unreachable);
     close(fd);
+}
+
+// A peer that names a FIFO (here one without a writer, whose plain open
+// blocks until one comes) does not hang the device: refused at once.
+TEST(shared_area, a_fifo_named_as_the_area_is_refused_without_blocking)
+{
+    char dir[] = "/tmp/mlx4x-fifo-XXXXXX";
+    ASSERT_NE(mkdtemp(dir), nullptr);
+    std::string fifo = std::string(dir) + "/f";
+    ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+    int fd = open(fifo.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    ASSERT_GE(fd, 0);
+    auto area = shared_area::create(4096);
+    ASSERT_TRUE(area.ok());
+    shared_area_name n = area->name();
+    n.fd = uint32_t(fd);
+    std::atomic<int> result{-1};
+    std::thread mapper([&] { result = int(peer_area::map(n).error()); });
+    for (int i = 0; i < 500 && result < 0; ++i) {
+        usleep(10000);
+    }
+    EXPECT_EQ(result.load(), int(status::unreachable)) << "blocked in the open";
+    if (result < 0) {   // let the blocked open go: a writer comes
+        close(open(fifo.c_str(), O_WRONLY | O_NONBLOCK));
+    }
+    mapper.join();
+    close(fd);
+    unlink(fifo.c_str());
+    rmdir(dir);
 }
 
 } // namespace

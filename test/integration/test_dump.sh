@@ -56,9 +56,10 @@ else
         || fail "LIDs in the capture that no port has: $(echo $unknown)"
     ops=$(cut -f3 "$tmp/all.txt" | sort -n | uniq -c | awk '{printf "%s:%s ", $2, $1}')
     # RC SEND Only (4) and ACKs (17) carry the job's messages; the burst's
-    # 32 KiB messages go as multi-packet SENDs or RDMA READ responses.
+    # 32 KiB messages go as multi-packet SENDs, RDMA READ responses or
+    # SENDs by reference (203, 204: manufacturer-specific, IBA 9.2).
     cut -f3 "$tmp/all.txt" | grep -qx 4 && cut -f3 "$tmp/all.txt" | grep -qx 17 &&
-        cut -f3 "$tmp/all.txt" | grep -qxE '0|1|2|13|14|15|16|6|7|8|10' \
+        cut -f3 "$tmp/all.txt" | grep -qxE '0|1|2|13|14|15|16|6|7|8|10|203|204' \
         && ok "BTH opcodes as the traffic has them (opcode:frames $ops)" \
         || fail "BTH opcodes: $ops"
     # Only QP qpn's frames with -q, only one port's with -d mlx4x_<lid>.

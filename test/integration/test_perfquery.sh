@@ -12,7 +12,8 @@ bin="$top_builddir/contrib"
 stop=$(mktemp -u)
 log=$(mktemp)
 burst=1048576
-# Packets only: no single copy (its bytes do not cross the port).
+# Packets only: no single copy, no SENDs by reference (their bytes do
+# not cross the port).
 UCX_MLX4X_SINGLE_COPY_THRESH=inf timeout 180 mpirun --allow-run-as-root --oversubscribe -np 2 \
     -x UCX_MLX4X_FABRIC -x MLX4X_LIB -x UCX_MLX4X_SINGLE_COPY_THRESH \
     "$RUN" "$top_builddir/test/mpi/mpi_until_file" "$stop" 120 $burst >"$log" 2>&1 &

@@ -92,14 +92,22 @@ result<peer_area> peer_area::map(const shared_area_name &name)
     }
     char path[64];
     std::snprintf(path, sizeof(path), "/proc/%d/fd/%u", name.pid, name.fd);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    // Never open what is not a regular file: the open of a FIFO without a
+    // writer blocks (the device would hang in its receive path), that of a
+    // device may act. Checked before the open, which cannot block either
+    // (O_NONBLOCK) should the peer swap its descriptor in between, and
+    // again after it.
+    struct stat st {};
+    if (stat(path, &st) != 0 || !S_ISREG(st.st_mode)) {
+        return status::unreachable;
+    }
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
     if (fd < 0) {
         return status::unreachable;
     }
     // Only a sealed file of this user, of the size named: nothing can
     // shrink it under the mapping (no fault past its end) and nobody else
     // chose its bytes.
-    struct stat st {};
     size_t total = shared_area_header + name.len;
     int    seals = fcntl(fd, F_GET_SEALS);
     void  *p     = MAP_FAILED;

@@ -154,7 +154,7 @@ requester::single_tx requester::send_by_ref(qp &q, const send_wqe &w, bool fresh
         return single_tx::busy;
     }
     hca_.count(counter::sends_by_ref);
-    single_request_sent(q, w, psn, 1, op, true, fresh, w.total_len);
+    single_request_sent(q, w, psn, 1, op, /*direct=*/false, fresh, w.total_len);   // no post
     return single_tx::sent;
 }
 
