@@ -8,6 +8,7 @@
 #include "hca_fixture.h"
 #include "hca/engine/requester.h"
 #include "hca/ib/ib_opcode.h"
+#include "hca/ib/ib_psn.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -290,6 +291,57 @@ TEST_F(by_ref, an_area_not_as_named_is_refused_and_everything_goes_as_packets)
     EXPECT_EQ(b.recv_wcs[3].status, drv::wc_status::success);
     EXPECT_EQ(check_pattern(rbuf.data(), len, 40), -1);
     EXPECT_EQ(a.counter(dev::counter::sends_by_ref), refs);
+}
+
+// A connection to a port of another host (RoCEv2: a neighbour LID) never
+// maps an area, whatever its peer named: a pid and descriptor from there
+// would name a process here. Its SEND by reference is refused, nothing
+// placed.
+TEST_F(by_ref, a_peer_on_another_host_has_no_area_mapped)
+{
+    ASSERT_NO_FATAL_FAILURE(a.open(fab));
+    ASSERT_NO_FATAL_FAILURE(b.open(fab));
+    a.qp->use_send_area(area);
+    constexpr uint16_t remote_lid = fabric::remote_lid_base + 1;
+    drv::rc_connect_attr attr;
+    attr.remote_qpn  = a.qp->qpn();
+    attr.dlid        = remote_lid;
+    attr.rq_psn      = 0x100;
+    attr.sq_psn      = 0x200;
+    attr.peer_direct = a.qp->direct();   // names a's area, in this process
+    ASSERT_EQ(b.qp->to_init(all_remote_access), status::ok);
+    ASSERT_EQ(b.qp->to_rtr(attr), status::ok);
+    ASSERT_EQ(b.qp->to_rts(attr), status::ok);
+    std::vector<uint8_t> rbuf(64, 0);
+    auto &rm = b.reg(rbuf.data(), rbuf.size());
+    ASSERT_EQ(b.post_recv(1, rbuf.data(), 64, rm.lkey()), status::ok);
+    fill_pattern(area.data(), 64, 6);
+
+    constexpr auto op = ib::opcode::x_send_by_ref;
+    std::vector<uint8_t> f(sizeof(ib::lrh) + ib::info(op).hdr_len + sizeof(ib::x_send_ref));
+    ib::lrh l{};
+    l.sl_lnh = ib::lnh_iba_local;
+    l.dlid.set(b.ctx->port().lid);
+    l.slid.set(remote_lid);
+    ib::bth h{};
+    h.opcode = uint8_t(op);
+    h.pkey.set(0xffff);
+    h.dest_qp.set(b.qp->qpn());
+    ib::bth_psn::set(h.apsn, 0x100);
+    ib::x_send_ref ref;
+    ref.offset.set(0);
+    ref.len.set(64);
+    std::memcpy(f.data(), &l, sizeof(l));
+    std::memcpy(f.data() + sizeof(l), &h, sizeof(h));
+    std::memcpy(f.data() + sizeof(l) + sizeof(h), &ref, sizeof(ref));
+    auto raw = fab.attach();
+    ASSERT_TRUE(raw.ok());
+    ASSERT_EQ((*raw)->send({f.data(), 4}, {f.data() + 4, f.size() - 4}), status::ok);
+    progress_rounds(5);
+    EXPECT_EQ(b.counter(dev::counter::direct_refusals), 1u);
+    EXPECT_EQ(b.counter(dev::counter::placed_by_ref), 0u);
+    EXPECT_TRUE(b.recv_wcs.empty());
+    EXPECT_EQ(std::count(rbuf.begin(), rbuf.end(), 0), 64);
 }
 
 // The area as another process finds it (here this one, through

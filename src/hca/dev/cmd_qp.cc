@@ -259,13 +259,16 @@ cmd_status firmware::qp_to_rtr(qp &q, const prm::qp_context &ctx)
                          1u << ctx.peer_log_direct_window};
     }
     // SENDs by reference (ib::x_send_ref): the area this QP's own SENDs
-    // may name, and the peer's, mapped when its first such SEND comes.
+    // may name, and the peer's, mapped when its first such SEND comes —
+    // a peer of this host's only: a pid and descriptor from another host
+    // would name a process here.
     q.req.send_area     = ctx.send_area_len.get() ? ctx.send_area.get() : 0;
     q.req.send_area_len = q.req.send_area ? ctx.send_area_len.get() : 0;
     q.resp.peer_area_map  = {};
     q.resp.peer_area_name = {};
     q.resp.peer_area_unreachable = false;
-    if (q.resp.peer_direct.pid && ctx.peer_area_key.get() && ctx.peer_area_len.get()) {
+    if (!fabric::is_remote_lid(q.dlid) && q.resp.peer_direct.pid && ctx.peer_area_key.get() &&
+        ctx.peer_area_len.get()) {
         q.resp.peer_area_name = {q.resp.peer_direct.pid, ctx.peer_area_fd.get(),
                                  ctx.peer_area_len.get(), ctx.peer_area_key.get()};
     }
