@@ -68,6 +68,20 @@ static uint8_t *map_slots(size_t length, bool huge)
     return aligned;
 }
 
+/// Slot area `a`'s memory, `length` bytes at `base`, registered once.
+static status register_slots(drv::context &ctx, uint32_t pd, slot_area &a, uint8_t *base,
+                             size_t length, size_t slot_size)
+{
+    a.base      = base;
+    a.slot_size = slot_size;
+    auto r = drv::mr::reg(ctx, pd, base, length, all_access);
+    if (!r.ok()) {
+        return r.error();
+    }
+    a.mr = r.take();
+    return status::ok;
+}
+
 /// `n` bounce or receive slots of `slot_size` bytes, registered once;
 /// `huge`: on transparent huge pages (the interface's receive buffers).
 status make_slots(drv::context &ctx, uint32_t pd, slot_area &a, size_t n, size_t slot_size,
@@ -78,15 +92,8 @@ status make_slots(drv::context &ctx, uint32_t pd, slot_area &a, size_t n, size_t
     if (!p) {
         return status::no_memory;
     }
-    a.slot_size = slot_size;
-    a.mem  = {p, slot_unmapper{length}};
-    a.base = p;
-    auto r = drv::mr::reg(ctx, pd, a.base, length, all_access);
-    if (!r.ok()) {
-        return r.error();
-    }
-    a.mr = r.take();
-    return status::ok;
+    a.mem = {p, slot_unmapper{length}};
+    return register_slots(ctx, pd, a, p, length, slot_size);
 }
 
 /// make_slots() in a shared_area, which the peer's device maps to copy a
@@ -101,15 +108,8 @@ status make_shared_slots(drv::context &ctx, uint32_t pd, slot_area &a, size_t n,
     if (!area.ok()) {
         return make_slots(ctx, pd, a, n, slot_size);
     }
-    a.shared    = area.take();
-    a.base      = a.shared.data();
-    a.slot_size = slot_size;
-    auto r = drv::mr::reg(ctx, pd, a.base, length, all_access);
-    if (!r.ok()) {
-        return r.error();
-    }
-    a.mr = r.take();
-    return status::ok;
+    a.shared = area.take();
+    return register_slots(ctx, pd, a, a.shared.data(), length, slot_size);
 }
 
 status endpoint::create_p2p()
@@ -220,20 +220,18 @@ status endpoint::create_qp()
         return status::invalid_param;
     }
     bool shared = i.domain().single_copy() && i.take_shared_bounce();
-    if (status s = shared ? make_shared_slots(i.ctx(), i.domain().pd(), bounce, slots,
-                                              i.bounce_slot_size())
-                          : make_slots(i.ctx(), i.domain().pd(), bounce, slots,
-                                       i.bounce_slot_size());
-        s != status::ok) {
-        if (shared && !bounce.shared.data()) {
-            i.give_back_shared_bounce();   // else the destructor does
-        }
+    status s = shared ? make_shared_slots(i.ctx(), i.domain().pd(), bounce, slots,
+                                          i.bounce_slot_size())
+                      : make_slots(i.ctx(), i.domain().pd(), bounce, slots,
+                                   i.bounce_slot_size());
+    if (shared && !bounce.shared.data()) {
+        i.give_back_shared_bounce();   // anonymous after all; else the destructor does
+    }
+    if (s != status::ok) {
         return s;
     }
     if (bounce.shared.data()) {
         qp_->use_send_area(bounce.shared);   // its SENDs may go by reference
-    } else if (shared) {
-        i.give_back_shared_bounce();   // memfd refused: anonymous after all
     }
     ops.assign(slots, tx_op{});
     ops_mask = uint32_t(ops.size() - 1);

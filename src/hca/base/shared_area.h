@@ -2,7 +2,7 @@
 // Memory one process writes and a peer process of the same user maps
 // read-only: an endpoint's bounce slots, out of which the peer's device
 // copies a SEND that names its bytes instead of carrying them
-// (ib::x_send_ref, design-notes "SENDs that name their bounce slot").
+// (ib::x_send_ref, design-notes "SENDs by reference").
 //
 // The memory is a memfd: anonymous (no name in /dev/shm that another user
 // could take first, nothing left behind by a process that dies, not bound
