@@ -97,7 +97,7 @@ static ucs_config_field_t uct_mlx4x_md_config_table[] = {
      "host move their data in one copy (process_vm_readv/writev by the\n"
      "responder, after it checked key, rights and bounds) instead of as\n"
      "packets through the fabric's rings; \"inf\": never, and eager SENDs of\n"
-     "16 KiB or more carry their bytes instead of naming them in the sender's\n"
+     "32 KiB or more carry their bytes instead of naming them in the sender's\n"
      "bounce slot for the receiver to copy. \"auto\": from 2 MiB,\n"
      "and from 64 KiB whichever of the two each process measured faster in\n"
      "its recent transfers of that size (packets, two copies on two cores,\n"

@@ -945,15 +945,20 @@ TEST_F(tm_device_one_buffer, a_part_that_finds_no_buffer_waits_for_one_and_nothi
 }
 
 /// a's SENDs of at least send_by_ref_min bytes go by reference; an
-/// unexpected message may fill six buffers.
+/// unexpected message may fill as many buffers as the one sent here.
 class tm_device_by_ref : public tm_device_parts {
 protected:
     tm_device_by_ref()
     {
         sends_by_ref = true;
-        msg_wqes     = 6;
+        msg_wqes     = parts + 1;
     }
-    static constexpr uint32_t len = engine::requester::send_by_ref_min;   // + tmh: 5 packets
+    /// With its tmh a SEND of send_by_ref_min bytes, the shortest by
+    /// reference; it fills `parts` 4 KiB buffers (srq_buf_len) exactly.
+    static constexpr uint32_t len   = engine::requester::send_by_ref_min - sizeof(ib::tmh);
+    static constexpr uint32_t parts = engine::requester::send_by_ref_min / 4096;
+    static_assert(engine::requester::send_by_ref_min % 4096 == 0 && parts < 15,
+                  "the 15 buffers posted at the start hold one message");
 };
 
 // Matched, a SEND by reference is placed in its posted buffer as its
@@ -973,19 +978,19 @@ TEST_F(tm_device_by_ref, a_matched_send_by_reference_is_placed_as_its_packets_ar
     EXPECT_EQ(b.counter(dev::counter::rx_packets), 1u);
 }
 
-// Unexpected, it fills buffers as its packets would (here five), each
-// completion as theirs.
+// Unexpected, it fills buffers as its packets would, each completion as
+// theirs.
 TEST_F(tm_device_by_ref, an_unexpected_send_by_reference_fills_the_buffers_its_packets_would)
 {
     send_long_eager(0x77, len, 31);
-    std::vector<drv::wc> parts = parts_of_message(8);
-    ASSERT_EQ(parts.size(), 5u);
-    for (size_t i = 0; i < parts.size(); ++i) {
-        EXPECT_EQ(parts[i].byte_len, i < 4 ? 4096u : sizeof(ib::tmh));
-        EXPECT_EQ(parts[i].tm.more, i < 4);
-        EXPECT_EQ(parts[i].tm.continued, i > 0);
+    std::vector<drv::wc> wcs = parts_of_message(parts + 3);
+    ASSERT_EQ(wcs.size(), parts);
+    for (size_t i = 0; i < wcs.size(); ++i) {
+        EXPECT_EQ(wcs[i].byte_len, 4096u);
+        EXPECT_EQ(wcs[i].tm.more, i < parts - 1);
+        EXPECT_EQ(wcs[i].tm.continued, i > 0);
     }
-    std::vector<uint8_t> all = joined(parts);
+    std::vector<uint8_t> all = joined(wcs);
     EXPECT_EQ(check_pattern(all.data() + sizeof(ib::tmh), len, 31), -1);
     EXPECT_EQ(b.counter(dev::counter::placed_by_ref), 1u);
     EXPECT_EQ(sender_completion().status, drv::wc_status::success);
@@ -1011,13 +1016,13 @@ TEST_F(tm_device_by_ref_one_buffer, an_unexpected_send_by_reference_waits_whole_
     EXPECT_EQ(std::count(srq_buf(100), srq_buf(100) + srq_buf_len, 0), long(srq_buf_len))
         << "nothing placed in the one buffer";
     EXPECT_EQ(b.counter(dev::counter::placed_by_ref), 0u);
-    for (uint32_t i = 1; i < 5; ++i) {
+    for (uint32_t i = 1; i < parts; ++i) {
         post_srq_buffer(i);
     }
-    std::vector<drv::wc> parts = parts_of_message(8);
-    ASSERT_EQ(parts.size(), 5u);
-    EXPECT_EQ(parts[0].wr_id, 100u);
-    std::vector<uint8_t> all = joined(parts);
+    std::vector<drv::wc> wcs = parts_of_message(parts + 3);
+    ASSERT_EQ(wcs.size(), parts);
+    EXPECT_EQ(wcs[0].wr_id, 100u);
+    std::vector<uint8_t> all = joined(wcs);
     ASSERT_EQ(all.size(), sizeof(ib::tmh) + len);
     EXPECT_EQ(check_pattern(all.data() + sizeof(ib::tmh), len, 36), -1);
     EXPECT_EQ(sender_completion().status, drv::wc_status::success);

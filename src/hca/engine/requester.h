@@ -99,7 +99,7 @@ public:
     /// Below this, packets are faster: a bounce slot the peer's device
     /// has read is in its cache, and the next pack into it waits for those
     /// lines (docs/benchmarks.md, "SENDs by reference").
-    static constexpr uint32_t send_by_ref_min = 16384;
+    static constexpr uint32_t send_by_ref_min = 32768;
     static_assert(send_by_ref_min > limits::mtu, "send_single_packet() does not ask");
     /// A sender far ahead of its peer (an MPI_Bcast's root) sends packets:
     /// the peer's ring holds it back, where references would let it run
