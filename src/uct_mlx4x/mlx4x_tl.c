@@ -193,16 +193,17 @@ static ucs_config_field_t uct_mlx4x_iface_config_table[] = {
      "in software (docs/benchmarks.md). 0: UCP's threshold alone.",
      ucs_offsetof(uct_mlx4x_iface_config_t, tm_min_recv), UCS_CONFIG_TYPE_MEMUNITS},
 
-    {"TM_EAGER_SEGS", "4",
+    {"TM_EAGER_SEGS", "8",
      "Receive buffers (SEG_SIZE each) one tagged eager message may fill when\n"
      "no posted receive matches it; UCP gets it in as many fragments (1-255).\n"
-     "Tagged messages up to that size (64 KiB less the headers by default)\n"
+     "Tagged messages up to that size (128 KiB less the headers by default)\n"
      "may go eagerly: UCP sends a longer one by rendezvous, whose steps wait\n"
-     "for the peer process (16-32 KiB MPI latency 0.6-0.8 and 4-rank\n"
-     "collectives 0.3-0.9 of the time with 1; 8 made 64 KiB slower:\n"
-     "docs/benchmarks.md, 2026-12-03). Each endpoint's bounce slots are that\n"
-     "large (only those used take memory). 1: one buffer. Set it alike on\n"
-     "every process.",
+     "for the peer process and whose copy is a system call (16-32 KiB MPI\n"
+     "latency 0.6-0.8 and 4-rank collectives 0.3-0.9 of the time with 1;\n"
+     "64 KiB latency 0.55 with 8 against 4, its eager SEND going by\n"
+     "reference: docs/benchmarks.md, 2026-12-03 and session 56). Each\n"
+     "endpoint's bounce slots are that large (only those used take memory).\n"
+     "1: one buffer. Set it alike on every process.",
      ucs_offsetof(uct_mlx4x_iface_config_t, tm_eager_segs), UCS_CONFIG_TYPE_UINT},
 
     {"CONNECT_TO_EP", "n",

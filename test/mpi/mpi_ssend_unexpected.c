@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* Tagged sends that arrive before their receive is posted: rank 0
  * MPI_Ssends 4 KiB three times, then 8 KiB .. 8 B, then MPI_Ssends and
- * MPI_Sends 20,000, 40,000 and 65,000 bytes, while rank 1 posts each
+ * MPI_Sends 20,000, 40,000, 65,000 and 130,000 bytes, while rank 1 posts each
  * receive only after MPI_Probe has seen its message arrive (a probe posts
  * nothing to the device; a fixed wait let a slow machine post first), so
  * every message reaches rank 1's device tag list unmatched and goes to UCP
@@ -22,17 +22,17 @@ static unsigned char pattern(int i, int k) { return (unsigned char)(i * 29 + k *
 
 static int size_of(int i)
 {
-    static const int longer[] = {20000, 40000, 65000};
+    static const int longer[] = {20000, 40000, 65000, 130000};
     return i < 3 ? 4096 : i < 14 ? 8192 >> (i - 3) : longer[(i - 14) / 2];
 }
 
 int main(int argc, char **argv)
 {
-    enum { messages = 20 };
+    enum { messages = 22 };
     MPI_Init(&argc, &argv);
     int rank, errors = 0;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    static unsigned char buf[65536];
+    static unsigned char buf[131072];
     for (int n = 0; n < messages; ++n) {
         int size = size_of(n), sync = n < 14 || n % 2 == 0;
         if (rank == 0) {
