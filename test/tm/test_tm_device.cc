@@ -449,6 +449,13 @@ protected:
         fab.record_frames(nullptr);
         tm_device::TearDown();
     }
+    /// Frames of opcode `op` that went on the wire.
+    size_t frames_of(ib::opcode op) const
+    {
+        return size_t(std::count_if(wire.begin(), wire.end(), [op](const auto &f) {
+            return f.size() > sizeof(ib::lrh) && ib::opcode(f[sizeof(ib::lrh)]) == op;
+        }));
+    }
     /// READ requests that went on the wire, of any kind (packets or single
     /// copy).
     size_t read_requests_on_the_wire() const
@@ -701,7 +708,9 @@ TEST_F(tm_device_vouched_unexpected, a_granted_read_behind_an_unacknowledged_sen
     drv::sge dst{reinterpret_cast<uint64_t>(in.data()), rndv_len, im->lkey()};
     ASSERT_EQ(b_tx->post_send(rdma(drv::wr_opcode::rdma_read, 9, dst, 32768, om->rkey())),
               status::ok);
-    EXPECT_EQ(b.counter(dev::counter::granted_reads), 1u) << "copied at its doorbell";
+    EXPECT_EQ(b.counter(dev::counter::granted_reads), 0u) << "copied at its doorbell";
+    b.ctx->progress(64);   // b's requester pass; a does not run: no ACK
+    EXPECT_EQ(b.counter(dev::counter::granted_reads), 1u) << "not copied in the pass";
     b.poll();
     EXPECT_TRUE(b.send_wcs.empty()) << "completed before the SEND's ACK";
     ASSERT_TRUE(progress_until([&] { return b.send_wcs.size() >= 2; }));
@@ -710,6 +719,89 @@ TEST_F(tm_device_vouched_unexpected, a_granted_read_behind_an_unacknowledged_sen
     EXPECT_EQ(b.send_wcs[1].status, drv::wc_status::success);
     EXPECT_EQ(std::memcmp(in.data(), out.data() + 32768, rndv_len), 0);
     EXPECT_EQ(read_requests_on_the_wire(), 0u);
+}
+
+// A READ its doorbell takes from a vouched range is copied in the device's
+// next pass; a SEND posted behind it (UCP's rendezvous header after its get
+// in MPI_Sendrecv) leaves at its own doorbell meanwhile, not after the
+// copy, and completes after the READ (posting order).
+TEST_F(tm_device_vouched_unexpected, a_send_behind_a_read_taken_at_its_doorbell_leaves_before_the_copy)
+{
+    std::vector<uint8_t> sink(64);
+    auto &sink_mr = a.reg(sink.data(), sink.size());
+    drv::sge rg{reinterpret_cast<uint64_t>(sink.data()), 64, sink_mr.lkey()};
+    ASSERT_EQ(a_rx->post_recv(5, {&rg, 1}), status::ok);
+    b.send_wcs.clear();
+    drv::sge dst{reinterpret_cast<uint64_t>(in.data()), rndv_len, im->lkey()};
+    ASSERT_EQ(b_tx->post_send(rdma(drv::wr_opcode::rdma_read, 9, dst, 32768, om->rkey())),
+              status::ok);
+    drv::sge sg{reinterpret_cast<uint64_t>(in.data() + rndv_len), 64, im->lkey()};
+    drv::send_wr send;
+    send.wr_id = 8;
+    send.sg    = {&sg, 1};
+    size_t sends_before = frames_of(ib::opcode::rc_send_only);
+    ASSERT_EQ(b_tx->post_send(send), status::ok);
+    EXPECT_EQ(frames_of(ib::opcode::rc_send_only), sends_before + 1) << "held behind the READ";
+    EXPECT_EQ(b.counter(dev::counter::granted_reads), 0u);
+    ASSERT_TRUE(progress_until([&] { return b.send_wcs.size() >= 2; }));
+    EXPECT_EQ(b.send_wcs[0].wr_id, 9u);
+    EXPECT_EQ(b.send_wcs[1].wr_id, 8u);
+    EXPECT_EQ(b.counter(dev::counter::granted_reads), 1u);
+    EXPECT_EQ(std::memcmp(in.data(), out.data() + 32768, rndv_len), 0);
+    EXPECT_EQ(read_requests_on_the_wire(), 0u);
+}
+
+// A copy taken at the doorbell that then fails (the sender's memory gone
+// since) can no longer go on the wire ahead of the SEND behind it: the
+// READ completes with a remote access error, as the peer's NAK of a range
+// it no longer has would (IBA 9.7.5.2.2), and the QP goes to error.
+TEST_F(tm_device_vouched_unexpected, a_copy_taken_at_the_doorbell_that_fails_is_a_remote_access_error)
+{
+    fab.fail_copies_from_peers_by(b.ctx->port().lid);
+    b.send_wcs.clear();
+    drv::sge dst{reinterpret_cast<uint64_t>(in.data()), rndv_len, im->lkey()};
+    ASSERT_EQ(b_tx->post_send(rdma(drv::wr_opcode::rdma_read, 9, dst, 32768, om->rkey())),
+              status::ok);
+    drv::sge sg{reinterpret_cast<uint64_t>(in.data() + rndv_len), 64, im->lkey()};
+    drv::send_wr send;
+    send.wr_id = 8;
+    send.sg    = {&sg, 1};
+    ASSERT_EQ(b_tx->post_send(send), status::ok);
+    ASSERT_TRUE(progress_until([&] { return b.send_wcs.size() >= 2; }));
+    EXPECT_EQ(b.send_wcs[0].wr_id, 9u);
+    EXPECT_EQ(b.send_wcs[0].status, drv::wc_status::remote_access_err);
+    EXPECT_EQ(b.send_wcs[1].wr_id, 8u);
+    EXPECT_EQ(b.send_wcs[1].status, drv::wc_status::wr_flush_err);
+    EXPECT_EQ(b.counter(dev::counter::granted_reads), 0u);
+}
+
+// Only SENDs go past a READ whose copy waits: a WRITE behind it waits for
+// the copy, so the READ does not see what the WRITE stores (IBA 9.5: the
+// responder executes a QP's requests in order) even where the peer runs
+// first.
+TEST_F(tm_device_vouched_unexpected, a_write_behind_a_read_taken_at_its_doorbell_waits_for_the_copy)
+{
+    auto &writable = a.reg(out.data(), out.size(), all_local);
+    std::vector<uint8_t> before(out.begin() + 32768, out.begin() + 32768 + rndv_len);
+    b.send_wcs.clear();
+    drv::sge dst{reinterpret_cast<uint64_t>(in.data()), rndv_len, im->lkey()};
+    ASSERT_EQ(b_tx->post_send(rdma(drv::wr_opcode::rdma_read, 9, dst, 32768, om->rkey())),
+              status::ok);
+    std::vector<uint8_t> fresh(64, 0x5a);   // one packet: the single-packet path's
+    auto &fm_ = b.reg(fresh.data(), fresh.size());
+    drv::sge src{reinterpret_cast<uint64_t>(fresh.data()), 64, fm_.lkey()};
+    ASSERT_EQ(b_tx->post_send(rdma(drv::wr_opcode::rdma_write, 10, src, 32768, writable.rkey())),
+              status::ok);
+    for (int i = 0; i < 4; ++i) {
+        a.ctx->progress();   // the peer first: it stores the WRITE if it came
+    }
+    ASSERT_TRUE(progress_until([&] { return b.send_wcs.size() >= 2; }));
+    EXPECT_EQ(b.send_wcs[0].wr_id, 9u);
+    EXPECT_EQ(b.send_wcs[1].wr_id, 10u);
+    EXPECT_EQ(b.send_wcs[1].status, drv::wc_status::success);
+    EXPECT_EQ(std::memcmp(in.data(), before.data(), rndv_len), 0) << "the READ saw the later WRITE";
+    EXPECT_EQ(std::memcmp(out.data() + 32768, fresh.data(), fresh.size()), 0);
+    EXPECT_EQ(b.counter(dev::counter::granted_reads), 1u);
 }
 
 // IBA 9.5: a READ sees what an earlier WRITE of its QP stored. Behind a

@@ -125,6 +125,9 @@ struct wqe_track {
     /// (requester::run_granted_read): npackets 0, retired once every
     /// earlier WQE is; a rewind walks past it.
     bool     granted : 1 = false;
+    /// ... taken at a doorbell, its copy left to the requester pass
+    /// (run_pending_copies): not retired before it is copied.
+    bool     copy_pending : 1 = false;
 };
 static_assert(sizeof(wqe_track) == 12);
 
@@ -257,6 +260,9 @@ struct qp {
         /// (requester::send_single_packet).
         bool         tx_fast = false;
         uint32_t     rd_atomic_inflight = 0;   ///< READ/atomic WQEs started, not done
+        /// Granted READs whose copy waits for the requester pass
+        /// (wqe_track::copy_pending): only SENDs go past them.
+        uint32_t     copies_pending = 0;
         /// The responder refused a single-copy request: packets from now on.
         bool         direct_refused = false;
         /// Single copy (ib::x_direct_post). This QP's window of posts, in

@@ -40,12 +40,13 @@ void device::mmio_write32(uint32_t offset, uint32_t be_value)
         // Send doorbell: qpn << 8. Like hardware, the device starts on the
         // doorbell: the QP's requester runs now (under the device lock when
         // the engine thread runs), so a posted message leaves, and a tag
-        // list operation is in force, before the post returns.
+        // list operation is in force, before the post returns; a long copy
+        // waits for the next pass (run_requester_at_doorbell).
         {
             auto lock = engine_lock();
             quiet_    = false;   // the next pass looks at every QP (progress_finish)
             if (qp *q = hca_.find_qp(byteswap_if_little(be_value) >> 8)) {
-                req_.run_requester(*q);
+                req_.run_requester_at_doorbell(*q);
             }
         }
         wake_engine_for_doorbell();

@@ -691,7 +691,7 @@ void completer::retire_acked(qp &q)
     while (q.comp.sq_tail != q.req.sq_head) {
         const wqe_track &t = q.req.track[q.comp.sq_tail & (q.sq_size() - 1)];
         uint32_t last_psn = ib::psn_add(t.first_psn, t.npackets - 1);
-        if (ib::psn_diff(q.comp.acked_psn, last_psn) <= 0) {
+        if (ib::psn_diff(q.comp.acked_psn, last_psn) <= 0 || t.copy_pending) {
             break;
         }
         if (t.rd_atomic) {
@@ -845,6 +845,7 @@ void completer::flush_sq(qp &q)
     q.req.sq_head = q.req.cur_wqe = q.comp.sq_tail;
     q.req.sending = false;
     q.req.rd_atomic_inflight = 0;
+    q.req.copies_pending     = 0;
     q.comp.timer_deadline = 0;
     std::fill(q.req.timing.begin(), q.req.timing.end(), timed_transfer{});   // never acknowledged
 }

@@ -41,6 +41,8 @@ public:
     enum class placement { placed, failed, dropped };
     void complete(qp &q, const pkt &p);
     bool advance_acked(qp &q, uint32_t to);
+    /// Completes the WQEs from sq_tail that are acknowledged, in order.
+    void retire_acked(qp &q);
     /// The PSN of the READ or atomic response `q` waits for next: the
     /// first one outstanding's first PSN, or where its responses stopped;
     /// none when no READ or atomic is outstanding. A positive ACK at or
@@ -88,7 +90,6 @@ private:
     void direct_refused(qp &q, uint32_t psn);
     bool rnr_naked(qp &q, uint8_t syn, uint32_t psn);
     bool naked(qp &q, ib::nak_code code, uint32_t psn);
-    void retire_acked(qp &q);
 
     /// ACKs for PSNs never sent said at DIAG level, the first few per
     /// device: a responder whose expected PSN ran ahead of ours answers

@@ -150,7 +150,7 @@ requester::send_single_packet(qp &q, const uint8_t *wqe, size_t room)
     auto op    = static_cast<prm::send_opcode>(ctrl.owner_opcode.get() & 0x1f);
     bool write = op == prm::send_opcode::rdma_write || op == prm::send_opcode::rdma_write_imm;
     bool imm   = op == prm::send_opcode::send_imm || op == prm::send_opcode::rdma_write_imm;
-    if (!write && !imm && op != prm::send_opcode::send) {
+    if ((!write && !imm && op != prm::send_opcode::send) || (write && q.req.copies_pending)) {
         return single_tx::not_single;
     }
     if ((ctrl.fence_size & prm::ctrl_fence) && q.req.rd_atomic_inflight) {

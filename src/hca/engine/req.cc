@@ -69,10 +69,13 @@ unsigned requester::run_requesters(bool &all_idle)
         // tag-list command QP takes its WQEs at sq_head (run_tm_command).
         uint32_t next = q->st == prm::qp_st::tm_cmd ? q->req.sq_head : q->req.cur_wqe;
         if (q->state == prm::qp_state::rts && !q->req.sending &&
-            !sq_wqe_ready(*q, next)) {
+            !sq_wqe_ready(*q, next) && !q->req.copies_pending) {
             continue;
         }
         all_idle = false;
+        if (q->req.copies_pending) {
+            run_pending_copies(*q);
+        }
         work += run_requester(*q);
     }
     return work;
@@ -318,6 +321,10 @@ bool requester::send_next_packet(qp &q)
     send_wqe w;
     if (!decode_send_wqe(q, q.req.cur_wqe, w)) {
         return fail_send_wqe(q, prm::cqe_syndrome::local_qp_op_err);
+    }
+    if (q.req.copies_pending && !q.req.sending && int32_t(q.req.cur_wqe - q.req.sq_head) >= 0 &&
+        w.opcode != prm::send_opcode::send && w.opcode != prm::send_opcode::send_imm) {
+        return false;   // behind a READ not copied yet, only new SENDs go (run_granted_read)
     }
     if (is_local_op(w.opcode) && !q.req.sending) {
         return run_local_wqe(q, w);

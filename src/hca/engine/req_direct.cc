@@ -194,9 +194,10 @@ bool requester::direct_post_placed(const qp &q, uint32_t index) const
 /// would have it copied — without the request and the answer, two of the
 /// rendezvous' four trips between the processes. It takes no PSN: it
 /// completes now if every earlier WQE has, else when they have
-/// (retire_acked), so its CQE stays in order. false: the READ goes on the
-/// wire as any other, and the peer checks its key (also after a failed
-/// copy: the grant is used up, the peer answers).
+/// (retire_acked), so its CQE stays in order. At a doorbell it is taken
+/// and its copy left to the next pass (run_pending_copies). false: the
+/// READ goes on the wire as any other, and the peer checks its key (also
+/// after a failed copy: the grant is used up, the peer answers).
 bool requester::run_granted_read(qp &q, const send_wqe &w)
 {
     if (!use_direct(q, w) || !pulls_direct_read(q, w.total_len) || !may_read_now(q, w) ||
@@ -204,6 +205,17 @@ bool requester::run_granted_read(qp &q, const send_wqe &w)
         return false;
     }
     start_timing(q, w, true);
+    if (at_doorbell_) {
+        // Taken now, copied in the pass (run_requester_at_doorbell).
+        q.req.track[q.req.cur_wqe & (q.sq_size() - 1)] = {.first_psn    = q.req.next_psn,
+                                                           .unsignaled   = !w.signaled,
+                                                           .granted      = true,
+                                                           .copy_pending = true};
+        ++q.req.copies_pending;
+        mark_started(q);
+        ++q.req.cur_wqe;
+        return true;
+    }
     bool copied = comp_.copy_read_head(q, w, w.total_len);
     if (q.req.timed) {
         timed_transfer &t = q.req.timing[q.req.cur_wqe & (q.sq_size() - 1)];
@@ -229,6 +241,40 @@ bool requester::run_granted_read(qp &q, const send_wqe &w)
     mark_started(q);
     ++q.req.cur_wqe;
     return true;
+}
+
+/// The copies of the READs a doorbell took (run_granted_read), in posting
+/// order; each may complete then (retire_acked, in order). A copy that
+/// fails (the peer's memory gone since, EFAULT) cannot go on the wire
+/// any more, the SENDs behind it having gone: the READ completes with a
+/// remote access error (IBA 9.7.5.2.2), as the peer's NAK of a range it
+/// no longer has would have it.
+void requester::run_pending_copies(qp &q)
+{
+    if (q.state != prm::qp_state::rts && q.state != prm::qp_state::sqd) {
+        return;
+    }
+    // Up to sq_head: a rewind may have taken cur_wqe back before one.
+    for (uint32_t i = q.comp.sq_tail; i != q.req.sq_head && q.req.copies_pending; ++i) {
+        wqe_track &t = q.req.track[i & (q.sq_size() - 1)];
+        send_wqe   w;
+        if (!t.copy_pending || !decode_send_wqe(q, i, w)) {
+            continue;
+        }
+        t.copy_pending = false;
+        --q.req.copies_pending;
+        bool copied = comp_.copy_read_head(q, w, w.total_len);
+        if (q.req.timed) {
+            finish_timing(q.req.timing[i & (q.sq_size() - 1)]);
+        }
+        if (!copied) {
+            complete_with_error(q, i, prm::cqe_syndrome::remote_access_err);
+            comp_.set_qp_error(q);   // flushes what follows it
+            return;
+        }
+        hca_.count(counter::granted_reads);
+    }
+    comp_.retire_acked(q);
 }
 
 /// Whether READ `w` may read the peer's memory now, before the WQEs ahead

@@ -41,6 +41,23 @@ public:
     }
     unsigned run_requesters(bool &all_idle);   ///< all_idle: no QP had anything to send
     unsigned run_requester(qp &q);   ///< one QP's burst
+    /// A send doorbell's burst: as run_requester(), but a READ it would
+    /// copy at once from a vouched range (run_granted_read) is taken with
+    /// its copy left to the device's next requester pass
+    /// (run_pending_copies), and SENDs posted behind it go meanwhile.
+    /// Hardware starts on a doorbell without holding the CPU that rang it;
+    /// a copy of hundreds of KiB here held the MPI call that posted the
+    /// READ (UCP's get after an unexpected rendezvous header, inside
+    /// MPI_Irecv) from posting its own rendezvous header, which the peer
+    /// waited for: two ranks exchanging 256 KiB copied in turns
+    /// (docs/benchmarks.md, "Rendezvous copies in the requester pass").
+    unsigned run_requester_at_doorbell(qp &q)
+    {
+        at_doorbell_ = true;
+        unsigned n   = run_requester(q);
+        at_doorbell_ = false;
+        return n;
+    }
     void     complete_with_error(qp &q, uint32_t index, prm::cqe_syndrome s);
     enum class single_tx { sent, busy, not_single };
     /// fast_tx.inl: the device's BlueFlame write sends from here.
@@ -177,6 +194,7 @@ private:
     }
     void     retire_in_place(qp &q);
     bool     run_granted_read(qp &q, const send_wqe &w);
+    void     run_pending_copies(qp &q);
     bool     may_read_now(const qp &q, const send_wqe &w) const;
     std::span<const uint8_t> vouch_for_rvh(const qp &q, std::span<const uint8_t> payload);
     bool     bind_window(qp &q, const prm::wqe_bind_seg &b);
@@ -197,6 +215,7 @@ private:
     uint64_t                       timed_done_ns_ = 0;
     std::array<uint8_t, fabric::max_frame_size> staging_{};
     read_grants                    grants_;
+    bool                           at_doorbell_ = false;   ///< run_requester_at_doorbell()
     dev::core    &hca_;
     completer    &comp_;
     tag_matcher  &tm_;
