@@ -655,8 +655,26 @@ protected:
         return std::memcmp(in.data(), out.data() + 32768 + from, len) == 0;
     }
 
+    /// A signalled 64-byte SEND (wr_id 8) on b_tx, from `in` past the
+    /// READs' range.
+    status post_small_send()
+    {
+        drv::sge sg{reinterpret_cast<uint64_t>(in.data() + rndv_len), 64, im->lkey()};
+        drv::send_wr send;
+        send.wr_id = 8;
+        send.sg    = {&sg, 1};
+        return b_tx->post_send(send);
+    }
+    /// A receive for it on a_rx (wr_id 5, into `sink`).
+    status post_sink_recv()
+    {
+        auto    &m = a.reg(sink.data(), sink.size());
+        drv::sge rg{reinterpret_cast<uint64_t>(sink.data()), 64, m.lkey()};
+        return a_rx->post_recv(5, {&rg, 1});
+    }
+
     std::unique_ptr<drv::qp> b_tx, a_rx;
-    std::vector<uint8_t>     in;
+    std::vector<uint8_t>     in, sink = std::vector<uint8_t>(64);
     drv::mr                 *im = nullptr;
 };
 
@@ -694,17 +712,9 @@ TEST_F(tm_device_vouched_unexpected, a_read_past_the_vouched_range_or_with_anoth
 // send queue's completions in posting order).
 TEST_F(tm_device_vouched_unexpected, a_granted_read_behind_an_unacknowledged_send_completes_after_it)
 {
-    std::vector<uint8_t> msg(64, 0x3c), sink(64);
-    auto &sink_mr = a.reg(sink.data(), sink.size());
-    drv::sge rg{reinterpret_cast<uint64_t>(sink.data()), 64, sink_mr.lkey()};
-    ASSERT_EQ(a_rx->post_recv(5, {&rg, 1}), status::ok);
-    drv::sge sg{reinterpret_cast<uint64_t>(in.data() + rndv_len), 64, im->lkey()};
-    std::memcpy(in.data() + rndv_len, msg.data(), msg.size());
-    drv::send_wr send;
-    send.wr_id = 8;
-    send.sg    = {&sg, 1};
+    ASSERT_EQ(post_sink_recv(), status::ok);
     b.send_wcs.clear();
-    ASSERT_EQ(b_tx->post_send(send), status::ok);   // sent at its doorbell, not yet ACKed
+    ASSERT_EQ(post_small_send(), status::ok);   // sent at its doorbell, not yet ACKed
     drv::sge dst{reinterpret_cast<uint64_t>(in.data()), rndv_len, im->lkey()};
     ASSERT_EQ(b_tx->post_send(rdma(drv::wr_opcode::rdma_read, 9, dst, 32768, om->rkey())),
               status::ok);
@@ -727,20 +737,13 @@ TEST_F(tm_device_vouched_unexpected, a_granted_read_behind_an_unacknowledged_sen
 // copy, and completes after the READ (posting order).
 TEST_F(tm_device_vouched_unexpected, a_send_behind_a_read_taken_at_its_doorbell_leaves_before_the_copy)
 {
-    std::vector<uint8_t> sink(64);
-    auto &sink_mr = a.reg(sink.data(), sink.size());
-    drv::sge rg{reinterpret_cast<uint64_t>(sink.data()), 64, sink_mr.lkey()};
-    ASSERT_EQ(a_rx->post_recv(5, {&rg, 1}), status::ok);
+    ASSERT_EQ(post_sink_recv(), status::ok);
     b.send_wcs.clear();
     drv::sge dst{reinterpret_cast<uint64_t>(in.data()), rndv_len, im->lkey()};
     ASSERT_EQ(b_tx->post_send(rdma(drv::wr_opcode::rdma_read, 9, dst, 32768, om->rkey())),
               status::ok);
-    drv::sge sg{reinterpret_cast<uint64_t>(in.data() + rndv_len), 64, im->lkey()};
-    drv::send_wr send;
-    send.wr_id = 8;
-    send.sg    = {&sg, 1};
     size_t sends_before = frames_of(ib::opcode::rc_send_only);
-    ASSERT_EQ(b_tx->post_send(send), status::ok);
+    ASSERT_EQ(post_small_send(), status::ok);
     EXPECT_EQ(frames_of(ib::opcode::rc_send_only), sends_before + 1) << "held behind the READ";
     EXPECT_EQ(b.counter(dev::counter::granted_reads), 0u);
     ASSERT_TRUE(progress_until([&] { return b.send_wcs.size() >= 2; }));
@@ -762,11 +765,7 @@ TEST_F(tm_device_vouched_unexpected, a_copy_taken_at_the_doorbell_that_fails_is_
     drv::sge dst{reinterpret_cast<uint64_t>(in.data()), rndv_len, im->lkey()};
     ASSERT_EQ(b_tx->post_send(rdma(drv::wr_opcode::rdma_read, 9, dst, 32768, om->rkey())),
               status::ok);
-    drv::sge sg{reinterpret_cast<uint64_t>(in.data() + rndv_len), 64, im->lkey()};
-    drv::send_wr send;
-    send.wr_id = 8;
-    send.sg    = {&sg, 1};
-    ASSERT_EQ(b_tx->post_send(send), status::ok);
+    ASSERT_EQ(post_small_send(), status::ok);
     ASSERT_TRUE(progress_until([&] { return b.send_wcs.size() >= 2; }));
     EXPECT_EQ(b.send_wcs[0].wr_id, 9u);
     EXPECT_EQ(b.send_wcs[0].status, drv::wc_status::remote_access_err);
@@ -854,22 +853,15 @@ TEST_F(tm_device_vouched_unexpected, a_fenced_read_behind_a_read_is_not_copied_a
 // a receive is posted, and the QP's READs work as before afterwards.
 TEST_F(tm_device_vouched_unexpected, a_send_sent_again_before_a_granted_read_leaves_it_done)
 {
-    drv::sge sg{reinterpret_cast<uint64_t>(in.data() + rndv_len), 64, im->lkey()};
-    drv::send_wr send;
-    send.wr_id = 8;
-    send.sg    = {&sg, 1};
     b.send_wcs.clear();
-    ASSERT_EQ(b_tx->post_send(send), status::ok);
+    ASSERT_EQ(post_small_send(), status::ok);
     drv::sge dst{reinterpret_cast<uint64_t>(in.data()), rndv_len, im->lkey()};
     ASSERT_EQ(b_tx->post_send(rdma(drv::wr_opcode::rdma_read, 9, dst, 32768, om->rkey())),
               status::ok);
     progress_rounds(20);
     EXPECT_GT(a.counter(dev::counter::rnr_naks_sent), 0u);
     EXPECT_TRUE(b.send_wcs.empty());
-    std::vector<uint8_t> sink(64);
-    auto &sink_mr = a.reg(sink.data(), sink.size());
-    drv::sge rg{reinterpret_cast<uint64_t>(sink.data()), 64, sink_mr.lkey()};
-    ASSERT_EQ(a_rx->post_recv(5, {&rg, 1}), status::ok);
+    ASSERT_EQ(post_sink_recv(), status::ok);
     ASSERT_TRUE(progress_until([&] { return b.send_wcs.size() >= 2; }));
     EXPECT_EQ(b.send_wcs[0].wr_id, 8u);
     EXPECT_EQ(b.send_wcs[1].wr_id, 9u);
