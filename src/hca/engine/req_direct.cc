@@ -206,14 +206,7 @@ bool requester::run_granted_read(qp &q, const send_wqe &w)
     }
     start_timing(q, w, true);
     if (at_doorbell_) {
-        // Taken now, copied in the pass (run_requester_at_doorbell).
-        q.req.track[q.req.cur_wqe & (q.sq_size() - 1)] = {.first_psn    = q.req.next_psn,
-                                                           .unsignaled   = !w.signaled,
-                                                           .granted      = true,
-                                                           .copy_pending = true};
-        ++q.req.copies_pending;
-        mark_started(q);
-        ++q.req.cur_wqe;
+        track_granted_read(q, w, true);   // copied in the pass (run_requester_at_doorbell)
         return true;
     }
     bool copied = comp_.copy_read_head(q, w, w.total_len);
@@ -235,12 +228,22 @@ bool requester::run_granted_read(qp &q, const send_wqe &w)
     }
     // Behind WQEs that wait for their ACKs (a FIN before it on the
     // device's own queue, a SEND on the driver's).
-    q.req.track[q.req.cur_wqe & (q.sq_size() - 1)] = {.first_psn  = q.req.next_psn,
-                                                       .unsignaled = !w.signaled,
-                                                       .granted    = true};
+    track_granted_read(q, w, false);
+    return true;
+}
+
+/// READ `w` at cur_wqe, granted, started without a PSN: retire_acked
+/// completes it once every earlier WQE is done, and, if its copy waits
+/// for the pass (`copy_pending`), not before that copy.
+void requester::track_granted_read(qp &q, const send_wqe &w, bool copy_pending)
+{
+    q.req.track[q.req.cur_wqe & (q.sq_size() - 1)] = {.first_psn    = q.req.next_psn,
+                                                       .unsignaled   = !w.signaled,
+                                                       .granted      = true,
+                                                       .copy_pending = copy_pending};
+    q.req.copies_pending += copy_pending;
     mark_started(q);
     ++q.req.cur_wqe;
-    return true;
 }
 
 /// The copies of the READs a doorbell took (run_granted_read), in posting

@@ -194,6 +194,7 @@ private:
     }
     void     retire_in_place(qp &q);
     bool     run_granted_read(qp &q, const send_wqe &w);
+    void     track_granted_read(qp &q, const send_wqe &w, bool copy_pending);
     void     run_pending_copies(qp &q);
     bool     may_read_now(const qp &q, const send_wqe &w) const;
     std::span<const uint8_t> vouch_for_rvh(const qp &q, std::span<const uint8_t> payload);
