@@ -438,8 +438,9 @@ struct roce_port_test : ::testing::Test {
         ASSERT_NE(udp_port, 0);
     }
     /// Polls enough for an idle port without remote peers (it reads its
-    /// socket every 1024th poll) to have read the socket several times.
-    static constexpr int polls_to_read = 4096;
+    /// socket every alone_poll_period-th poll) to have read the socket
+    /// several times.
+    static constexpr int polls_to_read = 4 * fabric::roce_fabric::alone_poll_period;
     /// Polls until a frame arrives or polls_to_read polls passed.
     void poll_some()
     {
@@ -719,8 +720,8 @@ TEST_F(roce_port_test, a_quiet_device_reads_its_socket_long_after_the_last_datag
 {
     // A quiet device asks frame_waiting() before each poll (device::
     // idle_call) and polls only when told. Long after its last datagram
-    // the port reads its socket every 32nd time (every 1024th while it has
-    // no remote peer, as here): that turn must reach a poll. (Both calls took turns from one count: the turn always fell to
+    // the port reads its socket every 32nd time (every alone_poll_period-th
+    // while it has no remote peer, as here): that turn must reach a poll. (Both calls took turns from one count: the turn always fell to
     // frame_waiting(), the poll after it never read the socket, and the
     // peers' retries ran out; seen as "transport retry counter exceeded"
     // across hosts at 5 % loss.)
@@ -742,18 +743,21 @@ TEST_F(roce_port_test, a_quiet_device_reads_its_socket_long_after_the_last_datag
 TEST_F(roce_port_test, a_port_reads_its_socket_seldom_until_it_has_a_remote_peer)
 {
     // A single-host job's port has no remote peer: a system call every
-    // 32nd poll added a third to its 8-byte MPI latency, so it reads the
-    // socket every 1024th poll (a fresh port is cold: the count starts at
-    // its first poll). Once a peer on another host is known, every 32nd
-    // while quiet, as a peer's next message must not wait long.
+    // 32nd poll added a third to its 8-byte MPI latency, one every 1024th
+    // still 8 %, so it reads the socket every alone_poll_period-th poll (a
+    // fresh port is cold: the count starts at its first poll). Once a peer
+    // on another host is known, every 32nd while quiet, as a peer's next
+    // message must not wait long.
+    constexpr uint32_t alone = fabric::roce_fabric::alone_poll_period;
+    static_assert(alone > 1024);
     other.send_to(udp_port, datagram_from_other(send_only(0x42, {1, 2, 3, 4})));
     usleep(1000);   // in the socket's queue before the first poll
-    for (int i = 1; i < 1024; ++i) {
+    for (uint32_t i = 1; i < alone; ++i) {
         (void)port->poll(sink, 16);
     }
-    EXPECT_TRUE(sink.got.empty()) << "the socket was read before its 1024th poll";
+    EXPECT_TRUE(sink.got.empty()) << "the socket was read before its " << alone << "th poll";
     (void)port->poll(sink, 16);
-    ASSERT_EQ(sink.got.size(), 1u) << "the socket was not read at its 1024th poll";
+    ASSERT_EQ(sink.got.size(), 1u) << "the socket was not read at its " << alone << "th poll";
     for (int i = 0; i < (1 << 15); ++i) {   // cold again, now with a peer
         (void)port->poll(sink, 16);
     }
@@ -770,7 +774,7 @@ TEST_F(roce_port_test, the_poll_after_a_wake_up_reads_the_socket)
     // A sleeper (the device's thread, or a UCT process in interrupt mode)
     // arms the port and sleeps until its socket is readable; the poll it
     // then makes must read the socket, whose turn a quiet port otherwise
-    // takes every 1024th poll (no remote peer) or 32nd. The device's
+    // takes every alone_poll_period-th poll (no remote peer) or 32nd. The device's
     // thread, woken by a rendezvous RTS, yielded between its idle polls
     // and waited for them: the RTS waited for the application's next MPI
     // call.

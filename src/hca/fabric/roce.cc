@@ -380,8 +380,12 @@ private:
     /// many polls; and every alone_period-th poll while it has none (a
     /// single-host job): one system call every 32 polls added a third to
     /// an 8-byte MPI ping-pong on the host (0.59-0.88 us against
-    /// 0.33-0.45 us with UCX_MLX4X_NETDEV=none), while a first datagram
-    /// (a CM REQ from a new peer) can wait tens of microseconds. With a
+    /// 0.33-0.45 us with UCX_MLX4X_NETDEV=none), and one every 1,024
+    /// still 8 % where the cores share a cache (0.25 against 0.23 us; a
+    /// call of ~1 us per 1,024 idle polls of ~30 ns, and a message that
+    /// comes during it waits), while a first datagram (a CM REQ from a new
+    /// peer, which the CM sends again after milliseconds) can wait the
+    /// ~0.5 ms of 16,384 idle polls (docs/benchmarks.md, session 57). With a
     /// packet socket, every alone_period-th poll too: the ring, read every
     /// poll, takes the lone datagrams, and the socket's next one (a GSO
     /// batch's, a CM MAD, a peer's without a packet socket) makes it hot.
@@ -400,9 +404,8 @@ private:
         return (fab_.neighbours_.size() && !link_) || (idle_tick_ & (alone_period - 1)) == 0;
     }
     static constexpr uint32_t hot_polls    = 1u << 14;
-    static constexpr uint32_t idle_period  = 32;
-    static constexpr uint32_t alone_period = 1024;
-    static_assert(alone_period % idle_period == 0, "an alone turn is an idle turn");
+    static constexpr uint32_t idle_period  = roce_fabric::idle_poll_period;
+    static constexpr uint32_t alone_period = roce_fabric::alone_poll_period;
 
     /// A frame of `len` bytes (LRH first, no pad) to a remote port: the
     /// peer it goes to, and its datagram's length (BTH through ICRC) and

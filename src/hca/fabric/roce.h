@@ -99,6 +99,13 @@ public:
     roce_fabric(std::unique_ptr<fabric> local, options o);
     ~roce_fabric() override;
 
+    /// A quiet port reads its UDP socket every idle_poll_period-th poll
+    /// while its process has remote peers, every alone_poll_period-th while
+    /// it has none (a single-host job; the why: roce_port::udp_due()).
+    static constexpr uint32_t idle_poll_period  = 32;
+    static constexpr uint32_t alone_poll_period = 1u << 14;
+    static_assert(alone_poll_period % idle_poll_period == 0, "an alone turn is an idle turn");
+
     /// A port of the local fabric with a UDP socket of its own.
     result<std::unique_ptr<port>> attach() override;
     uint64_t fabric_id() const override { return local_->fabric_id(); }
