@@ -721,7 +721,8 @@ TEST_F(roce_port_test, a_quiet_device_reads_its_socket_long_after_the_last_datag
     // A quiet device asks frame_waiting() before each poll (device::
     // idle_call) and polls only when told. Long after its last datagram
     // the port reads its socket every 32nd time (every alone_poll_period-th
-    // while it has no remote peer, as here): that turn must reach a poll. (Both calls took turns from one count: the turn always fell to
+    // while it has no remote peer, as here): that turn must reach a poll.
+    // (Both calls took turns from one count: the turn always fell to
     // frame_waiting(), the poll after it never read the socket, and the
     // peers' retries ran out; seen as "transport retry counter exceeded"
     // across hosts at 5 % loss.)
@@ -774,10 +775,10 @@ TEST_F(roce_port_test, the_poll_after_a_wake_up_reads_the_socket)
     // A sleeper (the device's thread, or a UCT process in interrupt mode)
     // arms the port and sleeps until its socket is readable; the poll it
     // then makes must read the socket, whose turn a quiet port otherwise
-    // takes every alone_poll_period-th poll (no remote peer) or 32nd. The device's
-    // thread, woken by a rendezvous RTS, yielded between its idle polls
-    // and waited for them: the RTS waited for the application's next MPI
-    // call.
+    // takes every alone_poll_period-th poll (no remote peer) or 32nd. The
+    // device's thread, woken by a rendezvous RTS, yielded between its idle
+    // polls and waited for them: the RTS waited for the application's next
+    // MPI call.
     for (int i = 0; i < (1 << 15); ++i) {   // cold: no datagram for long
         (void)port->poll(sink, 16);
     }

@@ -381,11 +381,11 @@ private:
     /// single-host job): one system call every 32 polls added a third to
     /// an 8-byte MPI ping-pong on the host (0.59-0.88 us against
     /// 0.33-0.45 us with UCX_MLX4X_NETDEV=none), and one every 1,024
-    /// still 8 % where the cores share a cache (0.25 against 0.23 us; a
-    /// call of ~1 us per 1,024 idle polls of ~30 ns, and a message that
-    /// comes during it waits), while a first datagram (a CM REQ from a new
-    /// peer, which the CM sends again after milliseconds) can wait the
-    /// ~0.5 ms of 16,384 idle polls (docs/benchmarks.md, session 57). With a
+    /// still 8-10 % (0.68 against 0.61 us; a call of ~1 us per 1,024 idle
+    /// polls of ~30 ns, and a message that comes during it waits), while
+    /// a first datagram (a CM REQ from a new peer, which the CM sends again
+    /// after milliseconds) can wait the ~0.5 ms of 16,384 idle polls
+    /// (docs/benchmarks.md, session 57). With a
     /// packet socket, every alone_period-th poll too: the ring, read every
     /// poll, takes the lone datagrams, and the socket's next one (a GSO
     /// batch's, a CM MAD, a peer's without a packet socket) makes it hot.
