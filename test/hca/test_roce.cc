@@ -745,7 +745,7 @@ TEST_F(roce_port_test, a_port_reads_its_socket_seldom_until_it_has_a_remote_peer
 {
     // A single-host job's port has no remote peer: a system call every
     // 32nd poll added a third to its 8-byte MPI latency, one every 1024th
-    // still 8 %, so it reads the socket every alone_poll_period-th poll (a
+    // still 8-10 %, so it reads the socket every alone_poll_period-th poll (a
     // fresh port is cold: the count starts at its first poll). Once a peer
     // on another host is known, every 32nd while quiet, as a peer's next
     // message must not wait long.

@@ -264,7 +264,7 @@ public:
     /// A turn of the socket that falls to this call is kept for the
     /// poll() it tells the device to make: a quiet device asks here before
     /// every poll, and when both took turns from the same count, the
-    /// socket's every idle_period-th turn always fell to this call, the
+    /// socket's every idle_poll_period-th turn always fell to this call, the
     /// poll after it never read the socket, and a process that had been
     /// without datagrams for hot_polls never read one again (its peers'
     /// retries ran out).
@@ -373,39 +373,38 @@ private:
         return !rx_cur_.empty() || rx_next_ < rx_count_ || (link_ && link_->ready());
     }
     /// Whether this poll reads the socket. Every time while datagrams came
-    /// recently; otherwise every idle_period-th poll while this process
-    /// has remote peers, so that a process whose traffic is all on its host
-    /// for now pays one system call per idle_period polls of its
-    /// shared-memory ring and a remote peer's next message waits only that
-    /// many polls; and every alone_period-th poll while it has none (a
-    /// single-host job): one system call every 32 polls added a third to
-    /// an 8-byte MPI ping-pong on the host (0.59-0.88 us against
-    /// 0.33-0.45 us with UCX_MLX4X_NETDEV=none), and one every 1,024
-    /// still 8-10 % (0.68 against 0.61 us; a call of ~1 us per 1,024 idle
-    /// polls of ~30 ns, and a message that comes during it waits), while
-    /// a first datagram (a CM REQ from a new peer, which the CM sends again
-    /// after milliseconds) can wait the ~0.5 ms of 16,384 idle polls
-    /// (docs/benchmarks.md, session 57). With a
-    /// packet socket, every alone_period-th poll too: the ring, read every
-    /// poll, takes the lone datagrams, and the socket's next one (a GSO
-    /// batch's, a CM MAD, a peer's without a packet socket) makes it hot.
-    /// At every 32nd poll, an 8-byte ping-pong across hosts made 1.4
-    /// recvmmsg calls per message, and a datagram that reached the ring
-    /// during one waited for it to end.
+    /// recently; otherwise every idle_poll_period-th poll while this
+    /// process has remote peers, so that a process whose traffic is all on
+    /// its host for now pays one system call per idle_poll_period polls of
+    /// its shared-memory ring and a remote peer's next message waits only
+    /// that many polls; and every alone_poll_period-th poll while it has
+    /// none (a single-host job): one system call every 32 polls added a
+    /// third to an 8-byte MPI ping-pong on the host (0.59-0.88 us against
+    /// 0.33-0.45 us with UCX_MLX4X_NETDEV=none), and one every 1,024 still
+    /// 8-10 % (0.68 against 0.61 us; a call of ~1 us per 1,024 idle polls
+    /// of ~30 ns, and a message that comes during it waits), while a first
+    /// datagram (a CM REQ from a new peer, which the CM sends again after
+    /// milliseconds) can wait the ~0.5 ms of 16,384 idle polls
+    /// (docs/benchmarks.md, session 57). With a packet socket, every
+    /// alone_poll_period-th poll too: the ring, read every poll, takes the
+    /// lone datagrams, and the socket's next one (a GSO batch's, a CM MAD,
+    /// a peer's without a packet socket) makes it hot. At every 32nd poll,
+    /// an 8-byte ping-pong across hosts made 1.4 recvmmsg calls per
+    /// message, and a datagram that reached the ring during one waited for
+    /// it to end.
     bool udp_due() const
     {
         if (polls_since_datagram_ < hot_polls) {
             ++polls_since_datagram_;
             return true;
         }
-        if ((++idle_tick_ & (idle_period - 1)) != 0) {
+        if ((++idle_tick_ & (idle_poll_period - 1)) != 0) {
             return false;   // the idle poll's common answer: no neighbour lookup
         }
-        return (fab_.neighbours_.size() && !link_) || (idle_tick_ & (alone_period - 1)) == 0;
+        return (fab_.neighbours_.size() && !link_) ||
+               (idle_tick_ & (alone_poll_period - 1)) == 0;
     }
     static constexpr uint32_t hot_polls    = 1u << 14;
-    static constexpr uint32_t idle_period  = roce_fabric::idle_poll_period;
-    static constexpr uint32_t alone_period = roce_fabric::alone_poll_period;
 
     /// A frame of `len` bytes (LRH first, no pad) to a remote port: the
     /// peer it goes to, and its datagram's length (BTH through ICRC) and
