@@ -8,6 +8,7 @@
 #include "hca/fabric/roce.h"
 #include "hca/fabric/shm_fabric.h"
 #include "hca/fabric/shm_region.h"
+#include "hca/base/page_table.h"
 #include "hca/base/process.h"
 
 #include <gtest/gtest.h>
@@ -1110,6 +1111,36 @@ TEST_F(shm_test, frame_written_in_place_arrives_intact_and_a_full_ring_pushes_ba
     ASSERT_EQ((*tx)->reserve(lid, hdr.size(), slot), status::ok);
     std::memcpy(slot.data, hdr.data(), hdr.size());
     ASSERT_EQ((*tx)->commit(slot), status::ok);
+}
+
+// A process's first frame to a ring's owner enters the whole ring into its
+// page table: the first lap of a ring otherwise takes a fault per frame
+// (a write to a shared mapping gets no fault-around), a job's first ~128
+// round trips (docs/benchmarks.md, "First messages of a job").
+TEST_F(shm_test, the_first_frame_to_an_owner_maps_its_whole_ring)
+{
+    auto f1 = shm_fabric::open(name);
+    auto f2 = shm_fabric::open(name);   // a second mapping, as another process
+    ASSERT_TRUE(f1.ok() && f2.ok());
+    auto rx = (*f2)->attach(), tx = (*f1)->attach();
+    ASSERT_TRUE(rx.ok() && tx.ok());
+    uint16_t lid = (*rx)->lid();
+    auto     hdr = frame_to(lid);
+
+    fabric::frame_slot slot;
+    ASSERT_EQ((*tx)->reserve(lid, hdr.size(), slot), status::ok);
+    // The slot is the ring's first, in f1's mapping: the rest of the ring
+    // lies behind it.
+    auto *first = reinterpret_cast<fabric::shm::slot *>(slot.data -
+                                                        offsetof(fabric::shm::slot, data));
+    const fabric::shm::slot *last = first + fabric::shm::ring_slots - 1;
+    EXPECT_TRUE(page_mapped(&last->seq));
+    EXPECT_TRUE(page_mapped(last->data + sizeof(last->data) - 1));
+    std::memcpy(slot.data, hdr.data(), hdr.size());
+    ASSERT_EQ((*tx)->commit(slot), status::ok);
+
+    keep_frames sink;
+    EXPECT_EQ((*rx)->poll(sink, 16), 1u);   // the touch changed no slot
 }
 
 // ---- multicast -----------------------------------------------------------------

@@ -699,6 +699,7 @@ result<std::unique_ptr<port>> shm_fabric::attach_locked()
         auto probe = std::make_unique<uint64_t>(e.port_guid);
         e.probe_va = reinterpret_cast<uintptr_t>(probe.get());
         ring &r = rings(h)[i];
+        map_ring(r);
         for (uint32_t sl = 0; sl < ring_slots; ++sl) {
             r.slots[sl].seq.store(sl, std::memory_order_relaxed);
         }

@@ -60,11 +60,13 @@ protected:
     }
     ~producer() = default;
 
-    /// reserve() with the producer's view `v` of the owner's head; a full
-    /// ring is unreachable instead of no_resource when `check_gone` finds
-    /// its owner dead.
+    /// reserve() with the producer's view `v` of the owner's head.
+    /// `lasting`: `v` is the port's own view of this destination (seen_),
+    /// kept from frame to frame: a new owner's ring is mapped in
+    /// (map_ring()), and a full ring is unreachable instead of no_resource
+    /// when owner_gone() finds its owner dead; a one-off view does neither.
     [[gnu::always_inline]] status claim(uint16_t dlid, size_t len, frame_slot &f,
-                                        owner_view &v, bool check_gone)
+                                        owner_view &v, bool lasting)
     {
         if (len > slot_data_size) {
             return status::unreachable;
@@ -75,8 +77,8 @@ protected:
             return status::unreachable;
         }
         ring &r = rings_[dlid - 1];
-        if (v.generation != e.generation) {
-            v = {e.generation, r.head.load(std::memory_order_acquire)};   // a new owner
+        if (v.generation != e.generation) [[unlikely]] {
+            meet_owner(v, e, r, lasting);
         }
         uint64_t tail = r.tail.load(std::memory_order_relaxed);
         uint64_t pos;
@@ -91,8 +93,8 @@ protected:
                 v.head = r.head.load(std::memory_order_acquire);
                 if (pos - v.head >= ring_slots) {
                     // Full: back-pressure, unless nobody will ever drain it.
-                    return check_gone && owner_gone(dlid, e) ? status::unreachable
-                                                             : status::no_resource;
+                    return lasting && owner_gone(dlid, e) ? status::unreachable
+                                                          : status::no_resource;
                 }
             }
             // The claim also takes the owner's armed bit: exactly one
@@ -105,6 +107,17 @@ protected:
              (tail & ring_tail_armed) != 0};
         prefetch_for_write(&r.slots[(pos + prefetch_ahead) & (ring_slots - 1)]);
         return status::ok;
+    }
+
+    /// A view of a new owner (or of the first frame to it): its generation
+    /// and head, and, for a lasting view, its ring in our page table.
+    [[gnu::cold, gnu::noinline]] static void meet_owner(owner_view &v, const port_entry &e,
+                                                        ring &r, bool lasting)
+    {
+        v = {e.generation, r.head.load(std::memory_order_acquire)};
+        if (lasting) {
+            map_ring(r);
+        }
     }
 
     /// Makes a claimed slot's frame visible to the ring's owner. While a

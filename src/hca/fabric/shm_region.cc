@@ -3,6 +3,7 @@
 // recognising this build's layout, and telling whether anyone still owns a
 // port (shm_region.h).
 #include "hca/fabric/shm_region.h"
+#include "hca/base/page_table.h"
 #include "hca/base/process.h"
 
 #include <chrono>
@@ -56,6 +57,14 @@ void init_region(region_header *h)
     // Publish: a reader that sees the magic sees an initialised header.
     std::atomic_ref<uint64_t>(h->magic).store(region_magic,
                                               std::memory_order_release);
+}
+
+void map_ring(ring &r)
+{
+    (void)map_for_writing(&r, sizeof(r));
+    for (slot &s : r.slots) {
+        s.seq.fetch_or(0, std::memory_order_relaxed);
+    }
 }
 
 bool layout_matches(const region_header *h)
