@@ -22,6 +22,11 @@
  *            MPI_Get of 8 bytes, each with MPI_Win_flush, one at a time
  *            "# Op  Ops  Median (us)  p99 (us)  Max (us)"; run it with
  *            --mca osc ucx (on one node Open MPI otherwise maps the window).
+ *   first    a job's first 1,024 ping-pongs of 8 bytes, from the first
+ *            message after MPI_Init (no warm-up, no barrier): what a short
+ *            job pays for a transport's first use of its memory. The mean
+ *            of each block of 128 in comment lines, then the mean of all
+ *            "# Size  Latency (us)" as one row of size 8.
  *   allreduce MPI_Allreduce of SIZE/4 floats (sum), as osu_allreduce
  *   alltoall  MPI_Alltoall of SIZE bytes to each rank, as osu_alltoall
  *   bcast     MPI_Bcast of SIZE bytes from rank 0, as osu_bcast
@@ -48,7 +53,7 @@
 
 #define WINDOW 64
 
-enum mode { M_LAT, M_BW, M_BIBW, M_MR, M_OVERLAP, M_PASSIVE,
+enum mode { M_LAT, M_BW, M_BIBW, M_MR, M_OVERLAP, M_PASSIVE, M_FIRST,
             M_ALLREDUCE, M_ALLTOALL, M_BCAST };
 
 static int rank, nranks, peer, quick, distinct;
@@ -320,8 +325,39 @@ static void overlap(size_t size, double per_us, double out[4])
 
 static void usage(void)
 {
-    fprintf(stderr, "usage: mpi_bench lat|bw|bibw|mr|overlap|passive|allreduce|alltoall|bcast "
+    fprintf(stderr, "usage: mpi_bench lat|bw|bibw|mr|overlap|passive|first|allreduce|alltoall|bcast "
             "[-q] [-m MIN] [-M MAX]\n");
+}
+
+/* Mode first: the half round trips of a job's first ping-pongs, each block
+ * of FIRST_BLOCK timed on its own. */
+enum { FIRST_ROUNDS = 1024, FIRST_BLOCK = 128 };
+
+static void first(void)
+{
+    static double t[FIRST_ROUNDS + 1];
+    for (int i = 0; i < FIRST_ROUNDS; ++i) {
+        t[i] = MPI_Wtime();
+        if (rank == 0) {
+            MPI_Send(sbuf, 8, MPI_BYTE, peer, 1, MPI_COMM_WORLD);
+            MPI_Recv(rbuf, 8, MPI_BYTE, peer, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        } else {
+            MPI_Recv(rbuf, 8, MPI_BYTE, peer, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+            MPI_Send(sbuf, 8, MPI_BYTE, peer, 1, MPI_COMM_WORLD);
+        }
+    }
+    t[FIRST_ROUNDS] = MPI_Wtime();
+    if (rank != 0) {
+        return;
+    }
+    printf("# mpi_bench: a job's first %d 8-byte round trips, no warm-up\n", FIRST_ROUNDS);
+    printf("# Round trips      Latency (us, half round trip)\n");
+    for (int b = 0; b < FIRST_ROUNDS; b += FIRST_BLOCK) {
+        printf("# %4d-%-4d %18.2f\n", b + 1, b + FIRST_BLOCK,
+               (t[b + FIRST_BLOCK] - t[b]) / FIRST_BLOCK / 2 * 1e6);
+    }
+    printf("%-10s%18s\n", "# Size", "Latency (us)");
+    printf("%-10d%18.2f\n", 8, (t[FIRST_ROUNDS] - t[0]) / FIRST_ROUNDS / 2 * 1e6);
 }
 
 static void print_ops(const char *op, double *v, int n)
@@ -416,6 +452,9 @@ int main(int argc, char **argv)
         max = 16u << 20;
     } else if (!strcmp(argv[1], "passive")) {
         m = M_PASSIVE;
+    } else if (!strcmp(argv[1], "first")) {
+        m = M_FIRST;
+        max = 8;
     } else if (!strcmp(argv[1], "allreduce") || !strcmp(argv[1], "alltoall") ||
                !strcmp(argv[1], "bcast")) {
         m = argv[1][1] == 'l' ? (argv[1][3] == 'r' ? M_ALLREDUCE : M_ALLTOALL) : M_BCAST;
@@ -470,6 +509,11 @@ int main(int argc, char **argv)
     }
     memset(sbuf, 0, room);   /* zero: floats the allreduce may add */
     memset(rbuf, 'b', rroom);
+    if (m == M_FIRST) {
+        first();
+        MPI_Finalize();
+        return 0;
+    }
     if (m == M_PASSIVE) {
         if (rank == 0) {
             printf("# mpi_bench: passive-target RMA to a computing rank (8 B, flushed one by one)\n");
@@ -506,7 +550,8 @@ int main(int argc, char **argv)
             printf("%-10s%18s%18s%18s%14s\n", "# Size", "Transfer (us)",
                    "Compute (us)", "Total (us)", "Overlap (%)");
             break;
-        case M_PASSIVE:   /* passive() printed its own */
+        case M_PASSIVE:   /* passive() and first() print their own */
+        case M_FIRST:
             break;
         case M_ALLREDUCE:
         case M_ALLTOALL:
@@ -553,6 +598,7 @@ int main(int argc, char **argv)
                        r[2], r[3]);
             }
             break;
+        case M_FIRST:
         case M_PASSIVE:
             break;
         case M_ALLREDUCE:
