@@ -142,7 +142,9 @@ static ucs_config_field_t uct_mlx4x_iface_config_table[] = {
     {"RX_QUEUE_LEN", "1024",
      "Receive buffers (of SEG_SIZE bytes) in the interface's shared receive\n"
      "queue, which every connection receives from; rounded up to a power of\n"
-     "two, one of them the queue's spare entry (each entry keeps its buffer).",
+     "two, one of them the queue's spare entry (each entry keeps its buffer).\n"
+     "All of them are allocated and touched when the interface opens\n"
+     "(16 MiB by default), not by the first messages.",
      ucs_offsetof(uct_mlx4x_iface_config_t, rx_queue_len), UCS_CONFIG_TYPE_UINT},
 
     {"MAX_INLINE", "220",
