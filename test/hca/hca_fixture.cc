@@ -1,7 +1,10 @@
 // SPDX-License-Identifier: BSD-3-Clause
 #include "hca_fixture.h"
+#include "hca/base/page_table.h"
 
 #include <cstring>
+#include <sys/mman.h>
+#include <unistd.h>
 
 namespace mlx4x::test {
 
@@ -238,6 +241,18 @@ void rc_pair::start(const drv::qp_caps &caps, drv::rc_connect_attr attr,
         a.qp->use_send_area(*send_area_of_a);
     }
     ASSERT_NO_FATAL_FAILURE(connect_pair(a, b, attr, access));
+}
+
+bool can_map_ahead()
+{
+    size_t page = size_t(sysconf(_SC_PAGESIZE));
+    void  *p    = mmap(nullptr, page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) {
+        return false;
+    }
+    bool can = map_for_writing(p, page) && page_mapped(p);
+    munmap(p, page);
+    return can;
 }
 
 } // namespace mlx4x::test

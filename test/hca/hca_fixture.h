@@ -54,6 +54,12 @@ long check_pattern(const void *buf, size_t len, uint32_t seed);
 /// "wr_id:status" list, for assertion messages.
 std::string dump(const std::vector<drv::wc> &wcs);
 
+/// Whether this kernel enters pages ahead of their use (MADV_POPULATE_WRITE,
+/// Linux 5.14) and shows the process its page table's present bits
+/// (/proc/self/pagemap): the tests of pages mapped ahead
+/// (base/page_table.h) skip where it does not.
+bool can_map_ahead();
+
 /// Captures log lines (tests that check error reporting).
 struct log_capture {
     log_capture();

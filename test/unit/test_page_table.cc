@@ -2,6 +2,7 @@
 // Pages entered into the page table ahead of their first use
 // (base/page_table.h): the receive buffers and the fabric's rings, whose
 // first faults otherwise fall on a job's first messages.
+#include "../hca/hca_fixture.h"
 #include "hca/base/page_table.h"
 
 #include <gtest/gtest.h>
@@ -31,6 +32,9 @@ struct fresh_pages {
 
 TEST(page_table, a_fresh_page_is_not_mapped_until_touched)
 {
+    if (!can_map_ahead()) {
+        GTEST_SKIP() << "no MADV_POPULATE_WRITE or no /proc/self/pagemap";
+    }
     fresh_pages m(2);
     ASSERT_NE(m.p, nullptr);
     EXPECT_FALSE(page_mapped(m.page(0)));
@@ -41,6 +45,9 @@ TEST(page_table, a_fresh_page_is_not_mapped_until_touched)
 
 TEST(page_table, map_for_writing_enters_every_page_of_the_range)
 {
+    if (!can_map_ahead()) {
+        GTEST_SKIP() << "no MADV_POPULATE_WRITE or no /proc/self/pagemap";
+    }
     fresh_pages m(16);
     ASSERT_NE(m.p, nullptr);
     // An unaligned start and end: the pages they fall in count.
@@ -52,6 +59,9 @@ TEST(page_table, map_for_writing_enters_every_page_of_the_range)
 
 TEST(page_table, first_touch_maps_every_page_and_keeps_its_bytes)
 {
+    if (!can_map_ahead()) {
+        GTEST_SKIP() << "no MADV_POPULATE_WRITE or no /proc/self/pagemap";
+    }
     fresh_pages m(8);
     ASSERT_NE(m.p, nullptr);
     m.page(3)[0] = 0x5a;   // one page in use already
