@@ -14,12 +14,16 @@
 namespace mlx4x::test {
 namespace {
 
-/// Fresh anonymous pages, none of them touched.
+/// Fresh anonymous pages, none of them touched, each faulted in alone
+/// (no huge page of any size, whatever the machine's settings).
 struct fresh_pages {
     explicit fresh_pages(size_t n) : len(n * size_t(sysconf(_SC_PAGESIZE)))
     {
         void *m = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
         p = m == MAP_FAILED ? nullptr : static_cast<uint8_t *>(m);
+        if (p) {
+            (void)madvise(p, len, MADV_NOHUGEPAGE);
+        }
     }
     ~fresh_pages()
     {
