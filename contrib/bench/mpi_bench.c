@@ -98,6 +98,18 @@ static int skip_for(int iters)
     return iters / 10 > 1 ? iters / 10 : 1;
 }
 
+/* One round trip of `size` bytes: rank 0 sends first. */
+static void ping_pong(size_t size)
+{
+    if (rank == 0) {
+        MPI_Send(sbuf, (int)size, MPI_BYTE, peer, 1, MPI_COMM_WORLD);
+        MPI_Recv(rbuf, (int)size, MPI_BYTE, peer, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    } else {
+        MPI_Recv(rbuf, (int)size, MPI_BYTE, peer, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        MPI_Send(sbuf, (int)size, MPI_BYTE, peer, 1, MPI_COMM_WORLD);
+    }
+}
+
 static double lat(size_t size)
 {
     int iters = iters_for(M_LAT, size), skip = skip_for(iters);
@@ -108,15 +120,7 @@ static double lat(size_t size)
         if (i == skip) {
             t0 = MPI_Wtime();
         }
-        if (rank == 0) {
-            MPI_Send(sbuf, (int)size, MPI_BYTE, peer, 1, MPI_COMM_WORLD);
-            MPI_Recv(rbuf, (int)size, MPI_BYTE, peer, 1, MPI_COMM_WORLD,
-                     MPI_STATUS_IGNORE);
-        } else {
-            MPI_Recv(rbuf, (int)size, MPI_BYTE, peer, 1, MPI_COMM_WORLD,
-                     MPI_STATUS_IGNORE);
-            MPI_Send(sbuf, (int)size, MPI_BYTE, peer, 1, MPI_COMM_WORLD);
-        }
+        ping_pong(size);
     }
     return (MPI_Wtime() - t0) * 1e6 / iters / 2;
 }
@@ -338,13 +342,7 @@ static void first(void)
     static double t[FIRST_ROUNDS + 1];
     for (int i = 0; i < FIRST_ROUNDS; ++i) {
         t[i] = MPI_Wtime();
-        if (rank == 0) {
-            MPI_Send(sbuf, 8, MPI_BYTE, peer, 1, MPI_COMM_WORLD);
-            MPI_Recv(rbuf, 8, MPI_BYTE, peer, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-        } else {
-            MPI_Recv(rbuf, 8, MPI_BYTE, peer, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-            MPI_Send(sbuf, 8, MPI_BYTE, peer, 1, MPI_COMM_WORLD);
-        }
+        ping_pong(8);
     }
     t[FIRST_ROUNDS] = MPI_Wtime();
     if (rank != 0) {

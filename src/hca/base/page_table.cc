@@ -24,8 +24,9 @@ bool map_for_writing(void *p, size_t len)
 void first_touch(void *p, size_t len)
 {
     (void)map_for_writing(p, len);
-    auto *bytes = static_cast<volatile unsigned char *>(p);
-    for (size_t at = 0; at < len; at += page_size()) {
+    auto        *bytes = static_cast<volatile unsigned char *>(p);
+    const size_t page  = page_size();
+    for (size_t at = 0; at < len; at += page) {
         bytes[at] = bytes[at];
     }
 }
