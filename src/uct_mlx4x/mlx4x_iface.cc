@@ -9,6 +9,7 @@
 #include "hca/base/page_table.h"
 #include "hca/ib/ib_mad.h"
 
+#include <algorithm>
 #include <bit>
 #include <chrono>
 #include <sched.h>
@@ -196,9 +197,9 @@ status interface::init_receive_queue(bool tm)
     // The buffers are taken in order, 128 of the default 16 KiB to a 2 MiB
     // huge page, and each page's first fault (~0.3 ms; 7 ms when the
     // kernel compacted memory for it) stalled the message that touched it:
-    // all of them here instead, before any is posted (docs/benchmarks.md,
-    // "First messages of a job").
-    first_touch(rx_bufs_.base, size_t(rx_bufs) * seg_size_);
+    // all of them here instead, before any is posted, up to
+    // rx_first_touch_max (docs/benchmarks.md, "First messages of a job").
+    first_touch(rx_bufs_.base, std::min(size_t(rx_bufs) * seg_size_, rx_first_touch_max));
     for (uint32_t i = 0; i < rx_bufs - 1; ++i) {
         if (status s = post_rx(i); s != status::ok) {
             return s;

@@ -33,6 +33,11 @@ constexpr size_t max_rdma_zcopy = size_t{1} << 30;
 constexpr unsigned max_am_zcopy_hdr = 128;
 /// Largest user header of a rendezvous (after the tmh and rvh).
 constexpr unsigned max_rndv_hdr = 128;
+/// Receive buffers touched when the interface opens, at most (the
+/// default queue's 16 MiB four times over); beyond, as their first
+/// messages use them. RX_QUEUE_LEN x SEG_SIZE may name 16 GiB, which
+/// touched at once made `ucx_info -d` take 28 s and 16 GiB.
+constexpr size_t rx_first_touch_max = size_t{64} << 20;
 
 /// Every SEND starts with a tmh opcode byte (ib::tmh_opcode), so tagged
 /// and untagged messages share one receive queue: an active message is

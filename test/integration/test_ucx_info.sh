@@ -42,6 +42,18 @@ echo "$out" | grep -q "invalid UCX_MLX4X_SEG_SIZE" \
 out=$(UCX_MLX4X_RETRY_COUNT=8 timeout 60 "$RUN" ucx_info -u t -e 2>&1)
 echo "$out" | grep -q "invalid UCX_MLX4X_TIMEOUT/RETRY_COUNT/RNR_RETRY_COUNT" \
     && ok "RETRY_COUNT=8 refused with a message" || fail "RETRY_COUNT=8 not refused"
+# A receive queue as large as RX_QUEUE_LEN x SEG_SIZE allow (16 GiB) is
+# touched at open only up to its first 64 MiB (uct::rx_first_touch_max):
+# touched whole, `ucx_info -d` took 28 s and 16 GiB. Its peak resident
+# size, from getrusage, stays under 1 GiB.
+kb=$(UCX_MLX4X_SEG_SIZE=1M UCX_MLX4X_RX_QUEUE_LEN=16384 python3 -c '
+import resource, subprocess, sys
+out = subprocess.run(sys.argv[1:], capture_output=True, text=True).stdout
+print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss if "Transport: mlx4x" in out else -1)
+' timeout 60 "$RUN" ucx_info -d)
+[ "${kb:--1}" -ge 0 ] && [ "$kb" -lt 1048576 ] \
+    && ok "RX_QUEUE_LEN=16384 x SEG_SIZE=1M opens touching a bounded part (peak $kb KiB)" \
+    || fail "RX_QUEUE_LEN=16384 x SEG_SIZE=1M: peak resident $kb KiB (-1: no mlx4x device)"
 # TM_EAGER_SEGS: the receive buffers an unexpected tagged message may fill
 # travel in a byte of the SRQ's context (prm::srqc_tm_msg_wqes).
 for v in 0 256; do
