@@ -75,6 +75,13 @@ status interface::check_config() const
         MLX4X_ERROR("invalid UCX_MLX4X_SEG_SIZE/TX_QUEUE_LEN/RX_QUEUE_LEN");
         return status::invalid_param;
     }
+    // The SRQ holds RX_QUEUE_LEN rounded up to a power of two (rx_buffers()):
+    // above the device's largest SRQ nothing can hold it, and above 2^31 no
+    // such power exists in 32 bits.
+    if (uint32_t max = 1u << md_.ctx().caps().log_max_srq_sz; cfg_.rx_queue_len > max) {
+        MLX4X_ERROR("invalid UCX_MLX4X_RX_QUEUE_LEN %u: at most %u", cfg_.rx_queue_len, max);
+        return status::invalid_param;
+    }
     if (cfg_.tm_eager_segs < 1 || cfg_.tm_eager_segs > prm::max_tm_msg_wqes) {
         MLX4X_ERROR("UCX_MLX4X_TM_EAGER_SEGS must be 1..%u", prm::max_tm_msg_wqes);
         return status::invalid_param;
@@ -125,23 +132,22 @@ status interface::init(const uct_iface_params_t &params)
         MLX4X_ERROR("invalid AM alignment %zu: must be a power of two", align);
         return status::invalid_param;
     }
-    // The send CQ covers every WQE in flight on every endpoint: a credit is
-    // taken per signalled WQE so it can never overrun.
-    auto scq = drv::cq::create(ctx(), 8192);
-    auto rcq = drv::cq::create(ctx(), 65536);
-    if (!scq.ok() || !rcq.ok()) {
-        return status::no_memory;
-    }
-    send_cq_    = scq.take();
-    recv_cq_    = rcq.take();
-    tx_credits_ = send_cq_->size();
-
     bool tm = cfg_.tm_enable && (params.field_mask & UCT_IFACE_PARAM_FIELD_HW_TM_EAGER_CB) &&
               (params.field_mask & UCT_IFACE_PARAM_FIELD_HW_TM_RNDV_CB);
     if (tm && (cfg_.tm_list_size == 0 || cfg_.tm_list_size > prm::max_tm_list_size)) {
         MLX4X_ERROR("UCX_MLX4X_TM_LIST_SIZE must be 1..%u", prm::max_tm_list_size);
         return status::invalid_param;
     }
+    // The send CQ covers every WQE in flight on every endpoint: a credit is
+    // taken per signalled WQE so it can never overrun.
+    auto scq = drv::cq::create(ctx(), 8192);
+    auto rcq = drv::cq::create(ctx(), recv_cq_entries(tm ? cfg_.tm_list_size : 0));
+    if (!scq.ok() || !rcq.ok()) {
+        return status::no_memory;
+    }
+    send_cq_    = scq.take();
+    recv_cq_    = rcq.take();
+    tx_credits_ = send_cq_->size();
     if (status s = init_receive_queue(tm); s != status::ok) {
         return s;
     }
@@ -173,7 +179,7 @@ status interface::init(const uct_iface_params_t &params)
 /// a power of two, so the buffers are as many.
 status interface::init_receive_queue(bool tm)
 {
-    uint32_t rx_bufs  = std::max(2u, std::bit_ceil(cfg_.rx_queue_len));
+    uint32_t rx_bufs  = rx_buffers();
     uint32_t msg_wqes = 1;   // SRQ WQEs one unexpected message may fill
     if (tm) {
         // A packet is never split between buffers: a buffer holds its
@@ -207,6 +213,18 @@ status interface::init_receive_queue(bool tm)
     }
     drv::sge spare = rx_sge(rx_bufs - 1);
     return srq_->bind_spare(rx_bufs - 1, {&spare, 1});
+}
+
+/// The receive CQ holds every completion that can be outstanding at once:
+/// one per SRQ entry (a receive, a part of an unexpected message, or its
+/// error), two per posted tagged receive (a rendezvous' tm_consumed and
+/// tm_rndv_done) and one per list operation the command QP may have in
+/// flight (`tm_list` 0: no tag matching). No more: each CQE is written at
+/// creation (its owner bit), and 65,536 of them were 2 MiB and ~10 ms of a
+/// job's start (docs/benchmarks.md, "A job's start").
+uint32_t interface::recv_cq_entries(uint32_t tm_list) const
+{
+    return std::bit_ceil(rx_buffers() + 2 * tm_list + tag_offload::max_list_ops(tm_list));
 }
 
 // ---- interrupt mode ---------------------------------------------------------

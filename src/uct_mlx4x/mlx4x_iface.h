@@ -14,6 +14,8 @@
 #include "tm/shadow_list.h"
 #include "tm/unexpected.h"
 
+#include <algorithm>
+#include <bit>
 #include <deque>
 #include <map>
 #include <memory>
@@ -118,6 +120,9 @@ struct tag_offload {
         : shadow(list_size, max_ops, sync_every) {}
     /// A NOP reports the unexpected count after this many messages.
     static constexpr uint32_t sync_every = 16;
+    /// List operations in flight at most: every posted receive may need an
+    /// APPEND and a REMOVE, plus syncs.
+    static constexpr uint32_t max_list_ops(uint32_t list_size) { return 2 * list_size + 2; }
 
     std::unique_ptr<drv::qp>  cmd;
     tm::shadow_list           shadow;
@@ -527,6 +532,10 @@ public:
 private:
     status check_config() const;
     status init_receive_queue(bool tm);
+    /// Receive buffers and SRQ entries: RX_QUEUE_LEN rounded up to a power
+    /// of two (check_config() bounds it), at least 2.
+    uint32_t rx_buffers() const { return std::max(2u, std::bit_ceil(cfg_.rx_queue_len)); }
+    uint32_t recv_cq_entries(uint32_t tm_list) const;
     unsigned upkeep();      ///< progress() beyond received messages
     unsigned poll_send();   ///< completions handled
     unsigned poll_recv();

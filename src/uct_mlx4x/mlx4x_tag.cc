@@ -329,8 +329,7 @@ void tag_offload::fail_rndvs(uint32_t qpn, ucs_status_t why)
 status interface::init_tm(const uct_iface_params_t &params)
 {
     uint32_t list = srq_->tm_list_size();
-    // Every posted receive may need an APPEND and a REMOVE, plus syncs.
-    uint32_t max_ops = 2 * list + 2;
+    uint32_t max_ops = tag_offload::max_list_ops(list);
     tm_ = std::make_unique<tag_offload>(list, max_ops);
     tm_->eager_cb  = params.eager_cb;
     tm_->eager_arg = params.eager_arg;

@@ -122,6 +122,23 @@ for segs in default 1; do
     fi
 done
 
+# A receiver that makes no MPI call for 500 ms while its peer sends 3,000
+# messages: when it calls again its device takes the frames waiting in its
+# ring in a batch, and their completions wait in the receive CQ together,
+# which holds all that can be outstanding (interface::recv_cq_entries).
+# With a CQ of 64 CQEs it overran and the job failed.
+out=$(timeout 120 mpirun --allow-run-as-root --oversubscribe -np 2 \
+    -x UCX_MLX4X_FABRIC -x MLX4X_LIB -x UCX_MLX4X_COUNTERS=y \
+    "$RUN" "$top_builddir/test/mpi/mpi_unexpected_flood" 2>&1); rc=$?
+overruns=$(echo "$out" | awk '$1 == "cq_overruns" { t += $2 } END { print t + 0 }')
+if [ $rc -eq 0 ] && echo "$out" | grep -q "^# unexpected flood: 3000 messages, 0 data errors" &&
+   [ "$overruns" -eq 0 ]; then
+    ok "3,000 messages to a receiver away for 500 ms: all intact, no CQ overrun"
+else
+    fail "unexpected flood (exit $rc, $overruns CQ overruns)"
+    echo "$out" | grep -v '^[a-z_]* [0-9]*$' | tail -n 5
+fi
+
 # Single copy (issue 7): the rendezvous READs of 64 KiB and more that the
 # device issued in that job moved their data by single copies, where the
 # host allows it (cma_probe says): served by the sender's device

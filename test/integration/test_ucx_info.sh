@@ -39,6 +39,16 @@ done
 out=$(UCX_MLX4X_SEG_SIZE=256 timeout 60 "$RUN" ucx_info -u t -e 2>&1)
 echo "$out" | grep -q "invalid UCX_MLX4X_SEG_SIZE" \
     && fail "SEG_SIZE=256 refused" || ok "SEG_SIZE=256 accepted"
+# RX_QUEUE_LEN: rounded up to a power of two for the SRQ, which holds at
+# most 2^15 entries here; 2^32 - 1 has no such power in 32 bits.
+for n in 32769 4294967295; do
+    out=$(UCX_MLX4X_RX_QUEUE_LEN=$n timeout 60 "$RUN" ucx_info -u t -e 2>&1)
+    echo "$out" | grep -q "invalid UCX_MLX4X_RX_QUEUE_LEN $n: at most 32768" \
+        && ok "RX_QUEUE_LEN=$n refused with a message" || fail "RX_QUEUE_LEN=$n not refused"
+done
+out=$(UCX_MLX4X_RX_QUEUE_LEN=32768 timeout 60 "$RUN" ucx_info -u t -e 2>&1)
+echo "$out" | grep -q "mlx4x_0:1" && ok "RX_QUEUE_LEN=32768 accepted" \
+    || fail "RX_QUEUE_LEN=32768 refused"
 out=$(UCX_MLX4X_RETRY_COUNT=8 timeout 60 "$RUN" ucx_info -u t -e 2>&1)
 echo "$out" | grep -q "invalid UCX_MLX4X_TIMEOUT/RETRY_COUNT/RNR_RETRY_COUNT" \
     && ok "RETRY_COUNT=8 refused with a message" || fail "RETRY_COUNT=8 not refused"
