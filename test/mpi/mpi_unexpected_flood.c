@@ -1,11 +1,11 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* A receiver that makes no MPI call while its peer floods it: rank 0
  * MPI_Isends 3,000 messages of 64 bytes (eager, tags 0..2999) while rank 1
- * sleeps 500 ms, then receives them in order and checks every byte. Its
- * device goes on taking frames meanwhile (the progress watchdog) until
- * every receive buffer holds a message (the rest are RNR-NAKed and sent
- * again later), and their completions wait in the receive CQ: it must
- * hold them all, or it overflows and every QP on it fails (E12).
+ * sleeps 500 ms, then receives them in order and checks every byte. The
+ * frames wait in its ring meanwhile (the sender held back when it is
+ * full); at its next call its device takes them in a batch, and their
+ * completions wait in the receive CQ together: it must hold them all, or
+ * it overflows and every QP on it fails (E12).
  * Prints "# unexpected flood: N messages, N data errors". */
 #include <mpi.h>
 #include <stdio.h>
