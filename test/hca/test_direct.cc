@@ -242,6 +242,85 @@ TEST_F(direct, a_device_serving_its_peer_asks_for_reads_unshared)
     EXPECT_EQ(check_pattern(bbuf.data(), len, 17), -1);
 }
 
+// Direct requests take the window's entries in turn, not by SQ index: a
+// READ 64 WQEs behind an outstanding one (the window's size; small WRITEs
+// between, as UCP's RTSs and ATSs sit between its GETs) still goes as one
+// copy. By SQ index its entry was the outstanding READ's, and it went as
+// packets (MPI bi-directional 1 MiB: ~1 READ in 60).
+TEST_F(direct, a_read_behind_a_full_window_of_wqes_takes_the_next_free_entry)
+{
+    start({.max_send_wr = 128});
+    constexpr uint32_t len = 64 * 1024, small_writes = 63;
+    static_assert(len >= direct_min);
+    std::vector<uint8_t> remote(len), local(2 * len, 0), word(8, 1), sink(8, 0);
+    fill_pattern(remote.data(), len, 23);
+    auto &rm = b.reg(remote.data(), len, all_local);
+    auto &sinkm = b.reg(sink.data(), sink.size(), all_local);
+    auto &lm = a.reg(local.data(), local.size(), all_local);
+    auto &wm = a.reg(word.data(), word.size(), all_local);
+    auto read = [&](uint64_t wr_id, uint8_t *to) {
+        return a.post_read(wr_id, to, len, lm.lkey(), reinterpret_cast<uint64_t>(remote.data()),
+                           rm.rkey());
+    };
+    ASSERT_EQ(read(0, local.data()), status::ok);   // WQE 0, outstanding: b waits
+    (void)a.ctx->progress();
+    for (uint32_t i = 1; i <= small_writes; ++i) {
+        ASSERT_EQ(a.post_write(i, word.data(), uint32_t(word.size()), wm.lkey(),
+                               reinterpret_cast<uint64_t>(sink.data()), sinkm.rkey()),
+                  status::ok);
+        (void)a.ctx->progress();
+    }
+    ASSERT_EQ(read(64, local.data() + len), status::ok);   // WQE 64: 64 mod 64 = 0
+    (void)a.ctx->progress();
+    ASSERT_TRUE(sends_done(small_writes + 2));
+    expect_all_succeeded();
+    EXPECT_EQ(b.counter(dev::counter::direct_pull_grants) +
+                  b.counter(dev::counter::direct_reads),
+              2u);   // both READs one copy each, none as 16 response packets
+    EXPECT_EQ(check_pattern(local.data(), len, 23), -1);
+    EXPECT_EQ(check_pattern(local.data() + len, len, 23), -1);
+}
+
+// An entry left with its key by a WQE that went as packets after all (its
+// request found the fabric busy, then single copy was no longer offered)
+// is free once that WQE has completed: the next direct request takes it,
+// where the window, taken in turn, would otherwise stop at it for good.
+TEST_F(direct, an_entry_left_by_a_read_sent_as_packets_is_taken_again_after_its_completion)
+{
+    start();
+    constexpr uint32_t len = 64 * 1024;
+    std::vector<uint8_t> remote(len), local(2 * len, 0), word(8, 1), sink(8, 0);
+    fill_pattern(remote.data(), len, 29);
+    auto &rm = b.reg(remote.data(), len, all_local);
+    auto &sinkm = b.reg(sink.data(), sink.size(), all_local);
+    auto &lm = a.reg(local.data(), local.size(), all_local);
+    auto &wm = a.reg(word.data(), word.size(), all_local);
+    auto read = [&](uint64_t wr_id, uint8_t *to) {
+        return a.post_read(wr_id, to, len, lm.lkey(), reinterpret_cast<uint64_t>(remote.data()),
+                           rm.rkey());
+    };
+    fab.set_faults({.queue_capacity = 1});
+    ASSERT_EQ(a.post_write(1, word.data(), uint32_t(word.size()), wm.lkey(),
+                           reinterpret_cast<uint64_t>(sink.data()), sinkm.rkey()),
+              status::ok);
+    (void)a.ctx->progress();   // b's queue full
+    ASSERT_EQ(read(2, local.data()), status::ok);
+    (void)a.ctx->progress();   // posted in the window, its request refused by the fabric
+    fab.set_direct(0);
+    ASSERT_TRUE(sends_done(2));   // the READ as packets
+    ASSERT_EQ(b.counter(dev::counter::direct_pull_grants), 0u);
+    fab.set_faults({});
+    fab.set_direct(direct_min);
+    ASSERT_EQ(read(3, local.data() + len), status::ok);
+    ASSERT_TRUE(sends_done(3));
+    expect_all_succeeded();
+    EXPECT_EQ(b.counter(dev::counter::direct_pull_grants) +
+                  b.counter(dev::counter::direct_reads),
+              1u);   // the second READ one copy
+    EXPECT_EQ(check_pattern(local.data(), len, 29), -1);
+    EXPECT_EQ(check_pattern(local.data() + len, len, 29), -1);
+}
+
 // A poll of the responder ends after each single copy, so that its process
 // gets to its own completions and requests between copies of up to
 // megabytes (two processes streaming to each other otherwise waited for

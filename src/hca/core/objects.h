@@ -128,6 +128,8 @@ struct wqe_track {
     /// ... taken at a doorbell, its copy left to the requester pass
     /// (run_pending_copies): not retired before it is copied.
     bool     copy_pending : 1 = false;
+    /// With `direct`: its post's entry in the QP's window (direct_slot_for).
+    uint8_t  direct_slot = 0;
 };
 static_assert(sizeof(wqe_track) == 12);
 
@@ -266,11 +268,12 @@ struct qp {
         /// The responder refused a single-copy request: packets from now on.
         bool         direct_refused = false;
         /// Single copy (ib::x_direct_post). This QP's window of posts, in
-        /// the driver's memory: a direct request's entry is its SQ index
-        /// modulo direct_slots, and it is free (key 0) once the request
-        /// completes.
+        /// the driver's memory: direct requests take its entries in turn
+        /// (direct_next, modulo direct_slots), and an entry is free (key
+        /// 0) once its request completes (requester::direct_slot_for).
         ib::x_direct_post *direct_posts = nullptr;
         uint32_t     direct_slots = 0;
+        uint32_t     direct_next  = 0;
         uint64_t     direct_key   = 0;
         /// This side could not copy a shared READ's share: READs go unshared.
         bool         read_share_failed = false;

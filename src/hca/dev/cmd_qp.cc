@@ -208,6 +208,7 @@ cmd_status firmware::qp_from_reset(qp &q, uint32_t qpn, const prm::qp_context &c
     if (uint64_t key = ctx.direct_key.get()) {
         q.req.direct_posts = dma<ib::x_direct_post>(ctx.direct_window.get());
         q.req.direct_slots = 1u << ctx.log_direct_window;
+        q.req.direct_next  = 0;
         q.req.direct_key   = key;
     }
     q.req.track.assign(q.sq_size(), wqe_track{});

@@ -461,8 +461,8 @@ requester::single_tx requester::send_single_request(qp &q, const send_wqe &w, bo
     size_t   ref_len = 0;
     bool     read  = is_read(w.opcode);
     uint32_t end   = w.total_len;   // of the bytes this request asks for
+    std::optional<uint32_t> slot;   // the post's entry in the window (direct)
     if (read || w.opcode == prm::send_opcode::rdma_write) {
-        std::optional<uint32_t> slot;
         if (direct) {
             op = uint8_t(!read ? opcode::x_rdma_write_direct
                          : pulls_direct_read(q, w.total_len) ? opcode::x_rdma_read_direct_pull
@@ -502,7 +502,7 @@ requester::single_tx requester::send_single_request(qp &q, const send_wqe &w, bo
     if (s == status::no_resource) {
         return single_tx::busy;
     }
-    single_request_sent(q, w, psn, npackets, op, direct, fresh, end);
+    single_request_sent(q, w, psn, npackets, op, slot, fresh, end);
     return single_tx::sent;
 }
 
@@ -548,9 +548,13 @@ uint32_t requester::read_requests_outstanding(const qp &q) const
 /// counts), and the send queue moves to the next WQE — or, after a request
 /// for part of a READ, on to the next part (`end`).
 void requester::single_request_sent(qp &q, const send_wqe &w, uint32_t psn,
-                                 uint32_t npackets, uint8_t op, bool direct, bool fresh,
-                                 uint32_t end)
+                                 uint32_t npackets, uint8_t op,
+                                 std::optional<uint32_t> direct_slot, bool fresh, uint32_t end)
 {
+    bool direct = direct_slot.has_value();
+    if (direct && *direct_slot == (q.req.direct_next & (q.req.direct_slots - 1))) {
+        ++q.req.direct_next;   // the window's next entry taken (direct_slot_for)
+    }
     // The WQE's PSNs: a READ asked for from its middle keeps those of the
     // part before; anything sent again from its start (after a rewind, or
     // as packets after a refused single copy) takes new ones.
@@ -565,7 +569,8 @@ void requester::single_request_sent(qp &q, const send_wqe &w, uint32_t psn,
         .pulled    = op == uint8_t(opcode::x_rdma_read_direct_pull),
         .direct    = direct,
         .chunked   = read && chunks_reads(q),
-        .unsignaled = !w.signaled};
+        .unsignaled = !w.signaled,
+        .direct_slot = uint8_t(direct_slot.value_or(0))};
     if (q.req.cur_offset == 0) {   // not a READ asked for from its middle
         start_timing(q, w, direct);
     }

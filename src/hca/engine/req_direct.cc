@@ -8,8 +8,10 @@
 #include "hca/engine/egress.h"
 #include "hca/engine/wqe.h"
 #include "hca/ib/ib_psn.h"
+#include "hca/prm/prm_ctx.h"
 
 #include <atomic>
+#include <cstdint>
 #include <cstring>
 
 namespace mlx4x::engine {
@@ -80,11 +82,11 @@ std::optional<uint32_t> requester::post_direct(qp &q, const send_wqe &w, uint8_t
     if (!q.req.direct_posts || !q.resp.peer_direct.key) {
         return std::nullopt;
     }
-    uint32_t slot = q.req.cur_wqe & (q.req.direct_slots - 1);
-    ib::x_direct_post &entry = q.req.direct_posts[slot];
-    if (entry.key && entry.wqe != q.req.cur_wqe) {
+    std::optional<uint32_t> slot = direct_slot_for(q);
+    if (!slot) {
         return std::nullopt;
     }
+    ib::x_direct_post &entry = q.req.direct_posts[*slot];
     bool read = is_read(w.opcode);
     ib::x_direct_post post{};
     uint64_t total = 0;
@@ -111,6 +113,38 @@ std::optional<uint32_t> requester::post_direct(qp &q, const send_wqe &w, uint8_t
     }
     entry = post;   // before the request leaves: the fabric orders the rest
     return slot;
+}
+
+/// The window entry for the current WQE's post: the one it took before a
+/// rewind, else the next in turn if no outstanding request holds it (the
+/// window is full then: packets). Entries go round in the order requests
+/// take them and are freed in that order, as their WQEs complete; by SQ
+/// index, a READ behind 64 WQEs of RTSs and ATSs found the entry of an
+/// outstanding one and went as packets (MPI bi-directional 1 MiB: ~1 READ
+/// in 60, its 256 packets through both rings). An entry whose WQE has
+/// completed is free even with its key (a WQE sent again as packets left
+/// it), so none is lost for good.
+std::optional<uint32_t> requester::direct_slot_for(const qp &q) const
+{
+    static_assert((1u << prm::log_max_direct_window) - 1 <= UINT8_MAX, "wqe_track::direct_slot");
+    const wqe_track &t = q.req.track[q.req.cur_wqe & (q.sq_size() - 1)];
+    if (t.direct && holds_direct_post(q, t.direct_slot, q.req.cur_wqe)) {
+        return t.direct_slot;
+    }
+    uint32_t next = q.req.direct_next & (q.req.direct_slots - 1);
+    const ib::x_direct_post &e = q.req.direct_posts[next];
+    bool outstanding = e.key && int32_t(e.wqe - q.comp.sq_tail) >= 0;
+    if (outstanding && e.wqe != q.req.cur_wqe) {   // its own: a retry after back-pressure
+        return std::nullopt;
+    }
+    return next;
+}
+
+/// Whether entry `slot` holds WQE `index`'s post.
+bool requester::holds_direct_post(const qp &q, uint32_t slot, uint32_t index) const
+{
+    const ib::x_direct_post &e = q.req.direct_posts[slot & (q.req.direct_slots - 1)];
+    return e.key == q.req.direct_key && e.wqe == index;
 }
 
 /// A SEND of one gather entry inside the QP's send area (sends_by_ref) as
@@ -154,7 +188,7 @@ requester::single_tx requester::send_by_ref(qp &q, const send_wqe &w, bool fresh
         return single_tx::busy;
     }
     hca_.count(counter::sends_by_ref);
-    single_request_sent(q, w, psn, 1, op, /*direct=*/false, fresh, w.total_len);   // no post
+    single_request_sent(q, w, psn, 1, op, std::nullopt, fresh, w.total_len);   // no post
     return single_tx::sent;
 }
 
@@ -162,8 +196,9 @@ requester::single_tx requester::send_by_ref(qp &q, const send_wqe &w, bool fresh
 /// duplicate of its request finds nothing to serve.
 void requester::release_direct_post(qp &q, uint32_t index)
 {
-    ib::x_direct_post &entry = q.req.direct_posts[index & (q.req.direct_slots - 1)];
-    if (entry.key && entry.wqe == index) {
+    uint32_t slot = q.req.track[index & (q.sq_size() - 1)].direct_slot;
+    if (holds_direct_post(q, slot, index)) {
+        ib::x_direct_post &entry = q.req.direct_posts[slot];
         std::atomic_ref<uint64_t>(entry.key).store(0, std::memory_order_release);
     }
 }
@@ -174,8 +209,8 @@ const ib::x_direct_post *requester::direct_post_of(const qp &q, uint32_t index) 
     if (!q.req.direct_posts) {
         return nullptr;
     }
-    const ib::x_direct_post &entry = q.req.direct_posts[index & (q.req.direct_slots - 1)];
-    return entry.key == q.req.direct_key && entry.wqe == index ? &entry : nullptr;
+    uint32_t slot = q.req.track[index & (q.sq_size() - 1)].direct_slot;
+    return holds_direct_post(q, slot, index) ? &q.req.direct_posts[slot] : nullptr;
 }
 
 /// Whether the responder marked WQE `index`'s post placed: a READ response

@@ -156,7 +156,8 @@ private:
                                   bool direct);
     single_tx send_by_ref(qp &q, const send_wqe &w, bool fresh);
     void      single_request_sent(qp &q, const send_wqe &w, uint32_t psn,
-                                  uint32_t npackets, uint8_t op, bool direct, bool fresh,
+                                  uint32_t npackets, uint8_t op,
+                                  std::optional<uint32_t> direct_slot, bool fresh,
                                   uint32_t end);
     /// Whether q's READs are asked for in parts (read_request_packets):
     /// across a lossy link, where the window paces their responses.
@@ -168,6 +169,8 @@ private:
     void     start_timing(qp &q, const send_wqe &w, bool direct);
     std::optional<uint32_t> post_direct(qp &q, const send_wqe &w, uint8_t op,
                                         uint32_t psn);
+    std::optional<uint32_t> direct_slot_for(const qp &q) const;
+    bool     holds_direct_post(const qp &q, uint32_t slot, uint32_t index) const;
     /// A shared READ's share token (x_direct_post): unpredictable to
     /// whoever cannot read this process's memory.
     uint64_t next_share_token()
