@@ -625,6 +625,45 @@ TEST(read_grants, ranges_do_not_wrap)
 
 // The newest `capacity` grants are kept; an unknown process (pid 0) never
 // matches, even an empty entry.
+// What counts as a READ's stream: grants of its own peer (port and
+// process) noted since the given time, not yet used up.
+TEST(read_grants, kept_counts_one_peers_grants_noted_since_a_time)
+{
+    engine::read_grants g;
+    g.note({.lid = 1, .pid = 9, .rkey = 1, .va = 0x1000, .len = 0x1000, .noted_ns = 100});
+    g.note({.lid = 1, .pid = 9, .rkey = 2, .va = 0x1000, .len = 0x1000, .noted_ns = 500});
+    g.note({.lid = 1, .pid = 9, .rkey = 3, .va = 0x1000, .len = 0x1000, .noted_ns = 600});
+    g.note({.lid = 2, .pid = 9, .rkey = 4, .va = 0x1000, .len = 0x1000, .noted_ns = 600});
+    g.note({.lid = 1, .pid = 8, .rkey = 5, .va = 0x1000, .len = 0x1000, .noted_ns = 600});
+    EXPECT_EQ(g.kept(1, 9, 0), 3u);
+    EXPECT_EQ(g.kept(1, 9, 500), 2u);   // the one noted at 100 is old
+    EXPECT_EQ(g.kept(2, 9, 0), 1u);
+    EXPECT_EQ(g.kept(1, 8, 0), 1u);
+    EXPECT_EQ(g.kept(1, 0, 0), 0u);     // empty entries belong to nobody
+    ASSERT_TRUE(g.take(1, 9, 3, 0x1000, 0x1000));   // used up
+    EXPECT_EQ(g.kept(1, 9, 500), 1u);
+}
+
+// Which READs a grant lets this side copy whole at once: small ones
+// always; up to 256 KiB while it sends rendezvous of its own (traffic both
+// ways), even in a stream with READs in flight; up to 512 KiB a lone one
+// only (no READ in flight, no other grant of its peer kept); beyond, none.
+TEST(granted_reads, copied_at_once_by_size_direction_and_stream)
+{
+    using engine::requester;
+    constexpr uint32_t small = requester::pull_read_max, both = requester::grant_both_ways_max,
+                       alone = requester::pull_alone_max;
+    static_assert(small < both && both < alone);
+    EXPECT_TRUE(requester::copies_granted_read(small, false, true, 5));
+    EXPECT_TRUE(requester::copies_granted_read(both, true, true, 5));
+    EXPECT_FALSE(requester::copies_granted_read(both, false, true, 0)) << "a one-way stream";
+    EXPECT_FALSE(requester::copies_granted_read(both + 1, true, true, 0));
+    EXPECT_TRUE(requester::copies_granted_read(alone, false, false, 0));
+    EXPECT_FALSE(requester::copies_granted_read(alone, false, false, 1));
+    EXPECT_FALSE(requester::copies_granted_read(alone, true, true, 0));
+    EXPECT_FALSE(requester::copies_granted_read(alone + 1, true, false, 0));
+}
+
 TEST(read_grants, the_oldest_grant_makes_room_and_pid_0_matches_nothing)
 {
     engine::read_grants g;

@@ -18,9 +18,12 @@ struct read_grant {
     uint32_t rkey = 0;
     uint64_t va   = 0;
     uint32_t len  = 0;
+    uint64_t noted_ns = 0;   ///< the device's clock when its header came
 };
 
-/// The last `capacity` grants the device heard, oldest overwritten first.
+/// The last `capacity` grants the device heard, oldest overwritten first:
+/// room for the headers of two MPI windows of 64 (with 16, a window's
+/// headers taken in one poll left grants for its last 16 READs only).
 /// A grant is a hint, never an authority: what it lets the device skip is
 /// the peer's R_Key check of a range the peer's own device checked, and
 /// the copy still comes only from the process the READ's connection names
@@ -29,7 +32,7 @@ struct read_grant {
 /// it; the READ that reaches the grant's end uses it up.
 class read_grants {
 public:
-    static constexpr uint32_t capacity = 16;
+    static constexpr uint32_t capacity = 128;
 
     void note(const read_grant &g) { grants_[next_++ % capacity] = g; }
 
@@ -50,6 +53,17 @@ public:
             }
         }
         return false;
+    }
+
+    /// Grants kept from the process `pid` at port `lid` noted at `since_ns`
+    /// or later: rendezvous headers whose READs have not come yet.
+    unsigned kept(uint16_t lid, int32_t pid, uint64_t since_ns) const
+    {
+        unsigned n = 0;
+        for (const read_grant &g : grants_) {
+            n += pid != 0 && g.pid == pid && g.lid == lid && g.noted_ns >= since_ns;
+        }
+        return n;
     }
 
 private:

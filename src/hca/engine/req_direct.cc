@@ -10,6 +10,7 @@
 #include "hca/ib/ib_psn.h"
 #include "hca/prm/prm_ctx.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <cstring>
@@ -235,8 +236,17 @@ bool requester::direct_post_placed(const qp &q, uint32_t index) const
 /// after a failed copy: the grant is used up, the peer answers).
 bool requester::run_granted_read(qp &q, const send_wqe &w)
 {
-    if (!use_direct(q, w) || !pulls_direct_read(q, w.total_len) || !may_read_now(q, w) ||
-        !grants_.take(q.dlid, q.resp.peer_direct.pid, w.rkey, w.raddr, w.total_len)) {
+    if (hca_.threaded_ || q.req.read_share_failed || !use_direct(q, w) || !may_read_now(q, w)) {
+        return false;
+    }
+    int32_t  pid    = q.resp.peer_direct.pid;
+    uint64_t now    = hca_.slice_now();
+    bool     stream = grants_.kept(q.dlid, pid, now - std::min(now, grant_stream_ns)) > 1;
+    // Taken whether or not it is copied here: a READ that goes on the wire
+    // leaves no grant behind to count as a stream.
+    if (!grants_.take(q.dlid, pid, w.rkey, w.raddr, w.total_len) ||
+        !copies_granted_read(w.total_len, sends_rendezvous(), stream,
+                             q.req.rd_atomic_inflight)) {
         return false;
     }
     start_timing(q, w, true);
@@ -362,6 +372,7 @@ std::span<const uint8_t> requester::vouch_for_rvh(const qp &q, std::span<const u
     }
     staging_[offsetof(ib::tmh, reserved)] |= ib::tmh_x_rvh_vouched;
     hca_.count(counter::rndv_vouched);
+    vouched_until_ns_ = hca_.slice_now() + sends_rendezvous_ns;
     return {staging_.data(), payload.size()};
 }
 

@@ -69,7 +69,7 @@ public:
     void     note_read_grant(const qp &q, const ib::rvh &r)
     {
         grants_.note({.lid = q.dlid, .pid = q.resp.peer_direct.pid, .rkey = r.rkey.get(),
-                      .va = r.va.get(), .len = r.len.get()});
+                      .va = r.va.get(), .len = r.len.get(), .noted_ns = hca_.slice_now()});
     }
     void     release_direct_post(qp &q, uint32_t index);
     const ib::x_direct_post *direct_post_of(const qp &q, uint32_t index) const;
@@ -87,6 +87,28 @@ public:
         return !hca_.threaded_ && !q.req.read_share_failed &&
                hca_.slice_now() >= hca_.serving_until_ns_;
     }
+    /// Whether a READ of `len` bytes inside a grant (read_grants) is copied
+    /// whole by this side at once (run_granted_read), without the request
+    /// and the answer: up to pull_read_max; up to grant_both_ways_max while
+    /// this side sends rendezvous of its own (`both_ways`: both cores copy
+    /// anyway, and the grant saves the request, the responder's read of
+    /// the post and the answer); up to pull_alone_max for a lone READ — no
+    /// other READ or atomic in flight and not a `stream` (other grants of
+    /// its peer kept: granted READs are never in flight, so a one-way
+    /// stream of them looked alone and ran on one core, 512 KiB at 0.7 of
+    /// shared READs). docs/benchmarks.md, "Grants both ways".
+    static bool copies_granted_read(uint32_t len, bool both_ways, bool stream,
+                                    uint32_t reads_in_flight)
+    {
+        return len <= pull_read_max || (both_ways && len <= grant_both_ways_max) ||
+               (len <= pull_alone_max && !stream && reads_in_flight == 0);
+    }
+    /// Whether this device vouched for a rendezvous header of its own
+    /// lately (vouch_for_rvh): its process sends large messages too.
+    bool     sends_rendezvous() { return hca_.slice_now() < vouched_until_ns_; }
+    static constexpr uint64_t sends_rendezvous_ns = 1'000'000;
+    /// Grants noted within this long before a READ count as its stream.
+    static constexpr uint64_t grant_stream_ns = 200'000;
     /// Whether a single-copy READ of `len` bytes goes whole to this side
     /// (x_rdma_read_direct_pull) instead of shared: up to pull_read_max,
     /// and up to pull_alone_max when no other READ or atomic of the QP is
@@ -126,6 +148,7 @@ public:
     static constexpr uint32_t by_ref_max_behind = 16;
     static constexpr uint32_t pull_read_max  = 128u << 10;
     static constexpr uint32_t pull_alone_max = 512u << 10;
+    static constexpr uint32_t grant_both_ways_max = 256u << 10;
     void     rewind(qp &q, uint32_t psn);
     /// The PSN of the last request packet sent (next_psn - 1 but in a
     /// READ, whose request takes the PSNs of all its responses).
@@ -219,6 +242,7 @@ private:
     uint64_t                       timed_done_ns_ = 0;
     std::array<uint8_t, fabric::max_frame_size> staging_{};
     read_grants                    grants_;
+    uint64_t                       vouched_until_ns_ = 0;   ///< sends_rendezvous()
     bool                           at_doorbell_ = false;   ///< run_requester_at_doorbell()
     dev::core    &hca_;
     completer    &comp_;
