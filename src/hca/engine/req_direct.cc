@@ -224,8 +224,9 @@ bool requester::direct_post_placed(const qp &q, uint32_t index) const
 }
 
 /// A READ inside a range the peer's device vouched for (read_grants,
-/// ib::tmh_x_rvh_vouched), where a pulled READ would go: copied here and
-/// now from the process the connection names, each scatter entry checked
+/// ib::tmh_x_rvh_vouched), of a size copies_granted_read() takes (not with
+/// the engine thread, nor after a failed share): copied here and now from
+/// the process the connection names, each scatter entry checked
 /// against its L_Key (copy_read_head), as the pulled READ's PULL_RESPONSE
 /// would have it copied — without the request and the answer, two of the
 /// rendezvous' four trips between the processes. It takes no PSN: it
