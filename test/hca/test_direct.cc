@@ -78,6 +78,47 @@ protected:
             EXPECT_EQ(w.status, drv::wc_status::success) << dump(a.send_wcs);
         }
     }
+
+    /// Two READs on a of `len` bytes of b's pattern `seed`, into the two
+    /// halves of a's `local`, and 8-byte WRITEs from a into b between them.
+    struct reads_with_writes {
+        reads_with_writes(endpoint &a, endpoint &b, uint32_t len, uint32_t seed)
+            : a(a), len(len), seed(seed), remote(len), local(2 * len, 0)
+        {
+            fill_pattern(remote.data(), len, seed);
+            rkey  = b.reg(remote.data(), len, all_local).rkey();
+            skey  = b.reg(sink.data(), sink.size(), all_local).rkey();
+            lkey  = a.reg(local.data(), local.size(), all_local).lkey();
+            wlkey = a.reg(word.data(), word.size(), all_local).lkey();
+        }
+        status read(uint64_t wr_id, unsigned half)
+        {
+            return a.post_read(wr_id, local.data() + half * len, len, lkey,
+                               reinterpret_cast<uint64_t>(remote.data()), rkey);
+        }
+        status small_write(uint64_t wr_id)
+        {
+            return a.post_write(wr_id, word.data(), uint32_t(word.size()), wlkey,
+                                reinterpret_cast<uint64_t>(sink.data()), skey);
+        }
+        /// Both halves hold the pattern.
+        void expect_read()
+        {
+            EXPECT_EQ(check_pattern(local.data(), len, seed), -1);
+            EXPECT_EQ(check_pattern(local.data() + len, len, seed), -1);
+        }
+
+        endpoint            &a;
+        uint32_t             len, seed;
+        std::vector<uint8_t> remote, local, word = std::vector<uint8_t>(8, 1),
+                                            sink = std::vector<uint8_t>(8, 0);
+        uint32_t             rkey = 0, skey = 0, lkey = 0, wlkey = 0;
+    };
+    /// READs b served by one copy, pulled or not.
+    uint64_t one_copy_reads_served_by_b() const
+    {
+        return b.counter(dev::counter::direct_pull_grants) + b.counter(dev::counter::direct_reads);
+    }
 };
 
 // A gathered 1 MiB WRITE is one request packet and one ACK; the bytes land
@@ -252,33 +293,19 @@ TEST_F(direct, a_read_behind_a_full_window_of_wqes_takes_the_next_free_entry)
     start({.max_send_wr = 128});
     constexpr uint32_t len = 64 * 1024, small_writes = 63;
     static_assert(len >= direct_min);
-    std::vector<uint8_t> remote(len), local(2 * len, 0), word(8, 1), sink(8, 0);
-    fill_pattern(remote.data(), len, 23);
-    auto &rm = b.reg(remote.data(), len, all_local);
-    auto &sinkm = b.reg(sink.data(), sink.size(), all_local);
-    auto &lm = a.reg(local.data(), local.size(), all_local);
-    auto &wm = a.reg(word.data(), word.size(), all_local);
-    auto read = [&](uint64_t wr_id, uint8_t *to) {
-        return a.post_read(wr_id, to, len, lm.lkey(), reinterpret_cast<uint64_t>(remote.data()),
-                           rm.rkey());
-    };
-    ASSERT_EQ(read(0, local.data()), status::ok);   // WQE 0, outstanding: b waits
+    reads_with_writes io(a, b, len, 23);
+    ASSERT_EQ(io.read(0, 0), status::ok);   // WQE 0, outstanding: b waits
     (void)a.ctx->progress();
     for (uint32_t i = 1; i <= small_writes; ++i) {
-        ASSERT_EQ(a.post_write(i, word.data(), uint32_t(word.size()), wm.lkey(),
-                               reinterpret_cast<uint64_t>(sink.data()), sinkm.rkey()),
-                  status::ok);
+        ASSERT_EQ(io.small_write(i), status::ok);
         (void)a.ctx->progress();
     }
-    ASSERT_EQ(read(64, local.data() + len), status::ok);   // WQE 64: 64 mod 64 = 0
+    ASSERT_EQ(io.read(64, 1), status::ok);   // WQE 64: 64 mod 64 = 0
     (void)a.ctx->progress();
     ASSERT_TRUE(sends_done(small_writes + 2));
     expect_all_succeeded();
-    EXPECT_EQ(b.counter(dev::counter::direct_pull_grants) +
-                  b.counter(dev::counter::direct_reads),
-              2u);   // both READs one copy each, none as 16 response packets
-    EXPECT_EQ(check_pattern(local.data(), len, 23), -1);
-    EXPECT_EQ(check_pattern(local.data() + len, len, 23), -1);
+    EXPECT_EQ(one_copy_reads_served_by_b(), 2u);   // none as 16 response packets
+    io.expect_read();
 }
 
 // An entry left with its key by a WQE that went as packets after all (its
@@ -288,37 +315,22 @@ TEST_F(direct, a_read_behind_a_full_window_of_wqes_takes_the_next_free_entry)
 TEST_F(direct, an_entry_left_by_a_read_sent_as_packets_is_taken_again_after_its_completion)
 {
     start();
-    constexpr uint32_t len = 64 * 1024;
-    std::vector<uint8_t> remote(len), local(2 * len, 0), word(8, 1), sink(8, 0);
-    fill_pattern(remote.data(), len, 29);
-    auto &rm = b.reg(remote.data(), len, all_local);
-    auto &sinkm = b.reg(sink.data(), sink.size(), all_local);
-    auto &lm = a.reg(local.data(), local.size(), all_local);
-    auto &wm = a.reg(word.data(), word.size(), all_local);
-    auto read = [&](uint64_t wr_id, uint8_t *to) {
-        return a.post_read(wr_id, to, len, lm.lkey(), reinterpret_cast<uint64_t>(remote.data()),
-                           rm.rkey());
-    };
+    reads_with_writes io(a, b, 64 * 1024, 29);
     fab.set_faults({.queue_capacity = 1});
-    ASSERT_EQ(a.post_write(1, word.data(), uint32_t(word.size()), wm.lkey(),
-                           reinterpret_cast<uint64_t>(sink.data()), sinkm.rkey()),
-              status::ok);
+    ASSERT_EQ(io.small_write(1), status::ok);
     (void)a.ctx->progress();   // b's queue full
-    ASSERT_EQ(read(2, local.data()), status::ok);
+    ASSERT_EQ(io.read(2, 0), status::ok);
     (void)a.ctx->progress();   // posted in the window, its request refused by the fabric
     fab.set_direct(0);
     ASSERT_TRUE(sends_done(2));   // the READ as packets
     ASSERT_EQ(b.counter(dev::counter::direct_pull_grants), 0u);
     fab.set_faults({});
     fab.set_direct(direct_min);
-    ASSERT_EQ(read(3, local.data() + len), status::ok);
+    ASSERT_EQ(io.read(3, 1), status::ok);
     ASSERT_TRUE(sends_done(3));
     expect_all_succeeded();
-    EXPECT_EQ(b.counter(dev::counter::direct_pull_grants) +
-                  b.counter(dev::counter::direct_reads),
-              1u);   // the second READ one copy
-    EXPECT_EQ(check_pattern(local.data(), len, 29), -1);
-    EXPECT_EQ(check_pattern(local.data() + len, len, 29), -1);
+    EXPECT_EQ(one_copy_reads_served_by_b(), 1u);   // the second READ one copy
+    io.expect_read();
 }
 
 // A poll of the responder ends after each single copy, so that its process
