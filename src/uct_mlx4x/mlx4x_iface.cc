@@ -716,8 +716,11 @@ result<std::unique_ptr<drv::qp>> interface::create_rx_qp()
 {
     drv::qp_caps caps;
     // With tag matching the device posts the READ and FIN of each matched
-    // rendezvous on this QP: room for that many at a time.
-    caps.max_send_wr     = tm_ ? 64 : 1;
+    // rendezvous on this QP: room for two MPI windows of 64. With room for
+    // 32, the rest of a window's headers were RNR-NAKed and sent again
+    // with all behind them (a buffer per receive, 256 KiB both ways:
+    // ~3,600 RNR NAKs and ~120,000 packets sent again per 400 windows).
+    caps.max_send_wr     = tm_ ? 256 : 1;
     caps.device_owned_sq = tm_ != nullptr;
     auto q = drv::qp::create(ctx(), md_.pd(), drv::qp_type::rc, *send_cq_,
                              *recv_cq_, caps, srq_.get());

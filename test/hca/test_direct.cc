@@ -657,23 +657,22 @@ TEST(read_grants, kept_counts_one_peers_grants_noted_since_a_time)
 }
 
 // Which READs a grant lets this side copy whole at once: small ones
-// always; up to 256 KiB while it sends rendezvous of its own (traffic both
+// always; any size while it sends rendezvous of its own (traffic both
 // ways), even in a stream with READs in flight; up to 512 KiB a lone one
 // only (no READ in flight, no other grant of its peer kept); beyond, none.
 TEST(granted_reads, copied_at_once_by_size_direction_and_stream)
 {
     using engine::requester;
-    constexpr uint32_t small = requester::pull_read_max, both = requester::grant_both_ways_max,
-                       alone = requester::pull_alone_max;
-    static_assert(small < both && both < alone);
+    constexpr uint32_t small = requester::pull_read_max, alone = requester::pull_alone_max,
+                       large = 4u << 20;
+    static_assert(small < alone && alone < large);
     EXPECT_TRUE(requester::copies_granted_read(small, false, true, 5));
-    EXPECT_TRUE(requester::copies_granted_read(both, true, true, 5));
-    EXPECT_FALSE(requester::copies_granted_read(both, false, true, 0)) << "a one-way stream";
-    EXPECT_FALSE(requester::copies_granted_read(both + 1, true, true, 0));
+    EXPECT_TRUE(requester::copies_granted_read(alone, true, true, 5)) << "both ways";
+    EXPECT_TRUE(requester::copies_granted_read(large, true, true, 5)) << "both ways";
+    EXPECT_FALSE(requester::copies_granted_read(small + 1, false, true, 0)) << "a one-way stream";
     EXPECT_TRUE(requester::copies_granted_read(alone, false, false, 0));
     EXPECT_FALSE(requester::copies_granted_read(alone, false, false, 1));
-    EXPECT_FALSE(requester::copies_granted_read(alone, true, true, 0));
-    EXPECT_FALSE(requester::copies_granted_read(alone + 1, true, false, 0));
+    EXPECT_FALSE(requester::copies_granted_read(alone + 1, false, false, 0));
 }
 
 TEST(read_grants, the_oldest_grant_makes_room_and_pid_0_matches_nothing)

@@ -5,6 +5,8 @@
 // Checklist: E63-E65 and the tag matching rules TM2 (ordering), TM5
 // (rendezvous), TM7 (arrival) of docs/seeds-digest.md §3.3.
 #include "../hca/hca_fixture.h"
+#include "hca/dev/device.h"
+#include "hca/engine/direct_chooser.h"
 #include "hca/engine/requester.h"
 #include "hca/ib/ib_opcode.h"
 #include "hca/ib/ib_tm.h"
@@ -673,6 +675,44 @@ protected:
         return a_rx->post_recv(5, {&rg, 1});
     }
 
+    /// b's own rendezvous header on b_tx (wr_id 6), naming `len` bytes at
+    /// `va` through `rkey`, for its device to vouch for.
+    status post_rendezvous_header(const uint8_t *va, uint32_t len, uint32_t rkey)
+    {
+        struct {
+            ib::tmh h;
+            ib::rvh r;
+        } __attribute__((packed)) m{};
+        m.h.opcode = uint8_t(ib::tmh_opcode::rndv);
+        m.r.va.set(reinterpret_cast<uint64_t>(va));
+        m.r.rkey.set(rkey);
+        m.r.len.set(len);
+        std::memcpy(in.data() + rndv_len, &m, sizeof(m));
+        drv::sge sg{reinterpret_cast<uint64_t>(in.data() + rndv_len), sizeof(m), im->lkey()};
+        drv::send_wr send;
+        send.wr_id = 6;
+        send.sg    = {&sg, 1};
+        send.flags = drv::send_signaled | drv::send_vouch_rvh;
+        return b_tx->post_send(send);
+    }
+    /// Drives the chooser `c` on the device's (manual) clock, transfers of
+    /// `len` bytes costing twice as long by single copy, until it takes
+    /// packets.
+    static void prefer_packets(engine::direct_chooser &c, uint32_t len)
+    {
+        using path = engine::direct_chooser::path;
+        for (int i = 0; i < 100000 && !(c.ps_per_byte(len, path::packets) &&
+                                        c.choose(len, manual_clock::now_ns) == path::packets);
+             ++i) {
+            path p = c.choose(len, manual_clock::now_ns);
+            c.started(len, p, manual_clock::now_ns);
+            uint64_t busy = p == path::direct ? 80'000 : 40'000;
+            manual_clock::advance(busy);
+            c.record(len, p, busy, manual_clock::now_ns);
+        }
+        ASSERT_EQ(c.choose(len, manual_clock::now_ns), path::packets);
+    }
+
     std::unique_ptr<drv::qp> b_tx, a_rx;
     std::vector<uint8_t>     in, sink = std::vector<uint8_t>(64);
     drv::mr                 *im = nullptr;
@@ -752,6 +792,75 @@ TEST_F(tm_device_vouched_unexpected, a_send_behind_a_read_taken_at_its_doorbell_
     EXPECT_EQ(b.counter(dev::counter::granted_reads), 1u);
     EXPECT_EQ(std::memcmp(in.data(), out.data() + 32768, rndv_len), 0);
     EXPECT_EQ(read_requests_on_the_wire(), 0u);
+}
+
+// Issue 33: READs of a vouched range taken at their doorbells one behind
+// another all have their copies left to the pass, and a SEND posted behind
+// them still leaves at its own doorbell: UCP's gets of a window of
+// unexpected rendezvous headers, then the window's own headers, which the
+// peer waits for to copy its side meanwhile. The completions keep posting
+// order.
+TEST_F(tm_device_vouched_unexpected, reads_behind_a_read_taken_at_its_doorbell_are_taken_too)
+{
+    ASSERT_EQ(post_sink_recv(), status::ok);
+    b.send_wcs.clear();
+    std::vector<uint8_t> got(2 * 8192, 0);
+    auto    &gm = b.reg(got.data(), got.size());
+    drv::sge first{reinterpret_cast<uint64_t>(got.data()), 8192, gm.lkey()};
+    drv::sge second{reinterpret_cast<uint64_t>(got.data() + 8192), 8192, gm.lkey()};
+    ASSERT_EQ(b_tx->post_send(rdma(drv::wr_opcode::rdma_read, 9, first, 32768, om->rkey())),
+              status::ok);
+    ASSERT_EQ(b_tx->post_send(rdma(drv::wr_opcode::rdma_read, 10, second, 32768 + 4096,
+                                   om->rkey())),
+              status::ok);
+    size_t sends_before = frames_of(ib::opcode::rc_send_only);
+    ASSERT_EQ(post_small_send(), status::ok);
+    EXPECT_EQ(frames_of(ib::opcode::rc_send_only), sends_before + 1)
+        << "held behind the second READ";
+    EXPECT_EQ(b.counter(dev::counter::granted_reads), 0u) << "copied at a doorbell";
+    ASSERT_TRUE(progress_until([&] { return b.send_wcs.size() >= 3; }));
+    EXPECT_EQ(b.send_wcs[0].wr_id, 9u);
+    EXPECT_EQ(b.send_wcs[1].wr_id, 10u);
+    EXPECT_EQ(b.send_wcs[2].wr_id, 8u);
+    EXPECT_EQ(b.counter(dev::counter::granted_reads), 2u);
+    EXPECT_EQ(std::memcmp(got.data(), out.data() + 32768, 8192), 0);
+    EXPECT_EQ(std::memcmp(got.data() + 8192, out.data() + 32768 + 4096, 8192), 0);
+    EXPECT_EQ(read_requests_on_the_wire(), 0u);
+}
+
+// Issue 33: while this device vouches for rendezvous headers of its own
+// (its process sends large messages too: traffic both ways), a READ in the
+// chooser's range goes by single copy, here copied at once from its grant,
+// even where packets measured cheaper: both cores copy anyway, packets two
+// copies a byte against one. For sends_rendezvous_ns after its last
+// header; then the chooser decides again.
+TEST_F(tm_device_vouched_unexpected, while_it_sends_rendezvous_a_read_goes_by_single_copy_whatever_the_chooser_measured)
+{
+    constexpr uint32_t len = 8192;
+    fab.set_direct(uint64_t{1} << 30, false, 4096);   // len in the chooser's range
+    prefer_packets(device_of(*b.ctx).transfer_costs_for_tests(), len);
+    ASSERT_TRUE(read(0, len, om->rkey()));
+    EXPECT_EQ(b.counter(dev::counter::granted_reads), 0u) << "not the chooser's packets";
+    EXPECT_EQ(frames_of(ib::opcode::rc_rdma_read_request), 1u);
+
+    // b's own rendezvous header, vouched for: a range of its memory peers may read.
+    std::vector<uint8_t> mine(len);
+    auto &mm = b.reg(mine.data(), mine.size(), drv::access_local_write | drv::access_remote_read);
+    ASSERT_EQ(post_sink_recv(), status::ok);
+    b.send_wcs.clear();
+    ASSERT_EQ(post_rendezvous_header(mine.data(), len, mm.rkey()), status::ok);
+    ASSERT_TRUE(progress_until([&] { return !b.send_wcs.empty(); }));
+    ASSERT_EQ(b.counter(dev::counter::rndv_vouched), 1u);
+
+    manual_clock::advance(engine::requester::sends_rendezvous_ns / 2);
+    ASSERT_TRUE(read(0, len, om->rkey()));
+    EXPECT_EQ(b.counter(dev::counter::granted_reads), 1u) << "packets while sending rendezvous";
+    EXPECT_EQ(frames_of(ib::opcode::rc_rdma_read_request), 1u);
+
+    manual_clock::advance(engine::requester::sends_rendezvous_ns);
+    ASSERT_TRUE(read(0, len, om->rkey()));
+    EXPECT_EQ(b.counter(dev::counter::granted_reads), 1u) << "its own rendezvous long past";
+    EXPECT_EQ(frames_of(ib::opcode::rc_rdma_read_request), 2u);
 }
 
 // A copy taken at the doorbell that then fails (the sender's memory gone

@@ -150,6 +150,8 @@ public:
     /// send_single_packet, receive_send_only, receive_ack), for the test
     /// that holds the fast paths to the general path's results.
     void use_general_paths_for_tests() { hca_.fast_paths_ = false; }
+    /// Test hook: the costs the chooser goes by, to set them.
+    engine::direct_chooser &transfer_costs_for_tests() { return req_.transfer_costs_for_tests(); }
     /// Test hook: the port, to check fabric-level facts.
     fabric::port *port_for_tests() const { return hca_.port_.get(); }
 

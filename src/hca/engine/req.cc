@@ -324,7 +324,14 @@ bool requester::send_next_packet(qp &q)
     }
     if (q.req.copies_pending && !q.req.sending && int32_t(q.req.cur_wqe - q.req.sq_head) >= 0 &&
         w.opcode != prm::send_opcode::send && w.opcode != prm::send_opcode::send_imm) {
-        return false;   // behind a READ not copied yet, only new SENDs go (run_granted_read)
+        // Behind a READ not copied yet, only new SENDs go, and READs whose
+        // copies join it (run_granted_read): UCP's gets of a window of
+        // unexpected rendezvous headers, each behind the one before, would
+        // otherwise hold the window's own headers until the pass had
+        // copied them all, and the peer, waiting for those, copied its own
+        // only then (two ranks exchanging a window of 256 KiB, a buffer per
+        // receive: copies in turns, not at once).
+        return is_read(w.opcode) && q.req.cur_offset == 0 && run_granted_read(q, w);
     }
     if (is_local_op(w.opcode) && !q.req.sending) {
         return run_local_wqe(q, w);

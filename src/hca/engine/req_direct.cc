@@ -41,7 +41,12 @@ bool requester::chooser_decides(const qp &q, const send_wqe &w)
 /// Whether WQE `w` goes as one single-copy request: an RDMA WRITE or READ
 /// of more than a packet, to a port whose process the fabric reaches, of
 /// at least the fabric's direct_min() — or, from its direct_try_min(),
-/// where single copy measured faster than packets (direct_chooser).
+/// where single copy measured faster than packets (direct_chooser), and
+/// always while this device sends rendezvous of its own: with traffic
+/// both ways both cores copy anyway, packets two copies a byte against
+/// one, and the chooser, which times one direction, took packets for up
+/// to all of them (two ranks exchanging 128 KiB – 1 MiB, a buffer per
+/// receive: 0.4–0.5x sm; docs/benchmarks.md, "A buffer per receive").
 bool requester::use_direct(const qp &q, const send_wqe &w)
 {
     if (q.req.direct_refused || !may_go_direct(q, w)) {
@@ -52,7 +57,8 @@ bool requester::use_direct(const qp &q, const send_wqe &w)
         return true;
     }
     return chooser_decides(q, w) &&
-           chooser_.choose(w.total_len, hca_.now()) == direct_chooser::path::direct;
+           (sends_rendezvous() ||
+            chooser_.choose(w.total_len, hca_.now()) == direct_chooser::path::direct);
 }
 
 /// WQE `w`, whose first packet or request just went, is timed when the
@@ -237,9 +243,13 @@ bool requester::direct_post_placed(const qp &q, uint32_t index) const
 /// after a failed copy: the grant is used up, the peer answers).
 bool requester::run_granted_read(qp &q, const send_wqe &w)
 {
-    if (hca_.threaded_ || q.req.read_share_failed || !use_direct(q, w) || !may_read_now(q, w)) {
+    bool asked = q.req.grant_asked && q.req.grant_asked_wqe == q.req.cur_wqe;
+    if (asked || hca_.threaded_ || q.req.read_share_failed || !use_direct(q, w) ||
+        !may_read_now(q, w)) {
         return false;
     }
+    q.req.grant_asked     = true;   // once per READ, granted or not
+    q.req.grant_asked_wqe = q.req.cur_wqe;
     int32_t  pid    = q.resp.peer_direct.pid;
     uint64_t now    = hca_.slice_now();
     bool     stream = grants_.kept(q.dlid, pid, now - std::min(now, grant_stream_ns)) > 1;

@@ -89,24 +89,31 @@ public:
     }
     /// Whether a READ of `len` bytes inside a grant (read_grants) is copied
     /// whole by this side at once (run_granted_read), without the request
-    /// and the answer: up to pull_read_max; up to grant_both_ways_max while
-    /// this side sends rendezvous of its own (`both_ways`: both cores copy
-    /// anyway, and the grant saves the request, the responder's read of
-    /// the post and the answer); up to pull_alone_max for a lone READ — no
-    /// other READ or atomic in flight and not a `stream` (other grants of
-    /// its peer kept: granted READs are never in flight, so a one-way
-    /// stream of them looked alone and ran on one core, 512 KiB at 0.7 of
-    /// shared READs). docs/benchmarks.md, "Grants both ways".
+    /// and the answer: at any size while this side sends rendezvous of its
+    /// own (`both_ways`: both cores copy anyway, each its own READs, and
+    /// the grant saves the request, the responder's read of the post and
+    /// the answer; a READ the peer served instead held the peer's process
+    /// from its own copies for as long: two ranks exchanging 512 KiB, a
+    /// buffer per receive, took turns); else up to pull_read_max, and up
+    /// to pull_alone_max for a lone READ — no other READ or atomic in
+    /// flight and not a `stream` (other grants of its peer kept: granted
+    /// READs are never in flight, so a one-way stream of them looked alone
+    /// and ran on one core, 512 KiB at 0.7 of shared READs).
+    /// docs/benchmarks.md, "Grants both ways" and "A buffer per receive".
     static bool copies_granted_read(uint32_t len, bool both_ways, bool stream,
                                     uint32_t reads_in_flight)
     {
-        return len <= pull_read_max || (both_ways && len <= grant_both_ways_max) ||
+        return both_ways || len <= pull_read_max ||
                (len <= pull_alone_max && !stream && reads_in_flight == 0);
     }
     /// Whether this device vouched for a rendezvous header of its own
-    /// lately (vouch_for_rvh): its process sends large messages too.
+    /// within sends_rendezvous_ns (vouch_for_rvh): its process sends large
+    /// messages too. An MPI window of 64 headers of 256 KiB takes ~2 ms to
+    /// move; the READs of a receive posted after the window's headers
+    /// (UCP's gets, inside MPI_Irecv) come that long after this side's
+    /// previous headers, and with 1 ms they were never copied at once.
     bool     sends_rendezvous() { return hca_.slice_now() < vouched_until_ns_; }
-    static constexpr uint64_t sends_rendezvous_ns = 1'000'000;
+    static constexpr uint64_t sends_rendezvous_ns = 10'000'000;
     /// Grants noted within this long before a READ count as its stream.
     static constexpr uint64_t grant_stream_ns = 200'000;
     /// Whether a single-copy READ of `len` bytes goes whole to this side
@@ -148,7 +155,6 @@ public:
     static constexpr uint32_t by_ref_max_behind = 16;
     static constexpr uint32_t pull_read_max  = 128u << 10;
     static constexpr uint32_t pull_alone_max = 512u << 10;
-    static constexpr uint32_t grant_both_ways_max = 256u << 10;
     void     rewind(qp &q, uint32_t psn);
     /// The PSN of the last request packet sent (next_psn - 1 but in a
     /// READ, whose request takes the PSNs of all its responses).
@@ -159,6 +165,7 @@ public:
     void     release_windows_of(uint32_t qpn);
     /// What large RDMA transfers cost on each path, as measured.
     const direct_chooser &transfer_costs() const { return chooser_; }
+    direct_chooser &transfer_costs_for_tests() { return chooser_; }
 
 private:
     bool     send_one_packet(qp &q);
