@@ -47,6 +47,7 @@ typedef struct uct_mlx4x_iface_config {
     size_t             seg_size;
     unsigned           tx_queue_len;
     unsigned           tx_cq_moderation;
+    size_t             tx_bcopy_max;
     unsigned           rx_queue_len;
     unsigned           max_inline;
     double             conn_timeout;

@@ -236,6 +236,7 @@ status endpoint::create_qp()
     ops.assign(slots, tx_op{});
     ops_mask = uint32_t(ops.size() - 1);
     free_bounce.reset(ops.size());
+    packed_max = i.config().tx_bcopy_max;
     sq_psn  = random_psn();
     conn_id = i.add_ep(this);
     return status::ok;

@@ -259,7 +259,7 @@ extern "C" ssize_t uct_mlx4x_ep_am_bcopy(uct_ep_h h, uint8_t id,
                 e.bounce.mr->lkey()};
     drv::send_wr_core wr;
     wr.sg = {&sg, 1};
-    ucs_status_t st = post(e, wr);
+    ucs_status_t st = post(e, wr, {.length = uint32_t(len)});
     return st == UCS_OK ? ssize_t(len) : ssize_t(st);
 }
 

@@ -539,6 +539,7 @@ void endpoint::complete_next(ucs_status_t st)
         uct_invoke_completion(o.comp, st);
     }
     free_bounce.give_back(o.bounce);
+    packed -= o.length;
     o = tx_op{};
 }
 

@@ -379,7 +379,7 @@ public:
     ep_state         state() const { return state_; }
     bool can_send() const
     {
-        return state_ == ep_state::connected && qp_->sq_free() > 0;
+        return state_ == ep_state::connected && qp_->sq_free() > 0 && packed < packed_max;
     }
 
     uint32_t   conn_id = 0;
@@ -401,6 +401,13 @@ public:
     alignas(8) uint64_t atomic_sink = 0;    ///< result of atomic posts
 
     slot_stack free_bounce;   ///< bounce slots no WQE holds
+    /// Bytes packed into the bounce slots of WQEs not yet completed
+    /// (bcopy sends, GET bcopy's landing room), and how many may be
+    /// (UCX_MLX4X_TX_BCOPY_MAX; can_send()).
+    size_t     packed = 0, packed_max = SIZE_MAX;
+    /// A bcopy of `len` bytes fills the budget: its WQE asks for a CQE, or
+    /// nothing completes the unsignalled ones before it and no send goes.
+    bool fills_packed(size_t len) const { return packed + len >= packed_max; }
 
     tx_op &op(uint32_t counter) { return ops[counter & ops_mask]; }
     /// The bounce buffer of the next WQE (as many as ops: one is always

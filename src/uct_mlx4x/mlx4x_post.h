@@ -65,7 +65,8 @@ inline bool am_id_ok(uint8_t id)
 inline bool wants_cqe(endpoint &e, const tx_op &op, bool signal)
 {
     return signal || op.comp || op.unpack ||
-           e.posted + 1 - e.signaled_upto >= e.owner().tx_cq_moderation();
+           e.posted + 1 - e.signaled_upto >= e.owner().tx_cq_moderation() ||
+           (op.length && e.fills_packed(op.length));
 }
 
 /// The bookkeeping of a WQE the driver took: its completion action, and
@@ -76,6 +77,7 @@ inline bool wants_cqe(endpoint &e, const tx_op &op, bool signal)
     o = op;
     o.signaled = signal;
     o.bounce   = e.free_bounce.take();
+    e.packed += op.length;
     if (signal) {
         e.owner().tx_credit_take();
         e.signaled_upto = e.posted;

@@ -135,7 +135,7 @@ extern "C" ssize_t uct_mlx4x_ep_tag_eager_bcopy(uct_ep_h h, uct_tag_t tag,
     set_tmh(tmh, ib::tmh_opcode::eager, tag);
     set_imm(wr, tmh, imm);
     std::memcpy(buf, &tmh, sizeof(tmh));
-    ucs_status_t st = post(e, wr);
+    ucs_status_t st = post(e, wr, {.length = uint32_t(len)});
     return st == UCS_OK ? ssize_t(len) : ssize_t(st);
 }
 

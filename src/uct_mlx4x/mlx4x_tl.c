@@ -132,6 +132,15 @@ static ucs_config_field_t uct_mlx4x_iface_config_table[] = {
      "stream of small messages keeps as many in flight as this allows).",
      ucs_offsetof(uct_mlx4x_iface_config_t, tx_queue_len), UCS_CONFIG_TYPE_UINT},
 
+    {"TX_BCOPY_MAX", "1m",
+     "Bytes of bcopy sends a connection keeps packed in its bounce buffers\n"
+     "until they complete; a send past it waits in UCT's pending queue. It\n"
+     "bounds how far a sender runs ahead of a receiver that does not keep\n"
+     "up (an MPI_Bcast's root), each bounce buffer being touched, ~4.5 us a\n"
+     "page on a VM, the first time it is used (docs/benchmarks.md,\n"
+     "2026-12-05). inf: only the send queue's length bounds it.",
+     ucs_offsetof(uct_mlx4x_iface_config_t, tx_bcopy_max), UCS_CONFIG_TYPE_MEMUNITS},
+
     {"TX_CQ_MODERATION", "16",
      "Send operations nobody waits for (active messages, puts without a\n"
      "completion) ask for a completion, and so for an immediate ACK from the\n"

@@ -29,4 +29,18 @@ else
     fail "70 endpoints (exit $rc): bounce areas ${areas:-?} (want $want), SENDs by reference $by_ref sent, $(total placed_by_ref) placed"
     echo "$out" | grep -v '^[a-z_]* [0-9]*$' | tail -n 5
 fi
+
+# A sender ahead of its receiver keeps at most UCX_MLX4X_TX_BCOPY_MAX
+# packed in its bounce buffers per connection (1 MiB: of 64 sends of 64
+# KiB posted back to back, 16 complete at once, the rest wait in the
+# pending queue), the send that fills it asks for a completion (one every
+# 64th otherwise, or nothing would free the budget), and all 64 messages
+# arrive intact (test/ucp/ucp_sender_ahead.c).
+out=$(UCX_TLS=mlx4x,self timeout 120 "$RUN" "$top_builddir/test/ucp/ucp_sender_ahead" 64 2>&1); rc=$?
+if [ $rc -eq 0 ] && echo "$out" | grep -qx "65 passed, 0 failed"; then
+    ok "a sender ahead of its receiver: $(echo "$out" | sed -n 's/^completed at once: //p') sends at once, all 64 intact"
+else
+    fail "a sender ahead of its receiver (exit $rc)"
+    echo "$out" | tail -n 5
+fi
 finish
