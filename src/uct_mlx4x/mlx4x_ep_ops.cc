@@ -301,7 +301,7 @@ extern "C" ssize_t uct_mlx4x_ep_put_bcopy(uct_ep_h h, uct_pack_callback_t pack_c
     wr.sg          = {&sg, 1};
     wr.remote_addr = remote_addr;
     wr.rkey        = uint32_t(rkey);
-    ucs_status_t st = post(e, wr);
+    ucs_status_t st = post(e, wr, {.length = uint32_t(len)});
     return st == UCS_OK ? ssize_t(len) : ssize_t(st);
 }
 

@@ -86,6 +86,11 @@ status interface::check_config() const
         MLX4X_ERROR("UCX_MLX4X_TM_EAGER_SEGS must be 1..%u", prm::max_tm_msg_wqes);
         return status::invalid_param;
     }
+    if (cfg_.tx_bcopy_max == 0) {
+        // No bcopy could ever be posted (endpoint::can_send).
+        MLX4X_ERROR("invalid UCX_MLX4X_TX_BCOPY_MAX 0: at least 1 byte (inf: no bound)");
+        return status::invalid_param;
+    }
     if (cfg_.tx_cq_moderation < 1 || cfg_.tx_cq_moderation > cfg_.tx_queue_len / 2) {
         // A full send queue must hold a signalled WQE, or nothing frees it.
         MLX4X_ERROR("invalid UCX_MLX4X_TX_CQ_MODERATION %u (1..TX_QUEUE_LEN/2)",

@@ -49,6 +49,13 @@ done
 out=$(UCX_MLX4X_RX_QUEUE_LEN=32768 timeout 60 "$RUN" ucx_info -u t -e 2>&1)
 echo "$out" | grep -q "mlx4x_0:1" && ok "RX_QUEUE_LEN=32768 accepted" \
     || fail "RX_QUEUE_LEN=32768 refused"
+# TX_BCOPY_MAX 0 would let no bcopy send go, ever: refused; inf accepted.
+out=$(UCX_MLX4X_TX_BCOPY_MAX=0 timeout 60 "$RUN" ucx_info -u t -e 2>&1)
+echo "$out" | grep -q "invalid UCX_MLX4X_TX_BCOPY_MAX 0" \
+    && ok "TX_BCOPY_MAX=0 refused with a message" || fail "TX_BCOPY_MAX=0 not refused"
+out=$(UCX_MLX4X_TX_BCOPY_MAX=inf timeout 60 "$RUN" ucx_info -u t -e 2>&1)
+echo "$out" | grep -q "mlx4x_0:1" && ok "TX_BCOPY_MAX=inf accepted" \
+    || fail "TX_BCOPY_MAX=inf refused"
 out=$(UCX_MLX4X_RETRY_COUNT=8 timeout 60 "$RUN" ucx_info -u t -e 2>&1)
 echo "$out" | grep -q "invalid UCX_MLX4X_TIMEOUT/RETRY_COUNT/RNR_RETRY_COUNT" \
     && ok "RETRY_COUNT=8 refused with a message" || fail "RETRY_COUNT=8 not refused"
