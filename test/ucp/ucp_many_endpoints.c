@@ -74,14 +74,12 @@ int main(int argc, char **argv)
     }
     int passed = 0, failed = 0;
     for (int i = 0; i < n; ++i) {
-        int sent = wait_for(sender.worker, receiver.worker, sends[i]);
-        int got  = wait_for(receiver.worker, sender.worker, recvs[i]);
-        int intact = memcmp(in + (size_t)i * MSG_SIZE, out + (size_t)i * MSG_SIZE, MSG_SIZE) == 0;
-        if (sent && got && intact) {
+        size_t at = (size_t)i * MSG_SIZE;
+        if (delivered(&sender, &receiver, sends[i], recvs[i], out + at, in + at, MSG_SIZE,
+                      "endpoint", i)) {
             ++passed;
         } else {
             ++failed;
-            printf("endpoint %d: sent %d, received %d, intact %d\n", i, sent, got, intact);
         }
     }
     /* Counted while every endpoint is open. */

@@ -9,6 +9,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 struct side {
@@ -84,6 +85,24 @@ static inline int wait_for(ucp_worker_h w, ucp_worker_h other, void *req)
     }
     ucp_request_free(req);
     return st == UCS_OK;
+}
+
+/* Waits for one message's send (on `from`) and receive (on `to`), both
+ * requests as ucp_tag_send_nbx / ucp_tag_recv_nbx returned them, and
+ * compares the `len` bytes that arrived at `got` with those sent from
+ * `sent`: 1 if all holds, else 0 with a line naming `what` `i`. */
+static inline int delivered(struct side *from, struct side *to, void *send, void *recv,
+                            const void *sent, const void *got, size_t len,
+                            const char *what, int i)
+{
+    int ok_sent = wait_for(from->worker, to->worker, send);
+    int ok_got  = wait_for(to->worker, from->worker, recv);
+    int intact  = memcmp(got, sent, len) == 0;
+    if (ok_sent && ok_got && intact) {
+        return 1;
+    }
+    printf("%s %d: sent %d, received %d, intact %d\n", what, i, ok_sent, ok_got, intact);
+    return 0;
 }
 
 /* Blocking progress (UCP_FEATURE_WAKEUP): progress, and when that found

@@ -82,14 +82,12 @@ int main(int argc, char **argv)
         if (UCS_PTR_IS_ERR(recvs[i])) die("ucp_tag_recv_nbx", UCS_PTR_STATUS(recvs[i]));
     }
     for (int i = 0; i < n; ++i) {
-        int sent   = wait_for(sender.worker, receiver.worker, sends[i]);
-        int got    = wait_for(receiver.worker, sender.worker, recvs[i]);
-        int intact = memcmp(in + (size_t)i * MSG_SIZE, out + (size_t)i * MSG_SIZE, MSG_SIZE) == 0;
-        if (sent && got && intact) {
+        size_t at = (size_t)i * MSG_SIZE;
+        if (delivered(&sender, &receiver, sends[i], recvs[i], out + at, in + at, MSG_SIZE,
+                      "message", i)) {
             ++passed;
         } else {
             ++failed;
-            printf("message %d: sent %d, received %d, intact %d\n", i, sent, got, intact);
         }
     }
     printf("%d passed, %d failed\n", passed, failed);
