@@ -19,8 +19,9 @@
 # UCP   ucx_perftest tag_lat, tag_bw and the tag_bw 8 B message rate with
 #       UCX_TLS=mlx4x,self (plugin preloaded) vs sm,self vs tcp,self (plugin
 #       not preloaded, UCX_TLS set explicitly).
-# MPI   contrib/bench/mpi_bench.c (built here with mpicc): latency, bandwidth,
-#       bi-directional bandwidth, message rate, receive overlap and the
+# MPI   contrib/bench/mpi_bench.c (built here with mpicc): latency, bandwidth
+#       (OSU's one receive buffer, and a buffer per receive as applications
+#       post them), bi-directional bandwidth, message rate, receive overlap and the
 #       latency of a job's first 1,024 round trips, each with mpirun -np 2
 #       over pml ucx on the same three transports.
 # COLL  contrib/bench/mpi_bench.c allreduce, alltoall and bcast, 8 B - 1 MiB,
@@ -427,19 +428,24 @@ if has_section ucp; then
 fi
 
 # MPI: mode -> headline sizes (key mpi_<mode>_<size>)
-mpi_modes=(lat bw bibw mr overlap first)
+# bwd: mpi_bench bw with MPI_BENCH_DISTINCT=1, each receive of a window
+# into its own buffer; OSU's one buffer lets the device's tag list take one
+# receive per window (docs/benchmarks.md, "OSU's one buffer").
+mpi_modes=(lat bw bwd bibw mr overlap first)
 declare -A MPI_HEAD=(
     [lat]="8 4096 65536 1048576"
     [bw]="8192 65536 1048576 4194304"
+    [bwd]="65536 262144 1048576"
     [bibw]="65536 1048576"
     [mr]="8"
     [overlap]="1048576 4194304 16777216"
     [first]="8"
 )
-declare -A MPI_LABEL=([lat]="latency" [bw]="bandwidth (window 64)" [bibw]="bi-dir bandwidth"
+declare -A MPI_LABEL=([lat]="latency" [bw]="bandwidth (window 64)"
+                      [bwd]="bandwidth, a buffer per receive (window 64)" [bibw]="bi-dir bandwidth"
                       [mr]="message rate" [overlap]="receive overlap (mlx4x: engine thread)"
                       [first]="latency of a job's first 1,024 round trips")
-declare -A MPI_COL=([lat]=2 [bw]=2 [bibw]=2 [mr]=3 [overlap]=5 [first]=2)
+declare -A MPI_COL=([lat]=2 [bw]=2 [bwd]=2 [bibw]=2 [mr]=3 [overlap]=5 [first]=2)
 # A result line of mpi_bench: the size, then fixed-point numbers (anything
 # else a library prints to stdout is ignored).
 MPI_ROW='/^[0-9]+( +[0-9]+\.[0-9]+)+$/'
@@ -448,7 +454,7 @@ if has_section mpi; then
         for size in ${MPI_HEAD[$m]}; do
             unit=us; better=lower; target=""
             case $m in
-            bw | bibw) unit=MB/s; better=higher ;;
+            bw | bwd | bibw) unit=MB/s; better=higher ;;
             mr) unit="M msg/s"; better=higher; target="sm>=0.7" ;;
             overlap) unit=%; better=higher; target="abs>=90" ;;
             esac
@@ -494,8 +500,10 @@ fi
 # the plots.
 mpi_bench_run() {
     local v=$1 m=$2 r=$3 np=${4:-2} logf="$out/raw/mpi_$2.$1.r$3.log" rc size val
-    local -a q=()
+    local -a q=() distinct=()
+    local mode=$m
     [ $quick -eq 1 ] && q=(-q)
+    [ "$m" = bwd ] && mode=bw distinct=(-x MPI_BENCH_DISTINCT=1)
     note_placement
     if [ $mpi_ok -eq 1 ]; then
         local -a mpirun=(mpirun --allow-run-as-root --oversubscribe -np "$np")
@@ -507,12 +515,12 @@ mpi_bench_run() {
             [ "$m" = overlap ] && engine=thread
             env UCX_TLS=mlx4x,self UCX_MLX4X_ENGINE=$engine timeout -k 10 "$MPI_TIMEOUT" "${mpirun[@]}" \
                 -x UCX_MLX4X_FABRIC -x UCX_WARN_UNUSED_ENV_VARS -x UCX_TLS -x UCX_MLX4X_ENGINE \
-                "$RUN" "$mpi_bin" "$m" "${q[@]}" >"$logf" 2>&1 ;;
+                "${distinct[@]}" "$RUN" "$mpi_bin" "$mode" "${q[@]}" >"$logf" 2>&1 ;;
         sm | tcp)
             env -u LD_PRELOAD OMPI_MCA_pml_ucx_tls=any OMPI_MCA_pml_ucx_devices=any \
                 timeout -k 10 "$MPI_TIMEOUT" "${mpirun[@]}" \
-                -x UCX_TLS="$v,self" -x UCX_WARN_UNUSED_ENV_VARS --mca pml ucx \
-                "$mpi_bin" "$m" "${q[@]}" >"$logf" 2>&1 ;;
+                -x UCX_TLS="$v,self" -x UCX_WARN_UNUSED_ENV_VARS "${distinct[@]}" --mca pml ucx \
+                "$mpi_bin" "$mode" "${q[@]}" >"$logf" 2>&1 ;;
         esac
         rc=$?
         echo "# mpirun exit status $rc" >>"$logf"
@@ -757,7 +765,7 @@ mpi_sweep() {
 pngs=()
 make_plots() {
     local gp="$out/data/plots.gp" m
-    for m in lat bw bibw mr overlap "${coll_modes[@]}"; do
+    for m in lat bw bwd bibw mr overlap "${coll_modes[@]}"; do
         mpi_sweep $m
     done
     # Headline ratios as "mlx4x speed relative to X" (latency inverted so
@@ -802,6 +810,7 @@ GP
     local spec
     for spec in "lat|mpi_latency.png|latency (us)|MPI ping-pong latency (lower is better)" \
                 "bw|mpi_bandwidth.png|bandwidth (MB/s)|MPI streaming bandwidth, window 64 (higher is better)" \
+                "bwd|mpi_bandwidth_distinct.png|bandwidth (MB/s)|MPI streaming bandwidth, window 64, a buffer per receive (higher is better)" \
                 "bibw|mpi_bibw.png|bandwidth (MB/s)|MPI bi-directional bandwidth, window 64 (higher is better)" \
                 "mr|mpi_msgrate.png|million messages/s|MPI message rate, window 64 (higher is better)" \
                 "allreduce|mpi_allreduce.png|latency (us)|MPI_Allreduce, $coll_ranks ranks on $(nproc) cores (lower is better)" \
