@@ -21,8 +21,8 @@
 #       not preloaded, UCX_TLS set explicitly).
 # MPI   contrib/bench/mpi_bench.c (built here with mpicc): latency, bandwidth
 #       (OSU's one receive buffer, and a buffer per receive as applications
-#       post them), bi-directional bandwidth, message rate, receive overlap and the
-#       latency of a job's first 1,024 round trips, each with mpirun -np 2
+#       post them), bi-directional bandwidth, message rate, receive overlap
+#       and the latency of a job's first 1,024 round trips, each with mpirun -np 2
 #       over pml ucx on the same three transports.
 # COLL  contrib/bench/mpi_bench.c allreduce, alltoall and bcast, 8 B - 1 MiB,
 #       mpirun -np 4 on this machine's cores (oversubscribed on 2 cores, as
