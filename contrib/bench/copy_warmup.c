@@ -43,17 +43,17 @@ static void pin(int cpu)
 
 /* One pass of `half`-byte calls at offset `first` of every chunk; the
  * seconds spent inside the calls, or -1 on a failed call. */
-static double pass(pid_t peer, char *local, char *remote, size_t first, size_t half, int write)
+static double pass(pid_t peer, char *local, char *remote, size_t first, size_t half, int to_peer)
 {
     double in_calls = 0;
     for (size_t off = 0; off < total; off += chunk) {
         struct iovec l = {local + off + first, half}, r = {remote + off + first, half};
         double t0 = now();
-        ssize_t n = write ? process_vm_writev(peer, &l, 1, &r, 1, 0)
-                          : process_vm_readv(peer, &l, 1, &r, 1, 0);
+        ssize_t n = to_peer ? process_vm_writev(peer, &l, 1, &r, 1, 0)
+                            : process_vm_readv(peer, &l, 1, &r, 1, 0);
         in_calls += now() - t0;
         if (n != (ssize_t)half) {
-            perror(write ? "process_vm_writev" : "process_vm_readv");
+            perror(to_peer ? "process_vm_writev" : "process_vm_readv");
             return -1;
         }
     }
