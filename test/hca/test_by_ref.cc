@@ -135,6 +135,41 @@ TEST_F(by_ref, a_send_from_the_area_is_one_request_placed_as_its_packets_would_b
     EXPECT_EQ(b.counter(dev::counter::placed_by_ref), std::size(messages));
 }
 
+// A SEND by reference asks for its ACK (AckReq) even unsignalled: the ACK
+// gives the sender's buffer back (and counts against the references it
+// may have outstanding), where a plain SEND's ACK may wait
+// (responder::ack_delay_ns).
+TEST_F(by_ref, a_send_by_reference_asks_for_its_ack_even_unsignalled)
+{
+    start_with_area();
+    std::vector<std::vector<uint8_t>> wire;
+    fab.record_frames(&wire);
+    std::vector<uint8_t> rbuf(by_ref_min, 0);
+    auto &rm = b.reg(rbuf.data(), rbuf.size());
+    ASSERT_EQ(b.post_recv(1, rbuf.data(), by_ref_min, rm.lkey()), status::ok);
+    fill_pattern(area.data(), by_ref_min, 3);
+    drv::sge sg{reinterpret_cast<uintptr_t>(area.data()), by_ref_min, area_mr->lkey()};
+    drv::send_wr wr;
+    wr.wr_id = 1;
+    wr.sg    = {&sg, 1};
+    wr.flags = 0;
+    ASSERT_EQ(a.qp->post_send(wr), status::ok);
+    ASSERT_TRUE(progress_until([&] { return b.recv_wcs.size() == 1; }));
+    fab.record_frames(nullptr);
+    size_t refs = 0;
+    for (const auto &f : wire) {
+        if (f.size() > sizeof(ib::lrh) + sizeof(ib::bth) &&
+            f[sizeof(ib::lrh)] == uint8_t(ib::opcode::x_send_by_ref)) {
+            ib::bth h;
+            std::memcpy(&h, f.data() + sizeof(ib::lrh), sizeof(h));
+            EXPECT_TRUE(ib::bth_ackreq::get(h.apsn));
+            ++refs;
+        }
+    }
+    EXPECT_EQ(refs, 1u);
+    EXPECT_EQ(check_pattern(rbuf.data(), by_ref_min, 3), -1);
+}
+
 // Below send_by_ref_min, a SEND from the area goes as its packets.
 TEST_F(by_ref, below_the_minimum_a_send_from_the_area_goes_as_packets)
 {

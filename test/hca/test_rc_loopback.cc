@@ -3,8 +3,12 @@
 // bring-up, RC SEND / RDMA WRITE data paths, multi-packet messages across
 // the PSN wrap, completion semantics (C16, C21, C40, C63, C64) and RNR.
 #include "hca_fixture.h"
+#include "hca/dev/device.h"
+#include "hca/engine/responder.h"
+#include "hca/ib/ib_hdr.h"
 
 #include <gtest/gtest.h>
+#include <algorithm>
 #include <atomic>
 #include <thread>
 
@@ -732,8 +736,10 @@ TEST_F(completion, C64_unsignalled_wqes_are_retired_by_the_next_signalled_cqe)
 
 // A signalled NOP after unsignalled sends (how UCT's flush reports
 // moderated sends): it completes only once they have been acknowledged,
-// which needs the peer, and then retires them with its one CQE; it sends
-// nothing itself.
+// which needs the peer, and then retires them with its one CQE. It sends
+// nothing itself; as nothing before it asked for an ACK (AckReq), which the
+// peer may hold (responder::ack_delay_ns), it asks: the last SEND once
+// more, whose duplicate the peer answers at once and does not deliver.
 TEST_F(completion, C64_a_signalled_nop_completes_after_the_unsignalled_wqes_before_it)
 {
     start();
@@ -755,7 +761,7 @@ TEST_F(completion, C64_a_signalled_nop_completes_after_the_unsignalled_wqes_befo
     }
     EXPECT_TRUE(a.send_wcs.empty());
     uint64_t sent = a.counter(dev::counter::tx_packets);
-    EXPECT_EQ(sent, 3u);                       // the NOP is not on the wire
+    EXPECT_EQ(sent, 4u);   // the three SENDs and the last one again, not the NOP
     ASSERT_TRUE(progress_until([&] { return a.send_wcs.size() == 1; }));
     progress_rounds(5);
     ASSERT_EQ(a.send_wcs.size(), 1u);
@@ -945,6 +951,90 @@ TEST_F(rnr, send_without_receive_wqe_is_rnr_nakd_then_succeeds)
     EXPECT_EQ(dst, src);
     // At most one more RNR NAK raced with the post.
     EXPECT_LE(b.counter(dev::counter::rnr_naks_sent), rnr + 1);
+}
+
+// ---- ACKs on this host: held unless asked for (responder::ack_delay_ns) ----
+
+/// a sends 64-byte messages to b on the loopback fabric, whose frames are
+/// recorded; b's ACKs among them are counted.
+class local_acks : public rc_pair {
+protected:
+    void SetUp() override
+    {
+        rc_pair::SetUp();
+        ASSERT_NO_FATAL_FAILURE(start());
+        smr = &a.reg(src.data(), src.size(), 0);
+        dmr = &b.reg(dst.data(), dst.size());
+        fab.record_frames(&wire);
+    }
+    void TearDown() override { fab.record_frames(nullptr); }
+
+    size_t acks() const
+    {
+        return size_t(std::count_if(wire.begin(), wire.end(), [](const auto &f) {
+            return f.size() > sizeof(ib::lrh) &&
+                   f[sizeof(ib::lrh)] == uint8_t(ib::opcode::rc_acknowledge);
+        }));
+    }
+    /// One message (a signalled WQE if `flags` says so), delivered with the
+    /// device clock standing still.
+    void send(uint32_t flags)
+    {
+        ASSERT_EQ(b.post_recv(received, dst.data() + received * 64, 64, dmr->lkey()), status::ok);
+        ASSERT_EQ(a.post_send(received, src.data(), 64, smr->lkey(), flags), status::ok);
+        ++received;
+        calls(4);
+        ASSERT_EQ(b.recv_wcs.size(), received);
+    }
+    /// Progress calls of both devices, the clock standing still.
+    void calls(int n)
+    {
+        for (int i = 0; i < n; ++i) {
+            a.ctx->progress();
+            b.ctx->progress();
+            a.poll();
+            b.poll();
+        }
+    }
+
+    std::vector<std::vector<uint8_t>> wire;
+    std::vector<uint8_t> src = std::vector<uint8_t>(64, 0x33);
+    std::vector<uint8_t> dst = std::vector<uint8_t>(16 * 64, 0);
+    drv::mr *smr = nullptr, *dmr = nullptr;
+    uint32_t received = 0;
+};
+
+// Nobody waits for an unsignalled send's completion: its ACK may wait and
+// cover the next ones (IBA 9.7.5.1.1), on this host's fabric as across
+// hosts (two ACK slots per round trip were a quarter of a ping-pong's
+// instructions). The signalled send asks (AckReq), and its one ACK
+// retires all five.
+TEST_F(local_acks, one_ack_covers_the_unsignalled_sends_before_a_signalled_one)
+{
+    for (int i = 0; i < 4; ++i) {
+        ASSERT_NO_FATAL_FAILURE(send(0));
+    }
+    EXPECT_EQ(acks(), 0u);
+    ASSERT_NO_FATAL_FAILURE(send(drv::send_signaled));
+    calls(4);
+    ASSERT_EQ(a.send_wcs.size(), 1u);
+    EXPECT_EQ(a.send_wcs[0].wr_id, 4u);
+    EXPECT_EQ(a.send_wcs[0].status, drv::wc_status::success);
+    EXPECT_EQ(acks(), 1u);
+    EXPECT_EQ(a.qp->sq_outstanding(), 0u);
+}
+
+TEST_F(local_acks, a_held_ack_leaves_after_the_delay)
+{
+    ASSERT_NO_FATAL_FAILURE(send(0));
+    calls(4);
+    EXPECT_EQ(acks(), 0u);
+    EXPECT_NE(b.ctx->next_timer_ns(), 0u);   // an idle device wakes for it
+    manual_clock::advance(engine::responder::ack_delay_ns);
+    for (unsigned i = 0; i < dev::device::quiet_timer_period && acks() == 0; ++i) {
+        calls(1);
+    }
+    EXPECT_EQ(acks(), 1u);
 }
 
 } // namespace

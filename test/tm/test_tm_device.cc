@@ -502,6 +502,29 @@ TEST_F(tm_device_vouched, a_vouched_rendezvous_is_copied_at_once_without_a_read_
     EXPECT_EQ(fin_buf[64 * (a.recv_wcs[0].wr_id - 200)], uint8_t(ib::tmh_opcode::fin));
 }
 
+// The FIN the receiving device sends when its READ is done asks for its
+// ACK (AckReq), unsignalled as it is: the READs the device posts behind it
+// on its own queue complete only after it, and ask for nothing themselves
+// when granted, so an ACK the sender held (responder::ack_delay_ns) would
+// hold the next rendezvous.
+TEST_F(tm_device_vouched, the_device_fin_asks_for_its_ack)
+{
+    ASSERT_TRUE(matched_rendezvous(vouch));
+    ASSERT_TRUE(progress_until([&] { return !a.recv_wcs.empty(); }));
+    size_t fins = 0;
+    for (const auto &f : wire) {
+        constexpr size_t at = sizeof(ib::lrh) + sizeof(ib::bth);
+        if (f.size() > at && f[sizeof(ib::lrh)] == uint8_t(ib::opcode::rc_send_only) &&
+            f[at] == uint8_t(ib::tmh_opcode::fin)) {
+            ib::bth b;
+            std::memcpy(&b, f.data() + sizeof(ib::lrh), sizeof(b));
+            EXPECT_TRUE(ib::bth_ackreq::get(b.apsn));
+            ++fins;
+        }
+    }
+    EXPECT_EQ(fins, 1u);
+}
+
 // The same header without the WQE flag: not vouched, the READ goes on the
 // wire and the sender's responder checks it.
 TEST_F(tm_device_vouched, an_unvouched_rendezvous_is_read_as_before)
@@ -769,6 +792,32 @@ TEST_F(tm_device_vouched_unexpected, a_granted_read_behind_an_unacknowledged_sen
     EXPECT_EQ(b.send_wcs[1].status, drv::wc_status::success);
     EXPECT_EQ(std::memcmp(in.data(), out.data() + 32768, rndv_len), 0);
     EXPECT_EQ(read_requests_on_the_wire(), 0u);
+}
+
+// Behind a SEND that did not ask for its ACK (unsignalled: the peer may
+// hold that ACK for responder::ack_delay_ns), a READ of a vouched range
+// goes on the wire instead of being granted: a granted READ sends nothing
+// that would ask, and would wait for the held ACK to complete in order;
+// the READ's responses acknowledge the SEND (IBA 9.7.5.1.1).
+TEST_F(tm_device_vouched_unexpected, a_read_behind_a_send_that_did_not_ask_for_its_ack_goes_on_the_wire)
+{
+    ASSERT_EQ(post_sink_recv(), status::ok);
+    b.send_wcs.clear();
+    drv::sge sg{reinterpret_cast<uint64_t>(in.data() + rndv_len), 64, im->lkey()};
+    drv::send_wr send;
+    send.wr_id = 8;
+    send.sg    = {&sg, 1};
+    send.flags = 0;   // unsignalled: no AckReq
+    ASSERT_EQ(b_tx->post_send(send), status::ok);
+    drv::sge dst{reinterpret_cast<uint64_t>(in.data()), rndv_len, im->lkey()};
+    ASSERT_EQ(b_tx->post_send(rdma(drv::wr_opcode::rdma_read, 9, dst, 32768, om->rkey())),
+              status::ok);
+    ASSERT_TRUE(progress_until([&] { return !b.send_wcs.empty(); }));
+    EXPECT_EQ(b.send_wcs[0].wr_id, 9u);
+    EXPECT_EQ(b.send_wcs[0].status, drv::wc_status::success);
+    EXPECT_EQ(std::memcmp(in.data(), out.data() + 32768, rndv_len), 0);
+    EXPECT_EQ(b.counter(dev::counter::granted_reads), 0u);
+    EXPECT_EQ(read_requests_on_the_wire(), 1u);
 }
 
 // A READ its doorbell takes from a vouched range is copied in the device's

@@ -249,6 +249,11 @@ struct qp {
         /// a ghost) while the requester is sending them again.
         uint32_t     sent_psn = 0;
         bool         sending = false;    ///< cur_wqe is between first and last
+        /// The last request packet sent asked for its ACK (AckReq), or is a
+        /// READ's or atomic's, which its responses answer: on this host's
+        /// fabric, which loses nothing, the ACK of every packet before it
+        /// is on its way (run_granted_read, completer::ask_for_ack).
+        bool         tail_asks = false;
         bool         drained_sent = false;   ///< SQ_DRAINED raised in this SQD
         std::vector<wqe_track> track;    ///< per SQ slot
         std::vector<timed_transfer> timing;   ///< per SQ slot

@@ -25,9 +25,10 @@ public:
     completer(const completer &) = delete;
     completer &operator=(const completer &) = delete;
 
-    /// Someone waits for the ACK of `q`'s packets in flight (a flush):
-    /// on a lossy link's QP, the tail probe now instead of at its timer,
-    /// once per ACK timer.
+    /// Someone waits for the ACK of `q`'s packets in flight (a flush, a
+    /// granted READ behind them), which the responder may hold
+    /// (responder::ack_delay_ns): the tail probe now, the last packet
+    /// again, whose duplicate it answers at once; once per ACK timer.
     void     ask_for_ack(qp &q);
 
     void set_qp_error(qp &q);

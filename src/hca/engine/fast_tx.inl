@@ -54,12 +54,13 @@ inline bool window_open(const qp &q)
 
 /// An RC request packet at `psn` left: the WQE is outstanding from its
 /// first packet on (tracked, with its `npackets`, for the responses and
-/// rewind()), the PSN moves on, the ACK timer runs, and the message is done
-/// or continues at `next`.
+/// rewind()), whether it asked for its ACK is noted, the PSN moves on, the
+/// ACK timer runs, and the message is done or continues at `next`.
 [[gnu::always_inline]] inline void
 requester::packet_sent(qp &q, uint32_t psn, bool first, bool last, uint32_t next,
                        uint32_t npackets, bool signaled)
 {
+    q.req.tail_asks = asks_for_ack(q, last, signaled);   // as its header said
     if (first) {
         q.req.track[q.req.cur_wqe & (q.sq_size() - 1)] = {
             .first_psn  = psn,

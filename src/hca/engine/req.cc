@@ -583,6 +583,7 @@ void requester::single_request_sent(qp &q, const send_wqe &w, uint32_t psn,
     }
     mark_started(q);
     q.req.rd_atomic_inflight += fresh && rd_atomic;
+    q.req.tail_asks = true;   // AckReq, or answered by its responses
     q.req.next_psn = ib::psn_add(psn, npackets);
     comp_.start_ack_timer(q);
     if (end < w.total_len) {

@@ -186,7 +186,9 @@ requester::single_tx requester::send_by_ref(qp &q, const send_wqe &w, bool fresh
                           .dlid      = q.dlid,
                           .dqpn      = q.remote_qpn,
                           .psn       = psn,
-                          .ackreq    = asks_for_ack(q, true, w.signaled),
+                          // Its ACK gives the sender's buffer back:
+                          // asked for, as a READ's answer is.
+                          .ackreq    = true,
                           .solicited = w.solicited,
                           .ext       = {reinterpret_cast<const uint8_t *>(&w.imm),
                                         imm ? sizeof(w.imm) : 0},
@@ -245,7 +247,7 @@ bool requester::run_granted_read(qp &q, const send_wqe &w)
 {
     bool asked = q.req.grant_asked && q.req.grant_asked_wqe == q.req.cur_wqe;
     if (asked || hca_.threaded_ || q.req.read_share_failed || !use_direct(q, w) ||
-        !may_read_now(q, w)) {
+        !may_read_now(q, w) || !acks_on_their_way(q)) {
         return false;
     }
     q.req.grant_asked     = true;   // once per READ, granted or not
@@ -342,6 +344,17 @@ void requester::run_pending_copies(qp &q)
 /// fenced one waits for every earlier READ and atomic (C60). SENDs and
 /// READs ahead of it change nothing it reads. Walks the outstanding WQEs:
 /// a granted READ is a large one, this is a few loads per WQE.
+/// Whether every packet in flight will be acknowledged without being
+/// asked again: none is, or the last one asked for its ACK (this host's
+/// fabric loses nothing). A granted READ completes after them (in order)
+/// and sends nothing that would ask; behind a packet whose ACK the peer
+/// may hold (responder::ack_delay_ns) it goes on the wire instead, whose
+/// responses acknowledge them.
+bool requester::acks_on_their_way(const qp &q)
+{
+    return q.comp.acked_psn == q.req.next_psn || q.req.tail_asks;
+}
+
 bool requester::may_read_now(const qp &q, const send_wqe &w) const
 {
     if (w.fence && q.req.rd_atomic_inflight) {

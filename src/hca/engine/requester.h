@@ -31,12 +31,16 @@ public:
     /// AckReq (IBA 9.7.5.1.1: the responder schedules an ACK at once) for
     /// a packet of `q`: the last of a signalled WQE, whose completion
     /// someone waits for, and one at half the window, so that a stream
-    /// gets ACKs while it sends. Across hosts only those: the responder
-    /// holds the other ACKs a while (responder::ack_delay_ns) and one
-    /// covers many. On this host's fabric every message's last packet.
+    /// gets ACKs while it sends. Only those: the responder holds the other
+    /// ACKs a while (responder::ack_delay_ns) and one covers many. Across
+    /// hosts an ACK is a datagram; on this host it is a ring slot that
+    /// both devices handle, two per round trip of a ping-pong (a quarter
+    /// of its instructions). A WQE that completes without a packet of its
+    /// own behind unacknowledged ones asks instead
+    /// (completer::ask_for_ack).
     static bool asks_for_ack(const qp &q, bool last, bool signaled)
     {
-        return (last && (signaled || !fabric::is_remote_lid(q.dlid))) ||
+        return (last && signaled) ||
                ib::psn_diff(q.req.next_psn, q.comp.acked_psn) == int32_t(q.comp.cwnd / 2);
     }
     unsigned run_requesters(bool &all_idle);   ///< all_idle: no QP had anything to send
@@ -180,6 +184,7 @@ private:
                          uint32_t npackets, bool signaled);
     single_tx try_single_request(qp &q, const send_wqe &w);
     single_tx send_single_packet(qp &q, const uint8_t *wqe, size_t room);
+    static bool acks_on_their_way(const qp &q);
     single_tx send_gathered_packet(qp &q, const uint8_t *wqe, size_t room);
     const uint8_t *gathered_payload(const qp &q, const uint8_t *segs, size_t segs_len) const;
     single_tx send_single_request(qp &q, const send_wqe &w, bool fresh,

@@ -292,7 +292,9 @@ void tag_matcher::tm_finish_rndv(qp &q, const tm_rndv &op, bool ok)
     segs.fin.app_ctx.set(op.app_ctx);
     tm_rndv fin = op;
     fin.is_fin  = true;
-    tm_post_dev_wqe(q, prm::send_opcode::send, false,
+    // Signalled, so that its packet asks for the ACK (AckReq): the READs
+    // the device posts behind it complete only after it.
+    tm_post_dev_wqe(q, prm::send_opcode::send, true,
                     {reinterpret_cast<const uint8_t *>(&segs), sizeof(segs)}, fin);
 }
 
