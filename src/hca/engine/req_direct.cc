@@ -338,12 +338,6 @@ void requester::run_pending_copies(qp &q)
     comp_.retire_acked(q);
 }
 
-/// Whether READ `w` may read the peer's memory now, before the WQEs ahead
-/// of it have completed: the responder executes a QP's requests in order
-/// (IBA 9.5), so a READ sees what an earlier WRITE or atomic stored, and a
-/// fenced one waits for every earlier READ and atomic (C60). SENDs and
-/// READs ahead of it change nothing it reads. Walks the outstanding WQEs:
-/// a granted READ is a large one, this is a few loads per WQE.
 /// Whether every packet in flight will be acknowledged without being
 /// asked again: none is, or the last one asked for its ACK (this host's
 /// fabric loses nothing). A granted READ completes after them (in order)
@@ -355,6 +349,12 @@ bool requester::acks_on_their_way(const qp &q)
     return q.comp.acked_psn == q.req.next_psn || q.req.tail_asks;
 }
 
+/// Whether READ `w` may read the peer's memory now, before the WQEs ahead
+/// of it have completed: the responder executes a QP's requests in order
+/// (IBA 9.5), so a READ sees what an earlier WRITE or atomic stored, and a
+/// fenced one waits for every earlier READ and atomic (C60). SENDs and
+/// READs ahead of it change nothing it reads. Walks the outstanding WQEs:
+/// a granted READ is a large one, this is a few loads per WQE.
 bool requester::may_read_now(const qp &q, const send_wqe &w) const
 {
     if (w.fence && q.req.rd_atomic_inflight) {

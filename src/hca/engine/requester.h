@@ -184,7 +184,6 @@ private:
                          uint32_t npackets, bool signaled);
     single_tx try_single_request(qp &q, const send_wqe &w);
     single_tx send_single_packet(qp &q, const uint8_t *wqe, size_t room);
-    static bool acks_on_their_way(const qp &q);
     single_tx send_gathered_packet(qp &q, const uint8_t *wqe, size_t room);
     const uint8_t *gathered_payload(const qp &q, const uint8_t *segs, size_t segs_len) const;
     single_tx send_single_request(qp &q, const send_wqe &w, bool fresh,
@@ -235,6 +234,7 @@ private:
     void     track_granted_read(qp &q, const send_wqe &w, bool copy_pending);
     void     run_pending_copies(qp &q);
     bool     may_read_now(const qp &q, const send_wqe &w) const;
+    static bool acks_on_their_way(const qp &q);
     std::span<const uint8_t> vouch_for_rvh(const qp &q, std::span<const uint8_t> payload);
     bool     bind_window(qp &q, const prm::wqe_bind_seg &b);
     bool     invalidate_window(qp &q, uint32_t key);
