@@ -54,13 +54,14 @@ inline bool window_open(const qp &q)
 
 /// An RC request packet at `psn` left: the WQE is outstanding from its
 /// first packet on (tracked, with its `npackets`, for the responses and
-/// rewind()), whether it asked for its ACK is noted, the PSN moves on, the
-/// ACK timer runs, and the message is done or continues at `next`.
+/// rewind()), whether it `asked` for its ACK (its AckReq) is noted, the PSN
+/// moves on, the ACK timer runs, and the message is done or continues at
+/// `next`.
 [[gnu::always_inline]] inline void
 requester::packet_sent(qp &q, uint32_t psn, bool first, bool last, uint32_t next,
-                       uint32_t npackets, bool signaled)
+                       uint32_t npackets, bool signaled, bool asked)
 {
-    q.req.tail_asks = asks_for_ack(q, last, signaled);   // as its header said
+    q.req.tail_asks = asked;
     if (first) {
         q.req.track[q.req.cur_wqe & (q.sq_size() - 1)] = {
             .first_psn  = psn,
@@ -210,14 +211,14 @@ requester::send_single_packet(qp &q, const uint8_t *wqe, size_t room)
     uint8_t opcode = rc_opcode(op, true, true);
     size_t  hdr_len = sizeof(ib::lrh) + sizeof(ib::bth) + (write ? sizeof(ib::reth) : 0) +
                      (imm ? sizeof(ib::immdt) : 0);
+    bool     signaled = (ctrl.srcrb_flags.get() & prm::ctrl_cq_update) != 0;
+    bool     asked    = asks_for_ack(q, true, signaled);
     fabric::frame_slot f;
     status   s   = hca.reserve_frame(q.dlid, hdr_len + len, f);
     uint32_t psn = q.req.next_psn;
     if (s == status::ok) {
         bool solicited = (ctrl.srcrb_flags.get() & prm::ctrl_solicited) != 0;
-        bool signaled  = (ctrl.srcrb_flags.get() & prm::ctrl_cq_update) != 0;
-        uint8_t *out   = dev::core::write_rc_headers(f, q, opcode, len, psn,
-                                                     asks_for_ack(q, true, signaled), solicited);
+        uint8_t *out   = dev::core::write_rc_headers(f, q, opcode, len, psn, asked, solicited);
         if (write) {
             prm::wqe_raddr_seg r;
             std::memcpy(&r, wqe + sizeof(ctrl), sizeof(r));
@@ -246,7 +247,7 @@ requester::send_single_packet(qp &q, const uint8_t *wqe, size_t room)
         return single_tx::busy;   // back-pressure: the same WQE next time
     }
     // status::unreachable: lost on the wire, as in emit()'s callers.
-    packet_sent(q, psn, true, true, 0, 1, (ctrl.srcrb_flags.get() & prm::ctrl_cq_update) != 0);
+    packet_sent(q, psn, true, true, 0, 1, signaled, asked);
     return single_tx::sent;
 }
 
@@ -292,6 +293,7 @@ requester::send_gathered_packet(qp &q, const uint8_t *wqe, size_t room)
     bool     first     = offset == 0, last = offset + chunk == total;
     bool     with_imm  = imm && last;
     bool     signaled  = (ctrl.srcrb_flags.get() & prm::ctrl_cq_update) != 0;
+    bool     asked     = asks_for_ack(q, last, signaled);
     bool     solicited = last && (ctrl.srcrb_flags.get() & prm::ctrl_solicited) != 0;
     size_t   hdr_len   = sizeof(ib::lrh) + sizeof(ib::bth) + (with_imm ? sizeof(ib::immdt) : 0);
     uint32_t psn       = q.req.next_psn;
@@ -299,7 +301,7 @@ requester::send_gathered_packet(qp &q, const uint8_t *wqe, size_t room)
     status s = hca.reserve_frame(q.dlid, hdr_len + chunk, f);
     if (s == status::ok) {
         uint8_t *out = dev::core::write_rc_headers(f, q, rc_opcode(op, first, last), chunk, psn,
-                                                   asks_for_ack(q, last, signaled), solicited);
+                                                   asked, solicited);
         if (with_imm) {
             std::memcpy(out, &ctrl.imm, sizeof(ctrl.imm));
             out += sizeof(ctrl.imm);
@@ -312,7 +314,7 @@ requester::send_gathered_packet(qp &q, const uint8_t *wqe, size_t room)
     }
     // status::unreachable: lost on the wire, as in emit()'s callers. A
     // SEND is never timed (request_packet_sent()'s start_timing()).
-    packet_sent(q, psn, first, last, offset + chunk, packets_of(total, q.mtu), signaled);
+    packet_sent(q, psn, first, last, offset + chunk, packets_of(total, q.mtu), signaled, asked);
     return single_tx::sent;
 }
 

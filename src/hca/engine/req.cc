@@ -368,8 +368,9 @@ bool requester::send_request_packet(qp &q, const send_wqe &w)
     // Payload: straight from the inline data or the single gather entry
     // when possible, otherwise staged.
     std::span<const uint8_t> payload;
-    uint32_t psn   = ud ? 0 : q.req.next_psn;
-    bool     again = !ud && ib::psn_diff(q.req.sent_psn, psn) > 0;
+    uint32_t psn    = ud ? 0 : q.req.next_psn;
+    bool     again  = !ud && ib::psn_diff(q.req.sent_psn, psn) > 0;
+    bool     ackreq = !ud && asks_for_ack(q, last, w.signaled);
     switch (gather_payload(q, w, offset, chunk, again, payload)) {
     case gathered::ok:
         break;
@@ -384,14 +385,13 @@ bool requester::send_request_packet(qp &q, const send_wqe &w)
         MLX4X_DIAG("qp 0x%x: PSN 0x%x not sent again: the memory of WQE %u is no longer "
                    "mapped (let go before its completion)",
                    q.qpn, psn, q.req.cur_wqe);
-        request_packet_sent(q, w, psn, first, last, offset + chunk);
+        request_packet_sent(q, w, psn, first, last, offset + chunk, ackreq);
         return true;
     }
     if (first && w.vouch_rvh && !ud && is_send(w.opcode)) [[unlikely]] {
         payload = vouch_for_rvh(q, payload);   // a tag rendezvous header's SEND
     }
     request_headers h(q, w, first, last);
-    bool     ackreq = !ud && asks_for_ack(q, last, w.signaled);
     status s = out_.emit({.pkey    = q.pkey,
                      .opcode  = h.op,
                      .dlid    = h.dlid,
@@ -412,7 +412,7 @@ bool requester::send_request_packet(qp &q, const send_wqe &w)
         comp_.complete_wqe(q, q.req.cur_wqe, {}, false);
         q.comp.sq_tail = ++q.req.cur_wqe;
     } else {
-        request_packet_sent(q, w, psn, first, last, offset + chunk);
+        request_packet_sent(q, w, psn, first, last, offset + chunk, ackreq);
     }
     return true;
 }
@@ -421,12 +421,12 @@ bool requester::send_request_packet(qp &q, const send_wqe &w)
 /// packet on (tracked for the responses and rewind()), the PSN moves on,
 /// the ACK timer runs, and the message is done or continues at `next`.
 void requester::request_packet_sent(qp &q, const send_wqe &w, uint32_t psn, bool first,
-                                 bool last, uint32_t next)
+                                 bool last, uint32_t next, bool asked)
 {
     if (first) {
         start_timing(q, w, false);
     }
-    packet_sent(q, psn, first, last, next, packets_of(w.total_len, q.mtu), w.signaled);
+    packet_sent(q, psn, first, last, next, packets_of(w.total_len, q.mtu), w.signaled, asked);
 }
 
 void requester::build_headers(qp &q)

@@ -179,9 +179,9 @@ private:
     bool     run_local_wqe(qp &q, const send_wqe &w);
     bool     send_request_packet(qp &q, const send_wqe &w);
     void     request_packet_sent(qp &q, const send_wqe &w, uint32_t psn,
-                                 bool first, bool last, uint32_t next);
+                                 bool first, bool last, uint32_t next, bool asked);
     void     packet_sent(qp &q, uint32_t psn, bool first, bool last, uint32_t next,
-                         uint32_t npackets, bool signaled);
+                         uint32_t npackets, bool signaled, bool asked);
     single_tx try_single_request(qp &q, const send_wqe &w);
     single_tx send_single_packet(qp &q, const uint8_t *wqe, size_t room);
     single_tx send_gathered_packet(qp &q, const uint8_t *wqe, size_t room);
