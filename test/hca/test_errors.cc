@@ -497,6 +497,23 @@ TEST_F(local_error, C40_modify_to_error_flushes_every_wqe_with_its_wr_id)
     EXPECT_TRUE(b.recv_wcs.empty());
 }
 
+TEST_F(local_error, C40_a_receive_posted_in_error_completes_flushed)
+{
+    start();
+    std::vector<uint8_t> dst(64);
+    auto &dm = a.reg(dst.data(), dst.size());
+    progress_rounds(5);   // an idle QP: no requester pass looks at it
+    ASSERT_EQ(a.qp->to_error(), status::ok);
+    a.poll();
+    ASSERT_TRUE(a.recv_wcs.empty());
+    // A receive has no doorbell the device sees (only its record): the
+    // device's passes look at a QP in ERROR, which flushes it (IBA 10.3.1).
+    ASSERT_EQ(a.post_recv(7, dst.data(), dst.size(), dm.lkey()), status::ok);
+    ASSERT_TRUE(progress_until([&] { return !a.recv_wcs.empty(); }, 100));
+    EXPECT_EQ(a.recv_wcs[0].wr_id, 7u);
+    EXPECT_EQ(a.recv_wcs[0].status, drv::wc_status::wr_flush_err);
+}
+
 // ---- RNR retry exhaustion ------------------------------------------------
 
 class rnr_limit : public rc_pair {};

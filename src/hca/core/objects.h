@@ -240,6 +240,7 @@ struct qp {
     /// (req.cc), the completer retires them as ACKs and responses come
     /// back (comp.cc), the responder executes what arrives (resp.cc).
     struct requester {
+        bool         to_run = false;     ///< in core::requesters_to_run_
         uint32_t     sq_head = 0;        ///< next WQE not yet started
         uint32_t     cur_wqe = 0;        ///< WQE being sent
         uint32_t     cur_offset = 0;     ///< bytes of cur_wqe already sent
@@ -299,6 +300,7 @@ struct qp {
         uint32_t     sq_tail = 0;        ///< oldest WQE not completed
         uint32_t     acked_psn = 0;      ///< next PSN not yet acknowledged
         uint64_t     timer_deadline = 0; ///< ns; 0: not armed (or timer_at_next_slice)
+        bool         timer_listed = false;   ///< in core::timed_qps_
         uint64_t     rnr_until = 0;      ///< ns; requester paused until then
         uint8_t      retries_left = 7, rnr_left = 7;
         // A peer across a link that loses packets and names a

@@ -123,6 +123,7 @@ cmd_status firmware::cmd_qp_transition(cmd_opcode op, uint32_t qpn,
     apply_optional(q, ctx, mb->optpar.get());
     q.state = t->to;
     req_.build_headers(q);
+    req_.wake(q);   // WQEs posted before RTS go now; in SQD the drain is watched
     return cmd_status::ok;
 }
 
@@ -217,6 +218,10 @@ cmd_status firmware::qp_from_reset(qp &q, uint32_t qpn, const prm::qp_context &c
     ++r.scq->bound_qps;
     ++r.rcq->bound_qps;
     hca_.active_qps_.push_back(&q);
+    // Each QP is in these lists at most once: with this room, listing one
+    // never allocates.
+    hca_.requesters_to_run_.reserve(hca_.active_qps_.size());
+    hca_.timed_qps_.reserve(hca_.active_qps_.size());
     return cmd_status::ok;
 }
 
@@ -347,6 +352,9 @@ void firmware::qp_to_reset(qp &q)
         in_.forget_held_of(q.qpn);
         req_.release_windows_of(q.qpn);
     }
+    // Also a QP that went from RESET to ERROR (set_qp_error listed it).
+    std::erase(hca_.requesters_to_run_, &q);
+    std::erase(hca_.timed_qps_, &q);
     q = qp{};
 }
 

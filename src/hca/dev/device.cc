@@ -44,9 +44,12 @@ void device::mmio_write32(uint32_t offset, uint32_t be_value)
         // waits for the next pass (run_requester_at_doorbell).
         {
             auto lock = engine_lock();
-            quiet_    = false;   // the next pass looks at every QP (progress_finish)
+            quiet_    = false;   // the next pass runs (progress_finish)
             if (qp *q = hca_.find_qp(byteswap_if_little(be_value) >> 8)) {
                 req_.run_requester_at_doorbell(*q);
+                if (!engine::requester::idle(*q)) {
+                    req_.wake(*q);   // the rest is the next pass's
+                }
             }
         }
         wake_engine_for_doorbell();
@@ -194,8 +197,11 @@ void device::mmio_write_blueflame(uint32_t bf_offset, std::span<const uint8_t> w
             if (req_.send_blueflame(*q, wqe) == engine::requester::single_tx::sent) {
                 hca_.count(counter::blueflame_sends);
             } else {
-                quiet_ = false;   // the next pass looks at every QP (progress_finish)
+                quiet_ = false;   // the next pass runs (progress_finish)
                 req_.run_requester(*q);
+                if (!engine::requester::idle(*q)) {
+                    req_.wake(*q);
+                }
             }
         }
     }
@@ -240,10 +246,11 @@ void device::progress_finish()
     // A quiet device that took no frames has nothing for the requester
     // and responder passes; only a timer may have expired, and the ACK
     // timeout is milliseconds. So an idle progress loop runs the pass
-    // every quiet_timer_period-th call instead of walking every QP twice
-    // and reading the clock each time (~290 of an idle call's ~540
-    // instructions; the idle loop's length is part of every message's
-    // latency: a message waits half of it on average).
+    // every quiet_timer_period-th call instead of running the requester
+    // and timer passes and reading the clock each time (~290 of an idle
+    // call's ~540 instructions when the passes walked every QP; the idle
+    // loop's length is part of every message's latency: a message waits
+    // half of it on average).
     if (slice_frames_ == 0 && skip_idle_pass()) {
         slice_open_ = false;
         return;
@@ -331,7 +338,7 @@ uint64_t device::earliest_due() const
         uint64_t due = hca_.now() + engine::responder::ack_delay_ns;
         next = next ? std::min(next, due) : due;
     }
-    for (const qp *q : hca_.active_qps_) {
+    for (const qp *q : hca_.timed_qps_) {
         if (q->comp.timer_deadline && (!next || q->comp.timer_deadline < next)) {
             next = q->comp.timer_deadline;
         }

@@ -465,7 +465,7 @@ void completer::arm_timer(qp &q, uint64_t now)
     q.comp.waiting_since  = now;
     q.comp.rto_shift      = 0;
     q.comp.probed         = false;
-    q.comp.timer_deadline = next_deadline(q, now);
+    set_deadline(q, next_deadline(q, now));
 }
 
 /// A flight that starts from idle (nothing outstanding: its first packet
@@ -578,7 +578,7 @@ bool completer::probe_tail(qp &q, uint64_t now)
     // once, not after the quarter timeout (ask_again_from_gap). acked_psn
     // never goes back to the PSN before it.
     q.comp.reasked_psn    = ib::psn_add(q.comp.acked_psn, ib::psn_mask);
-    q.comp.timer_deadline = next_deadline(q, now);
+    set_deadline(q, next_deadline(q, now));
     return true;
 }
 
@@ -769,11 +769,19 @@ void completer::complete_wqe(qp &q, uint32_t index, prm::cqe_syndrome syndrome,
 
 bool completer::run_timers()
 {
+    std::vector<qp *> &timed = hca_.timed_qps_;
     bool     fired = false;
     uint64_t t = 0;
-    for (qp *q : hca_.active_qps_) {
-        if (!q->comp.timer_deadline ||
-            (q->state != prm::qp_state::rts && q->state != prm::qp_state::sqd)) {
+    size_t   kept = 0;
+    // Compacted in place: the QPs whose timer stopped leave the list.
+    for (size_t i = 0; i < timed.size(); ++i) {
+        qp *q = timed[i];
+        if (!q->comp.timer_deadline) {
+            q->comp.timer_listed = false;
+            continue;
+        }
+        timed[kept++] = q;
+        if (q->state != prm::qp_state::rts && q->state != prm::qp_state::sqd) {
             continue;
         }
         if (!t) {
@@ -834,6 +842,7 @@ bool completer::run_timers()
         q->comp.timer_deadline = next_deadline(*q, t);
         fired = true;
     }
+    timed.resize(kept);
     return fired;
 }
 
@@ -864,6 +873,7 @@ void completer::set_qp_error(qp &q)
 {
     q.state = prm::qp_state::err;
     flush_queues(q);
+    req_.wake(q);   // in ERROR every pass flushes what is posted (run_requester)
     if (q.has_srq) {
         // IBA 11.6.3.4: a QP on an SRQ that fails will take no more WQEs.
         hca_.async_event(prm::eqe_type::srq_qp_last_wqe, q.qpn);

@@ -56,10 +56,20 @@ public:
     /// from the next slice's clock: no clock read on the sending path (a
     /// quarter of a small send's cycles on a slow core), and a timeout of
     /// milliseconds starts a few microseconds late at most.
-    static void start_ack_timer(qp &q)
+    void start_ack_timer(qp &q)
     {
         if (!q.comp.timer_deadline) {
-            q.comp.timer_deadline = timer_at_next_slice;
+            set_deadline(q, timer_at_next_slice);
+        }
+    }
+    /// Arms (or moves) `q`'s timer; run_timers() looks at the QPs armed
+    /// (core::timed_qps_).
+    void set_deadline(qp &q, uint64_t at)
+    {
+        q.comp.timer_deadline = at;
+        if (!q.comp.timer_listed) {
+            q.comp.timer_listed = true;
+            hca_.timed_qps_.push_back(&q);   // reserved: no allocation
         }
     }
 

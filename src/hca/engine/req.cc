@@ -62,22 +62,25 @@ size_t atomic_request(const send_wqe &w, uint8_t *ext, uint8_t &op)
 
 unsigned requester::run_requesters(bool &all_idle)
 {
+    std::vector<qp *> &to_run = hca_.requesters_to_run_;
     unsigned work = 0;
-    for (qp *q : hca_.active_qps_) {
-        // The common idle case, answered here: an RTS QP with no message
-        // under way and no new WQE (the doorbell started the last one). A
-        // tag-list command QP takes its WQEs at sq_head (run_tm_command).
-        uint32_t next = q->st == prm::qp_st::tm_cmd ? q->req.sq_head : q->req.cur_wqe;
-        if (q->state == prm::qp_state::rts && !q->req.sending &&
-            !sq_wqe_ready(*q, next) && !q->req.copies_pending) {
+    size_t   kept = 0;
+    // By index, the size read each time: a QP a burst wakes runs in this
+    // pass too. Compacted in place: the idle ones leave the list.
+    for (size_t i = 0; i < to_run.size(); ++i) {
+        qp *q = to_run[i];
+        if (idle(*q)) {
+            q->req.to_run = false;
             continue;
         }
+        to_run[kept++] = q;
         all_idle = false;
         if (q->req.copies_pending) {
             run_pending_copies(*q);
         }
         work += run_requester(*q);
     }
+    to_run.resize(kept);
     return work;
 }
 
@@ -684,6 +687,7 @@ void requester::rewind(qp &q, uint32_t psn)
         q.req.sending    = at->packet > 0 && !t.rd_atomic;
         q.req.next_psn   = psn;
     }
+    wake(q);
 }
 
 } // namespace mlx4x::engine

@@ -44,6 +44,24 @@ public:
                ib::psn_diff(q.req.next_psn, q.comp.acked_psn) == int32_t(q.comp.cwnd / 2);
     }
     unsigned run_requesters(bool &all_idle);   ///< all_idle: no QP had anything to send
+    /// The common idle case: an RTS QP with no message under way, no new
+    /// WQE (the doorbell started the last one) and no copy waiting. A
+    /// tag-list command QP takes its WQEs at sq_head (run_tm_command).
+    static bool idle(const qp &q)
+    {
+        uint32_t next = q.st == prm::qp_st::tm_cmd ? q.req.sq_head : q.req.cur_wqe;
+        return q.state == prm::qp_state::rts && !q.req.sending && !sq_wqe_ready(q, next) &&
+               !q.req.copies_pending;
+    }
+    /// `q`'s requester may have work: the next pass looks at it. What
+    /// makes a QP leave idle() calls this (core::requesters_to_run_).
+    void wake(qp &q)
+    {
+        if (!q.req.to_run) {
+            q.req.to_run = true;
+            hca_.requesters_to_run_.push_back(&q);   // reserved: no allocation
+        }
+    }
     unsigned run_requester(qp &q);   ///< one QP's burst
     /// A send doorbell's burst: as run_requester(), but a READ it would
     /// copy at once from a vouched range (run_granted_read) is taken with

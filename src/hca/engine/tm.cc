@@ -332,6 +332,7 @@ void tag_matcher::tm_post_dev_wqe(qp &q, prm::send_opcode op, bool signalled,
                              std::span<const uint8_t> segs, const tm_rndv &what)
 {
     uint32_t index = q.dev_sq_head++;
+    req_.wake(q);
     uint8_t *w = q.sq_wqe(index);
     std::memcpy(w + sizeof(prm::wqe_ctrl_seg), segs.data(), segs.size());
     prm::wqe_ctrl_seg ctrl{};

@@ -84,10 +84,10 @@ inline bool sq_wqe_ready(const dev::qp &q, uint32_t index)
 }
 
 /// Fetches the send queue slot of `q`'s next WQE once the one before it has
-/// gone: run_requesters() reads its owner byte at the next slice and the
-/// driver writes the next WQE there, and the slot was last touched a whole
-/// queue ago (a load miss per message: 2 % of the cycles of a 4-rank
-/// 8-byte allreduce, all of it on that load).
+/// gone: the driver writes the next WQE there and the device reads it at
+/// the doorbell, and the slot was last touched a whole queue ago (a load
+/// miss per message: 2 % of the cycles of a 4-rank 8-byte allreduce, all
+/// of it on that load, when every requester pass also read it).
 inline void prefetch_next_wqe(const dev::qp &q)
 {
     prefetch_for_write(q.sq_wqe(q.req.cur_wqe));
