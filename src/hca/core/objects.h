@@ -227,6 +227,8 @@ struct qp {
 
     /// UD, or QP0/QP1 (st mlx): datagrams with a DETH, no PSN sequence.
     bool datagram() const { return st == prm::qp_st::ud || st == prm::qp_st::mlx; }
+    /// Every packet sent so far (since the last rewind) is acknowledged.
+    bool all_acked() const { return comp.acked_psn == req.next_psn; }
 
     // Work queues in host memory.
     uint8_t     *sq_buf = nullptr;  uint32_t sq_log_size = 0, sq_log_stride = 0;

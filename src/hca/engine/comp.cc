@@ -144,7 +144,7 @@ completer::placement completer::place_atomic_response(qp &q, const pkt &p,
 /// thins the round before out, and still asks well before the timer would.
 void completer::ask_again_from_gap(qp &q)
 {
-    if (q.req.next_psn == q.comp.acked_psn) {
+    if (q.all_acked()) {
         return;   // gone back there already, nothing sent since
     }
     if (q.comp.rto_ns) {   // not a lossless link, where a gap is a loss
@@ -452,7 +452,7 @@ bool completer::copy_read_head(qp &q, const send_wqe &w, uint32_t share)
 void completer::restart_ack_timer(qp &q)
 {
     learn_from_ack(q);
-    if (q.comp.acked_psn == q.req.next_psn) {
+    if (q.all_acked()) {
         q.comp.timer_deadline = 0;
         return;
     }
@@ -558,8 +558,7 @@ uint64_t completer::next_deadline(const qp &q, uint64_t now) const
 bool completer::probe_tail(qp &q, uint64_t now)
 {
     q.comp.probed = true;
-    if (ib::psn_diff(q.req.sent_psn, q.req.next_psn) > 0 ||
-        q.req.next_psn == q.comp.acked_psn) {
+    if (ib::psn_diff(q.req.sent_psn, q.req.next_psn) > 0 || q.all_acked()) {
         return false;
     }
     // The flight stays timed: whichever copy its ACK answers, the sample

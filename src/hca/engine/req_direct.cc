@@ -346,7 +346,7 @@ void requester::run_pending_copies(qp &q)
 /// responses acknowledge them.
 bool requester::acks_on_their_way(const qp &q)
 {
-    return q.comp.acked_psn == q.req.next_psn || q.req.tail_asks;
+    return q.all_acked() || q.req.tail_asks;
 }
 
 /// Whether READ `w` may read the peer's memory now, before the WQEs ahead
