@@ -47,9 +47,7 @@ void device::mmio_write32(uint32_t offset, uint32_t be_value)
             quiet_    = false;   // the next pass runs (progress_finish)
             if (qp *q = hca_.find_qp(byteswap_if_little(be_value) >> 8)) {
                 req_.run_requester_at_doorbell(*q);
-                if (!engine::requester::idle(*q)) {
-                    req_.wake(*q);   // the rest is the next pass's
-                }
+                req_.wake_if_busy(*q);
             }
         }
         wake_engine_for_doorbell();
@@ -199,9 +197,7 @@ void device::mmio_write_blueflame(uint32_t bf_offset, std::span<const uint8_t> w
             } else {
                 quiet_ = false;   // the next pass runs (progress_finish)
                 req_.run_requester(*q);
-                if (!engine::requester::idle(*q)) {
-                    req_.wake(*q);
-                }
+                req_.wake_if_busy(*q);
             }
         }
     }

@@ -62,6 +62,14 @@ public:
             hca_.requesters_to_run_.push_back(&q);   // reserved: no allocation
         }
     }
+    /// After a burst outside the pass (a doorbell's, a BlueFlame write's):
+    /// what it left is the next pass's.
+    void wake_if_busy(qp &q)
+    {
+        if (!idle(q)) {
+            wake(q);
+        }
+    }
     unsigned run_requester(qp &q);   ///< one QP's burst
     /// A send doorbell's burst: as run_requester(), but a READ it would
     /// copy at once from a vouched range (run_granted_read) is taken with
