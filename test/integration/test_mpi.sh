@@ -106,7 +106,7 @@ for segs in default 1; do
         "$RUN" "$top_builddir/test/mpi/mpi_ssend_unexpected" 2>&1); rc=$?
     total() { echo "$out" | awk -v c="$1" '$1 == c { t += $2 } END { print t + 0 }'; }
     unexp_rndv=$(total tm_unexpected_rndv)
-    # The long eager ones are SENDs by reference (from 32 KiB; issue 33),
+    # The long eager ones are SENDs by reference (from 16 KiB; issue 33),
     # each placed by its receiver.
     if [ $segs = default ]; then want_rndv="-eq 0"; how="fragments of eager messages"
         want_ref="-gt 0"

@@ -174,8 +174,13 @@ public:
     }
     /// Below this, packets are faster: a bounce slot the peer's device
     /// has read is in its cache, and the next pack into it waits for those
-    /// lines (docs/benchmarks.md, "SENDs by reference").
-    static constexpr uint32_t send_by_ref_min = 32768;
+    /// lines (docs/benchmarks.md, "SENDs by reference"). From 16 KiB a
+    /// reference wins where both ranks send at once (an allreduce's
+    /// exchanges: each device reads the peer's bytes once instead of the
+    /// peer writing them into the ring and this one reading them back) and
+    /// costs a stream of 16 KiB ~6 % ("Exchanges by reference from 16 KiB",
+    /// session 66).
+    static constexpr uint32_t send_by_ref_min = 16384;
     static_assert(send_by_ref_min > limits::mtu, "send_single_packet() does not ask");
     /// A sender far ahead of its peer (an MPI_Bcast's root) sends packets:
     /// the peer's ring holds it back, where references would let it run
