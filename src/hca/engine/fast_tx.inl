@@ -251,18 +251,23 @@ requester::send_single_packet(qp &q, const uint8_t *wqe, size_t room)
     return single_tx::sent;
 }
 
-/// A packet of a SEND longer than the MTU whose data is one gather entry
-/// (UCX's bcopy and zero-copy eager messages of 4-64 KiB): its FIRST,
-/// MIDDLE or LAST at cur_offset, straight from the entry into the
-/// destination's ring with the QP's prebuilt headers, where the general
-/// path decodes the whole WQE again for every packet (~850 instructions a
-/// packet). The entry is checked for every packet as gathered_payload()
-/// checks it (C53); a packet sent again, any other WQE and any failed
-/// check go to the general path, which also reports errors. The caller
-/// checked what every packet needs (state, a WQE posted, window, RNR
-/// pause). Held equal to the general path by test/hca/test_paths.cc.
+/// Packets of a SEND longer than the MTU whose data is one gather entry
+/// (UCX's bcopy and zero-copy eager messages of 4-64 KiB): from its FIRST,
+/// MIDDLE or LAST at cur_offset on, up to `budget` packets or the
+/// message's end while the window stays open, straight from the entry into
+/// the destination's ring with the QP's prebuilt headers, where the
+/// general path decodes the whole WQE again for every packet (~850
+/// instructions a packet). The WQE and its entry are checked once a call
+/// as gathered_payload() checks it (C53): nothing changes them between
+/// two packets of one call, and a call after a pause checks again; a
+/// packet sent again, any other WQE and any failed check go to the general
+/// path, which also reports errors. The caller checked what every packet
+/// needs (state, a WQE posted, window, RNR pause). `packets`: how many
+/// left (busy: none, the ring full). Held equal to the general path by
+/// test/hca/test_paths.cc.
 [[gnu::always_inline]] inline requester::single_tx
-requester::send_gathered_packet(qp &q, const uint8_t *wqe, size_t room)
+requester::send_gathered_packets(qp &q, const uint8_t *wqe, size_t room, unsigned budget,
+                                 unsigned &packets)
 {
     dev::core &hca = hca_;   // in a register, as in send_single_packet()
     prm::wqe_ctrl_seg ctrl = prm::load_ctrl_seg(wqe);
@@ -289,33 +294,42 @@ requester::send_gathered_packet(qp &q, const uint8_t *wqe, size_t room)
         return single_tx::not_single;   // send_by_ref: the general path
     }
 
-    uint32_t chunk     = std::min(q.mtu, total - offset);
-    bool     first     = offset == 0, last = offset + chunk == total;
-    bool     with_imm  = imm && last;
-    bool     signaled  = (ctrl.srcrb_flags.get() & prm::ctrl_cq_update) != 0;
-    bool     asked     = asks_for_ack(q, last, signaled);
-    bool     solicited = last && (ctrl.srcrb_flags.get() & prm::ctrl_solicited) != 0;
-    size_t   hdr_len   = sizeof(ib::lrh) + sizeof(ib::bth) + (with_imm ? sizeof(ib::immdt) : 0);
-    uint32_t psn       = q.req.next_psn;
-    fabric::frame_slot f;
-    status s = hca.reserve_frame(q.dlid, hdr_len + chunk, f);
-    if (s == status::ok) {
-        uint8_t *out = dev::core::write_rc_headers(f, q, rc_opcode(op, first, last), chunk, psn,
-                                                   asked, solicited);
-        if (with_imm) {
-            std::memcpy(out, &ctrl.imm, sizeof(ctrl.imm));
-            out += sizeof(ctrl.imm);
+    bool     signaled   = (ctrl.srcrb_flags.get() & prm::ctrl_cq_update) != 0;
+    bool     solicits   = (ctrl.srcrb_flags.get() & prm::ctrl_solicited) != 0;
+    uint32_t npackets   = packets_of(total, q.mtu);
+    unsigned sent       = 0;
+    bool     last       = false;
+    do {
+        uint32_t chunk     = std::min(q.mtu, total - offset);
+        bool     first     = offset == 0;
+        last               = offset + chunk == total;
+        bool     with_imm  = imm && last;
+        bool     asked     = asks_for_ack(q, last, signaled);
+        size_t   hdr_len   = sizeof(ib::lrh) + sizeof(ib::bth) + (with_imm ? sizeof(ib::immdt) : 0);
+        uint32_t psn       = q.req.next_psn;
+        fabric::frame_slot f;
+        status s = hca.reserve_frame(q.dlid, hdr_len + chunk, f);
+        if (s == status::ok) {
+            uint8_t *out = dev::core::write_rc_headers(f, q, rc_opcode(op, first, last), chunk,
+                                                       psn, asked, last && solicits);
+            if (with_imm) {
+                std::memcpy(out, &ctrl.imm, sizeof(ctrl.imm));
+                out += sizeof(ctrl.imm);
+            }
+            copy_bytes(out, data + offset, chunk);
+            s = hca.commit_frame(f);
         }
-        copy_bytes(out, data + offset, chunk);
-        s = hca.commit_frame(f);
-    }
-    if (hca.count_tx(s, chunk, hdr_len + chunk) == status::no_resource) {
-        return single_tx::busy;   // back-pressure: the same packet next time
-    }
-    // status::unreachable: lost on the wire, as in emit()'s callers. A
-    // SEND is never timed (request_packet_sent()'s start_timing()).
-    packet_sent(q, psn, first, last, offset + chunk, packets_of(total, q.mtu), signaled, asked);
-    return single_tx::sent;
+        if (hca.count_tx(s, chunk, hdr_len + chunk) == status::no_resource) {
+            break;   // back-pressure: this packet next time
+        }
+        // status::unreachable: lost on the wire, as in emit()'s callers. A
+        // SEND is never timed (request_packet_sent()'s start_timing()).
+        packet_sent(q, psn, first, last, offset + chunk, npackets, signaled, asked);
+        offset += chunk;
+        ++sent;
+    } while (!last && sent < budget && window_open(q));
+    packets = sent;
+    return sent ? single_tx::sent : single_tx::busy;
 }
 
 } // namespace mlx4x::engine

@@ -102,7 +102,8 @@ unsigned requester::run_requester(qp &q)
     }
     {
         dev::core::tx_batch batch(hca_, q.dlid);
-        for (; work < burst_per_qp && send_one_packet(q); ++work) {
+        for (unsigned sent; work < burst_per_qp && (sent = send_one_packet(q, burst_per_qp - work));
+             work += sent) {
         }
     }
     if (q.state == prm::qp_state::sqd && !q.req.drained_sent && !q.req.sending &&
@@ -287,37 +288,41 @@ struct request_headers {
 
 } // namespace
 
-/// One packet of q's send queue (send_next_packet), counted as a
-/// retransmission when it was sent before a rewind (sent_psn). A BlueFlame
-/// send never is: it takes only the last WQE posted, with nothing before it.
-bool requester::send_one_packet(qp &q)
+/// Packets of q's send queue (send_next_packet), at most `budget`, counted
+/// as a retransmission when sent before a rewind (sent_psn): only one
+/// packet is then sent. A BlueFlame send never is: it takes only the last
+/// WQE posted, with nothing before it. Returns the packets sent.
+unsigned requester::send_one_packet(qp &q, unsigned budget)
 {
     uint32_t psn  = q.req.next_psn;
-    bool     sent = send_next_packet(q);
+    unsigned sent = send_next_packet(q, budget);
     if (ib::psn_diff(q.req.sent_psn, psn) > 0 && q.req.next_psn != psn) {
         hca_.count(counter::retransmits);
     }
     return sent;
 }
 
-/// One packet of q's send queue, if it may send one: the fast path for a
-/// whole inline message, a local WQE, a single request, else the next
-/// packet of the current message (segmented at the path MTU).
-bool requester::send_next_packet(qp &q)
+/// The next packet of q's send queue, if it may send one: the fast path
+/// for a whole inline message, a local WQE, a single request, else the
+/// next packet of the current message (segmented at the path MTU); the
+/// fast path for a long SEND of one gather entry sends up to `budget` of
+/// its packets at once. Returns the packets sent.
+unsigned requester::send_next_packet(qp &q, unsigned budget)
 {
     if (!requester_may_send(q)) {
-        return false;
+        return 0;
     }
     if (q.req.tx_fast) {
-        const uint8_t *wqe  = q.sq_wqe(q.req.cur_wqe);
-        size_t         room = size_t{1} << q.sq_log_stride;
+        const uint8_t *wqe     = q.sq_wqe(q.req.cur_wqe);
+        size_t         room    = size_t{1} << q.sq_log_stride;
+        unsigned       packets = 1;
         single_tx t = q.req.sending ? single_tx::not_single : send_single_packet(q, wqe, room);
         if (t == single_tx::not_single) {
-            t = send_gathered_packet(q, wqe, room);   // a packet of a longer SEND
+            t = send_gathered_packets(q, wqe, room, budget, packets);   // a longer SEND
         }
         switch (t) {
-        case single_tx::sent:       return true;
-        case single_tx::busy:       return false;
+        case single_tx::sent:       return packets;
+        case single_tx::busy:       return 0;
         case single_tx::not_single: break;
         }
     }

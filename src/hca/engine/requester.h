@@ -164,7 +164,7 @@ public:
     /// (send_by_ref, ib::x_send_ref): at least send_by_ref_min bytes, all
     /// inside the QP's send area, behind fewer than by_ref_max_behind WQEs
     /// of its QP not yet completed, to a peer of this host that has not
-    /// refused it. send_gathered_packet() asks before its copy, `len` first.
+    /// refused it. send_gathered_packets() asks before its copy, `len` first.
     static bool sends_by_ref(const qp &q, uint64_t addr, uint32_t len)
     {
         return len >= send_by_ref_min && addr - q.req.send_area < q.req.send_area_len &&
@@ -203,8 +203,8 @@ public:
     direct_chooser &transfer_costs_for_tests() { return chooser_; }
 
 private:
-    bool     send_one_packet(qp &q);
-    bool     send_next_packet(qp &q);
+    unsigned send_one_packet(qp &q, unsigned budget);
+    unsigned send_next_packet(qp &q, unsigned budget);
     bool     requester_may_send(qp &q);
     bool     fail_send_wqe(qp &q, prm::cqe_syndrome s);
     bool     run_local_wqe(qp &q, const send_wqe &w);
@@ -215,7 +215,8 @@ private:
                          uint32_t npackets, bool signaled, bool asked);
     single_tx try_single_request(qp &q, const send_wqe &w);
     single_tx send_single_packet(qp &q, const uint8_t *wqe, size_t room);
-    single_tx send_gathered_packet(qp &q, const uint8_t *wqe, size_t room);
+    single_tx send_gathered_packets(qp &q, const uint8_t *wqe, size_t room, unsigned budget,
+                                    unsigned &packets);
     const uint8_t *gathered_payload(const qp &q, const uint8_t *segs, size_t segs_len) const;
     single_tx send_single_request(qp &q, const send_wqe &w, bool fresh,
                                   bool direct);
