@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // The fast paths against the general path. The requester's single-packet
 // path (send_single_packet, also from a BlueFlame write) and its path for
-// the packets of a longer SEND of one gather entry (send_gathered_packet),
+// the packets of a longer SEND of one gather entry (send_gathered_packets),
 // and ingress's SEND_ONLY, SEND continuation and ACK paths
 // (receive_send_only, receive_send_continuation, receive_ack) repeat checks
 // the general path makes (IBA 9.6, 9.7.5) in less work; they are kept
