@@ -153,7 +153,9 @@ status interface::init(const uct_iface_params_t &params)
     send_cq_    = scq.take();
     recv_cq_    = rcq.take();
     tx_credits_ = send_cq_->size();
-    if (status s = init_receive_queue(tm); s != status::ok) {
+    size_t rx_headroom =
+        (params.field_mask & UCT_IFACE_PARAM_FIELD_RX_HEADROOM) ? params.rx_headroom : 0;
+    if (status s = init_receive_queue(tm, rx_headroom); s != status::ok) {
         return s;
     }
     if (tm) {
@@ -181,8 +183,11 @@ status interface::init(const uct_iface_params_t &params)
 /// list of TM_LIST_SIZE when `tm`), and its buffers, all posted. A buffer
 /// for every SRQ entry, the spare's too: each entry keeps its buffer, so a
 /// used one goes back with no WQE to write (repost_rx). The SRQ's size is
-/// a power of two, so the buffers are as many.
-status interface::init_receive_queue(bool tm)
+/// a power of two, so the buffers are as many. With tag matching, each
+/// buffer has room before it for the descriptor UCP makes of it when it
+/// keeps an unexpected message there, and rx_kept_max spares take the
+/// place of kept buffers (on_unexpected_in_slot).
+status interface::init_receive_queue(bool tm, size_t rx_headroom)
 {
     uint32_t rx_bufs  = rx_buffers();
     uint32_t msg_wqes = 1;   // SRQ WQEs one unexpected message may fill
@@ -202,15 +207,29 @@ status interface::init_receive_queue(bool tm)
         return sr.error();
     }
     srq_ = sr.take();
-    if (status s = make_slots(ctx(), md_.pd(), rx_bufs_, rx_bufs, seg_size_, true); s != status::ok) {
+    uint32_t spares = 0;
+    if (tm) {
+        // [release pointer][rx_headroom][tmh][data]: the descriptor UCP is
+        // given starts rx_headroom before the data, which follows the tmh
+        // at the buffer's start.
+        rx_lead_ = (sizeof(uct_recv_desc_t *) + rx_headroom + 63) / 64 * 64;
+        spares   = rx_kept_max;
+    }
+    if (status s = make_slots(ctx(), md_.pd(), rx_bufs_, rx_bufs + spares, rx_lead_ + seg_size_,
+                              true);
+        s != status::ok) {
         return s;
+    }
+    rx_spares_.reserve(spares);
+    for (uint32_t i = 0; i < spares; ++i) {
+        rx_spares_.push_back(rx_bufs + spares - 1 - i);
     }
     // The buffers are taken in order, 128 of the default 16 KiB to a 2 MiB
     // huge page, and each page's first fault (~0.3 ms; 7 ms when the
     // kernel compacted memory for it) stalled the message that touched it:
     // all of them here instead, before any is posted, up to
     // rx_first_touch_max (docs/benchmarks.md, "First messages of a job").
-    first_touch(rx_bufs_.base, std::min(size_t(rx_bufs) * seg_size_, rx_first_touch_max));
+    first_touch(rx_bufs_.base, std::min(size_t(rx_bufs) * rx_bufs_.slot_size, rx_first_touch_max));
     for (uint32_t i = 0; i < rx_bufs - 1; ++i) {
         if (status s = post_rx(i); s != status::ok) {
             return s;
@@ -390,6 +409,7 @@ interface::~interface()
             print("tm_recv_sw_fallback", tm_->exceeds_limit);
             print("tm_recv_canceled", tm_->canceled);
             print("tm_rx_malformed", tm_->malformed);
+            print("tm_unexpected_kept", tm_->kept);
         }
     }
     auto cm = md_.cm();   // rx_qps_ is the CM's too (accept())
@@ -437,8 +457,7 @@ void interface::remove_ep(endpoint *e)
 
 drv::sge interface::rx_sge(uint32_t slot)
 {
-    return {reinterpret_cast<uint64_t>(rx_bufs_.slot(slot)), uint32_t(rx_bufs_.slot_size),
-            rx_bufs_.mr->lkey()};
+    return {reinterpret_cast<uint64_t>(rx_buf(slot)), uint32_t(seg_size_), rx_bufs_.mr->lkey()};
 }
 
 status interface::post_rx(uint32_t slot)
@@ -611,11 +630,10 @@ unsigned interface::poll_recv()
         drv::cq::next        next = recv_cq_->poll_srq_receive(*srq_, r);
         if (next == drv::cq::next::taken) {
             // The common message, without a work completion.
-            const uint8_t *buf = rx_bufs_.slot(r.wr_id);
             if (r.tm_unexpected) {
-                on_unexpected(buf, r.byte_len, false, 0);
+                on_unexpected_in_slot(uint32_t(r.wr_id), r.byte_len);
             } else {
-                on_untagged(buf, r.byte_len);
+                on_untagged(rx_buf(r.wr_id), r.byte_len);
             }
             repost_rx();
         } else if (drv::wc w; next == drv::cq::next::other && recv_cq_->poll({&w, 1})) {
@@ -646,7 +664,7 @@ void interface::on_receive(const drv::wc &w)
         }
         return;
     }
-    on_untagged(rx_bufs_.slot(w.wr_id), w.byte_len);
+    on_untagged(rx_buf(w.wr_id), w.byte_len);
     repost_rx();
 }
 

@@ -40,6 +40,10 @@ constexpr unsigned max_rndv_hdr = 128;
 /// messages use them. RX_QUEUE_LEN x SEG_SIZE may name 16 GiB, which
 /// touched at once made `ucx_info -d` take 28 s and 16 GiB.
 constexpr size_t rx_first_touch_max = size_t{64} << 20;
+/// Receive buffers UCP may keep at once (unexpected eager messages handed
+/// over in their buffer, interface::on_unexpected_in_slot): as many spare
+/// buffers, untouched until used; past them UCP copies.
+constexpr uint32_t rx_kept_max = 256;
 
 /// Every SEND starts with a tmh opcode byte (ib::tmh_opcode), so tagged
 /// and untagged messages share one receive queue: an active message is
@@ -157,6 +161,9 @@ struct tag_offload {
     /// not see (tm::parse_unexpected, check_sw_rts): dropped, or their
     /// receive completed with an error.
     uint64_t                  malformed = 0;
+    /// Unexpected eager messages UCP kept in their receive buffer
+    /// (interface::on_unexpected_in_slot).
+    uint64_t                  kept = 0;
 
     /// Keeps a rendezvous send until its FIN; returns its app_ctx (never 0).
     uint32_t add_rndv(uct_completion_t *comp, std::unique_ptr<drv::mr> mr,
@@ -538,7 +545,7 @@ public:
 
 private:
     status check_config() const;
-    status init_receive_queue(bool tm);
+    status init_receive_queue(bool tm, size_t rx_headroom);
     /// Receive buffers and SRQ entries: RX_QUEUE_LEN rounded up to a power
     /// of two (check_config() bounds it), at least 2.
     uint32_t rx_buffers() const { return std::max(2u, std::bit_ceil(cfg_.rx_queue_len)); }
@@ -560,6 +567,9 @@ private:
     /// loaded whole, a store-forwarding stall per message.)
     void on_unexpected(const uint8_t *buf, uint32_t len, bool with_imm, uint32_t imm);
     void on_unexpected_part(const uint8_t *buf, const drv::wc &w);
+    void on_unexpected_in_slot(uint32_t slot, uint32_t len);
+    /// uct_iface_release_desc of a receive buffer UCP kept.
+    static void release_kept_rx(uct_recv_desc_t *self, void *desc);
     ucs_status_t deliver_in_desc(const uint8_t *data, uint32_t len, unsigned flags,
                                  uint64_t tag, uint64_t imm, void **context);
     void note_malformed(tm::malformed_reason why, uint64_t tag);
@@ -587,6 +597,8 @@ private:
     /// Send work the upkeep owes UCX: a send completion or a pending send
     /// (event_arm() leaves both to progress).
     bool sends_to_complete() const { return send_cq_->ready() || pending_reqs_ != 0; }
+    /// Receive buffer `slot`: rx_lead_ bytes into its slot.
+    uint8_t *rx_buf(uint64_t slot) { return rx_bufs_.slot(slot) + rx_lead_; }
     /// Receive buffer `slot` as a scatter entry.
     drv::sge rx_sge(uint32_t slot);
     /// Receive buffer `slot` into the SRQ's next free entry (set-up).
@@ -609,7 +621,20 @@ private:
     uint8_t                        ack_timeout_ = 18;   ///< IBA exponent
     std::unique_ptr<drv::cq>       send_cq_, recv_cq_;
     std::unique_ptr<drv::srq>      srq_;       ///< every RC QP receives here
-    slot_area                      rx_bufs_;   ///< its buffers, seg_size each
+    slot_area                      rx_bufs_;   ///< its buffers (rx_buf), seg_size each
+    /// Bytes of each receive buffer's slot before it: where UCP writes its
+    /// descriptor's header, and the release pointer before that, when it
+    /// keeps the buffer (UCT_CB_PARAM_FLAG_DESC; tag matching only).
+    size_t                         rx_lead_ = 0;
+    /// Receive buffers no SRQ entry holds and UCP does not keep: one takes
+    /// the place of each buffer UCP keeps (on_unexpected_in_slot).
+    std::vector<uint32_t>          rx_spares_;
+    /// What uct_iface_release_desc calls for a kept buffer (its address is
+    /// stored before the buffer's descriptor, as UCT's descriptors have it).
+    struct kept_rx_release {
+        uct_recv_desc_t desc;   ///< first: the address UCP is given
+        interface      *owner;
+    } kept_release_{{&interface::release_kept_rx}, this};
     std::unique_ptr<tag_offload>   tm_;        ///< null: tag matching off
     uint32_t                       service_ = 0;   ///< CM service we listen on
     bool                           listening_ = false;

@@ -448,9 +448,9 @@ void interface::on_tm_completion(const drv::wc &w)
     }
     if (w.opcode == drv::wc_opcode::tm_unexpected) {
         if (w.tm.more || w.tm.continued) [[unlikely]] {
-            on_unexpected_part(rx_bufs_.slot(w.wr_id), w);
+            on_unexpected_part(rx_buf(w.wr_id), w);
         } else {
-            on_unexpected(rx_bufs_.slot(w.wr_id), w.byte_len, w.tm.with_imm, w.imm);
+            on_unexpected(rx_buf(w.wr_id), w.byte_len, w.tm.with_imm, w.imm);
         }
         repost_rx();
         return;
@@ -497,6 +497,51 @@ void interface::on_tm_completion(const drv::wc &w)
     }
     uint64_t imm = t.with_imm ? (uint64_t(t.app_ctx) << 32) | w.imm : 0;
     ctx->completed_cb(ctx, t.tag, imm, rndv ? t.msg_len : w.byte_len, nullptr, st);
+}
+
+/// An unexpected message in receive buffer `slot`, whose SRQ entry the
+/// last completion freed. A plain eager one (the common case) goes to UCP
+/// in the buffer itself (UCT_CB_PARAM_FLAG_DESC), as UCX's rc_mlx5 hands
+/// over its receive descriptors: when no receive matches it UCP keeps the
+/// buffer until the receive comes, instead of copying the message into a
+/// descriptor of its own and from there again, and a spare buffer takes
+/// its place in the entry. Without a spare, or for any other message, as
+/// on_unexpected(): UCP copies what it keeps.
+void interface::on_unexpected_in_slot(uint32_t slot, uint32_t byte_len)
+{
+    uint8_t                 *buf = rx_buf(slot);
+    uint64_t                 tag;
+    std::span<const uint8_t> eager;
+    if (!tm_ || rx_spares_.empty() || !tm::plain_eager({buf, byte_len}, false, tag, eager)) {
+        on_unexpected(buf, byte_len, false, 0);
+        return;
+    }
+    // UCT's descriptor convention: the release pointer just before the
+    // descriptor, which begins rx_headroom before the data (inside the
+    // buffer's lead and its tmh, read already).
+    uint8_t         *data    = buf + (eager.data() - buf);   // eager, writable
+    uct_recv_desc_t *release = &kept_release_.desc;
+    std::memcpy(data - tm_->rx_headroom - sizeof(release), &release, sizeof(release));
+    void        *context = nullptr;
+    ucs_status_t st      = tm_->eager_cb(tm_->eager_arg, data, unsigned(eager.size()),
+                                         UCT_CB_PARAM_FLAG_FIRST | UCT_CB_PARAM_FLAG_DESC, tag, 0,
+                                         &context);
+    if (st == UCS_INPROGRESS) {
+        uint32_t spare = rx_spares_.back();
+        rx_spares_.pop_back();
+        drv::sge sg = rx_sge(spare);
+        srq_->rebind_last_freed(spare, {&sg, 1});
+        ++tm_->kept;
+    }
+    tm_note_unexpected();
+}
+
+/// A buffer UCP kept (on_unexpected_in_slot) is free again: a spare.
+void interface::release_kept_rx(uct_recv_desc_t *self, void *desc)
+{
+    interface &i    = *reinterpret_cast<kept_rx_release *>(self)->owner;
+    size_t     slot = size_t(static_cast<uint8_t *>(desc) - i.rx_bufs_.base) / i.rx_bufs_.slot_size;
+    i.rx_spares_.push_back(uint32_t(slot));
 }
 
 /// A tagged message no posted receive matched: UCP matches it in software.

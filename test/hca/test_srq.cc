@@ -164,6 +164,54 @@ TEST_F(shared_rq, reposted_entries_keep_their_buffers)
     EXPECT_EQ(srq->posted(), 15u);
 }
 
+// A consumer that keeps a received buffer for a while (the UCT interface
+// handing an unexpected message to UCP in its buffer) binds another buffer
+// to the WQE that held it (rebind_last_freed) before reposting: the kept
+// buffer is never posted again meanwhile, so 40 more messages through the
+// 16 entries leave it as it was, and the new buffer takes its turns.
+TEST_F(shared_rq, a_kept_buffer_is_not_posted_again_once_its_wqe_is_rebound)
+{
+    for (uint32_t i = 0; i < 15; ++i) {
+        ASSERT_EQ(post_srq(100 + i, i), status::ok);
+    }
+    drv::sge spare{reinterpret_cast<uint64_t>(buf.data() + 4096 * 15), 4096, bm->lkey()};
+    ASSERT_EQ(srq->bind_spare(115, {&spare, 1}), status::ok);
+    std::vector<uint8_t> other(4096, 0);
+    drv::mr &om = b.reg(other.data(), other.size());
+    uint32_t sent = 0, received = 0;
+    uint64_t kept = 0;
+    bool     other_used = false;
+    ASSERT_TRUE(run_until([&] {
+        // One message at a time: each completion is the last one freed
+        // when it is looked at.
+        if (sent == received && sent < 41 && a.qp->sq_free()) {
+            std::memset(msg.data(), 0x40 + int(sent), 64);
+            if (a.post_send(sent, msg.data(), 64, am->lkey()) == status::ok) {
+                ++sent;
+            }
+        }
+        if (received < b.recv_wcs.size()) {
+            const drv::wc &w = b.recv_wcs[received];
+            EXPECT_EQ(w.status, drv::wc_status::success);
+            uint8_t *at = w.wr_id == 200 ? other.data() : buf.data() + 4096 * (w.wr_id - 100);
+            EXPECT_EQ(*at, 0x40 + received) << "message " << received;
+            other_used |= w.wr_id == 200;
+            if (received == 0) {
+                kept = w.wr_id;   // kept: its entry takes `other` instead
+                drv::sge o{reinterpret_cast<uint64_t>(other.data()), 4096, om.lkey()};
+                srq->rebind_last_freed(200, {&o, 1});
+            }
+            ++received;
+            EXPECT_EQ(srq->repost(), status::ok);
+        }
+        return received == 41;
+    }));
+    ASSERT_NE(kept, 200u);
+    EXPECT_EQ(buf[4096 * (kept - 100)], 0x40) << "the kept buffer was written again";
+    EXPECT_TRUE(other_used);
+    EXPECT_EQ(srq->posted(), 15u);
+}
+
 TEST_F(shared_rq, full_srq_refuses_posts_and_keeps_one_spare_entry)
 {
     for (uint32_t i = 0; i < 15; ++i) {

@@ -44,6 +44,11 @@ public:
     /// send each completed buffer back as it is. invalid_param unless the
     /// SRQ is full (its spare is the one free WQE).
     status bind_spare(uint64_t wr_id, std::span<const sge> sg);
+    /// Binds `wr_id` and `sg` to the WQE the last complete() freed, in
+    /// place of what it held: its consumer keeps that buffer for now, and
+    /// repost() posts the WQE with these when its turn comes. Before the
+    /// next complete() (it names the WQE by the free list's tail).
+    inline void rebind_last_freed(uint64_t wr_id, std::span<const sge> sg);
     /// Posts the next free WQE again with the wr_id and scatter list it
     /// held (bind_spare): a completed WQE's buffer is free once its
     /// consumer is done with it, and it goes back to the free list's tail

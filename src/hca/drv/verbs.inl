@@ -646,6 +646,11 @@ inline status srq::repost()
     return ring(next_of(head_));
 }
 
+inline void srq::rebind_last_freed(uint64_t wr_id, std::span<const sge> sg)
+{
+    fill(tail_, wr_id, sg);
+}
+
 inline void srq::fill(uint16_t index, uint64_t wr_id, std::span<const sge> sg)
 {
     uint8_t *seg = wqe(index) + sizeof(prm::wqe_srq_next_seg);
