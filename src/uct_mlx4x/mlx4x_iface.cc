@@ -220,6 +220,7 @@ status interface::init_receive_queue(bool tm, size_t rx_headroom)
         s != status::ok) {
         return s;
     }
+    rx_kept_.assign(spares ? rx_bufs + spares : 0, false);
     rx_spares_.reserve(spares);
     for (uint32_t i = 0; i < spares; ++i) {
         rx_spares_.push_back(rx_bufs + spares - 1 - i);

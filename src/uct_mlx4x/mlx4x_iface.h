@@ -629,6 +629,7 @@ private:
     /// Receive buffers no SRQ entry holds and UCP does not keep: one takes
     /// the place of each buffer UCP keeps (on_unexpected_in_slot).
     std::vector<uint32_t>          rx_spares_;
+    std::vector<bool>              rx_kept_;   ///< by slot: UCP keeps it
     /// What uct_iface_release_desc calls for a kept buffer (its address is
     /// stored before the buffer's descriptor, as UCT's descriptors have it).
     struct kept_rx_release {

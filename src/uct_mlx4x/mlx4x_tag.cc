@@ -531,16 +531,26 @@ void interface::on_unexpected_in_slot(uint32_t slot, uint32_t byte_len)
         rx_spares_.pop_back();
         drv::sge sg = rx_sge(spare);
         srq_->rebind_last_freed(spare, {&sg, 1});
+        rx_kept_[slot] = true;
         ++tm_->kept;
     }
     tm_note_unexpected();
 }
 
-/// A buffer UCP kept (on_unexpected_in_slot) is free again: a spare.
+/// A buffer UCP kept (on_unexpected_in_slot) is free again: a spare. One
+/// it does not keep, or released twice, is refused: as a spare it would
+/// be two SRQ entries' buffer.
 void interface::release_kept_rx(uct_recv_desc_t *self, void *desc)
 {
     interface &i    = *reinterpret_cast<kept_rx_release *>(self)->owner;
-    size_t     slot = size_t(static_cast<uint8_t *>(desc) - i.rx_bufs_.base) / i.rx_bufs_.slot_size;
+    auto      *at   = static_cast<uint8_t *>(desc);
+    size_t     slot = size_t(at - i.rx_bufs_.base) / i.rx_bufs_.slot_size;
+    if (at < i.rx_bufs_.base || slot >= i.rx_kept_.size() || !i.rx_kept_[slot]) {
+        MLX4X_ERROR("uct_iface_release_desc(%p): not a receive buffer held by the upper layer",
+                    desc);
+        return;
+    }
+    i.rx_kept_[slot] = false;
     i.rx_spares_.push_back(uint32_t(slot));
 }
 
