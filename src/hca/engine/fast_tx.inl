@@ -263,8 +263,8 @@ requester::send_single_packet(qp &q, const uint8_t *wqe, size_t room)
 /// packet sent again, any other WQE and any failed check go to the general
 /// path, which also reports errors. The caller checked what every packet
 /// needs (state, a WQE posted, window, RNR pause). `packets`: how many
-/// left (busy: none, the ring full). Held equal to the general path by
-/// test/hca/test_paths.cc.
+/// were sent (busy: none, the ring full). Held equal to the general path
+/// by test/hca/test_paths.cc.
 [[gnu::always_inline]] inline requester::single_tx
 requester::send_gathered_packets(qp &q, const uint8_t *wqe, size_t room, unsigned budget,
                                  unsigned &packets)
