@@ -126,8 +126,8 @@ done
 # messages: when it calls again its device takes the frames waiting in its
 # ring in a batch, and their completions wait in the receive CQ together,
 # which holds all that can be outstanding (interface::recv_cq_entries).
-# With a CQ of 64 CQEs it overran and the job failed. A message sent before
-# them and received last stays in its receive buffer, which UCP keeps
+# With a CQ of 64 CQEs it overran and the job failed. A message of 2 KiB
+# sent before them and received last stays in its receive buffer, which UCP keeps
 # (UCT_CB_PARAM_FLAG_DESC): with its SRQ entry reposted on that buffer the
 # flood overwrote it.
 out=$(timeout 120 mpirun --allow-run-as-root --oversubscribe -np 2 \
