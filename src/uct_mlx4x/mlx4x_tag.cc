@@ -521,7 +521,7 @@ void interface::on_unexpected_in_slot(uint32_t slot, uint32_t byte_len)
     // UCT's descriptor convention: the release pointer just before the
     // descriptor, which begins rx_headroom before the data (inside the
     // buffer's lead and its tmh, read already).
-    uint8_t         *data    = buf + (eager.data() - buf);   // eager, writable
+    auto            *data    = const_cast<uint8_t *>(eager.data());   // inside buf
     uct_recv_desc_t *release = &kept_release_.desc;
     std::memcpy(data - tm_->rx_headroom - sizeof(release), &release, sizeof(release));
     void        *context = nullptr;

@@ -127,9 +127,9 @@ done
 # ring in a batch, and their completions wait in the receive CQ together,
 # which holds all that can be outstanding (interface::recv_cq_entries).
 # With a CQ of 64 CQEs it overran and the job failed. A message of 2 KiB
-# sent before them and received last stays in its receive buffer, which UCP keeps
-# (UCT_CB_PARAM_FLAG_DESC): with its SRQ entry reposted on that buffer the
-# flood overwrote it.
+# sent before them and received last stays in its receive buffer, which
+# UCP keeps (UCT_CB_PARAM_FLAG_DESC): with its SRQ entry reposted on that
+# buffer the flood overwrote it.
 out=$(timeout 120 mpirun --allow-run-as-root --oversubscribe -np 2 \
     -x UCX_MLX4X_FABRIC -x MLX4X_LIB -x UCX_MLX4X_COUNTERS=y \
     "$RUN" "$top_builddir/test/mpi/mpi_unexpected_flood" 2>&1); rc=$?
