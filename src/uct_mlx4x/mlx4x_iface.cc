@@ -155,11 +155,16 @@ status interface::init(const uct_iface_params_t &params)
     tx_credits_ = send_cq_->size();
     size_t rx_headroom =
         (params.field_mask & UCT_IFACE_PARAM_FIELD_RX_HEADROOM) ? params.rx_headroom : 0;
+    if (rx_headroom > max_rx_headroom) {
+        MLX4X_ERROR("rx_headroom of %zu bytes asked for: at most %zu", rx_headroom,
+                    max_rx_headroom);
+        return status::invalid_param;
+    }
     if (status s = init_receive_queue(tm, rx_headroom); s != status::ok) {
         return s;
     }
     if (tm) {
-        if (status s = init_tm(params); s != status::ok) {
+        if (status s = init_tm(params, rx_headroom); s != status::ok) {
             return s;
         }
     }

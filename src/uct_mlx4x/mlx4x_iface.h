@@ -48,6 +48,12 @@ constexpr uint32_t rx_kept_max = 256;
 /// a descriptor of its own costs less than the handover (callgrind, 4-rank
 /// allreduce of 8 B: ~55 instructions more per message kept).
 constexpr uint32_t rx_keep_min = 1024;
+/// Largest rx_headroom an upper layer may ask for (UCP asks for its
+/// receive descriptor, under 100 bytes). It is the room before every
+/// tag-matching receive buffer: unbounded, a value near SIZE_MAX wrapped
+/// that room to nothing and the release pointer was written over the
+/// message.
+constexpr size_t max_rx_headroom = 1024;
 
 /// Every SEND starts with a tmh opcode byte (ib::tmh_opcode), so tagged
 /// and untagged messages share one receive queue: an active message is
@@ -564,7 +570,7 @@ private:
     void on_untagged(const uint8_t *buf, uint32_t len);
     void on_am(const uint8_t *buf, uint32_t len);
     // tag matching (mlx4x_tag.cc)
-    status init_tm(const uct_iface_params_t &params);
+    status init_tm(const uct_iface_params_t &params, size_t rx_headroom);
     void on_tm_completion(const drv::wc &w);
     /// `imm`: the message's immediate data (host order) when `with_imm`.
     /// (Not a std::optional: one passed by value is stored in pieces and

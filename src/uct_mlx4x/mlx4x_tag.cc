@@ -326,7 +326,7 @@ void tag_offload::fail_rndvs(uint32_t qpn, ucs_status_t why)
     }
 }
 
-status interface::init_tm(const uct_iface_params_t &params)
+status interface::init_tm(const uct_iface_params_t &params, size_t rx_headroom)
 {
     uint32_t list = srq_->tm_list_size();
     uint32_t max_ops = tag_offload::max_list_ops(list);
@@ -335,9 +335,7 @@ status interface::init_tm(const uct_iface_params_t &params)
     tm_->eager_arg = params.eager_arg;
     tm_->rndv_cb   = params.rndv_cb;
     tm_->rndv_arg  = params.rndv_arg;
-    if (params.field_mask & UCT_IFACE_PARAM_FIELD_RX_HEADROOM) {
-        tm_->rx_headroom = params.rx_headroom;
-    }
+    tm_->rx_headroom = rx_headroom;
     // UCT fixes no rendezvous header length (UCX's own UCT test, test_tag,
     // sends headers of other lengths), but UCP asserts on them: its
     // contract applies only when UCP is the user. An iface has no other
