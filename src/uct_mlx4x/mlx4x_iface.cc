@@ -82,6 +82,13 @@ status interface::check_config() const
         MLX4X_ERROR("invalid UCX_MLX4X_RX_QUEUE_LEN %u: at most %u", cfg_.rx_queue_len, max);
         return status::invalid_param;
     }
+    // Each endpoint's send queue holds TX_QUEUE_LEN WQEs: above the
+    // device's largest queue every endpoint failed to open, with an error
+    // that named no setting.
+    if (uint32_t max = 1u << md_.ctx().caps().log_max_qp_sz; cfg_.tx_queue_len > max) {
+        MLX4X_ERROR("invalid UCX_MLX4X_TX_QUEUE_LEN %u: at most %u", cfg_.tx_queue_len, max);
+        return status::invalid_param;
+    }
     if (cfg_.tm_eager_segs < 1 || cfg_.tm_eager_segs > prm::max_tm_msg_wqes) {
         MLX4X_ERROR("UCX_MLX4X_TM_EAGER_SEGS must be 1..%u", prm::max_tm_msg_wqes);
         return status::invalid_param;

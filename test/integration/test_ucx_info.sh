@@ -49,6 +49,16 @@ done
 out=$(UCX_MLX4X_RX_QUEUE_LEN=32768 timeout 60 "$RUN" ucx_info -u t -e 2>&1)
 echo "$out" | grep -q "mlx4x_0:1" && ok "RX_QUEUE_LEN=32768 accepted" \
     || fail "RX_QUEUE_LEN=32768 refused"
+# TX_QUEUE_LEN: each endpoint's send queue, at most 2^15 WQEs here; above,
+# every endpoint failed to open, the setting unnamed.
+for n in 32769 4294967295; do
+    out=$(UCX_MLX4X_TX_QUEUE_LEN=$n timeout 60 "$RUN" ucx_info -u t -e 2>&1)
+    echo "$out" | grep -q "invalid UCX_MLX4X_TX_QUEUE_LEN $n: at most 32768" \
+        && ok "TX_QUEUE_LEN=$n refused with a message" || fail "TX_QUEUE_LEN=$n not refused"
+done
+out=$(UCX_MLX4X_TX_QUEUE_LEN=32768 timeout 60 "$RUN" ucx_info -u t -e 2>&1)
+echo "$out" | grep -q "mlx4x_0:1" && ok "TX_QUEUE_LEN=32768 accepted" \
+    || fail "TX_QUEUE_LEN=32768 refused"
 # TX_BCOPY_MAX 0 would let no bcopy send go, ever: refused; inf accepted.
 out=$(UCX_MLX4X_TX_BCOPY_MAX=0 timeout 60 "$RUN" ucx_info -u t -e 2>&1)
 echo "$out" | grep -q "invalid UCX_MLX4X_TX_BCOPY_MAX 0" \
