@@ -643,8 +643,10 @@ unsigned interface::poll_recv()
         drv::cq::next        next = recv_cq_->poll_srq_receive(*srq_, r);
         if (next == drv::cq::next::taken) {
             // The common message, without a work completion.
-            if (r.tm_unexpected) {
+            if (r.tm_unexpected && r.byte_len >= rx_keep_min) {
                 on_unexpected_in_slot(uint32_t(r.wr_id), r.byte_len);
+            } else if (r.tm_unexpected) {
+                on_unexpected(rx_buf(r.wr_id), r.byte_len, false, 0);
             } else {
                 on_untagged(rx_buf(r.wr_id), r.byte_len);
             }

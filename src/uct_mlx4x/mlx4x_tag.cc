@@ -497,21 +497,21 @@ void interface::on_tm_completion(const drv::wc &w)
     ctx->completed_cb(ctx, t.tag, imm, rndv ? t.msg_len : w.byte_len, nullptr, st);
 }
 
-/// An unexpected message in receive buffer `slot`, whose SRQ entry the
-/// last completion freed. A plain eager one (the common case) goes to UCP
+/// An unexpected message of at least rx_keep_min bytes (shorter ones are
+/// on_unexpected's) in receive buffer `slot`, whose SRQ entry the last
+/// completion freed. A plain eager one (the common case) goes to UCP
 /// in the buffer itself (UCT_CB_PARAM_FLAG_DESC), as UCX's rc_mlx5 hands
 /// over its receive descriptors: when no receive matches it UCP keeps the
 /// buffer until the receive comes, instead of copying the message into a
 /// descriptor of its own and from there again, and a spare buffer takes
-/// its place in the entry. Without a spare, for a message shorter than
-/// rx_keep_min, or any other message, as on_unexpected(): UCP copies what
-/// it keeps.
+/// its place in the entry. Without a spare, or any other message, as
+/// on_unexpected(): UCP copies what it keeps.
 void interface::on_unexpected_in_slot(uint32_t slot, uint32_t byte_len)
 {
     uint8_t                 *buf = rx_buf(slot);
     uint64_t                 tag;
     std::span<const uint8_t> eager;
-    if (!tm_ || byte_len < rx_keep_min || rx_spares_.empty() ||
+    if (!tm_ || rx_spares_.empty() ||
         !tm::plain_eager({buf, byte_len}, false, tag, eager)) {
         on_unexpected(buf, byte_len, false, 0);
         return;
