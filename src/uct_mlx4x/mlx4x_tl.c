@@ -129,7 +129,8 @@ static ucs_config_field_t uct_mlx4x_iface_config_table[] = {
 
     {"TX_QUEUE_LEN", "256",
      "Send queue length of each connection (work requests in flight; a\n"
-     "stream of small messages keeps as many in flight as this allows).",
+     "stream of small messages keeps as many in flight as this allows);\n"
+     "at most 32768, the device's largest send queue.",
      ucs_offsetof(uct_mlx4x_iface_config_t, tx_queue_len), UCS_CONFIG_TYPE_UINT},
 
     {"TX_BCOPY_MAX", "1m",
