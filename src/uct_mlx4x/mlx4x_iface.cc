@@ -192,13 +192,12 @@ status interface::init(const uct_iface_params_t &params)
 }
 
 /// The shared receive queue every connection receives from (with a tag
-/// list of TM_LIST_SIZE when `tm`), and its buffers, all posted. A buffer
-/// for every SRQ entry, the spare's too: each entry keeps its buffer, so a
-/// used one goes back with no WQE to write (repost_rx). The SRQ's size is
-/// a power of two, so the buffers are as many. With tag matching, each
-/// buffer has room before it for the descriptor UCP makes of it when it
-/// keeps an unexpected message there, and rx_kept_max spares take the
-/// place of kept buffers (on_unexpected_in_slot).
+/// list of TM_LIST_SIZE when `tm`), and its buffers: one per SRQ entry
+/// (RX_QUEUE_LEN rounded up to a power of two), of which rx_depth_start
+/// are posted at first (grow_rx_depth), the others idle. With tag
+/// matching, each buffer has room before it for the descriptor UCP makes
+/// of it when it keeps an unexpected message there, and rx_kept_max more
+/// idle ones take the place of kept buffers (on_unexpected_in_slot).
 status interface::init_receive_queue(bool tm, size_t rx_headroom)
 {
     uint32_t rx_bufs  = rx_buffers();
@@ -232,24 +231,46 @@ status interface::init_receive_queue(bool tm, size_t rx_headroom)
         s != status::ok) {
         return s;
     }
+    rx_seg_.byte_count.set(uint32_t(seg_size_));
+    rx_seg_.lkey.set(rx_bufs_.mr->lkey());
     rx_kept_.assign(spares ? rx_bufs + spares : 0, false);
-    rx_spares_.reserve(spares);
-    for (uint32_t i = 0; i < spares; ++i) {
-        rx_spares_.push_back(rx_bufs + spares - 1 - i);
+    // The SRQ holds one entry fewer than its size (its free entry).
+    rx_depth_ = std::min(rx_depth_start, rx_bufs) - 1;
+    rx_idle_.reserve(rx_bufs + spares - rx_depth_);
+    for (uint32_t slot = rx_bufs + spares; slot-- > rx_depth_;) {
+        rx_idle_.push_back(slot);   // the lowest slot taken first
     }
-    // The buffers are taken in order, 128 of the default 16 KiB to a 2 MiB
-    // huge page, and each page's first fault (~0.3 ms; 7 ms when the
-    // kernel compacted memory for it) stalled the message that touched it:
-    // all of them here instead, before any is posted, up to
-    // rx_first_touch_max (docs/benchmarks.md, "First messages of a job").
+    // Each 2 MiB huge page's first fault (~0.3 ms; 7 ms when the kernel
+    // compacted memory for it) stalled the message that touched it: the
+    // buffers are touched here instead, before any is posted, up to
+    // rx_first_touch_max (docs/benchmarks.md, "First messages of a job"),
+    // the idle ones too, which a burst takes (grow_rx_depth). The spares
+    // for kept buffers beyond them stay untouched until used.
     first_touch(rx_bufs_.base, std::min(size_t(rx_bufs) * rx_bufs_.slot_size, rx_first_touch_max));
-    for (uint32_t i = 0; i < rx_bufs - 1; ++i) {
-        if (status s = post_rx(i); s != status::ok) {
+    for (uint32_t slot = 0; slot < rx_depth_; ++slot) {
+        if (status s = post_rx(slot); s != status::ok) {
             return s;
         }
     }
-    drv::sge spare = rx_sge(rx_bufs - 1);
-    return srq_->bind_spare(rx_bufs - 1, {&spare, 1});
+    return status::ok;
+}
+
+/// A burst filled half of rx_depth_'s buffers or more before the receive
+/// poll gave them back (a device pass of many messages, or the watchdog
+/// serving the device while the process computes): twice as many
+/// buffers are kept posted from now on, up to the SRQ's entries, so the
+/// next burst finds them instead of RNR NAKs. The steady stream stays on
+/// rx_depth_start buffers, which stay in the caches.
+void interface::grow_rx_depth()
+{
+    uint32_t most  = rx_buffers() - 1;
+    uint32_t depth = std::min(2 * rx_depth_ + 1, most);
+    while (rx_depth_ < depth && !rx_idle_.empty()) {
+        (void)post_rx(rx_idle_.back());
+        rx_idle_.pop_back();
+        ++rx_depth_;
+    }
+    ++rx_depth_grown_;
 }
 
 /// The receive CQ holds every completion that can be outstanding at once:
@@ -424,6 +445,8 @@ interface::~interface()
             print("tm_rx_malformed", tm_->malformed);
             print("tm_unexpected_kept", tm_->kept);
         }
+        print("rx_queue_depth", rx_depth_);
+        print("rx_queue_grown", rx_depth_grown_);
     }
     auto cm = md_.cm();   // rx_qps_ is the CM's too (accept())
     md_.remove_iface(this);
@@ -466,17 +489,6 @@ void interface::remove_ep(endpoint *e)
         eps_[e->conn_id] = nullptr;
     }
     std::erase_if(ep_by_qpn_, [e](const auto &kv) { return kv.second == e; });
-}
-
-drv::sge interface::rx_sge(uint32_t slot)
-{
-    return {reinterpret_cast<uint64_t>(rx_buf(slot)), uint32_t(seg_size_), rx_bufs_.mr->lkey()};
-}
-
-status interface::post_rx(uint32_t slot)
-{
-    drv::sge s = rx_sge(slot);
-    return srq_->post_recv(slot, {&s, 1});
 }
 
 unsigned interface::progress_work()
@@ -633,8 +645,8 @@ unsigned interface::poll_recv()
     if (srq_->has_dropped()) [[unlikely]] {
         // Messages a destroyed connection took with it: their buffers
         // serve the others again.
-        for (size_t n = srq_->take_dropped().size(); n; --n) {
-            repost_rx();
+        for (uint64_t slot : srq_->take_dropped()) {
+            refill_rx(uint32_t(slot), false);
         }
     }
     unsigned total = 0;
@@ -643,18 +655,28 @@ unsigned interface::poll_recv()
         drv::cq::next        next = recv_cq_->poll_srq_receive(*srq_, r);
         if (next == drv::cq::next::taken) {
             // The common message, without a work completion.
+            auto slot = uint32_t(r.wr_id);
+            bool kept = false;
             if (r.tm_unexpected && r.byte_len >= rx_keep_min) {
-                on_unexpected_in_slot(uint32_t(r.wr_id), r.byte_len);
+                kept = on_unexpected_in_slot(slot, r.byte_len);
             } else if (r.tm_unexpected) {
-                on_unexpected(rx_buf(r.wr_id), r.byte_len, false, 0);
+                on_unexpected(rx_buf(slot), r.byte_len, false, 0);
             } else {
-                on_untagged(rx_buf(r.wr_id), r.byte_len);
+                on_untagged(rx_buf(slot), r.byte_len);
             }
-            repost_rx();
+            refill_rx(slot, kept);
         } else if (drv::wc w; next == drv::cq::next::other && recv_cq_->poll({&w, 1})) {
             on_receive(w);
         } else {
             break;
+        }
+    }
+    if (total == recv_poll_max && rx_depth_ < rx_buffers() - 1) [[unlikely]] {
+        // Half the queue or more taken before its buffers came back: a
+        // burst, which the next time finds a deeper queue.
+        uint32_t half = rx_depth_ / 2;
+        if (recv_cq_->ready_beyond(half > total ? half - total : 0)) {
+            grow_rx_depth();
         }
     }
     return total;
@@ -675,12 +697,12 @@ void interface::on_receive(const drv::wc &w)
         if (tm_ && w.qpn == tm_->cmd->qpn()) {
             tm_->shadow.op_done();   // a list operation the device refused
         } else {
-            repost_rx();   // the SRQ WQE and its buffer are free again
+            refill_rx(uint32_t(w.wr_id), false);   // the buffer is free again
         }
         return;
     }
     on_untagged(rx_buf(w.wr_id), w.byte_len);
-    repost_rx();
+    refill_rx(uint32_t(w.wr_id), false);
 }
 
 /// An untagged message in an SRQ buffer: an active message or a FIN.

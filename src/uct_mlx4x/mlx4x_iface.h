@@ -48,6 +48,14 @@ constexpr uint32_t rx_kept_max = 256;
 /// a descriptor of its own costs less than the handover (callgrind, 4-rank
 /// allreduce of 8 B: ~55 instructions more per message kept).
 constexpr uint32_t rx_keep_min = 1024;
+/// Receive buffers posted at first (less the SRQ's free entry): the SRQ
+/// takes its entries in order, so every posted buffer is written once per
+/// this many messages, and 256 of 16 KiB stay in the caches where the
+/// 1,024 of RX_QUEUE_LEN did not (2-rank streams of 32-64 KiB 12-50 %
+/// faster, docs/benchmarks.md, session 67). A burst that leaves fewer
+/// than a quarter of them posted doubles them, up to RX_QUEUE_LEN
+/// (interface::grow_rx_depth).
+constexpr uint32_t rx_depth_start = 256;
 /// Largest rx_headroom an upper layer may ask for (UCP asks for its
 /// receive descriptor, under 100 bytes). It is the room before every
 /// tag-matching receive buffer: unbounded, a value near SIZE_MAX wrapped
@@ -577,7 +585,7 @@ private:
     /// loaded whole, a store-forwarding stall per message.)
     void on_unexpected(const uint8_t *buf, uint32_t len, bool with_imm, uint32_t imm);
     void on_unexpected_part(const uint8_t *buf, const drv::wc &w);
-    void on_unexpected_in_slot(uint32_t slot, uint32_t len);
+    bool on_unexpected_in_slot(uint32_t slot, uint32_t len);
     /// uct_iface_release_desc of a receive buffer UCP kept.
     static void release_kept_rx(uct_recv_desc_t *self, void *desc);
     ucs_status_t deliver_in_desc(const uint8_t *data, uint32_t len, unsigned flags,
@@ -609,13 +617,26 @@ private:
     bool sends_to_complete() const { return send_cq_->ready() || pending_reqs_ != 0; }
     /// Receive buffer `slot`: rx_lead_ bytes into its slot.
     uint8_t *rx_buf(uint64_t slot) { return rx_bufs_.slot(slot) + rx_lead_; }
-    /// Receive buffer `slot` as a scatter entry.
-    drv::sge rx_sge(uint32_t slot);
-    /// Receive buffer `slot` into the SRQ's next free entry (set-up).
-    status   post_rx(uint32_t slot);
-    /// A received message is done with: the next free SRQ entry goes back
-    /// with the buffer it holds (every entry keeps its own, drv::srq::repost).
-    void repost_rx() { (void)srq_->repost(); }
+    /// Receive buffer `slot` into the SRQ's next free entry: at set-up, and
+    /// a buffer whose message is done with goes back at once, the most
+    /// recently written one, so only rx_depth_ buffers cycle.
+    status   post_rx(uint32_t slot)
+    {
+        prm::wqe_data_seg seg = rx_seg_;
+        seg.addr.set(reinterpret_cast<uint64_t>(rx_buf(slot)));
+        return srq_->post_seg(slot, seg);
+    }
+    /// The buffer of a message done with goes back, or an idle one for a
+    /// buffer UCP keeps (`kept`): the entries posted stay rx_depth_.
+    void     refill_rx(uint32_t slot, bool kept)
+    {
+        if (kept) {
+            slot = rx_idle_.back();   // lend_rx lent it only if there was one
+            rx_idle_.pop_back();
+        }
+        (void)post_rx(slot);
+    }
+    void     grow_rx_depth();
     status init_events();
     /// Progress-driven with a fabric wake-up line: a sleeping process is
     /// woken by arriving frames, since nothing else runs its device.
@@ -636,9 +657,13 @@ private:
     /// descriptor's header, and the release pointer before that, when it
     /// keeps the buffer (UCT_CB_PARAM_FLAG_DESC; tag matching only).
     size_t                         rx_lead_ = 0;
-    /// Receive buffers no SRQ entry holds and UCP does not keep: one takes
-    /// the place of each buffer UCP keeps (on_unexpected_in_slot).
-    std::vector<uint32_t>          rx_spares_;
+    /// Receive buffers no SRQ entry holds and UCP does not keep, the most
+    /// recently used last: one takes the place of each buffer UCP keeps
+    /// (refill_rx), and a deeper queue takes them (grow_rx_depth).
+    std::vector<uint32_t>          rx_idle_;
+    uint32_t                       rx_depth_ = 0;   ///< buffers the SRQ is kept at
+    prm::wqe_data_seg              rx_seg_{};   ///< a buffer's SRQ entry, its address aside
+    uint32_t                       rx_depth_grown_ = 0;   ///< times (counters)
     std::vector<bool>              rx_kept_;   ///< by slot: UCP keeps it
     /// What uct_iface_release_desc calls for a kept buffer (its address is
     /// stored before the buffer's descriptor, as UCT's descriptors have it).

@@ -450,7 +450,7 @@ void interface::on_tm_completion(const drv::wc &w)
         } else {
             on_unexpected(rx_buf(w.wr_id), w.byte_len, w.tm.with_imm, w.imm);
         }
-        repost_rx();
+        refill_rx(uint32_t(w.wr_id), false);
         return;
     }
     if (!tm_) {
@@ -503,18 +503,18 @@ void interface::on_tm_completion(const drv::wc &w)
 /// in the buffer itself (UCT_CB_PARAM_FLAG_DESC), as UCX's rc_mlx5 hands
 /// over its receive descriptors: when no receive matches it UCP keeps the
 /// buffer until the receive comes, instead of copying the message into a
-/// descriptor of its own and from there again, and a spare buffer takes
-/// its place in the entry. Without a spare, or any other message, as
-/// on_unexpected(): UCP copies what it keeps.
-void interface::on_unexpected_in_slot(uint32_t slot, uint32_t byte_len)
+/// descriptor of its own and from there again, and an idle buffer is
+/// posted in its place (refill_rx): true then. Without an idle buffer, or
+/// any other message, as on_unexpected(): UCP copies what it keeps.
+bool interface::on_unexpected_in_slot(uint32_t slot, uint32_t byte_len)
 {
     uint8_t                 *buf = rx_buf(slot);
     uint64_t                 tag;
     std::span<const uint8_t> eager;
-    if (!tm_ || rx_spares_.empty() ||
+    if (!tm_ || rx_idle_.empty() ||
         !tm::plain_eager({buf, byte_len}, false, tag, eager)) {
         on_unexpected(buf, byte_len, false, 0);
-        return;
+        return false;
     }
     // UCT's descriptor convention: the release pointer just before the
     // descriptor, which begins rx_headroom before the data (inside the
@@ -526,20 +526,18 @@ void interface::on_unexpected_in_slot(uint32_t slot, uint32_t byte_len)
     ucs_status_t st      = tm_->eager_cb(tm_->eager_arg, data, unsigned(eager.size()),
                                          UCT_CB_PARAM_FLAG_FIRST | UCT_CB_PARAM_FLAG_DESC, tag, 0,
                                          &context);
-    if (st == UCS_INPROGRESS) {
-        uint32_t spare = rx_spares_.back();
-        rx_spares_.pop_back();
-        drv::sge sg = rx_sge(spare);
-        srq_->rebind_last_freed(spare, {&sg, 1});
-        rx_kept_[slot] = true;
-        ++tm_->kept;
-    }
     tm_note_unexpected();
+    if (st != UCS_INPROGRESS) {
+        return false;
+    }
+    rx_kept_[slot] = true;   // not posted again until UCP releases it
+    ++tm_->kept;
+    return true;
 }
 
-/// A buffer UCP kept (on_unexpected_in_slot) is free again: a spare. One
-/// it does not keep, or released twice, is refused: as a spare it would
-/// be two SRQ entries' buffer.
+/// A buffer UCP kept (on_unexpected_in_slot) is free again: idle. One it
+/// does not keep, or released twice, is refused: idle twice it would be
+/// posted twice, two SRQ entries' buffer.
 void interface::release_kept_rx(uct_recv_desc_t *self, void *desc)
 {
     interface &i    = *reinterpret_cast<kept_rx_release *>(self)->owner;
@@ -551,7 +549,7 @@ void interface::release_kept_rx(uct_recv_desc_t *self, void *desc)
         return;
     }
     i.rx_kept_[slot] = false;
-    i.rx_spares_.push_back(uint32_t(slot));
+    i.rx_idle_.push_back(uint32_t(slot));
 }
 
 /// A tagged message no posted receive matched: UCP matches it in software.

@@ -150,11 +150,13 @@ static ucs_config_field_t uct_mlx4x_iface_config_table[] = {
      ucs_offsetof(uct_mlx4x_iface_config_t, tx_cq_moderation), UCS_CONFIG_TYPE_UINT},
 
     {"RX_QUEUE_LEN", "1024",
-     "Receive buffers (of SEG_SIZE bytes) in the interface's shared receive\n"
+     "Receive buffers (of SEG_SIZE bytes) of the interface's shared receive\n"
      "queue, which every connection receives from; rounded up to a power of\n"
-     "two, one of them the queue's spare entry (each entry keeps its buffer);\n"
-     "at most 32768. They are touched when the interface opens (16 MiB by\n"
-     "default), up to 64 MiB; beyond, by the first messages that use them.",
+     "two, one entry of the queue always free; at most 32768. 255 of them are\n"
+     "posted at first, few enough to stay in the caches; a burst that fills\n"
+     "half of those posted before they are given back doubles them, up to all.\n"
+     "They are touched when the interface opens (16 MiB by default), up to\n"
+     "64 MiB; beyond, by the first messages that use them.",
      ucs_offsetof(uct_mlx4x_iface_config_t, rx_queue_len), UCS_CONFIG_TYPE_UINT},
 
     {"MAX_INLINE", "220",

@@ -10,9 +10,9 @@
  *     of UCP's size opens.
  *  2. A receive buffer the upper layer kept (an unexpected tagged eager
  *     message handed over in it, UCT_CB_PARAM_FLAG_DESC) and released
- *     twice is taken back once: a second spare of the same buffer would be
- *     two receive-queue entries' buffer, and a later message would be
- *     written over one the upper layer still keeps. After the double
+ *     twice is taken back once: idle twice, the buffer would be posted in
+ *     two receive-queue entries, and a later message would be written over
+ *     one the upper layer still keeps. After the double
  *     release, more messages than the receive queue has entries twice over
  *     are all kept, and each must still hold what was sent.
  *

@@ -75,6 +75,9 @@ public:
     void arm(bool solicited_only = false);
     /// True when a CQE waits to be polled (nothing is consumed).
     inline bool ready() const;
+    /// True when more than `n` CQEs wait (the one `n` past the next is
+    /// written; nothing is consumed). `n` below the CQ's size.
+    inline bool ready_beyond(uint32_t n) const;
     /// Polls up to wcs.size() completions; returns how many were written.
     inline unsigned poll(std::span<wc> wcs);
     /// The receive completion a UCT interface takes most, read straight

@@ -49,7 +49,6 @@ result<std::unique_ptr<srq>> srq::create(context &ctx, uint32_t pd,
     s->head_ = 0;
     s->tail_ = uint16_t(s->size_ - 1);
     s->wrid_.assign(s->size_, 0);
-    s->filled_.assign(s->size_, 0);
     auto mtt = ctx.map_buffer(s->buf_);
     if (!mtt.ok()) {
         return mtt.error();
@@ -100,15 +99,6 @@ srq::~srq()
         ctx_.unmap_buffer(mtt_);
     }
     std::free(buf_);
-}
-
-status srq::bind_spare(uint64_t wr_id, std::span<const sge> sg)
-{
-    if (head_ != tail_ || sg.size() > max_sge_) {
-        return status::invalid_param;   // more than the spare is free
-    }
-    fill(head_, wr_id, sg);
-    return status::ok;
 }
 
 status srq::arm(uint16_t limit)

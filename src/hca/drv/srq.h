@@ -38,23 +38,11 @@ public:
     uint32_t tm_list_size() const { return tm_list_size_; }
 
     inline status post_recv(uint64_t wr_id, std::span<const sge> sg);
-    /// For a consumer that keeps one buffer per WQE: writes `wr_id` and
-    /// `sg` into the spare WQE without posting it, so that, once every WQE
-    /// holds a buffer (post_recv() of all the others first), repost() can
-    /// send each completed buffer back as it is. invalid_param unless the
-    /// SRQ is full (its spare is the one free WQE).
-    status bind_spare(uint64_t wr_id, std::span<const sge> sg);
-    /// Binds `wr_id` and `sg` to the WQE the last complete() freed, in
-    /// place of what it held: its consumer keeps that buffer for now, and
-    /// repost() posts the WQE with these when its turn comes. Before the
-    /// next complete() (it names the WQE by the free list's tail).
-    inline void rebind_last_freed(uint64_t wr_id, std::span<const sge> sg);
-    /// Posts the next free WQE again with the wr_id and scatter list it
-    /// held (bind_spare): a completed WQE's buffer is free once its
-    /// consumer is done with it, and it goes back to the free list's tail
-    /// (complete()), so the WQE posted here held a buffer freed earlier.
-    /// No data segment to write. invalid_param for a WQE never filled.
-    inline status repost();
+    /// post_recv() of one scatter entry given as the WQE holds it
+    /// (big-endian, written as is): a consumer that posts a buffer per
+    /// completion builds the entry's constant fields once. invalid_param
+    /// on an SRQ of more scatter entries.
+    inline status post_seg(uint64_t wr_id, const prm::wqe_data_seg &seg);
     /// SRQ limit (IBA 10.2.9.3): one async event when fewer than `limit`
     /// WQEs remain; 0 disarms.
     status arm(uint16_t limit);
@@ -93,7 +81,6 @@ private:
     uint8_t *buf_ = nullptr;
     uint64_t mtt_ = ~uint64_t{0};
     std::vector<uint64_t> wrid_;
-    std::vector<uint8_t>  filled_;   ///< a WQE's data segment written (repost)
     std::vector<uint64_t> dropped_;
     alignas(8) uint32_t db_ = 0;
 };

@@ -635,20 +635,17 @@ inline status srq::post_recv(uint64_t wr_id, std::span<const sge> sg)
     return ring(next_of(head_));
 }
 
-inline status srq::repost()
+inline status srq::post_seg(uint64_t wr_id, const prm::wqe_data_seg &seg)
 {
     if (head_ == tail_) {
-        return status::no_resource;
+        return status::no_resource;   // only the spare entry is left
     }
-    if (!filled_[head_]) {
+    if (max_sge_ != 1) {
         return status::invalid_param;
     }
+    std::memcpy(wqe(head_) + sizeof(prm::wqe_srq_next_seg), &seg, sizeof(seg));
+    wrid_[head_] = wr_id;
     return ring(next_of(head_));
-}
-
-inline void srq::rebind_last_freed(uint64_t wr_id, std::span<const sge> sg)
-{
-    fill(tail_, wr_id, sg);
 }
 
 inline void srq::fill(uint16_t index, uint64_t wr_id, std::span<const sge> sg)
@@ -658,8 +655,7 @@ inline void srq::fill(uint16_t index, uint64_t wr_id, std::span<const sge> sg)
         detail::write_recv_seg(seg + i * sizeof(prm::wqe_data_seg),
                                i < sg.size() ? &sg[i] : nullptr);
     }
-    wrid_[index]   = wr_id;
-    filled_[index] = 1;
+    wrid_[index] = wr_id;
 }
 
 inline uint16_t srq::next_of(uint16_t index) const
@@ -700,6 +696,13 @@ inline bool cq::ready() const
         return next_is_sw_owned();
     }
     return next_is_sw_owned();
+}
+
+inline bool cq::ready_beyond(uint32_t n) const
+{
+    poll_lock g(*this);
+    uint32_t i = cons_index_ + n;
+    return sw_owned(owner_of(cqe_at(i)), i);
 }
 
 inline unsigned cq::poll(std::span<wc> wcs)
