@@ -40,9 +40,10 @@ constexpr unsigned max_rndv_hdr = 128;
 /// messages use them. RX_QUEUE_LEN x SEG_SIZE may name 16 GiB, which
 /// touched at once made `ucx_info -d` take 28 s and 16 GiB.
 constexpr size_t rx_first_touch_max = size_t{64} << 20;
-/// Receive buffers UCP may keep at once (unexpected eager messages handed
-/// over in their buffer, interface::on_unexpected_in_slot): as many spare
-/// buffers, untouched until used; past them UCP copies.
+/// Receive buffers beyond the queue's for UCP to keep (unexpected eager
+/// messages handed over in their buffer, interface::on_unexpected_in_slot),
+/// untouched until used. UCP keeps at most these and the queue's idle
+/// ones (those not posted, grow_rx_depth) at once; past them it copies.
 constexpr uint32_t rx_kept_max = 256;
 /// Shorter unexpected messages are copied by UCP as before: its copy into
 /// a descriptor of its own costs less than the handover (callgrind, 4-rank
