@@ -39,26 +39,20 @@ done
 out=$(UCX_MLX4X_SEG_SIZE=256 timeout 60 "$RUN" ucx_info -u t -e 2>&1)
 echo "$out" | grep -q "invalid UCX_MLX4X_SEG_SIZE" \
     && fail "SEG_SIZE=256 refused" || ok "SEG_SIZE=256 accepted"
-# RX_QUEUE_LEN: rounded up to a power of two for the SRQ, which holds at
-# most 2^15 entries here; 2^32 - 1 has no such power in 32 bits.
-for n in 32769 4294967295; do
-    out=$(UCX_MLX4X_RX_QUEUE_LEN=$n timeout 60 "$RUN" ucx_info -u t -e 2>&1)
-    echo "$out" | grep -q "invalid UCX_MLX4X_RX_QUEUE_LEN $n: at most 32768" \
-        && ok "RX_QUEUE_LEN=$n refused with a message" || fail "RX_QUEUE_LEN=$n not refused"
+# The queues' lengths: RX_QUEUE_LEN is rounded up to a power of two for
+# the SRQ, which holds at most 2^15 entries here (2^32 - 1 has no such
+# power in 32 bits); TX_QUEUE_LEN is each endpoint's send queue, at most
+# 2^15 WQEs here (above, every endpoint failed to open, the setting
+# unnamed).
+for q in RX_QUEUE_LEN TX_QUEUE_LEN; do
+    for n in 32769 4294967295; do
+        out=$(env UCX_MLX4X_$q=$n timeout 60 "$RUN" ucx_info -u t -e 2>&1)
+        echo "$out" | grep -q "invalid UCX_MLX4X_$q $n: at most 32768" \
+            && ok "$q=$n refused with a message" || fail "$q=$n not refused"
+    done
+    out=$(env UCX_MLX4X_$q=32768 timeout 60 "$RUN" ucx_info -u t -e 2>&1)
+    echo "$out" | grep -q "mlx4x_0:1" && ok "$q=32768 accepted" || fail "$q=32768 refused"
 done
-out=$(UCX_MLX4X_RX_QUEUE_LEN=32768 timeout 60 "$RUN" ucx_info -u t -e 2>&1)
-echo "$out" | grep -q "mlx4x_0:1" && ok "RX_QUEUE_LEN=32768 accepted" \
-    || fail "RX_QUEUE_LEN=32768 refused"
-# TX_QUEUE_LEN: each endpoint's send queue, at most 2^15 WQEs here; above,
-# every endpoint failed to open, the setting unnamed.
-for n in 32769 4294967295; do
-    out=$(UCX_MLX4X_TX_QUEUE_LEN=$n timeout 60 "$RUN" ucx_info -u t -e 2>&1)
-    echo "$out" | grep -q "invalid UCX_MLX4X_TX_QUEUE_LEN $n: at most 32768" \
-        && ok "TX_QUEUE_LEN=$n refused with a message" || fail "TX_QUEUE_LEN=$n not refused"
-done
-out=$(UCX_MLX4X_TX_QUEUE_LEN=32768 timeout 60 "$RUN" ucx_info -u t -e 2>&1)
-echo "$out" | grep -q "mlx4x_0:1" && ok "TX_QUEUE_LEN=32768 accepted" \
-    || fail "TX_QUEUE_LEN=32768 refused"
 # TX_BCOPY_MAX 0 would let no bcopy send go, ever: refused; inf accepted.
 out=$(UCX_MLX4X_TX_BCOPY_MAX=0 timeout 60 "$RUN" ucx_info -u t -e 2>&1)
 echo "$out" | grep -q "invalid UCX_MLX4X_TX_BCOPY_MAX 0" \
