@@ -52,9 +52,9 @@ constexpr uint32_t rx_keep_min = 1024;
 /// Receive buffers posted at first (less the SRQ's free entry): the SRQ
 /// takes its entries in order, so every posted buffer is written once per
 /// this many messages, and 256 of 16 KiB stay in the caches where the
-/// 1,024 of RX_QUEUE_LEN did not (2-rank streams of 32-64 KiB 12-50 %
-/// faster, docs/benchmarks.md, session 67). A burst that leaves fewer
-/// than a quarter of them posted doubles them, up to RX_QUEUE_LEN
+/// 1,024 of RX_QUEUE_LEN did not (2-rank streams of 32-64 KiB 10-40 %
+/// faster, docs/benchmarks.md, session 67). A burst that fills half of
+/// those posted before they come back doubles them, up to RX_QUEUE_LEN
 /// (interface::grow_rx_depth).
 constexpr uint32_t rx_depth_start = 256;
 /// Largest rx_headroom an upper layer may ask for (UCP asks for its
