@@ -7,6 +7,7 @@
 #include "hca_fixture.h"
 #include "hca/fabric/roce.h"
 #include "hca/fabric/shm_fabric.h"
+#include "hca/fabric/shm_producer.h"
 #include "hca/fabric/shm_region.h"
 #include "hca/base/page_table.h"
 #include "hca/base/process.h"
@@ -1111,6 +1112,58 @@ TEST_F(shm_test, frame_written_in_place_arrives_intact_and_a_full_ring_pushes_ba
     ASSERT_EQ((*tx)->reserve(lid, hdr.size(), slot), status::ok);
     std::memcpy(slot.data, hdr.data(), hdr.size());
     ASSERT_EQ((*tx)->commit(slot), status::ok);
+}
+
+// The packets of one message claim their slots together (one locked
+// instruction for the run): each is written and committed in order and
+// arrives with its own length; near a full ring the run is cut to the
+// slots free, and a full ring claims none.
+TEST_F(shm_test, a_run_of_frames_reserved_at_once_arrives_in_order_and_stops_at_a_full_ring)
+{
+    auto f = shm_fabric::open(name);
+    ASSERT_TRUE(f.ok());
+    auto rx = (*f)->attach(), tx = (*f)->attach();
+    ASSERT_TRUE(rx.ok() && tx.ok());
+    fabric::shm::producer *ring = (*tx)->shm_producer();
+    ASSERT_NE(ring, nullptr);
+    uint16_t lid = (*rx)->lid();
+    auto     hdr = frame_to(lid);
+
+    auto write_run = [&](unsigned n, size_t first_extra) {
+        fabric::frame_slot first;
+        unsigned           got = n;
+        EXPECT_EQ(ring->reserve_run(lid, hdr.size() + 8, got, first), status::ok);
+        for (unsigned i = 0; i < got; ++i) {
+            size_t extra = i == 0 ? first_extra : i % 8;
+            fabric::frame_slot slot = ring->slot_of_run(first, i, hdr.size() + extra);
+            EXPECT_EQ(slot.pos, first.pos + i);
+            std::memcpy(slot.data, hdr.data(), hdr.size());
+            std::memset(slot.data + hdr.size(), int('a' + i % 26), extra);
+            EXPECT_EQ(ring->commit(slot), status::ok);
+        }
+        return got;
+    };
+    ASSERT_EQ(write_run(5, 3), 5u);
+    keep_frames sink;
+    ASSERT_EQ((*rx)->poll(sink, 16), 5u);
+    for (unsigned i = 0; i < 5; ++i) {
+        size_t extra = i == 0 ? 3 : i % 8;
+        ASSERT_EQ(sink.frames[i].size(), hdr.size() + extra) << "frame " << i;
+        EXPECT_EQ(sink.frames[i][hdr.size()], uint8_t('a' + i));
+    }
+    (*rx)->release();
+
+    // 5 slots of the ring are used up to here; leave 3 free.
+    ASSERT_EQ(write_run(fabric::shm::ring_slots - 3, 0), fabric::shm::ring_slots - 3);
+    EXPECT_EQ(write_run(16, 0), 3u);   // cut to what is free
+    fabric::frame_slot first;
+    unsigned           n = 4;
+    EXPECT_EQ(ring->reserve_run(lid, hdr.size(), n, first), status::no_resource);
+    sink.frames.clear();
+    EXPECT_EQ((*rx)->poll(sink, 2 * fabric::shm::ring_slots), fabric::shm::ring_slots);
+    (*rx)->release();
+    n = 4;
+    EXPECT_EQ(ring->reserve_run(lid, fabric::max_frame_size + 1, n, first), status::unreachable);
 }
 
 // A process's first frame to a ring's owner enters the whole ring into its

@@ -224,6 +224,27 @@ public:
         return tx_ring_ && !fabric::is_remote_lid(dlid) ? tx_ring_->reserve(dlid, len, f)
                                                         : port_->reserve(dlid, len, f);
     }
+    /// Up to `n` frames to one destination reserved at once, the first
+    /// `first_len` bytes long, the others at most `max_len`; `n` is set to
+    /// those reserved (fabric::shm::producer::reserve_run()), each to be
+    /// committed in order. Through the port (another host): one.
+    [[gnu::always_inline]] status reserve_frames(uint16_t dlid, size_t first_len, size_t max_len,
+                                                 unsigned &n, fabric::frame_slot &first)
+    {
+        if (tx_ring_ && !fabric::is_remote_lid(dlid)) {
+            status s = tx_ring_->reserve_run(dlid, max_len, n, first);
+            first.len = first_len;
+            return s;
+        }
+        n = 1;
+        return port_->reserve(dlid, first_len, first);
+    }
+    /// Frame `i` of a run reserve_frames() reserved, `len` bytes long.
+    [[gnu::always_inline]] fabric::frame_slot frame_of_run(const fabric::frame_slot &first,
+                                                           unsigned i, size_t len) const
+    {
+        return i == 0 ? first : tx_ring_->slot_of_run(first, i, len);
+    }
     [[gnu::always_inline]] status commit_frame(const fabric::frame_slot &f)
     {
         return tx_ring_ && !fabric::is_remote_lid(f.dlid) ? tx_ring_->commit(f)

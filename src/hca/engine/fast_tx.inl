@@ -52,6 +52,13 @@ inline bool window_open(const qp &q)
     return ib::psn_diff(q.req.next_psn, q.comp.acked_psn) < int32_t(q.comp.cwnd);
 }
 
+/// How many more packets `q` may send now (window_open(): at least one).
+inline uint32_t window_room(const qp &q)
+{
+    return uint32_t(std::max(int32_t(q.comp.cwnd) - ib::psn_diff(q.req.next_psn, q.comp.acked_psn),
+                             int32_t{0}));
+}
+
 /// An RC request packet at `psn` left: the WQE is outstanding from its
 /// first packet on (tracked, with its `npackets`, for the responses and
 /// rewind()), whether it `asked` for its ACK (its AckReq) is noted, the PSN
@@ -297,8 +304,15 @@ requester::send_gathered_packets(qp &q, const uint8_t *wqe, size_t room, unsigne
     bool     signaled   = (ctrl.srcrb_flags.get() & prm::ctrl_cq_update) != 0;
     bool     solicits   = (ctrl.srcrb_flags.get() & prm::ctrl_solicited) != 0;
     uint32_t npackets   = packets_of(total, q.mtu);
-    unsigned sent       = 0;
-    bool     last       = false;
+    // The packets this call may send, claimed in the ring together
+    // (reserve_frames): the window and the budget do not change between
+    // them, and each claim waited for the frame written before it.
+    unsigned run =
+        std::max(std::min({packets_of(total - offset, q.mtu), budget, window_room(q)}), 1u);
+    size_t   max_frame = sizeof(ib::lrh) + sizeof(ib::bth) + (imm ? sizeof(ib::immdt) : 0) + q.mtu;
+    fabric::frame_slot first_of_run;
+    unsigned run_start = 0, claimed = 0, sent = 0;
+    bool     last    = false;
     do {
         uint32_t chunk     = std::min(q.mtu, total - offset);
         bool     first     = offset == 0;
@@ -307,9 +321,15 @@ requester::send_gathered_packets(qp &q, const uint8_t *wqe, size_t room, unsigne
         bool     asked     = asks_for_ack(q, last, signaled);
         size_t   hdr_len   = sizeof(ib::lrh) + sizeof(ib::bth) + (with_imm ? sizeof(ib::immdt) : 0);
         uint32_t psn       = q.req.next_psn;
-        fabric::frame_slot f;
-        status s = hca.reserve_frame(q.dlid, hdr_len + chunk, f);
+        status   s         = status::ok;
+        if (sent == claimed) {   // every packet of a run claimed is sent
+            unsigned n = run - sent;
+            s          = hca.reserve_frames(q.dlid, hdr_len + chunk, max_frame, n, first_of_run);
+            run_start  = sent;
+            claimed    = s == status::ok ? sent + n : sent;
+        }
         if (s == status::ok) {
+            fabric::frame_slot f = hca.frame_of_run(first_of_run, sent - run_start, hdr_len + chunk);
             uint8_t *out = dev::core::write_rc_headers(f, q, rc_opcode(op, first, last), chunk,
                                                        psn, asked, last && solicits);
             if (with_imm) {
@@ -327,7 +347,7 @@ requester::send_gathered_packets(qp &q, const uint8_t *wqe, size_t room, unsigne
         packet_sent(q, psn, first, last, offset + chunk, npackets, signaled, asked);
         offset += chunk;
         ++sent;
-    } while (!last && sent < budget && window_open(q));
+    } while (!last && sent < run);
     packets = sent;
     return sent ? single_tx::sent : single_tx::busy;
 }
