@@ -239,7 +239,8 @@ public:
         n = 1;
         return port_->reserve(dlid, first_len, first);
     }
-    /// Frame `i` of a run reserve_frames() reserved, `len` bytes long.
+    /// Frame `i` of a run reserve_frames() reserved, `len` bytes long (the
+    /// first: as long as reserved).
     [[gnu::always_inline]] fabric::frame_slot frame_of_run(const fabric::frame_slot &first,
                                                            unsigned i, size_t len) const
     {
