@@ -59,7 +59,7 @@ typedef struct uct_mlx4x_iface_config {
     int                tm_enable;
     unsigned           tm_list_size;
     size_t             tm_min_recv;
-    unsigned           tm_eager_segs;
+    unsigned long      tm_eager_segs;   /* UCS_ULUNITS_AUTO: "auto" */
     int                connect_to_ep;
 } uct_mlx4x_iface_config_t;
 

@@ -18,6 +18,7 @@
 #include <sys/timerfd.h>
 #include <unistd.h>
 #include <cstring>
+#include <ucs/sys/string.h>
 
 namespace mlx4x::uct {
 
@@ -30,6 +31,19 @@ constexpr unsigned poll_batch     = 16;
 /// stream of small messages, and the receiver would RNR-NAK.
 constexpr unsigned progress_budget = 64;
 constexpr unsigned recv_poll_max   = 2 * progress_budget;
+
+/// UCX_MLX4X_TM_EAGER_SEGS "auto": tagged messages go eagerly up to 8
+/// receive buffers (128 KiB), up to 16 (256 KiB) where the job's ranks take
+/// turns on the cores. There a rendezvous step waits for the peer's turn
+/// (the RTS matched, the READ served, the FIN): 4-rank allreduce of 256 KiB
+/// on 2 cores 1.78 -> 1.21x sm, 512 KiB 1.32 -> 0.96x; with a core each a
+/// stream of 128 KiB messages into one buffer (OSU's) loses more to the
+/// eager path's three copies than it gains (0.74x sm against the
+/// rendezvous's 1.03x) (docs/benchmarks.md, sessions 68-69). A side
+/// receives up to the larger either way, so peers whose "auto" differs
+/// (another host, another launcher) agree.
+constexpr unsigned tm_eager_segs_own_cores    = 8;
+constexpr unsigned tm_eager_segs_shared_cores = 16;
 
 /// A steady-clock time in ns, the unit of the device's timers.
 uint64_t ns_of(std::chrono::steady_clock::time_point t)
@@ -89,8 +103,9 @@ status interface::check_config() const
         MLX4X_ERROR("invalid UCX_MLX4X_TX_QUEUE_LEN %u: at most %u", cfg_.tx_queue_len, max);
         return status::invalid_param;
     }
-    if (cfg_.tm_eager_segs < 1 || cfg_.tm_eager_segs > prm::max_tm_msg_wqes) {
-        MLX4X_ERROR("UCX_MLX4X_TM_EAGER_SEGS must be 1..%u", prm::max_tm_msg_wqes);
+    if (cfg_.tm_eager_segs != UCS_ULUNITS_AUTO &&
+        (cfg_.tm_eager_segs < 1 || cfg_.tm_eager_segs > prm::max_tm_msg_wqes)) {
+        MLX4X_ERROR("UCX_MLX4X_TM_EAGER_SEGS must be 1..%u or auto", prm::max_tm_msg_wqes);
         return status::invalid_param;
     }
     if (cfg_.tx_bcopy_max == 0) {
@@ -191,6 +206,15 @@ status interface::init(const uct_iface_params_t &params)
     return init_events();
 }
 
+interface::eager_segs interface::tm_eager_segs() const
+{
+    if (cfg_.tm_eager_segs != UCS_ULUNITS_AUTO) {
+        return {unsigned(cfg_.tm_eager_segs), unsigned(cfg_.tm_eager_segs)};
+    }
+    return {job_oversubscribes_host() ? tm_eager_segs_shared_cores : tm_eager_segs_own_cores,
+            tm_eager_segs_shared_cores};
+}
+
 /// The shared receive queue every connection receives from (with a tag
 /// list of TM_LIST_SIZE when `tm`), and its buffers: one per SRQ entry
 /// (RX_QUEUE_LEN rounded up to a power of two), of which rx_depth_start
@@ -205,10 +229,13 @@ status interface::init_receive_queue(bool tm, size_t rx_headroom)
     if (tm) {
         // A packet is never split between buffers: a buffer holds its
         // whole packets of the largest path MTU, of any smaller one more.
-        size_t mtu     = mad::mtu_bytes(mad::ib_mtu::mtu_4096);
-        size_t whole   = seg_size_ / mtu * mtu;
-        msg_wqes       = whole ? cfg_.tm_eager_segs : 1;
-        max_tag_eager_ = std::max(seg_size_, msg_wqes * whole);
+        size_t      mtu   = mad::mtu_bytes(mad::ib_mtu::mtu_4096);
+        size_t      whole = seg_size_ / mtu * mtu;
+        eager_segs  segs  = tm_eager_segs();
+        msg_wqes          = whole ? segs.receive : 1;
+        max_tag_eager_    = std::max(seg_size_, (whole ? segs.send : 1) * whole);
+        MLX4X_DEBUG("tagged messages eager up to %zu bytes, received up to %u buffers",
+                    max_tag_eager_, msg_wqes);
     }
     auto sr = drv::srq::create(ctx(), md_.pd(), rx_bufs - 1, 1, tm ? cfg_.tm_list_size : 0,
                                msg_wqes);

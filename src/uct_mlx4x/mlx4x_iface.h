@@ -505,10 +505,11 @@ public:
     /// Bytes an AM or tagged bcopy may place in a bounce slot
     /// (bounce_headroom).
     size_t pack_room() const { return seg_size_ - bounce_headroom; }
-    /// Bytes (tmh and data) of the largest tagged eager message: one an
-    /// unexpected one fills up to UCX_MLX4X_TM_EAGER_SEGS receive buffers
-    /// of whole packets (prm_tm.h). A peer configured otherwise refuses
-    /// longer ones (a length error), as with a smaller SEG_SIZE.
+    /// Bytes (tmh and data) of the largest tagged eager message this side
+    /// sends: one that fills up to tm_eager_segs().send receive buffers of
+    /// whole packets when unexpected (prm_tm.h). A peer that takes fewer
+    /// (UCX_MLX4X_TM_EAGER_SEGS set lower there) refuses longer ones (a
+    /// length error), as with a smaller SEG_SIZE.
     size_t max_tag_eager() const { return max_tag_eager_; }
     /// An endpoint's bounce slots hold a tagged eager bcopy's whole
     /// message (UCP sends one larger than the tag bcopy limit only by
@@ -564,6 +565,13 @@ public:
 
 private:
     status check_config() const;
+    /// UCX_MLX4X_TM_EAGER_SEGS: the receive buffers one unexpected tagged
+    /// message may fill on a peer (`send`: this side's eager limit) and on
+    /// this side (`receive`: the SRQ's bound).
+    struct eager_segs {
+        unsigned send, receive;
+    };
+    eager_segs tm_eager_segs() const;
     status init_receive_queue(bool tm, size_t rx_headroom);
     /// Receive buffers and SRQ entries: RX_QUEUE_LEN rounded up to a power
     /// of two (check_config() bounds it), at least 2.

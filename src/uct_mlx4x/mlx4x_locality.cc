@@ -3,7 +3,12 @@
 #include "hca/base/log.h"
 
 #include <hwloc.h>
+#include <unistd.h>
+
+#include <charconv>
 #include <cstdlib>
+#include <cstring>
+#include <optional>
 #include <string>
 
 namespace mlx4x::uct {
@@ -77,7 +82,43 @@ bool bind_to(const topology &topo, const std::string &cpus)
     return own;
 }
 
+/// `v` as a plain decimal count (digits only, at least one, no sign, no
+/// spaces, fits in a long); nullopt for anything else, unset included.
+std::optional<long> count_of(const char *v)
+{
+    if (!v || !*v) {
+        return std::nullopt;
+    }
+    long        n   = 0;
+    const char *end = v + std::strlen(v);
+    auto [p, ec]    = std::from_chars(v, end, n);
+    if (ec != std::errc{} || p != end || n < 0 || *v == '-' || *v == '+') {
+        return std::nullopt;
+    }
+    return n;
+}
+
 } // namespace
+
+bool job_oversubscribes_host(const env_lookup &env, long online_cpus)
+{
+    if (std::optional<long> verdict = count_of(env("OMPI_MCA_mpi_oversubscribe"));
+        verdict && *verdict <= 1) {
+        return *verdict == 1;
+    }
+    for (const char *name : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"}) {
+        if (std::optional<long> ranks = count_of(env(name)); ranks && *ranks > 0) {
+            return online_cpus > 0 && *ranks > online_cpus;
+        }
+    }
+    return false;
+}
+
+bool job_oversubscribes_host()
+{
+    return job_oversubscribes_host([](const char *name) { return std::getenv(name); },
+                                   sysconf(_SC_NPROCESSORS_ONLN));
+}
 
 result<engine_placement> engine_placement::parse(const std::string &cpus)
 {

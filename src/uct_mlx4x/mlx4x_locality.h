@@ -1,9 +1,11 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// Where the device's thread runs (hwloc).
+// Where the device's thread runs (hwloc), and whether the job's ranks take
+// turns on this host's cores.
 #pragma once
 
 #include "hca/base/status.h"
 
+#include <functional>
 #include <string>
 
 namespace mlx4x::uct {
@@ -31,5 +33,21 @@ public:
 private:
     std::string cpus_;   ///< a checked list; empty: automatic
 };
+
+/// Reads one environment variable (nullptr: unset); getenv, or a test's.
+using env_lookup = std::function<const char *(const char *)>;
+
+/// Whether the job runs more processes on this host than it has
+/// processors online, so that its ranks take turns on the cores. Open MPI
+/// says so itself (OMPI_MCA_mpi_oversubscribe: its runtime's verdict from
+/// the host's slots); without that, a launcher's count of the job's ranks
+/// on this host (OMPI_COMM_WORLD_LOCAL_SIZE; MPI_LOCALNRANKS, MPICH's
+/// Hydra) is set against `online_cpus`. An environment value is untrusted:
+/// one that is not a plain decimal count is ignored. No launcher's word:
+/// false (a process on its own, a UCX tool).
+bool job_oversubscribes_host(const env_lookup &env, long online_cpus);
+
+/// The same from this process's environment and the processors online.
+bool job_oversubscribes_host();
 
 } // namespace mlx4x::uct

@@ -207,18 +207,20 @@ static ucs_config_field_t uct_mlx4x_iface_config_table[] = {
      "in software (docs/benchmarks.md). 0: UCP's threshold alone.",
      ucs_offsetof(uct_mlx4x_iface_config_t, tm_min_recv), UCS_CONFIG_TYPE_MEMUNITS},
 
-    {"TM_EAGER_SEGS", "8",
+    {"TM_EAGER_SEGS", "auto",
      "Receive buffers (SEG_SIZE each) one tagged eager message may fill when\n"
      "no posted receive matches it; UCP gets it in as many fragments (1-255).\n"
-     "Tagged messages up to that size (128 KiB less the headers by default)\n"
-     "may go eagerly: UCP sends a longer one by rendezvous, whose steps wait\n"
-     "for the peer process and whose copy is a system call (16-32 KiB MPI\n"
-     "latency 0.6-0.8 and 4-rank collectives 0.3-0.9 of the time with 1;\n"
-     "64 KiB latency 0.55 with 8 against 4, its eager SEND going by\n"
-     "reference: docs/benchmarks.md, 2026-12-03 and session 56). Each\n"
+     "Tagged messages up to that size may go eagerly: UCP sends a longer one by\n"
+     "rendezvous, whose steps wait for the peer process and whose copy is a\n"
+     "system call. \"auto\": 8 (128 KiB less the headers), 16 where the job\n"
+     "runs more ranks on this host than it has processors (Open MPI's\n"
+     "OMPI_MCA_mpi_oversubscribe, else OMPI_COMM_WORLD_LOCAL_SIZE or\n"
+     "MPI_LOCALNRANKS against the processors online): there each rendezvous\n"
+     "step waits for the peer's turn on a core (docs/benchmarks.md, sessions\n"
+     "56, 68, 69); a process at \"auto\" receives up to 16 either way. Each\n"
      "endpoint's bounce slots are that large (only those used take memory).\n"
-     "1: one buffer. Set it alike on every process.",
-     ucs_offsetof(uct_mlx4x_iface_config_t, tm_eager_segs), UCS_CONFIG_TYPE_UINT},
+     "A number: that many on both sides; set it alike on every process.",
+     ucs_offsetof(uct_mlx4x_iface_config_t, tm_eager_segs), UCS_CONFIG_TYPE_ULUNITS},
 
     {"CONNECT_TO_EP", "n",
      "Also offer point-to-point endpoints (UCT_IFACE_FLAG_CONNECT_TO_EP):\n"

@@ -98,29 +98,51 @@ done
 # fragments, and go eagerly (no unexpected rendezvous): the interface's tag
 # bcopy limit is UCX_MLX4X_TM_EAGER_SEGS buffers. With it at 1 they go by
 # rendezvous, as before.
-for segs in default 1; do
-    set_segs=""; [ $segs = default ] || set_segs="-x UCX_MLX4X_TM_EAGER_SEGS=$segs"
-    # shellcheck disable=SC2086 # set_segs: nothing, or one option and its value
-    out=$(timeout 120 mpirun --allow-run-as-root --oversubscribe -np 2 \
-        -x UCX_MLX4X_FABRIC -x MLX4X_LIB -x UCX_MLX4X_COUNTERS=y $set_segs \
-        "$RUN" "$top_builddir/test/mpi/mpi_ssend_unexpected" 2>&1); rc=$?
+# unexpected_sends LABEL NP EXTRA RNDV REF [mpirun app context...]: run
+# mpi_ssend_unexpected (EXTRA: the size of its two more messages, 0: none)
+# and check every message intact, the unexpected rendezvous count against
+# RNDV and the SENDs by reference against REF (test operators and operands).
+unexpected_sends() {
+    local label=$1 np=$2 extra=$3 want_rndv=$4 want_ref=$5; shift 5
+    local msgs=$((22 + (extra > 0 ? 2 : 0)))
+    [ $# -gt 0 ] || set -- "$RUN" "$top_builddir/test/mpi/mpi_ssend_unexpected" "$extra"
+    out=$(timeout 120 mpirun --allow-run-as-root --oversubscribe -np "$np" \
+        -x UCX_MLX4X_FABRIC -x MLX4X_LIB -x UCX_MLX4X_COUNTERS=y "$@" 2>&1); rc=$?
     total() { echo "$out" | awk -v c="$1" '$1 == c { t += $2 } END { print t + 0 }'; }
     unexp_rndv=$(total tm_unexpected_rndv)
-    # The long eager ones are SENDs by reference (from 16 KiB; issue 33),
-    # each placed by its receiver.
-    if [ $segs = default ]; then want_rndv="-eq 0"; how="fragments of eager messages"
-        want_ref="-gt 0"
-    else want_rndv="-gt 0"; how="rendezvous"; want_ref="-ge 0"; fi
     # shellcheck disable=SC2086 # want_rndv, want_ref: an operator and its operand
-    if [ $rc -eq 0 ] && echo "$out" | grep -q "^# unexpected sends: 22 messages, 0 data errors" &&
+    if [ $rc -eq 0 ] && echo "$out" | grep -q "^# unexpected sends: $msgs messages, 0 data errors" &&
        [ "$unexp_rndv" $want_rndv ] && [ "$(total sends_by_ref)" $want_ref ] &&
        [ "$(total sends_by_ref)" -eq "$(total placed_by_ref)" ]; then
-        ok "TM_EAGER_SEGS $segs: MPI_Ssend 4 KiB (3x), 8 KiB .. 8 B and MPI_(S)send 20-130 KB before the receive: all 22 intact, the long ones as $how ($unexp_rndv unexpected rendezvous, $(total placed_by_ref) SENDs by reference)"
+        ok "$label: all $msgs intact ($unexp_rndv unexpected rendezvous, $(total placed_by_ref) SENDs by reference)"
     else
-        fail "TM_EAGER_SEGS $segs: unexpected sends (exit $rc, $unexp_rndv unexpected rendezvous, SENDs by reference $(total sends_by_ref) sent, $(total placed_by_ref) placed)"
+        fail "$label: unexpected sends (exit $rc, $unexp_rndv unexpected rendezvous, want $want_rndv; SENDs by reference $(total sends_by_ref) sent, $(total placed_by_ref) placed)"
         echo "$out" | grep -v '^[a-z_]* [0-9]*$' | tail -n 5
     fi
-done
+}
+unexpected_sends "TM_EAGER_SEGS default: MPI_Ssend 4 KiB (3x), 8 KiB .. 8 B and MPI_(S)send 20-130 KB before the receive, the long ones as fragments of eager messages, SENDs by reference (from 16 KiB; issue 33)" \
+    2 0 "-eq 0" "-gt 0"
+unexpected_sends "TM_EAGER_SEGS 1: the same, the long ones by rendezvous" 2 0 "-gt 0" "-ge 0" \
+    -x UCX_MLX4X_TM_EAGER_SEGS=1 "$RUN" "$top_builddir/test/mpi/mpi_ssend_unexpected"
+# TM_EAGER_SEGS auto: eager up to 8 buffers (128 KiB) where each rank has a
+# core, 16 where ranks take turns on the cores (uct::job_oversubscribes_host;
+# Open MPI's verdict, set here as its runtime sets it), and 16 received
+# either way: 200 KB messages go by rendezvous, eagerly, and eagerly from a
+# sender set to 16 to a receiver at auto with cores of its own (without the
+# receive side's 16, a length error and a failed job).
+prog=("$top_builddir/test/mpi/mpi_ssend_unexpected" 200000)
+unexpected_sends "TM_EAGER_SEGS auto, a core per rank: 200 KB by rendezvous" 2 200000 "-gt 0" "-gt 0" \
+    env OMPI_MCA_mpi_oversubscribe=0 "$RUN" "${prog[@]}"
+unexpected_sends "TM_EAGER_SEGS auto, ranks taking turns on the cores: 200 KB eagerly" 2 200000 "-eq 0" "-gt 0" \
+    env OMPI_MCA_mpi_oversubscribe=1 "$RUN" "${prog[@]}"
+unexpected_sends "TM_EAGER_SEGS 16 on the sender, auto with a core per rank on the receiver: 200 KB eagerly" \
+    1 200000 "-eq 0" "-gt 0" env OMPI_MCA_mpi_oversubscribe=0 UCX_MLX4X_TM_EAGER_SEGS=16 "$RUN" "${prog[@]}" \
+    : -np 1 -x UCX_MLX4X_FABRIC -x MLX4X_LIB -x UCX_MLX4X_COUNTERS=y \
+    env OMPI_MCA_mpi_oversubscribe=0 "$RUN" "${prog[@]}"
+if [ "$(nproc)" -lt 4 ]; then
+    # Open MPI's own verdict, 4 ranks on fewer processors (ranks 2-3 idle).
+    unexpected_sends "TM_EAGER_SEGS auto, 4 ranks on $(nproc) processors: 200 KB eagerly" 4 200000 "-eq 0" "-gt 0"
+fi
 
 # A receiver that makes no MPI call for 500 ms while its peer sends 3,000
 # messages: when it calls again its device takes the frames waiting in its

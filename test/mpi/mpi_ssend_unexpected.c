@@ -13,28 +13,39 @@
  *  - Those longer than one receive buffer (UCX_MLX4X_SEG_SIZE, 16 KiB)
  *    fill several, and UCP gets them in fragments; a synchronous one's
  *    immediate comes with the last.
+ * With an argument of at most 262,144 bytes, an MPI_Ssend and an MPI_Send
+ * of that many bytes follow the same way (eager or rendezvous by the
+ * transport's eager limit, UCX_MLX4X_TM_EAGER_SEGS).
  * Prints "# unexpected sends: N messages, N data errors". */
 #include <mpi.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static unsigned char pattern(int i, int k) { return (unsigned char)(i * 29 + k * 3 + 1); }
 
-static int size_of(int i)
+enum { fixed = 22, largest = 262144 };
+
+static int size_of(int i, int extra)
 {
     static const int longer[] = {20000, 40000, 65000, 130000};
-    return i < 3 ? 4096 : i < 14 ? 8192 >> (i - 3) : longer[(i - 14) / 2];
+    return i < 3 ? 4096 : i < 14 ? 8192 >> (i - 3) : i < fixed ? longer[(i - 14) / 2] : extra;
 }
 
 int main(int argc, char **argv)
 {
-    enum { messages = 22 };
     MPI_Init(&argc, &argv);
+    int extra = argc > 1 ? atoi(argv[1]) : 0;
+    if (extra < 0 || extra > largest) {
+        fprintf(stderr, "mpi_ssend_unexpected: extra size 0..%d\n", largest);
+        MPI_Abort(MPI_COMM_WORLD, 2);
+    }
+    int messages = fixed + (extra > 0 ? 2 : 0);
     int rank, errors = 0;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    static unsigned char buf[131072];
+    static unsigned char buf[largest];
     for (int n = 0; n < messages; ++n) {
-        int size = size_of(n), sync = n < 14 || n % 2 == 0;
+        int size = size_of(n, extra), sync = n < 14 || n % 2 == 0;
         if (rank == 0) {
             for (int k = 0; k < size; ++k) buf[k] = pattern(n, k);
             if (sync) {
