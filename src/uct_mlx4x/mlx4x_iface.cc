@@ -253,12 +253,12 @@ status interface::init_receive_queue(bool tm, size_t rx_headroom)
         rx_lead_ = (sizeof(uct_recv_desc_t *) + rx_headroom + 63) / 64 * 64;
         spares   = rx_kept_max;
     }
-    if (status s = make_slots(ctx(), md_.pd(), rx_bufs_, rx_bufs + spares, rx_lead_ + seg_size_,
-                              true);
+    if (status s = make_slots(ctx(), md_.pd(), rx_bufs_, rx_bufs + spares,
+                              rx_lead_ + seg_size_ + rx_tail_room, true);
         s != status::ok) {
         return s;
     }
-    rx_seg_.byte_count.set(uint32_t(seg_size_));
+    rx_seg_.byte_count.set(uint32_t(seg_size_ + rx_tail_room));
     rx_seg_.lkey.set(rx_bufs_.mr->lkey());
     rx_kept_.assign(spares ? rx_bufs + spares : 0, false);
     // The SRQ holds one entry fewer than its size (its free entry).

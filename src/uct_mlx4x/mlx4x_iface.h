@@ -49,6 +49,15 @@ constexpr uint32_t rx_kept_max = 256;
 /// a descriptor of its own costs less than the handover (callgrind, 4-rank
 /// allreduce of 8 B: ~55 instructions more per message kept).
 constexpr uint32_t rx_keep_min = 1024;
+/// Bytes a receive buffer holds past SEG_SIZE: room for a tagged message's
+/// TMH (and a synchronous send's header) beside SEG_SIZE bytes of data.
+/// MPI applications send powers of two; a 16 KiB one is 16 KiB and its
+/// 16-byte TMH, four whole packets and one of 16 bytes: without the room it
+/// spilled into a second buffer, and an unexpected one was copied by UCP
+/// out of both into a descriptor of its own instead of kept in its buffer
+/// (on_unexpected_in_slot). The limits (max_tag_eager, the AM's) stay
+/// SEG_SIZE's.
+constexpr uint32_t rx_tail_room = 64;
 /// Receive buffers posted at first (less the SRQ's free entry): the SRQ
 /// takes its entries in order, so every posted buffer is written once per
 /// this many messages, and 256 of 16 KiB stay in the caches where the

@@ -139,6 +139,17 @@ unexpected_sends "TM_EAGER_SEGS 16 on the sender, auto with a core per rank on t
     1 200000 "-eq 0" "-gt 0" env OMPI_MCA_mpi_oversubscribe=0 UCX_MLX4X_TM_EAGER_SEGS=16 "$RUN" "${prog[@]}" \
     : -np 1 -x UCX_MLX4X_FABRIC -x MLX4X_LIB -x UCX_MLX4X_COUNTERS=y \
     env OMPI_MCA_mpi_oversubscribe=0 "$RUN" "${prog[@]}"
+# A 16 KiB message is 16 KiB and its TMH: it fits its one receive buffer
+# (SEG_SIZE and the tail room, uct::rx_tail_room), so the unexpected
+# MPI_Send of it is handed to UCP in place (tm_unexpected_kept); spilled
+# 16 bytes into a second buffer, UCP copied it out of both.
+unexpected_sends "16 KiB unexpected" 2 16384 "-eq 0" "-ge 0"
+kept=$(total tm_unexpected_kept)
+if [ "$kept" -ge 1 ]; then
+    ok "the unexpected 16 KiB MPI_Send kept in its one receive buffer ($kept kept)"
+else
+    fail "the unexpected 16 KiB MPI_Send was not kept in its buffer (tm_unexpected_kept $kept)"
+fi
 if [ "$(nproc)" -lt 4 ]; then
     # Open MPI's own verdict, 4 ranks on fewer processors (ranks 2-3 idle).
     unexpected_sends "TM_EAGER_SEGS auto, 4 ranks on $(nproc) processors: 200 KB eagerly" 4 200000 "-eq 0" "-gt 0"
