@@ -26,22 +26,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench_util.h"
+
 enum { total = 16 << 20, chunk = 256 << 10, passes = 12 };
-
-static double now(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec + t.tv_nsec * 1e-9;
-}
-
-static void pin(int cpu)
-{
-    cpu_set_t s;
-    CPU_ZERO(&s);
-    CPU_SET(cpu, &s);
-    (void)sched_setaffinity(0, sizeof s, &s);
-}
 
 int main(void)
 {
@@ -56,7 +43,7 @@ int main(void)
     memset(dst, 1, total);
     pid_t owner = fork();
     if (owner == 0) {   /* writes before each pass, waits for the reader's end */
-        pin(0);
+        bench_pin(0);
         for (int pass = 0; pass <= passes; ++pass) {
             while (*turn != 2 * pass + 1) {
             }
@@ -69,12 +56,12 @@ int main(void)
             *turn = 2 * pass + 2;
         }
     }
-    pin(1);
+    bench_pin(1);
     for (int pass = 0; pass < passes; ++pass) {
         *turn = 2 * pass + 1;
         while (*turn != 2 * pass + 2) {
         }
-        double t0 = now();
+        double t0 = bench_seconds();
         if (pass % 2 == 0) {
             for (size_t o = 0; o < total; o += chunk) {
                 memcpy(dst + o, shared + o, chunk);
@@ -89,7 +76,7 @@ int main(void)
             }
         }
         printf("%-28s %6.2f GB/s\n", pass % 2 == 0 ? "memcpy from a shared mapping" : "process_vm_readv",
-               total / (now() - t0) / 1e9);
+               total / (bench_seconds() - t0) / 1e9);
     }
     *turn = 2 * passes + 1;
     waitpid(owner, NULL, 0);

@@ -25,6 +25,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench_util.h"
+
 enum { nslot = 256, exchanges = 100000 };
 enum way { libc_memcpy, sse2_blocks, rep_movsb, ways };
 static const char *way_name[ways] = {"memcpy", "sse2-64B", "rep-movsb"};
@@ -55,13 +57,6 @@ static void copy(enum way w, uint8_t *d, const uint8_t *s, size_t n)
     }
 }
 
-static double now_ns(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec * 1e9 + t.tv_nsec;
-}
-
 /* A slot: its sequence word in the first line, the payload from byte 64. */
 static uint8_t *slot(uint8_t *ring, size_t slot_size, uint64_t k)
 {
@@ -83,17 +78,14 @@ static double run(enum way w, size_t len)
         memset(ring[r], 0, slot_size * nslot);
     }
     pid_t child = fork();
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    CPU_SET(child ? 0 : 1, &set);
-    (void)sched_setaffinity(0, sizeof(set), &set);
+    (void)bench_pin(child ? 0 : 1);
     uint8_t *buf = aligned_alloc(4096, (len + 4095) / 4096 * 4096);
     memset(buf, 1, len);
     int out = child ? 0 : 1, in = 1 - out;
     double t0 = 0;
     for (uint64_t k = 0; k < exchanges + exchanges / 10; ++k) {
         if (k == exchanges / 10) {
-            t0 = now_ns();
+            t0 = bench_ns();
         }
         for (int step = 0; step < 2; ++step) {
             if ((step == 0) == (child != 0)) {   /* parent sends first */
@@ -109,7 +101,7 @@ static double run(enum way w, size_t len)
             }
         }
     }
-    double one_way = (now_ns() - t0) / exchanges / 2;
+    double one_way = (bench_ns() - t0) / exchanges / 2;
     if (!child) {
         _exit(0);
     }

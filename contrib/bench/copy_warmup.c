@@ -24,22 +24,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench_util.h"
+
 enum { total = 16 << 20, chunk = 256 << 10, passes = 6 };
-
-static double now(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec + t.tv_nsec * 1e-9;
-}
-
-static void pin(int cpu)
-{
-    cpu_set_t s;
-    CPU_ZERO(&s);
-    CPU_SET(cpu, &s);
-    sched_setaffinity(0, sizeof s, &s);
-}
 
 /* One pass of `half`-byte calls at offset `first` of every chunk; the
  * seconds spent inside the calls, or -1 on a failed call. */
@@ -48,10 +35,10 @@ static double pass(pid_t peer, char *local, char *remote, size_t first, size_t h
     double in_calls = 0;
     for (size_t off = 0; off < total; off += chunk) {
         struct iovec l = {local + off + first, half}, r = {remote + off + first, half};
-        double t0 = now();
+        double t0 = bench_seconds();
         ssize_t n = to_peer ? process_vm_writev(peer, &l, 1, &r, 1, 0)
                             : process_vm_readv(peer, &l, 1, &r, 1, 0);
-        in_calls += now() - t0;
+        in_calls += bench_seconds() - t0;
         if (n != (ssize_t)half) {
             perror(to_peer ? "process_vm_writev" : "process_vm_readv");
             return -1;
@@ -72,7 +59,7 @@ static int run(int shared)
     memset(dst, 0, total);
     pid_t child = fork();
     if (child == 0) {
-        pin(0);
+        bench_pin(0);
         char *src = aligned_alloc(4096, total);
         memset(src, 1, total);
         (void)!write(to_parent[1], &src, sizeof src);
@@ -83,7 +70,7 @@ static int run(int shared)
         }
         _exit(0);
     }
-    pin(1);
+    bench_pin(1);
     char *src;
     if (read(to_parent[0], &src, sizeof src) != sizeof src) {
         return 1;

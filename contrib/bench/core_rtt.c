@@ -21,29 +21,16 @@
 #include <stdlib.h>
 #include <time.h>
 
+#include "bench_util.h"
+
 enum { rounds = 20000, samples = 9 };
 
 static _Alignas(64) atomic_uint line;   /* odd: the responder's turn */
 static atomic_int state;   /* 0 starting, 1 responder placed, 2 it could not be, 3 stop */
 
-static int pin(int cpu)
-{
-    cpu_set_t s;
-    CPU_ZERO(&s);
-    CPU_SET(cpu, &s);
-    return pthread_setaffinity_np(pthread_self(), sizeof(s), &s);
-}
-
-static double now_ns(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec * 1e9 + t.tv_nsec;
-}
-
 static void *responder(void *arg)
 {
-    if (pin(*(int *)arg) != 0) {
+    if (bench_pin(*(int *)arg) != 0) {
         atomic_store(&state, 2);
         return NULL;
     }
@@ -67,7 +54,7 @@ int main(int argc, char **argv)
 {
     int cpu_a = argc > 2 ? atoi(argv[1]) : 0, cpu_b = argc > 2 ? atoi(argv[2]) : 1;
     pthread_t t;
-    if (pin(cpu_a) != 0 || pthread_create(&t, NULL, responder, &cpu_b) != 0) {
+    if (bench_pin(cpu_a) != 0 || pthread_create(&t, NULL, responder, &cpu_b) != 0) {
         fprintf(stderr, "core_rtt: cannot run on cores %d and %d\n", cpu_a, cpu_b);
         return 1;
     }
@@ -80,14 +67,14 @@ int main(int argc, char **argv)
     }
     double v[samples];
     for (int s = 0; s < samples; ++s) {
-        double t0 = now_ns();
+        double t0 = bench_ns();
         for (int i = 0; i < rounds; ++i) {
             unsigned mine = atomic_load_explicit(&line, memory_order_relaxed) + 1;
             atomic_store_explicit(&line, mine, memory_order_release);   /* odd */
             while (atomic_load_explicit(&line, memory_order_acquire) == mine) {
             }
         }
-        v[s] = (now_ns() - t0) / rounds;
+        v[s] = (bench_ns() - t0) / rounds;
     }
     atomic_store(&state, 3);
     pthread_join(t, NULL);

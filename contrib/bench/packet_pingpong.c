@@ -29,14 +29,9 @@
 #include <time.h>
 #include <unistd.h>
 
-enum { warmup = 1000, msg = 8, frame_size = 2048, frames = 128 };
+#include "bench_util.h"
 
-static double now_us(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec * 1e6 + t.tv_nsec / 1e3;
-}
+enum { warmup = 1000, msg = 8, frame_size = 2048, frames = 128 };
 
 static int by_value(const void *a, const void *b)
 {
@@ -112,7 +107,7 @@ int main(int argc, char **argv)
     double  *rtt = malloc(sizeof(double) * (size_t)n);
     unsigned at  = 0;
     for (int i = 0; i < warmup + n; ++i) {
-        double t0 = now_us();
+        double t0 = bench_us();
         if (!server && sendto(s, pkt, sizeof(pkt), 0, (struct sockaddr *)&ll, sizeof(ll)) < 0)
             return die("send");
         struct tpacket2_hdr *h = (struct tpacket2_hdr *)(ring + (size_t)at * frame_size);
@@ -124,7 +119,7 @@ int main(int argc, char **argv)
             if (sendto(s, pkt, sizeof(pkt), 0, (struct sockaddr *)&ll, sizeof(ll)) < 0)
                 return die("send");
         } else if (i >= warmup) {
-            rtt[i - warmup] = now_us() - t0;
+            rtt[i - warmup] = bench_us() - t0;
         }
     }
     if (!server) {

@@ -21,15 +21,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench_util.h"
+
 #define RING_LEN (264 * 4096)
 #define SLOT 4224
-
-static double now_us(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec * 1e6 + t.tv_nsec / 1e3;
-}
 
 static void touch_slots(char *p)
 {
@@ -45,15 +40,15 @@ static void ring_pass(const char *who, int fd, int populate)
         perror("mmap");
         exit(1);
     }
-    double t0 = now_us();
+    double t0 = bench_us();
     if (populate && madvise(p, RING_LEN, MADV_POPULATE_WRITE) != 0) {
         perror("MADV_POPULATE_WRITE");
     }
-    double t1 = now_us();
+    double t1 = bench_us();
     touch_slots(p);
-    double t2 = now_us();
+    double t2 = bench_us();
     touch_slots(p);
-    double t3 = now_us();
+    double t3 = bench_us();
     char pop[16] = "     -";
     if (populate) {
         snprintf(pop, sizeof(pop), "%6.0f", t1 - t0);
@@ -92,13 +87,13 @@ int main(void)
     }
     char *p = (char *)(((uintptr_t)m + huge - 1) & ~(uintptr_t)(huge - 1));
     (void)madvise(p, len, MADV_HUGEPAGE);
-    double t0 = now_us();
+    double t0 = bench_us();
     (void)madvise(p, len, MADV_POPULATE_WRITE);
-    double t1 = now_us();
+    double t1 = bench_us();
     for (size_t o = 0; o < len; o += huge) p[o] = 1;
-    double t2 = now_us();
+    double t2 = bench_us();
     for (size_t o = 0; o < len; o += 4096) p[o] = 1;
-    double t3 = now_us();
+    double t3 = bench_us();
     printf("16 MiB of huge pages: populate %6.0f  a byte per 2 MiB %4.0f  per 4 KiB %4.0f\n",
            t1 - t0, t2 - t1, t3 - t2);
     return 0;

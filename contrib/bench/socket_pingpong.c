@@ -9,6 +9,7 @@
  *
  * contrib/bench/socket-floor.sh runs it across the namespace hosts.
  */
+#define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
@@ -20,14 +21,9 @@
 #include <time.h>
 #include <unistd.h>
 
-enum { warmup = 1000, msg = 8 };
+#include "bench_util.h"
 
-static double now_us(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec * 1e6 + t.tv_nsec / 1e3;
-}
+enum { warmup = 1000, msg = 8 };
 
 static int by_value(const void *a, const void *b)
 {
@@ -81,7 +77,7 @@ int main(int argc, char **argv)
     struct sockaddr_in peer;
     socklen_t peer_len = sizeof(peer);
     for (int i = 0; i < warmup + n; ++i) {
-        double t0 = now_us();
+        double t0 = bench_us();
         if (!server && send(s, buf, msg, 0) != msg) return die("send");
         ssize_t r;
         do {
@@ -95,7 +91,7 @@ int main(int argc, char **argv)
                             : send(s, buf, msg, 0);
             if (w != msg) return die("send");
         } else if (i >= warmup) {
-            rtt[i - warmup] = now_us() - t0;
+            rtt[i - warmup] = bench_us() - t0;
         }
     }
     if (!server) {
