@@ -36,7 +36,7 @@ constexpr unsigned recv_poll_max   = 2 * progress_budget;
 /// receive buffers (128 KiB), up to 16 (256 KiB) where the job's ranks take
 /// turns on the cores. There a rendezvous step waits for the peer's turn
 /// (the RTS matched, the READ served, the FIN): 4-rank allreduce of 256 KiB
-/// on 2 cores 1.78 -> 1.21x sm, 512 KiB 1.32 -> 0.96x; with a core each a
+/// on 2 cores 1.8 -> 1.2-1.4x sm, 512 KiB 1.3 -> 1.0x; with a core each a
 /// stream of 128 KiB messages into one buffer (OSU's) loses more to the
 /// eager path's three copies than it gains (0.74x sm against the
 /// rendezvous's 1.03x) (docs/benchmarks.md, sessions 68-69). A side
