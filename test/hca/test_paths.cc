@@ -102,8 +102,8 @@ std::vector<step> draw(uint64_t seed, unsigned n)
         // leave to the general one (multi-packet WRITEs).
         bool inl = pick(4) != 0;
         s.len     = inl ? pick(257) : pick(3) == 0 ? 4096 + pick(5000) : pick(600);
-        s.flags   = drv::send_signaled | (inl ? drv::send_inline : 0) |
-                    (pick(4) == 0 ? drv::send_solicited : 0);
+        s.flags   = uint32_t(drv::send_signaled) | (inl ? uint32_t(drv::send_inline) : 0u) |
+                    (pick(4) == 0 ? uint32_t(drv::send_solicited) : 0u);
         s.src_off = pick(uint32_t(buffer_len - s.len));
         s.dst_off = pick(uint32_t(buffer_len - s.len));
         s.imm     = uint32_t(rng());

@@ -193,7 +193,9 @@ TEST(unexpected, random_messages_pass_on_only_what_the_rules_allow)
             }
         } else if (u.kind == unexpected_kind::sw_rndv) {
             ASSERT_LE(u.data.size(), r.max_sw_hdr);
-            if (ucp) ASSERT_GE(u.data.size(), r.ucp_sw_rts_min);
+            if (ucp) {
+                ASSERT_GE(u.data.size(), r.ucp_sw_rts_min);
+            }
         } else if (u.kind == unexpected_kind::sync_eager) {
             ASSERT_NE(u.imm, 0u);
         }

@@ -28,14 +28,6 @@ std::vector<int> allowed_cpus()
     return v;
 }
 
-cpu_set_t only(int cpu)
-{
-    cpu_set_t s;
-    CPU_ZERO(&s);
-    CPU_SET(cpu, &s);
-    return s;
-}
-
 /// What `place` does on a new thread bound like an application thread to
 /// `app_cpus` (empty: unbound): its return and the thread's units after.
 struct placed {
