@@ -86,13 +86,13 @@ bool bind_to(const topology &topo, const std::string &cpus)
 /// spaces, fits in a long); nullopt for anything else, unset included.
 std::optional<long> count_of(const char *v)
 {
-    if (!v || !*v) {
+    if (!v || *v < '0' || *v > '9') {   // unset, empty, a sign or a space first
         return std::nullopt;
     }
     long        n   = 0;
     const char *end = v + std::strlen(v);
     auto [p, ec]    = std::from_chars(v, end, n);
-    if (ec != std::errc{} || p != end || n < 0 || *v == '-' || *v == '+') {
+    if (ec != std::errc{} || p != end) {
         return std::nullopt;
     }
     return n;

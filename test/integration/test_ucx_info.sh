@@ -76,8 +76,9 @@ print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss if "Transport: mlx4
     && ok "RX_QUEUE_LEN=16384 x SEG_SIZE=1M opens touching a bounded part (peak $kb KiB)" \
     || fail "RX_QUEUE_LEN=16384 x SEG_SIZE=1M: peak resident $kb KiB (-1: no mlx4x device)"
 # TM_EAGER_SEGS: the receive buffers an unexpected tagged message may fill
-# travel in a byte of the SRQ's context (prm::srqc_tm_msg_wqes).
-for v in 0 256; do
+# travel in a byte of the SRQ's context (prm::srqc_tm_msg_wqes); "auto"
+# and a number are the only values ("inf" is no count of buffers).
+for v in 0 256 inf; do
     out=$(UCX_MLX4X_TM_EAGER_SEGS=$v timeout 60 "$RUN" ucx_info -u t -e 2>&1)
     echo "$out" | grep -q "UCX_MLX4X_TM_EAGER_SEGS must be 1..255" \
         && ok "TM_EAGER_SEGS=$v refused with a message" || fail "TM_EAGER_SEGS=$v not refused"
