@@ -107,6 +107,10 @@ struct clmul_k {
                                      _mm512_clmulepi64_epi128(v, k, 0x11), data, 0x96);
 }
 
+// GCC 12 warns of its own intrinsics' _mm512_undefined_epi32() where they
+// are inlined here (GCC bug 105593, fixed in GCC 13).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
 /// The lane `x` (the stream so far) and the `n` bytes at `p` (a multiple of
 /// 16, at least 256) folded into one lane, sixteen lanes at a time; `p`
 /// and `n` are left at what remains (less than 256 bytes).
@@ -134,6 +138,7 @@ struct clmul_k {
     x = fold(x, k128(), _mm512_extracti32x4_epi32(z0, 2));
     return fold(x, k128(), _mm512_extracti32x4_epi32(z0, 3));
 }
+#pragma GCC diagnostic pop
 #undef MLX4X_WIDE_CLMUL
 
 inline bool has_wide_clmul()
