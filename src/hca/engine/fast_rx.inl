@@ -154,15 +154,17 @@ responder::complete_receive(dev::core &hca, qp &q, const received &m, uint16_t s
     return true;
 }
 
-/// A MIDDLE or LAST packet of the SEND under way on an RTS QP, in
-/// sequence, from its peer's port, of its partition (full member): placed
-/// by respond_send() as the general path places it, without its admission
+/// A packet of a multi-packet SEND on an RTS QP, in sequence, from its
+/// peer's port, of its partition (full member): the FIRST where no message
+/// is under way, a MIDDLE or LAST of the SEND under way. Placed by
+/// respond_send() as the general path places it, without its admission
 /// and dispatch (receive(), admits(), respond()), whose checks such a
-/// packet passes (fast_path_qp(), the PSN, the message under way). The
-/// packets of a 4-64 KiB message after its first. Anything else goes the
+/// packet passes (fast_path_qp(), the PSN, the opcode sequence of IBA
+/// 9.7.5.2.2 that respond() checks). Every packet of a 4-64 KiB message:
+/// with the TMH a 4 or 8 KiB MPI message is a FIRST and a LAST of 16
+/// bytes, or a FIRST, a MIDDLE and such a LAST. Anything else goes the
 /// general way, which also answers every error.
-[[gnu::always_inline]] inline bool
-ingress::receive_send_continuation(std::span<const uint8_t> frame)
+[[gnu::always_inline]] inline bool ingress::receive_send_part(std::span<const uint8_t> frame)
 {
     ib::lrh l;
     ib::bth b;
@@ -171,14 +173,18 @@ ingress::receive_send_continuation(std::span<const uint8_t> frame)
     }
     std::memcpy(&l, frame.data(), sizeof(l));
     std::memcpy(&b, frame.data() + sizeof(l), sizeof(b));
-    if (b.opcode != uint8_t(ib::opcode::rc_send_middle) &&
-        b.opcode != uint8_t(ib::opcode::rc_send_last) &&
-        b.opcode != uint8_t(ib::opcode::rc_send_last_imm)) {
+    resp_message before;
+    if (b.opcode == uint8_t(ib::opcode::rc_send_first)) {
+        before = resp_message::none;
+    } else if (b.opcode == uint8_t(ib::opcode::rc_send_middle) ||
+               b.opcode == uint8_t(ib::opcode::rc_send_last) ||
+               b.opcode == uint8_t(ib::opcode::rc_send_last_imm)) {
+        before = resp_message::send;
+    } else {
         return false;
     }
     qp *q = fast_path_qp(l, b);
-    if (!q || q->resp.in_message != resp_message::send ||
-        ib::bth_psn::get(b.apsn) != q->resp.epsn) {
+    if (!q || q->resp.in_message != before || ib::bth_psn::get(b.apsn) != q->resp.epsn) {
         return false;
     }
     std::optional<pkt> p = parse(frame);   // the packet as respond_send() reads it

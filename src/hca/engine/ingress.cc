@@ -20,7 +20,7 @@ bool ingress::on_frame(std::span<const uint8_t> frame)
 {
     hca_.count(counter::rx_packets);
     hca_.count(counter::rx_frame_bytes, frame.size());
-    bool taken = receive_send_only(frame) || receive_send_continuation(frame) ||
+    bool taken = receive_send_only(frame) || receive_send_part(frame) ||
                  receive_ack(frame);
     if (!taken) {
         receive(frame);

@@ -39,7 +39,7 @@ private:
     bool admits(const qp &q, const pkt &p);
     qp  *fast_path_qp(const ib::lrh &l, const ib::bth &b);
     bool receive_send_only(std::span<const uint8_t> frame);
-    bool receive_send_continuation(std::span<const uint8_t> frame);
+    bool receive_send_part(std::span<const uint8_t> frame);
     bool receive_ack(std::span<const uint8_t> frame);
     /// A connected-service packet dropped for a reason a live connection
     /// never gives (no such QP, a QP not receiving, another port's): said

@@ -109,7 +109,7 @@ public:
     void forget_acks_of(uint32_t qpn) { std::erase(ack_list_, qpn); }
     bool sweep_plain_acks(uint64_t &sent);
     /// A SEND packet in sequence that the QP admitted: from respond() and
-    /// ingress's continuation fast path (receive_send_continuation).
+    /// ingress's fast path for the packets of a longer SEND (receive_send_part).
     void respond_send(qp &q, const pkt &p);
 
 private:
