@@ -11,8 +11,11 @@
  * first. Alone: the first process reads every 256 KiB chunk of the
  * second's buffer into its own, one call a chunk, six passes. Shared (a
  * shared READ's pattern): it reads the first half of each chunk while the
- * second process writes the other half into it, both at once. Printed:
- * GB/s inside the calls, per pass. */
+ * second process writes the other half into it, both at once. After a
+ * pause: alone, with 200 ms between passes in which the reader writes 1
+ * MiB of other memory over and over (a rank busy elsewhere, as between
+ * the chooser's measurements of single copy). Printed: GB/s inside the
+ * calls, per pass. */
 #define _GNU_SOURCE
 #include <sched.h>
 #include <signal.h>
@@ -47,7 +50,17 @@ static double pass(pid_t peer, char *local, char *remote, size_t first, size_t h
     return in_calls;
 }
 
-static int run(int shared)
+/* `ms` milliseconds of writing other memory (1 MiB, over and over). */
+static void busy_elsewhere(int ms)
+{
+    static char scratch[1 << 20];
+    double end = bench_seconds() + ms * 1e-3;
+    for (int i = 0; bench_seconds() < end; ++i) {
+        memset(scratch, i, sizeof scratch);
+    }
+}
+
+static int run(int shared, int pause_ms)
 {
     int to_child[2], to_parent[2];
     if (pipe(to_child) || pipe(to_parent)) {
@@ -76,8 +89,11 @@ static int run(int shared)
         return 1;
     }
     size_t len = shared ? chunk / 2 : chunk;
-    printf("%s:", shared ? "shared (reader / writer)" : "alone");
+    printf("%s:", shared ? "shared (reader / writer)" : pause_ms ? "after a pause" : "alone");
     for (int p = 0; p < passes; ++p) {
+        if (pause_ms && p) {
+            busy_elsewhere(pause_ms);
+        }
         if (shared) {
             (void)!write(to_child[1], &p, sizeof p);
         }
@@ -104,5 +120,5 @@ static int run(int shared)
 
 int main(void)
 {
-    return run(0) || run(1);
+    return run(0, 0) || run(1, 0) || run(0, 200);
 }
