@@ -688,9 +688,40 @@ bool completer::advance_acked(qp &q, uint32_t to)
     return true;
 }
 
+/// Where a run of acknowledged WQEs that only need their slot back ends,
+/// from `tail`: the common small send nobody waits for (C64: no CQE, its
+/// WQE not read again), not a READ or atomic, not a single copy, not
+/// waiting for its copy. A loop on locals: in retire_acked()'s, whose
+/// calls may change the QP, every WQE reloaded the queue's state
+/// (retire_acked() per 8-byte MPI message on the sending rank: 43 -> 32
+/// instructions, callgrind).
+uint32_t completer::end_of_plain_acked(const qp &q, uint32_t tail)
+{
+    const uint32_t   head  = q.req.sq_head;
+    const uint32_t   mask  = q.sq_size() - 1;
+    const uint32_t   acked = q.comp.acked_psn;
+    const wqe_track *track = q.req.track.data();
+    for (; tail != head; ++tail) {
+        const wqe_track &t = track[tail & mask];
+        if (!t.unsignaled || t.rd_atomic || t.direct || t.copy_pending ||
+            ib::psn_diff(acked, ib::psn_add(t.first_psn, t.npackets - 1)) <= 0) {
+            break;
+        }
+    }
+    return tail;
+}
+
 void completer::retire_acked(qp &q)
 {
+    // Timed transfers and the device's own WQEs need each WQE's step below.
+    bool plain = !q.req.timed && q.dev_sq.empty();
     while (q.comp.sq_tail != q.req.sq_head) {
+        if (plain) {
+            q.comp.sq_tail = end_of_plain_acked(q, q.comp.sq_tail);
+            if (q.comp.sq_tail == q.req.sq_head) {
+                break;
+            }
+        }
         const wqe_track &t = q.req.track[q.comp.sq_tail & (q.sq_size() - 1)];
         uint32_t last_psn = ib::psn_add(t.first_psn, t.npackets - 1);
         if (ib::psn_diff(q.comp.acked_psn, last_psn) <= 0 || t.copy_pending) {

@@ -89,6 +89,7 @@ private:
     /// must not slow the recovery of later losses for long.
     static constexpr uint64_t max_rtt_sample_ns = 100'000'000;
     void skip_acked(qp &q, uint32_t psn);
+    static uint32_t end_of_plain_acked(const qp &q, uint32_t tail);
     void ask_again_from_gap(qp &q);
     uint64_t next_deadline(const qp &q, uint64_t now) const;
     bool     probe_tail(qp &q, uint64_t now);
