@@ -568,11 +568,11 @@ TEST_F(direct, in_the_measured_range_both_paths_are_timed_then_the_cheaper_taken
     };
     using path = engine::direct_chooser::path;
     int i = 0;
-    while (!costs.ps_per_byte(len, path::packets) && i < 200) {
+    while (!costs.ps_per_byte(len, true, path::packets) && i < 200) {
         one_write(i++);
     }
-    uint64_t direct_cost = costs.ps_per_byte(len, path::direct);
-    uint64_t packet_cost = costs.ps_per_byte(len, path::packets);
+    uint64_t direct_cost = costs.ps_per_byte(len, true, path::direct);
+    uint64_t packet_cost = costs.ps_per_byte(len, true, path::packets);
     ASSERT_NE(direct_cost, 0u);
     ASSERT_NE(packet_cost, 0u) << "packets not measured after " << i << " writes";
     uint64_t direct_before = b.counter(dev::counter::direct_writes);
@@ -604,6 +604,40 @@ TEST_F(direct, in_the_measured_range_both_paths_are_timed_then_the_cheaper_taken
     expect_all_succeeded();
     EXPECT_EQ(check_pattern(big_dst.data(), always, 77), -1);
     EXPECT_EQ(b.counter(dev::counter::direct_writes), direct_before_small + 1);
+}
+
+// The chooser tells a stream into new buffers from one into the buffers of
+// a recent transfer by the WQE's local range and remote address: WRITEs
+// that cycle through more target buffers than it remembers are measured
+// as new buffers, and leave the costs of a stream into one buffer alone.
+TEST_F(direct, writes_into_new_buffers_each_time_are_measured_apart)
+{
+    constexpr uint64_t always = 4 << 20, try_from = 64 * 1024;
+    fab.set_direct(always, false, try_from);
+    start();
+    constexpr uint32_t len     = 128 * 1024;
+    constexpr unsigned targets = 2 * engine::direct_chooser::recent_buffers;
+    std::vector<uint8_t> src(len), dst(size_t{len} * targets);
+    auto &sm = a.reg(src.data(), src.size(), all_local);
+    auto &dm = b.reg(dst.data(), dst.size(), all_local);
+    const engine::direct_chooser &costs = device_of(*a.ctx).transfer_costs();
+    using path = engine::direct_chooser::path;
+    int i = 0;
+    for (; !costs.ps_per_byte(len, false, path::packets) && i < 3000; ++i) {
+        uint8_t *to = dst.data() + size_t{len} * (i % targets);
+        fill_pattern(src.data(), len, 60 + i);
+        a.send_wcs.clear();
+        ASSERT_EQ(post_rdma(drv::wr_opcode::rdma_write, i, src.data(), len, sm.lkey(), to,
+                            dm.rkey()),
+                  status::ok);
+        ASSERT_TRUE(sends_done(1));
+        expect_all_succeeded();
+        ASSERT_EQ(check_pattern(to, len, 60 + i), -1) << "write " << i;
+    }
+    EXPECT_NE(costs.ps_per_byte(len, false, path::direct), 0u);
+    EXPECT_NE(costs.ps_per_byte(len, false, path::packets), 0u) << "after " << i << " writes";
+    EXPECT_EQ(costs.ps_per_byte(len, true, path::direct), 0u);
+    EXPECT_EQ(costs.ps_per_byte(len, true, path::packets), 0u);
 }
 
 // ---- read_grants: what a vouched rendezvous lets the device skip ----------

@@ -17,20 +17,24 @@ constexpr uint64_t us  = 1000;
 constexpr uint64_t ms  = 1000 * us;
 
 /// A driver of the chooser: transfers of `len` bytes, one after the other,
-/// each `cost_of(path)` long, on whichever path choose() says.
+/// each `cost_of(path)` long, on whichever path choose() says; into the
+/// buffers of a recent transfer (`again`: a stream into one buffer) or into
+/// new ones each time.
 struct link {
     direct_chooser c;
     uint64_t       now = 1 * ms;
     uint64_t       len = mib;
     uint64_t       direct_ns = 80 * us, packets_ns = 40 * us;
     unsigned       direct_count = 0, packets_count = 0;
+    bool           again = true;
+    uint64_t       buffers = 0;
 
     path transfer()
     {
-        path p = c.choose(len, now);
-        c.started(len, p, now);
+        path p = c.choose(len, again, now);
+        c.started(len, again, p, now, again ? 1 : ++buffers);
         now += p == path::direct ? direct_ns : packets_ns;
-        c.record(len, p, p == path::direct ? direct_ns : packets_ns, now);
+        c.record(len, again, p, p == path::direct ? direct_ns : packets_ns, now);
         (p == path::direct ? direct_count : packets_count)++;
         return p;
     }
@@ -48,17 +52,17 @@ struct link {
 TEST(direct_chooser, measures_single_copy_then_packets_then_takes_the_cheaper)
 {
     link l;
-    EXPECT_EQ(l.c.choose(l.len, l.now), path::direct);   // nothing known yet
+    EXPECT_EQ(l.c.choose(l.len, true, l.now), path::direct);   // nothing known yet
     // Single copy for an epoch (5 ms after the settling transfers), then
     // packets for one, then packets, the cheaper here, alone.
-    while (!l.c.ps_per_byte(l.len, path::direct)) {
+    while (!l.c.ps_per_byte(l.len, true, path::direct)) {
         ASSERT_EQ(l.transfer(), path::direct);
     }
-    EXPECT_EQ(l.c.ps_per_byte(l.len, path::direct), 80 * us * 1000 / mib);
-    while (!l.c.ps_per_byte(l.len, path::packets)) {
+    EXPECT_EQ(l.c.ps_per_byte(l.len, true, path::direct), 80 * us * 1000 / mib);
+    while (!l.c.ps_per_byte(l.len, true, path::packets)) {
         ASSERT_EQ(l.transfer(), path::packets);
     }
-    EXPECT_EQ(l.c.ps_per_byte(l.len, path::packets), 40 * us * 1000 / mib);
+    EXPECT_EQ(l.c.ps_per_byte(l.len, true, path::packets), 40 * us * 1000 / mib);
     l.run_for(100 * ms);
     EXPECT_EQ(l.direct_count, 0u);
     EXPECT_GT(l.packets_count, 2000u);
@@ -69,20 +73,20 @@ TEST(direct_chooser, single_copy_is_kept_where_packets_cost_more)
     link l;
     l.packets_ns = 500 * us;   // cores that share no cache
     l.run_for(150 * ms);
-    EXPECT_GT(l.c.ps_per_byte(l.len, path::packets), l.c.ps_per_byte(l.len, path::direct));
+    EXPECT_GT(l.c.ps_per_byte(l.len, true, path::packets), l.c.ps_per_byte(l.len, true, path::direct));
     // The packets measurement ended early (clearly slower): the transfers
     // that ended within its settling time (the ones at 0.5 ... 2.5 ms) and
     // early_end_transfers, not 5 ms of counted ones.
     EXPECT_EQ(l.packets_count, direct_chooser::settle_ns / l.packets_ns - 1 +
                                    direct_chooser::early_end_transfers);
-    EXPECT_EQ(l.c.choose(l.len, l.now), path::direct);
+    EXPECT_EQ(l.c.choose(l.len, true, l.now), path::direct);
 }
 
 TEST(direct_chooser, a_path_that_becomes_slower_is_left_at_the_end_of_its_epoch)
 {
     link l;
     l.run_for(50 * ms);
-    ASSERT_EQ(l.c.choose(l.len, l.now), path::packets);
+    ASSERT_EQ(l.c.choose(l.len, true, l.now), path::packets);
     l.packets_ns = 500 * us;   // the two processes moved apart
     // The current path is measured all along: one epoch later (5 ms, the
     // average with the old cost already above single copy's) it is left.
@@ -90,7 +94,7 @@ TEST(direct_chooser, a_path_that_becomes_slower_is_left_at_the_end_of_its_epoch)
     while (l.transfer() == path::packets) {
         ASSERT_LT(++n, 100u);
     }
-    EXPECT_EQ(l.c.choose(l.len, l.now), path::direct);
+    EXPECT_EQ(l.c.choose(l.len, true, l.now), path::direct);
 }
 
 TEST(direct_chooser, the_slower_path_is_measured_again_and_taken_if_it_became_cheaper)
@@ -98,7 +102,7 @@ TEST(direct_chooser, the_slower_path_is_measured_again_and_taken_if_it_became_ch
     link l;
     l.packets_ns = 500 * us;
     l.run_for(50 * ms);
-    ASSERT_EQ(l.c.choose(l.len, l.now), path::direct);
+    ASSERT_EQ(l.c.choose(l.len, true, l.now), path::direct);
     l.packets_ns = 40 * us;   // the processes share a cache again
     // Packets are not tried before retry_slower_ns since their last cost...
     l.run_for(direct_chooser::retry_slower_ns / 4);
@@ -106,7 +110,7 @@ TEST(direct_chooser, the_slower_path_is_measured_again_and_taken_if_it_became_ch
     // ...then once, and kept.
     l.run_for(direct_chooser::retry_slower_ns);
     EXPECT_GT(l.packets_count, 1000u);
-    EXPECT_EQ(l.c.choose(l.len, l.now), path::packets);
+    EXPECT_EQ(l.c.choose(l.len, true, l.now), path::packets);
 }
 
 TEST(direct_chooser, a_close_call_is_checked_again_sooner)
@@ -114,7 +118,7 @@ TEST(direct_chooser, a_close_call_is_checked_again_sooner)
     link l;
     l.packets_ns = 100 * us;   // 1.25x single copy's 80: within close_ratio_pct
     l.run_for(30 * ms);
-    ASSERT_EQ(l.c.choose(l.len, l.now), path::direct);
+    ASSERT_EQ(l.c.choose(l.len, true, l.now), path::direct);
     // One epoch on the VM can be off by a fifth: packets are measured again
     // within 40 ms (retry_close_ns), long before retry_slower_ns...
     l.run_for(40 * ms);
@@ -122,28 +126,28 @@ TEST(direct_chooser, a_close_call_is_checked_again_sooner)
     // ...and, now the cheaper, kept.
     l.packets_ns = 40 * us;
     l.run_for(2 * direct_chooser::retry_close_ns);
-    EXPECT_EQ(l.c.choose(l.len, l.now), path::packets);
+    EXPECT_EQ(l.c.choose(l.len, true, l.now), path::packets);
 }
 
 TEST(direct_chooser, the_choice_stays_the_same_until_a_transfer_starts_or_ends)
 {
     // A send pushed back by the fabric asks again: same answer.
     direct_chooser c;
-    EXPECT_EQ(c.choose(mib, 1 * ms), c.choose(mib, 2 * ms));
-    c.started(mib, path::direct, 2 * ms);
+    EXPECT_EQ(c.choose(mib, true, 1 * ms), c.choose(mib, true, 2 * ms));
+    c.started(mib, true, path::direct, 2 * ms, 1);
     for (int i = 0; i < 3; ++i) {
-        EXPECT_EQ(c.choose(mib, (3 + i) * ms), path::direct);
+        EXPECT_EQ(c.choose(mib, true, (3 + i) * ms), path::direct);
     }
 }
 
 TEST(direct_chooser, a_measurement_no_transfer_completes_is_given_up)
 {
     direct_chooser c;
-    c.started(mib, path::direct, 1 * ms);   // its QP failed: never recorded
-    EXPECT_EQ(c.choose(mib, 2 * ms), path::direct);   // still being measured
+    c.started(mib, true, path::direct, 1 * ms, 1);   // its QP failed: never recorded
+    EXPECT_EQ(c.choose(mib, true, 2 * ms), path::direct);   // still being measured
     uint64_t later = 1 * ms + direct_chooser::measure_lost_ns;
-    c.started(mib, path::packets, later);   // not measuring any more: packets may start
-    EXPECT_EQ(c.choose(mib, later + 1), path::packets);
+    c.started(mib, true, path::packets, later, 1);   // not measuring any more: packets may start
+    EXPECT_EQ(c.choose(mib, true, later + 1), path::packets);
 }
 
 TEST(direct_chooser, size_classes_are_measured_apart)
@@ -151,13 +155,80 @@ TEST(direct_chooser, size_classes_are_measured_apart)
     link big;
     big.packets_ns = 500 * us;
     big.run_for(50 * ms);
-    ASSERT_EQ(big.c.choose(mib, big.now), path::direct);
+    ASSERT_EQ(big.c.choose(mib, true, big.now), path::direct);
     // 64 KiB transfers have learnt nothing from the 1 MiB ones.
-    EXPECT_EQ(big.c.ps_per_byte(64 * 1024, path::direct), 0u);
-    EXPECT_EQ(big.c.ps_per_byte(64 * 1024, path::packets), 0u);
+    EXPECT_EQ(big.c.ps_per_byte(64 * 1024, true, path::direct), 0u);
+    EXPECT_EQ(big.c.ps_per_byte(64 * 1024, true, path::packets), 0u);
     // Transfers above the last class's size share it.
-    EXPECT_EQ(big.c.ps_per_byte(uint64_t{64} << 20, path::direct),
-              big.c.ps_per_byte(uint64_t{2} << 20, path::direct));
+    EXPECT_EQ(big.c.ps_per_byte(uint64_t{64} << 20, true, path::direct),
+              big.c.ps_per_byte(uint64_t{2} << 20, true, path::direct));
+}
+
+// A stream into one buffer and a stream into a buffer per receive are
+// told apart by their buffers (the last recent_buffers transfers'), and
+// each has its own verdict: what the paths cost for buffers in place says
+// nothing of what they cost for new ones.
+TEST(direct_chooser, recent_buffers_are_the_last_few_started)
+{
+    direct_chooser c;
+    EXPECT_FALSE(c.seen(7));
+    c.started(mib, false, path::direct, 1 * ms, 7);
+    EXPECT_TRUE(c.seen(7));
+    for (uint64_t k = 100; k < 100 + direct_chooser::recent_buffers - 1; ++k) {
+        c.started(mib, false, path::direct, 1 * ms, k);
+    }
+    EXPECT_TRUE(c.seen(7));
+    c.started(mib, false, path::direct, 1 * ms, 99);
+    EXPECT_FALSE(c.seen(7));
+}
+
+TEST(direct_chooser, new_buffers_and_recent_ones_are_decided_apart)
+{
+    link l;
+    l.run_for(50 * ms);   // into one buffer: packets, the cheaper
+    ASSERT_EQ(l.c.choose(l.len, true, l.now), path::packets);
+    EXPECT_EQ(l.c.ps_per_byte(l.len, false, path::direct), 0u);
+    EXPECT_EQ(l.c.ps_per_byte(l.len, false, path::packets), 0u);
+    EXPECT_EQ(l.c.choose(l.len, false, l.now), path::direct);   // nothing known of new ones
+    uint64_t recent_direct  = l.c.ps_per_byte(l.len, true, path::direct);
+    uint64_t recent_packets = l.c.ps_per_byte(l.len, true, path::packets);
+    l.again     = false;
+    l.direct_ns = 30 * us;   // where single copy is the cheaper for them
+    l.run_for(100 * ms);
+    EXPECT_NE(l.c.ps_per_byte(l.len, false, path::packets), 0u);
+    EXPECT_EQ(l.c.choose(l.len, false, l.now), path::direct);
+    // The other stream's costs and verdict are its own.
+    EXPECT_EQ(l.c.ps_per_byte(l.len, true, path::direct), recent_direct);
+    EXPECT_EQ(l.c.ps_per_byte(l.len, true, path::packets), recent_packets);
+    EXPECT_EQ(l.c.choose(l.len, true, l.now), path::packets);
+}
+
+// The kernel's first copies into new buffers are its slowest: a path's
+// first measurement for them starts after first_settle_new_buffers
+// transfers, so that those do not decide the path of the stream.
+TEST(direct_chooser, a_first_measurement_for_new_buffers_lets_their_first_transfers_pass)
+{
+    link l;
+    l.again     = false;
+    l.direct_ns = 800 * us;   // first touch: ten times the copy that follows
+    for (int i = 0; i < 150; ++i) {   // 120 ms: 24 epochs' worth
+        ASSERT_EQ(l.transfer(), path::direct);
+    }
+    EXPECT_EQ(l.c.ps_per_byte(l.len, false, path::direct), 0u);
+    l.direct_ns = 30 * us;
+    l.run_for(100 * ms);
+    EXPECT_EQ(l.c.ps_per_byte(l.len, false, path::direct), 30 * us * 1000 / mib);
+    EXPECT_NE(l.c.ps_per_byte(l.len, false, path::packets), 0u);
+    EXPECT_EQ(l.c.choose(l.len, false, l.now), path::direct);
+    // Into the buffers of a recent transfer two pass, as before.
+    link r;
+    r.direct_ns = 800 * us;
+    for (uint32_t i = 0; i < direct_chooser::settle_transfers + 4; ++i) {
+        r.transfer();
+    }
+    r.direct_ns = 30 * us;
+    r.run_for(100 * ms);
+    EXPECT_EQ(r.c.choose(r.len, true, r.now), path::packets);
 }
 
 } // namespace

@@ -720,20 +720,23 @@ protected:
     }
     /// Drives the chooser `c` on the device's (manual) clock, transfers of
     /// `len` bytes costing twice as long by single copy, until it takes
-    /// packets.
+    /// packets, for new buffers and for recent ones.
     static void prefer_packets(engine::direct_chooser &c, uint32_t len)
     {
         using path = engine::direct_chooser::path;
-        for (int i = 0; i < 100000 && !(c.ps_per_byte(len, path::packets) &&
-                                        c.choose(len, manual_clock::now_ns) == path::packets);
-             ++i) {
-            path p = c.choose(len, manual_clock::now_ns);
-            c.started(len, p, manual_clock::now_ns);
-            uint64_t busy = p == path::direct ? 80'000 : 40'000;
-            manual_clock::advance(busy);
-            c.record(len, p, busy, manual_clock::now_ns);
+        for (bool again : {false, true}) {
+            for (int i = 0; i < 100000 && !(c.ps_per_byte(len, again, path::packets) &&
+                                            c.choose(len, again, manual_clock::now_ns) ==
+                                                path::packets);
+                 ++i) {
+                path p = c.choose(len, again, manual_clock::now_ns);
+                c.started(len, again, p, manual_clock::now_ns, again ? 1 : 2 + i);
+                uint64_t busy = p == path::direct ? 80'000 : 40'000;
+                manual_clock::advance(busy);
+                c.record(len, again, p, busy, manual_clock::now_ns);
+            }
+            ASSERT_EQ(c.choose(len, again, manual_clock::now_ns), path::packets);
         }
-        ASSERT_EQ(c.choose(len, manual_clock::now_ns), path::packets);
     }
 
     std::unique_ptr<drv::qp> b_tx, a_rx;

@@ -142,6 +142,7 @@ struct timed_transfer {
     uint64_t since  = 0;
     uint32_t len    = 0;
     bool     direct = false;
+    bool     again  = false;   ///< the buffers of a recent transfer (direct_chooser)
 };
 
 /// A responder resource (IBA 9.7.5.1.4/5): a READ whose responses are

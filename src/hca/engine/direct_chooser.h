@@ -17,6 +17,13 @@
 // no measure, as completions come in bursts (ACKs are coalesced, a slice
 // answers several requests together: one transfer's wait can hold the
 // work of a dozen, and the next ones seem free).
+//
+// Transfers into the buffers of one of the last few (a stream into one
+// buffer, as OSU's benchmarks post it) and into others (a buffer per
+// receive) are measured and decided apart: their paths' costs differ (a
+// kernel copy pins pages that are not in place yet, and writes lines no
+// cache holds), and so did the faster path on this project's VMs
+// (docs/benchmarks.md, session 71).
 #pragma once
 
 #include <array>
@@ -54,6 +61,28 @@ public:
     static constexpr uint32_t settle_transfers    = 2;
     static constexpr uint64_t settle_ns           = 3'000'000;
     static constexpr uint32_t early_end_transfers = 8;
+    /// The first measurement of a path for new buffers lets this many
+    /// transfers pass: three passes over a window of 64 receive buffers.
+    /// The kernel's first copies into a set of buffers run at a tenth of
+    /// its later ones (the pages' first pinning; copy_warmup.c), and a
+    /// verdict taken from them sent a stream into a buffer per receive by
+    /// packets at 0.6-0.9x sm where single copy reaches 0.9-1.5x.
+    static constexpr uint32_t first_settle_new_buffers = 192;
+    /// "The buffers of a recent transfer": one of the last recent_buffers.
+    static constexpr unsigned recent_buffers = 4;
+
+    /// Whether `key` (the transfer's buffers, as the requester names them)
+    /// is that of one of the last recent_buffers transfers started.
+    bool seen(uint64_t key) const
+    {
+        unsigned n = next_recent_ < recent_buffers ? next_recent_ : recent_buffers;
+        for (unsigned i = 0; i < n; ++i) {
+            if (recent_[i] == key) {
+                return true;
+            }
+        }
+        return false;
+    }
 
     /// The path for a transfer of `len` bytes: the one being measured, else
     /// one never measured (single copy first: its cost does not depend on
@@ -61,9 +90,9 @@ public:
     /// without the ring's), else the slower if its cost is old, else the
     /// faster. The same answer until started() or record() changes the
     /// class, so a send tried again after back-pressure decides the same.
-    path choose(uint64_t len, uint64_t now_ns) const
+    path choose(uint64_t len, bool again, uint64_t now_ns) const
     {
-        const state &s = states_[class_of(len)];
+        const state &s = states_[again][class_of(len)];
         if (measuring(s, now_ns)) {
             return s.measuring;
         }
@@ -76,12 +105,15 @@ public:
                                                                                  : faster;
     }
 
-    /// A transfer choose() sent on `p`: a path without a current cost is
-    /// now being measured, and every transfer of the class takes it until
-    /// an epoch of it is complete.
-    void started(uint64_t len, path p, uint64_t now_ns)
+    /// A transfer choose() sent on `p`, of buffers `key`: a path without a
+    /// current cost is now being measured, and every transfer of the class
+    /// takes it until an epoch of it is complete.
+    void started(uint64_t len, bool again, path p, uint64_t now_ns, uint64_t key)
     {
-        state &s = states_[class_of(len)];
+        if (!seen(key)) {
+            recent_[next_recent_++ % recent_buffers] = key;
+        }
+        state &s = states_[again][class_of(len)];
         const cost &c = s.of[unsigned(p)];
         if (!measuring(s, now_ns) &&
             (!c.ps_per_byte || now_ns - c.measured_ns >= retry_interval(s))) {
@@ -94,18 +126,20 @@ public:
     }
 
     /// A transfer of `len` bytes on `p` kept the link busy for `busy_ns`.
-    /// An epoch does not count its first settle_transfers, and a
+    /// An epoch does not count its first settle_transfers (a path's first
+    /// for new buffers: first_settle_new_buffers), and a
     /// measurement nothing of its first settle_ns: after a change of path
     /// the other one's transfers are still in flight, and packets take a
     /// dozen transfers to reach their speed (1 MiB READs: 500 us for the
     /// first, which touches the ring's pages, ~120 us for the next dozen
     /// while caches fill, then ~50).
-    void record(uint64_t len, path p, uint64_t busy_ns, uint64_t now_ns)
+    void record(uint64_t len, bool again, path p, uint64_t busy_ns, uint64_t now_ns)
     {
-        state &s = states_[class_of(len)];
+        state &s = states_[again][class_of(len)];
         cost  &c = s.of[unsigned(p)];
         epoch &e = c.current;
-        if (e.settling < settle_transfers || now_ns < e.count_from_ns) {
+        uint32_t settle = again || c.ps_per_byte ? settle_transfers : first_settle_new_buffers;
+        if (e.settling < settle || now_ns < e.count_from_ns) {
             ++e.settling;
             return;
         }
@@ -134,9 +168,9 @@ public:
 
     /// The cost of `len` bytes on `p`, picoseconds per byte as last
     /// measured; 0 if never (tests, logs).
-    uint64_t ps_per_byte(uint64_t len, path p) const
+    uint64_t ps_per_byte(uint64_t len, bool again, path p) const
     {
-        return states_[class_of(len)].of[unsigned(p)].ps_per_byte;
+        return states_[again][class_of(len)].of[unsigned(p)].ps_per_byte;
     }
 
 private:
@@ -193,7 +227,9 @@ private:
         return log2 - first_class_log2 < classes ? log2 - first_class_log2 : classes - 1;
     }
 
-    std::array<state, classes> states_{};
+    std::array<std::array<state, classes>, 2> states_{};   ///< [again][class]
+    std::array<uint64_t, recent_buffers>      recent_{};
+    unsigned                                  next_recent_ = 0;
 };
 
 } // namespace mlx4x::engine

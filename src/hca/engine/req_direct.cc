@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <bit>
 #include <cstdint>
 #include <cstring>
 
@@ -19,6 +20,18 @@ namespace mlx4x::engine {
 
 
 namespace {
+/// The buffers of WQE `w` as the chooser tells streams apart: its first
+/// local range and its remote address.
+uint64_t buffers_of(const send_wqe &w)
+{
+    uint64_t local = 0;
+    for_each_data_seg(w, [&](uint64_t addr, uint32_t, uint32_t) {
+        local = addr;
+        return false;
+    });
+    return local ^ std::rotl(w.raddr, 32);
+}
+
 /// An RDMA WRITE or READ of more than a packet: what may go as one copy.
 bool may_go_direct(const qp &q, const send_wqe &w)
 {
@@ -58,7 +71,8 @@ bool requester::use_direct(const qp &q, const send_wqe &w)
     }
     return chooser_decides(q, w) &&
            (sends_rendezvous() ||
-            chooser_.choose(w.total_len, hca_.now()) == direct_chooser::path::direct);
+            chooser_.choose(w.total_len, chooser_.seen(buffers_of(w)), hca_.now()) ==
+                direct_chooser::path::direct);
 }
 
 /// WQE `w`, whose first packet or request just went, is timed when the
@@ -68,11 +82,14 @@ void requester::start_timing(qp &q, const send_wqe &w, bool direct)
     if (!chooser_decides(q, w)) {
         return;
     }
-    uint64_t t = hca_.now();
-    q.req.timing[q.req.cur_wqe & (q.sq_size() - 1)] = {t, w.total_len, direct};
+    uint64_t t      = hca_.now();
+    uint64_t key    = buffers_of(w);
+    bool     again  = chooser_.seen(key);
+    q.req.timing[q.req.cur_wqe & (q.sq_size() - 1)] = {t, w.total_len, direct, again};
     q.req.timed = true;
-    chooser_.started(w.total_len, direct ? direct_chooser::path::direct
-                                         : direct_chooser::path::packets, t);
+    chooser_.started(w.total_len, again,
+                     direct ? direct_chooser::path::direct : direct_chooser::path::packets, t,
+                     key);
 }
 
 /// Posts the current WQE `w` as request `op` at `psn` in the QP's window
