@@ -643,9 +643,15 @@ inline status srq::post_seg(uint64_t wr_id, const prm::wqe_data_seg &seg)
     if (max_sge_ != 1) {
         return status::invalid_param;
     }
-    std::memcpy(wqe(head_) + sizeof(prm::wqe_srq_next_seg), &seg, sizeof(seg));
-    wrid_[head_] = wr_id;
-    return ring(next_of(head_));
+    // The WQE's address and index once: the byte stores into it may alias
+    // any member, so each use reloaded them (every receive reposts one).
+    uint16_t h = head_;
+    uint8_t *w = wqe(h);
+    wrid_[h]   = wr_id;
+    prm::wqe_srq_next_seg next;
+    std::memcpy(&next, w, sizeof(next));
+    std::memcpy(w + sizeof(prm::wqe_srq_next_seg), &seg, sizeof(seg));
+    return ring(next.next_wqe_index.get());
 }
 
 inline void srq::fill(uint16_t index, uint64_t wr_id, std::span<const sge> sg)
