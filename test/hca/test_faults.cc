@@ -134,38 +134,53 @@ INSTANTIATE_TEST_SUITE_P(loopback, faults_window,
                                            all4),
                          case_name);
 
-class faults_many : public faults {};
+class faults_many : public faults {
+protected:
+    static constexpr uint32_t msg = 256;
+    /// Streams `n` SENDs of `msg` bytes (message i filled with the pattern
+    /// seed + i) into `n` receives posted at most 64 ahead, every
+    /// `cqe_every`-th SEND signalled (1: all), until those completions and
+    /// every receive's arrived; then lets retransmissions drain. `dst`
+    /// holds the received bytes.
+    void stream(int n, int seed, int cqe_every)
+    {
+        src.assign(size_t(n) * msg, 0);
+        dst.assign(src.size(), 0);
+        for (int i = 0; i < n; ++i) {
+            fill_pattern(src.data() + i * msg, msg, seed + i);
+        }
+        auto &sm = a.reg(src.data(), src.size(), 0);
+        auto &dm = b.reg(dst.data(), dst.size());
+        int posted_r = 0, posted_s = 0;
+        ASSERT_TRUE(progress_until([&] {
+            while (posted_r < n && posted_r - int(b.recv_wcs.size()) < 64 &&
+                   b.post_recv(posted_r, dst.data() + posted_r * msg, msg,
+                               dm.lkey()) == status::ok) {
+                ++posted_r;
+            }
+            while (posted_s < n && a.qp->sq_free() > 0 &&
+                   a.post_send(posted_s, src.data() + posted_s * msg, msg, sm.lkey(),
+                               posted_s % cqe_every == cqe_every - 1 ? drv::send_signaled
+                                                                     : 0u) == status::ok) {
+                ++posted_s;
+            }
+            return a.send_wcs.size() == size_t(n / cqe_every) && b.recv_wcs.size() == size_t(n);
+        }, 5000)) << "send wcs" << dump(a.send_wcs) << "; receives " << b.recv_wcs.size();
+        progress_rounds(100);
+    }
+    std::vector<uint8_t> src, dst;
+};
 TEST_P(faults_many, C63_many_small_messages_in_order_exactly_once)
 {
     constexpr int n = 100;
-    std::vector<uint8_t> src(n * 256), dst(n * 256, 0);
-    for (int i = 0; i < n; ++i) {
-        fill_pattern(src.data() + i * 256, 256, 1000 + i);
-    }
-    auto &sm = a.reg(src.data(), src.size(), 0);
-    auto &dm = b.reg(dst.data(), dst.size());
-    int posted_r = 0, posted_s = 0;
-    ASSERT_TRUE(progress_until([&] {
-        while (posted_r < n && posted_r - int(b.recv_wcs.size()) < 64 &&
-               b.post_recv(posted_r, dst.data() + posted_r * 256, 256,
-                           dm.lkey()) == status::ok) {
-            ++posted_r;
-        }
-        while (posted_s < n && a.qp->sq_free() > 0 &&
-               a.post_send(posted_s, src.data() + posted_s * 256, 256,
-                           sm.lkey()) == status::ok) {
-            ++posted_s;
-        }
-        return a.send_wcs.size() == size_t(n) && b.recv_wcs.size() == size_t(n);
-    }, 5000)) << "send wcs" << dump(a.send_wcs);
-    progress_rounds(100);
+    stream(n, 1000, 1);
     ASSERT_EQ(a.send_wcs.size(), size_t(n));
     ASSERT_EQ(b.recv_wcs.size(), size_t(n));
     for (int i = 0; i < n; ++i) {
         EXPECT_EQ(a.send_wcs[i].wr_id, uint64_t(i));
         EXPECT_EQ(a.send_wcs[i].status, drv::wc_status::success);
         EXPECT_EQ(b.recv_wcs[i].wr_id, uint64_t(i));
-        EXPECT_EQ(check_pattern(dst.data() + i * 256, 256, 1000 + i), -1) << i;
+        EXPECT_EQ(check_pattern(dst.data() + i * msg, msg, 1000 + i), -1) << i;
     }
 }
 // C64 under loss: unsignalled SENDs (a CQE for every 16th, as UCT's
@@ -175,28 +190,7 @@ TEST_P(faults_many, C63_many_small_messages_in_order_exactly_once)
 TEST_P(faults_many, C64_unsignalled_sends_leave_the_queue_only_when_acknowledged)
 {
     constexpr int n = 160, every = 16;
-    std::vector<uint8_t> src(n * 256), dst(n * 256, 0);
-    for (int i = 0; i < n; ++i) {
-        fill_pattern(src.data() + i * 256, 256, 2000 + i);
-    }
-    auto &sm = a.reg(src.data(), src.size(), 0);
-    auto &dm = b.reg(dst.data(), dst.size());
-    int posted_r = 0, posted_s = 0;
-    ASSERT_TRUE(progress_until([&] {
-        while (posted_r < n && posted_r - int(b.recv_wcs.size()) < 64 &&
-               b.post_recv(posted_r, dst.data() + posted_r * 256, 256,
-                           dm.lkey()) == status::ok) {
-            ++posted_r;
-        }
-        while (posted_s < n && a.qp->sq_free() > 0 &&
-               a.post_send(posted_s, src.data() + posted_s * 256, 256, sm.lkey(),
-                           posted_s % every == every - 1 ? drv::send_signaled : 0u) ==
-                   status::ok) {
-            ++posted_s;
-        }
-        return a.send_wcs.size() == size_t(n / every) && b.recv_wcs.size() == size_t(n);
-    }, 5000)) << "send wcs" << dump(a.send_wcs) << "; receives " << b.recv_wcs.size();
-    progress_rounds(100);
+    stream(n, 2000, every);
     ASSERT_EQ(a.send_wcs.size(), size_t(n / every));
     for (int i = 0; i < n / every; ++i) {
         EXPECT_EQ(a.send_wcs[i].wr_id, uint64_t((i + 1) * every - 1));
@@ -206,7 +200,7 @@ TEST_P(faults_many, C64_unsignalled_sends_leave_the_queue_only_when_acknowledged
     for (int i = 0; i < n; ++i) {
         EXPECT_EQ(b.recv_wcs[i].wr_id, uint64_t(i));
         EXPECT_EQ(b.recv_wcs[i].status, drv::wc_status::success);
-        EXPECT_EQ(check_pattern(dst.data() + i * 256, 256, 2000 + i), -1) << i;
+        EXPECT_EQ(check_pattern(dst.data() + i * msg, msg, 2000 + i), -1) << i;
     }
     EXPECT_EQ(a.qp->sq_outstanding(), 0u);
     expect_the_fault_happened();
