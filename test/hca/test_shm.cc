@@ -1190,7 +1190,7 @@ TEST_F(shm_test, the_first_frame_to_an_owner_maps_its_whole_ring)
     auto *first = reinterpret_cast<fabric::shm::slot *>(slot.data -
                                                         offsetof(fabric::shm::slot, data));
     const fabric::shm::slot *last = first + fabric::shm::ring_slots - 1;
-    EXPECT_TRUE(page_mapped(&last->seq));
+    EXPECT_TRUE(page_mapped(&last->stamp));
     EXPECT_TRUE(page_mapped(last->data + sizeof(last->data) - 1));
     std::memcpy(slot.data, hdr.data(), hdr.size());
     ASSERT_EQ((*tx)->commit(slot), status::ok);
@@ -1325,7 +1325,8 @@ TEST_F(shm_test, a_frame_with_a_length_beyond_its_slot_arrives_empty)
     std::memset(fs.data, 0xab, 64);
     auto *s = reinterpret_cast<fabric::shm::slot *>(fs.data - offsetof(fabric::shm::slot, data));
     ASSERT_EQ((*tx)->commit(fs), status::ok);
-    s->len = uint32_t(fabric::shm::slot_data_size + 1);
+    uint64_t published = s->stamp.load();
+    s->stamp.store((published & ~fabric::shm::stamp_len_mask) | (fabric::shm::slot_data_size + 1));
     keep_frames sink;
     EXPECT_EQ((*rx)->poll(sink, 8), 1u);
     ASSERT_EQ(sink.frames.size(), 1u);

@@ -9,6 +9,7 @@
 #include "hca/ib/ib_hdr.h"
 #include "hca/ib/ib_opcode.h"
 #include "hca/ib/ib_psn.h"
+#include "hca/ib/ib_tm.h"
 #include "hca/prm/prm_cmd.h"
 #include "hca/prm/prm_cqe.h"
 #include "hca/prm/prm_ctx.h"
@@ -253,6 +254,57 @@ TEST(layout, shm_region_geometry)
     EXPECT_GE(offsetof(fabric::shm::capture_ring, tail), 64u);
     EXPECT_EQ(sizeof(fabric::shm::capture_slot) % 64, 0u);
     EXPECT_GE(sizeof(fabric::shm::capture_slot::data), fabric::max_frame_size);
+}
+
+// A small tagged message's frame (LRH, BTH, TMH and up to 20 bytes) and the
+// stamp that publishes it share the slot's first line: the receiver takes
+// one line from the sender's core per message, not two.
+TEST(layout, a_tagged_send_of_20_bytes_is_one_line_of_its_slot)
+{
+    size_t frame = sizeof(ib::lrh) + sizeof(ib::bth) + sizeof(ib::tmh) + 20;
+    EXPECT_LE(offsetof(fabric::shm::slot, data) + frame, 64u);
+    EXPECT_EQ(offsetof(fabric::shm::slot, stamp), 0u);
+}
+
+TEST(layout, a_slot_stamp_publishes_its_position_only_and_carries_the_length)
+{
+    using namespace fabric::shm;
+    for (uint64_t pos : {uint64_t{0}, uint64_t{255}, uint64_t{1} << 40}) {
+        uint64_t st = stamp_of(pos, uint32_t(slot_data_size));
+        EXPECT_TRUE(stamp_publishes(st, pos));
+        EXPECT_FALSE(stamp_publishes(st, pos + 1));
+        EXPECT_FALSE(stamp_publishes(st, pos + ring_slots));   // the slot's next use
+        EXPECT_FALSE(stamp_publishes(st, pos - 1));
+        EXPECT_EQ(stamp_len(st), slot_data_size);
+    }
+    // A ring's reset stamps (shm_fabric.cc) publish nothing yet.
+    EXPECT_FALSE(stamp_publishes(uint64_t{7} << stamp_len_bits, 7));
+    EXPECT_TRUE(stamp_publishes(uint64_t{7} << stamp_len_bits, 6));
+}
+
+std::vector<const void *> fetched;
+void record_fetch(const void *p) { fetched.push_back(p); }
+
+// A ring slot's lines are fetched as far as a frame of the given length
+// fills them, at most slot_prefetch_lines.
+TEST(layout, a_slot_is_prefetched_as_far_as_the_frame_fills_it)
+{
+    using namespace fabric::shm;
+    static slot s;
+    auto lines = [](size_t len) {
+        fetched.clear();
+        prefetch_slot<record_fetch>(s, len);
+        for (size_t i = 0; i < fetched.size(); ++i) {
+            EXPECT_EQ(fetched[i], reinterpret_cast<const uint8_t *>(&s) + 64 * i);
+        }
+        return fetched.size();
+    };
+    EXPECT_EQ(lines(0), 1u);
+    EXPECT_EQ(lines(56), 1u);
+    EXPECT_EQ(lines(57), 2u);
+    EXPECT_EQ(lines(120), 2u);
+    EXPECT_EQ(lines(121), 3u);
+    EXPECT_EQ(lines(slot_data_size), slot_prefetch_lines);
 }
 
 // ---- PSNs (IBA 9.7.1) --------------------------------------------------

@@ -68,11 +68,18 @@ private:
     pthread_mutex_t *m_;
 };
 
-/// The ring's slot at `pos` holds a published frame. Acquire pairs with
-/// the producer's release of the frame bytes.
-bool frame_ready(const slot &s, uint64_t pos)
+/// A slot's stamp. Acquire pairs with the producer's release of the frame
+/// bytes.
+uint64_t stamp(const slot &s) { return s.stamp.load(std::memory_order_acquire); }
+
+/// The frame a published stamp gives. A length beyond the slot (a corrupt
+/// or hostile producer) is handed on as an empty frame: the device drops
+/// it as malformed and counts it (bad_packets), as a link layer drops a
+/// bad packet (IBA 7.9), instead of the fabric losing it without a trace.
+std::span<const uint8_t> frame_of(const slot &s, uint64_t stamp)
 {
-    return s.seq.load(std::memory_order_acquire) == pos + 1;
+    uint32_t len = stamp_len(stamp);
+    return {s.data, len <= slot_data_size ? len : 0};
 }
 
 } // namespace
@@ -400,16 +407,17 @@ public:
 
     bool frame_waiting() const override
     {
-        return frame_ready(rings_[index_].slots[taken_ & (ring_slots - 1)], taken_);
+        return stamp_publishes(stamp(rings_[index_].slots[taken_ & (ring_slots - 1)]), taken_);
     }
 
     bool peek(std::span<const uint8_t> &frame) const override
     {
         const slot &s = rings_[index_].slots[taken_ & (ring_slots - 1)];
-        if (!frame_ready(s, taken_)) {
+        uint64_t    st = stamp(s);
+        if (!stamp_publishes(st, taken_)) {
             return false;
         }
-        frame = {s.data, s.len <= slot_data_size ? s.len : 0};   // as poll()
+        frame = frame_of(s, st);
         return true;
     }
 
@@ -418,24 +426,22 @@ public:
         ring &r = rings_[index_];
         unsigned n = 0;
         while (n < budget) {
-            slot &s = r.slots[taken_ & (ring_slots - 1)];
-            if (!frame_ready(s, taken_)) {
+            slot    &s  = r.slots[taken_ & (ring_slots - 1)];
+            uint64_t st = stamp(s);
+            if (!stamp_publishes(st, taken_)) {
                 break;
             }
-            // The next slot, while this frame is handled: slots are 4.3 KiB
-            // apart, so no hardware prefetcher fetches it, and a receiver
-            // a few frames behind then waits for one transfer between cores
-            // per frame instead of overlapping them (docs/benchmarks.md,
-            // "Measured reasons in the code"). Not yet written, the line
-            // was going to be read next anyway.
-            prefetch_for_read(&r.slots[(taken_ + 1) & (ring_slots - 1)]);
-            // A length beyond the slot (a corrupt or hostile producer) is
-            // handed on as an empty frame: the device drops it as
-            // malformed and counts it (bad_packets), as a link layer
-            // drops a bad packet (IBA 7.9), instead of the fabric losing
-            // it without a trace.
-            uint32_t len  = s.len <= slot_data_size ? s.len : 0;
-            bool     more = sink.on_frame({s.data, len});
+            std::span<const uint8_t> frame = frame_of(s, st);
+            // The next slot's lines, as many as this frame's, while this
+            // frame is handled: no hardware prefetcher fetches them, and a
+            // receiver a few frames behind then waits for one transfer
+            // between cores per line instead of overlapping them
+            // (docs/benchmarks.md, "Measured reasons in the code"; "Small
+            // frames in one line"). Not yet written, the lines were going
+            // to be read next anyway.
+            prefetch_slot<prefetch_for_read>(r.slots[(taken_ + 1) & (ring_slots - 1)],
+                                             frame.size());
+            bool more = sink.on_frame(frame);
             ++taken_;
             ++n;
             if (!more) {
@@ -701,7 +707,8 @@ result<std::unique_ptr<port>> shm_fabric::attach_locked()
         ring &r = rings(h)[i];
         map_ring(r);
         for (uint32_t sl = 0; sl < ring_slots; ++sl) {
-            r.slots[sl].seq.store(sl, std::memory_order_relaxed);
+            // As if published for position sl - 1: not yet for sl.
+            r.slots[sl].stamp.store(uint64_t{sl} << stamp_len_bits, std::memory_order_relaxed);
         }
         r.head.store(0, std::memory_order_relaxed);
         r.tail.store(0, std::memory_order_relaxed);

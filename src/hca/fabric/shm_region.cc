@@ -63,7 +63,7 @@ void map_ring(ring &r)
 {
     (void)map_for_writing(&r, sizeof(r));
     for (slot &s : r.slots) {
-        s.seq.fetch_or(0, std::memory_order_relaxed);
+        s.stamp.fetch_or(0, std::memory_order_relaxed);
     }
 }
 

@@ -8,7 +8,7 @@
 //  +--------------------+  ports_offset
 //  | port_entry[max]    |  LID = index + 1; owner pid + start time
 //  +--------------------+  rings_offset
-//  | ring[max]          |  MPSC ring (Vyukov sequence per slot)
+//  | ring[max]          |  MPSC ring (Vyukov stamp per slot)
 //  +--------------------+  capture_offset
 //  | capture_ring       |  the port mirror: frames copied while a
 //  |                    |  capture (mlx4x-dump) is attached
@@ -17,6 +17,7 @@
 
 #include "hca/fabric/fabric.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -25,12 +26,13 @@
 namespace mlx4x::fabric::shm {
 
 constexpr uint64_t region_magic   = 0x6d6c783478666162ull; // "mlx4xfab"
-constexpr uint32_t region_version = 9;   ///< 2: port_entry.sleeping; 3: 256 ports;
+constexpr uint32_t region_version = 10;  ///< 2: port_entry.sleeping; 3: 256 ports;
                                          ///< 4: port_entry.multicast; 5: released;
                                          ///< 6: probe_va; 7: ring_tail_armed
                                          ///< replaces port_entry.sleeping,
                                          ///< producers read head, not seq;
-                                         ///< 8: fabric_id, closed; 9: capture_ring
+                                         ///< 8: fabric_id, closed; 9: capture_ring;
+                                         ///< 10: slot.stamp replaces seq and len
 constexpr uint32_t max_port_groups = 8;  ///< multicast groups per port
 constexpr uint32_t max_ports      = 256;
 constexpr uint32_t ring_slots     = 256;   ///< power of two
@@ -40,14 +42,57 @@ static_assert((ring_slots & (ring_slots - 1)) == 0);
 static_assert(std::atomic<uint64_t>::is_always_lock_free);
 static_assert(std::atomic<uint32_t>::is_always_lock_free);
 
+/// A slot's stamp: the position it was published for, plus one, and the
+/// frame's length, in one word that its producer writes last (release).
+/// One word instead of a sequence word and a length puts the frame's first
+/// 56 bytes in the slot's first line: a tagged SEND of up to 20 bytes
+/// (LRH, BTH, TMH, data) is one line for the receiver to take from the
+/// producer's core, not two (docs/benchmarks.md, "Small frames in one
+/// line").
+constexpr unsigned stamp_len_bits = 16;
+constexpr uint64_t stamp_len_mask = (uint64_t{1} << stamp_len_bits) - 1;
+static_assert(slot_data_size <= stamp_len_mask);
+
+constexpr uint64_t stamp_of(uint64_t pos, uint32_t len)
+{
+    return (pos + 1) << stamp_len_bits | (len & stamp_len_mask);
+}
+
+/// Whether `stamp` says the frame at `pos` is published (positions compare
+/// modulo 2^48: a ring would take years to wrap that).
+constexpr bool stamp_publishes(uint64_t stamp, uint64_t pos)
+{
+    return (stamp & ~stamp_len_mask) == stamp_of(pos, 0);
+}
+
+/// The length a stamp gives: whatever a producer wrote, bounded by the
+/// reader against slot_data_size.
+constexpr uint32_t stamp_len(uint64_t stamp) { return uint32_t(stamp & stamp_len_mask); }
+
 struct alignas(64) slot {
-    std::atomic<uint64_t> seq;   ///< == pos + 1: the frame at pos is published
-                                 ///< (the ring's head says which slots are free)
-    uint32_t              len;
-    uint32_t              reserved;
+    std::atomic<uint64_t> stamp;   ///< stamp_of(pos, len): the frame at pos is
+                                   ///< published (the ring's head says which
+                                   ///< slots are free)
     uint8_t               data[slot_data_size];
 };
 static_assert(sizeof(slot) % 64 == 0);
+static_assert(offsetof(slot, data) == 8);
+
+/// Fetches the lines of slot `s` that a frame of `len` bytes fills, at most
+/// slot_prefetch_lines (beyond them the hardware's stream prefetcher takes
+/// over), with `fetch` (prefetch_for_read or prefetch_for_write). Slots are
+/// 4.2 KiB apart, so no hardware prefetcher fetches the next one's lines.
+constexpr size_t slot_prefetch_lines = 4;
+
+template <void (*Fetch)(const void *)>
+[[gnu::always_inline]] inline void prefetch_slot(const slot &s, size_t len)
+{
+    const auto *line = reinterpret_cast<const uint8_t *>(&s);
+    size_t      end  = std::min(offsetof(slot, data) + len, slot_prefetch_lines * 64);
+    for (size_t off = 0; off < end; off += 64) {
+        Fetch(line + off);
+    }
+}
 
 /// In a ring's tail: its owner is about to sleep. The producer whose claim
 /// clears it sends a datagram to the port's wake-up socket (shm_fabric.cc).
