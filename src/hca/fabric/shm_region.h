@@ -17,7 +17,6 @@
 
 #include "hca/fabric/fabric.h"
 
-#include <algorithm>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -88,8 +87,9 @@ template <void (*Fetch)(const void *)>
 [[gnu::always_inline]] inline void prefetch_slot(const slot &s, size_t len)
 {
     const auto *line = reinterpret_cast<const uint8_t *>(&s);
-    size_t      end  = std::min(offsetof(slot, data) + len, slot_prefetch_lines * 64);
-    for (size_t off = 0; off < end; off += 64) {
+    Fetch(line);   // the stamp's: every frame's first
+    size_t end = offsetof(slot, data) + len;
+    for (size_t off = 64; off < end && off < slot_prefetch_lines * 64; off += 64) {
         Fetch(line + off);
     }
 }
