@@ -79,7 +79,7 @@ static_assert(offsetof(slot, data) == 8);
 
 /// Fetches the lines of slot `s` that a frame of `len` bytes fills, at most
 /// slot_prefetch_lines (beyond them the hardware's stream prefetcher takes
-/// over), with `fetch` (prefetch_for_read or prefetch_for_write). Slots are
+/// over), with `Fetch` (prefetch_for_read or prefetch_for_write). Slots are
 /// 4.2 KiB apart, so no hardware prefetcher fetches the next one's lines.
 constexpr size_t slot_prefetch_lines = 4;
 
