@@ -277,6 +277,11 @@ TEST(layout, a_slot_stamp_publishes_its_position_only_and_carries_the_length)
         EXPECT_FALSE(stamp_publishes(st, pos - 1));
         EXPECT_EQ(stamp_len(st), slot_data_size);
     }
+    // Past 2^48 frames the position's top bits drop out of the stamp: a
+    // slot's uses a ring apart stay distinct.
+    uint64_t wrap = (uint64_t{1} << 48) - 100;
+    EXPECT_TRUE(stamp_publishes(stamp_of(wrap + 200, 60), wrap + 200));
+    EXPECT_FALSE(stamp_publishes(stamp_of(wrap + 200 - ring_slots, 60), wrap + 200));
     // A ring's reset stamps (shm_fabric.cc) publish nothing yet.
     EXPECT_FALSE(stamp_publishes(uint64_t{7} << stamp_len_bits, 7));
     EXPECT_TRUE(stamp_publishes(uint64_t{7} << stamp_len_bits, 6));

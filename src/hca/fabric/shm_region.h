@@ -57,8 +57,9 @@ constexpr uint64_t stamp_of(uint64_t pos, uint32_t len)
     return (pos + 1) << stamp_len_bits | (len & stamp_len_mask);
 }
 
-/// Whether `stamp` says the frame at `pos` is published (positions compare
-/// modulo 2^48: a ring would take years to wrap that).
+/// Whether `stamp` says the frame at `pos` is published. Positions compare
+/// modulo 2^48, which is enough: a slot's stamp only has to tell its
+/// current use from the one a ring (256 positions) before.
 constexpr bool stamp_publishes(uint64_t stamp, uint64_t pos)
 {
     return (stamp & ~stamp_len_mask) == stamp_of(pos, 0);
