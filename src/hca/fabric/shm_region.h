@@ -79,9 +79,11 @@ static_assert(sizeof(slot) % 64 == 0);
 static_assert(offsetof(slot, data) == 8);
 
 /// Fetches the lines of slot `s` that a frame of `len` bytes fills, at most
-/// slot_prefetch_lines (beyond them the hardware's stream prefetcher takes
-/// over), with `Fetch` (prefetch_for_read or prefetch_for_write). Slots are
-/// 4.2 KiB apart, so no hardware prefetcher fetches the next one's lines.
+/// slot_prefetch_lines, with `Fetch` (prefetch_for_read or
+/// prefetch_for_write). Slots are 4.2 KiB apart, so no hardware prefetcher
+/// fetches the next one's lines. Whole 4 KiB slots fetched ahead cost the
+/// 4-8 KiB streams a quarter: lines the other side was still writing or
+/// about to read (docs/benchmarks.md, "Small frames in one line").
 constexpr size_t slot_prefetch_lines = 4;
 
 template <void (*Fetch)(const void *)>
