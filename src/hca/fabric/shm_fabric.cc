@@ -70,7 +70,7 @@ private:
 
 /// A slot's stamp. Acquire pairs with the producer's release of the frame
 /// bytes.
-uint64_t stamp(const slot &s) { return s.stamp.load(std::memory_order_acquire); }
+uint64_t load_stamp(const slot &s) { return s.stamp.load(std::memory_order_acquire); }
 
 /// The frame a published stamp gives. A length beyond the slot (a corrupt
 /// or hostile producer) is handed on as an empty frame: the device drops
@@ -407,13 +407,13 @@ public:
 
     bool frame_waiting() const override
     {
-        return stamp_publishes(stamp(rings_[index_].slots[taken_ & (ring_slots - 1)]), taken_);
+        return stamp_publishes(load_stamp(rings_[index_].slots[taken_ & (ring_slots - 1)]), taken_);
     }
 
     bool peek(std::span<const uint8_t> &frame) const override
     {
         const slot &s = rings_[index_].slots[taken_ & (ring_slots - 1)];
-        uint64_t    st = stamp(s);
+        uint64_t    st = load_stamp(s);
         if (!stamp_publishes(st, taken_)) {
             return false;
         }
@@ -427,7 +427,7 @@ public:
         unsigned n = 0;
         while (n < budget) {
             slot    &s  = r.slots[taken_ & (ring_slots - 1)];
-            uint64_t st = stamp(s);
+            uint64_t st = load_stamp(s);
             if (!stamp_publishes(st, taken_)) {
                 break;
             }
@@ -708,7 +708,7 @@ result<std::unique_ptr<port>> shm_fabric::attach_locked()
         map_ring(r);
         for (uint32_t sl = 0; sl < ring_slots; ++sl) {
             // As if published for position sl - 1: not yet for sl.
-            r.slots[sl].stamp.store(uint64_t{sl} << stamp_len_bits, std::memory_order_relaxed);
+            r.slots[sl].stamp.store(stamp_of(uint64_t{sl} - 1, 0), std::memory_order_relaxed);
         }
         r.head.store(0, std::memory_order_relaxed);
         r.tail.store(0, std::memory_order_relaxed);
