@@ -821,12 +821,10 @@ result<std::unique_ptr<drv::qp>> interface::create_rx_qp()
     return q;
 }
 
-/// Returns the pending requests it called (sent whole or in part).
-unsigned interface::dispatch_pending()
+/// dispatch_pending() with requests waiting: returns those it called
+/// (sent whole or in part).
+unsigned interface::dispatch_waiting()
 {
-    if (pending_reqs_ == 0) {
-        return 0;   // the common case: no endpoint waits for resources
-    }
     unsigned called = 0;
     size_t n = eps_.size();
     for (size_t k = 0; k < n; ++k) {

@@ -617,7 +617,10 @@ private:
     status post_list_op(prm::tm_list_op op, uint32_t index,
                         const tm::shadow_list::receive *r = nullptr,
                         uint32_t lkey = 0);
-    unsigned dispatch_pending();
+    /// Requests queued in the endpoints' pending queues, called as
+    /// resources came back; inline, as nearly always none waits.
+    unsigned dispatch_pending() { return pending_reqs_ ? dispatch_waiting() : 0; }
+    unsigned dispatch_waiting();
     bool     try_arm();
     bool     pending_sendable() const;
     static constexpr unsigned max_arm_rounds = 8;   ///< event_arm()'s attempts

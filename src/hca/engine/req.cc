@@ -60,7 +60,7 @@ size_t atomic_request(const send_wqe &w, uint8_t *ext, uint8_t &op)
 
 } // namespace
 
-unsigned requester::run_requesters(bool &all_idle)
+unsigned requester::run_listed_requesters(bool &all_idle)
 {
     std::vector<qp *> &to_run = hca_.requesters_to_run_;
     unsigned work = 0;

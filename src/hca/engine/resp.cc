@@ -237,14 +237,10 @@ void responder::respond_read(qp &q, const pkt &p, bool duplicate)
     accept_read(q, res);
 }
 
-/// Sends pending READ responses and atomic ACKs, in PSN order, until the
-/// fabric pushes back. Without any queued since the last pass that left
-/// none, there is nothing to look for (the common case, once per slice).
-unsigned responder::run_responders()
+/// run_responders() with responses queued since the last pass that left
+/// none: each QP's, in PSN order, until the fabric pushes back.
+unsigned responder::send_queued_responses()
 {
-    if (!responses_queued_) {
-        return 0;
-    }
     unsigned work = 0;
     bool     left = false;
     for (qp *q : hca_.active_qps_) {
