@@ -289,9 +289,7 @@ unsigned device::take_frames(unsigned budget)
 unsigned device::send_answers()
 {
     unsigned n = resp_.run_responders();
-    if (resp_.acks_owed()) {
-        resp_.flush_acks();
-    }
+    resp_.flush_due_acks();
     hca_.port_->release();
     return n;
 }

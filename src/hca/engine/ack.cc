@@ -84,6 +84,7 @@ bool responder::send_ack(qp &q)
 void responder::flush_acks()
 {
     only_held_acks_ = true;
+    held_until_     = UINT64_MAX;
     std::erase_if(ack_list_, [this](uint32_t qpn) {
         qp *q = hca_.find_qp(qpn);
         if (q && q->resp.held_nak.set) {
@@ -98,6 +99,7 @@ void responder::flush_acks()
             return true;
         }
         if (holds_ack(*q)) {
+            held_until_ = std::min(held_until_, q->resp.ack_held_since + ack_delay_ns);
             return false;
         }
         if (q->responses_pending()) {
@@ -163,6 +165,9 @@ bool responder::sweep_plain_acks(uint64_t &sent)
         q->resp.ack_wanted  = false;
         sent += s == status::ok;
     }
+    // The driver's next slice walks the list again (flush_due_acks) and
+    // drops the QPs whose ACKs went here.
+    only_held_acks_ = false;
     return all;
 }
 

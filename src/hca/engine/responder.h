@@ -77,6 +77,7 @@ public:
     /// from several files.
     void schedule_ack(qp &q, bool asked)
     {
+        only_held_acks_ &= !asked;   // a held ACK asked for leaves now
         q.resp.ack_wanted |= asked;
         if (!q.resp.ack_pending) {
             q.resp.ack_pending    = true;
@@ -93,6 +94,15 @@ public:
     /// below the requester's tail probe (5 ms / 8).
     static constexpr uint64_t ack_delay_ns = 100'000;
     void flush_acks();
+    /// flush_acks() when it has something to do: an ACK or NAK not held,
+    /// or a held one whose delay has passed. Every slice of a ping-pong
+    /// holds its QP's ACK, and the list's walk found the same each time.
+    void flush_due_acks()
+    {
+        if (acks_due() || (acks_owed() && hca_.slice_now() >= held_until_)) {
+            flush_acks();
+        }
+    }
     /// ACKs or NAKs wait for flush_acks().
     bool acks_owed() const { return !ack_list_.empty(); }
     /// ACKs or NAKs owed now: all but those the last flush_acks() held for
@@ -181,8 +191,11 @@ private:
 
     std::vector<uint32_t>          ack_list_;
     /// Every QP on ack_list_ stayed there at the last flush_acks() because
-    /// holds_ack() held its ACK; cleared by each QP added since.
+    /// holds_ack() held its ACK; cleared by each QP added since, by a
+    /// packet asking for its ACK, and by the watchdog's sweep.
     bool                           only_held_acks_ = false;
+    /// With only_held_acks_: when the first of those ACKs is due.
+    uint64_t                       held_until_ = 0;
     bool                           responses_queued_ = false;   ///< run_responders() has work
     dev::core    &hca_;
     egress       &out_;
