@@ -1024,6 +1024,31 @@ TEST_F(local_acks, one_ack_covers_the_unsignalled_sends_before_a_signalled_one)
     EXPECT_EQ(a.qp->sq_outstanding(), 0u);
 }
 
+// A slice that takes frames looks at held ACKs (and timers) only every
+// busy_pass_period-th time (device::finish_slice: a ping-pong's every
+// slice read the clock for them): an ACK whose delay has passed leaves
+// within that many such slices, however long messages keep coming.
+TEST_F(local_acks, a_due_held_ack_leaves_within_busy_pass_period_slices_that_take_frames)
+{
+    ASSERT_NO_FATAL_FAILURE(send(0));
+    EXPECT_EQ(acks(), 0u);
+    manual_clock::advance(engine::responder::ack_delay_ns);
+    unsigned slices = 0;
+    while (acks() == 0 && slices < 2 * dev::device::busy_pass_period) {
+        ASSERT_EQ(b.post_recv(received, dst.data() + (received % 16) * 64, 64, dmr->lkey()),
+                  status::ok);
+        ASSERT_EQ(a.post_send(received, src.data(), 64, smr->lkey(), 0), status::ok);
+        ++received;
+        size_t before = b.recv_wcs.size();
+        b.ctx->progress();   // takes the message's frame: a slice with frames
+        b.poll();
+        ASSERT_EQ(b.recv_wcs.size(), before + 1);
+        ++slices;
+    }
+    EXPECT_EQ(acks(), 1u);
+    EXPECT_LE(slices, dev::device::busy_pass_period);
+}
+
 TEST_F(local_acks, a_held_ack_leaves_after_the_delay)
 {
     ASSERT_NO_FATAL_FAILURE(send(0));

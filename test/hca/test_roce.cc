@@ -1278,6 +1278,54 @@ TEST_P(roce_acks, a_held_ack_leaves_after_the_delay)
     EXPECT_EQ(acks, 1u);
 }
 
+// A slice that takes frames looks at held ACKs every busy_pass_period-th
+// time only (device::finish_slice), unless one of them is another host's,
+// whose requester probes its tail after 625 us: then every slice does.
+TEST_P(roce_acks, a_due_held_ack_to_another_host_leaves_in_the_next_slice_with_frames)
+{
+    ASSERT_NO_FATAL_FAILURE(send(0));
+    EXPECT_EQ(acks, 0u);
+    manual_clock::advance(engine::responder::ack_delay_ns);
+    ASSERT_EQ(b.post_recv(received, dst.data() + received * msg, msg, dmr->lkey()), status::ok);
+    ASSERT_EQ(a.post_send(received, src.data(), msg, smr->lkey(), 0), status::ok);
+    ++received;
+    a.ctx->progress();
+    net.pump();
+    b.ctx->progress();   // takes the message: a slice with frames
+    net.pump();
+    b.poll();
+    ASSERT_EQ(b.recv_wcs.size(), received);
+    EXPECT_EQ(acks, 1u);
+}
+
+// The same for timers: one of a QP to another host is looked at in every
+// slice, frames or not (retransmission timeout and tail probe are a few
+// milliseconds and less).
+TEST_P(roce_acks, a_due_timer_of_a_qp_to_another_host_fires_in_the_next_slice_with_frames)
+{
+    // B's ACKs are lost from now on; B sends to A, so that A's slices take
+    // frames.
+    net.drop_if = [this](std::span<const uint8_t> d) {
+        acks += d[0] == uint8_t(ib::opcode::rc_acknowledge);
+        return d[0] == uint8_t(ib::opcode::rc_acknowledge);
+    };
+    std::vector<uint8_t> b_src(msg, 0x44), a_dst(4 * msg, 0);
+    drv::mr &b_mr = b.reg(b_src.data(), msg);
+    drv::mr &a_mr = a.reg(a_dst.data(), a_dst.size());
+    ASSERT_NO_FATAL_FAILURE(send(0));   // its ACK will not come
+    manual_clock::advance(100'000'000);   // past any timeout of A's QP
+    ASSERT_LE(a.ctx->next_timer_ns(), manual_clock::now_ns);   // due
+    ASSERT_EQ(a.post_recv(0, a_dst.data(), msg, a_mr.lkey()), status::ok);
+    ASSERT_EQ(b.post_send(0, b_src.data(), msg, b_mr.lkey(), 0), status::ok);
+    b.ctx->progress();
+    net.pump();
+    a.ctx->progress();   // takes B's message: a slice with frames
+    a.poll();
+    ASSERT_EQ(a.recv_wcs.size(), 1u);
+    // Fired: the message goes again at the next pass, the timer is set anew.
+    EXPECT_GT(a.ctx->next_timer_ns(), manual_clock::now_ns);
+}
+
 TEST_P(roce_acks, a_device_that_only_holds_an_ack_is_quiet_and_sends_it_after_the_delay)
 {
     // A progress loop waiting for a reply across hosts nearly always holds

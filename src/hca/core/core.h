@@ -353,6 +353,13 @@ public:
     /// The QPs whose local ACK timer is armed (comp.timer_deadline != 0),
     /// and some whose timer stopped, which run_timers() drops.
     std::vector<qp *>              timed_qps_;
+    /// One of timed_qps_ goes to another host (its retransmission timeout
+    /// and tail probe are a few milliseconds and less): the device then
+    /// looks at the timers in every slice (device::finish_slice).
+    bool                           remote_timed_ = false;
+    /// One of timed_qps_ waits for the next slice's clock to arm its
+    /// timer (completer::start_ack_timer): that slice looks at the timers.
+    bool                           timers_to_arm_ = false;
     std::array<uint64_t, static_cast<unsigned>(counter::count_)> counters_{};
     /// Set by the device: the completer.
     qp_error_sink                 *errors_ = nullptr;

@@ -286,10 +286,10 @@ unsigned device::take_frames(unsigned budget)
 /// back to the fabric (port::release), also when an answer waits for room
 /// in a full ring: two devices holding frames for each other's full rings
 /// would never drain them.
-unsigned device::send_answers()
+unsigned device::send_answers(bool look_at_held)
 {
     unsigned n = resp_.run_responders();
-    resp_.flush_due_acks();
+    resp_.flush_due_acks(look_at_held);
     hca_.port_->release();
     return n;
 }
@@ -301,10 +301,22 @@ unsigned device::finish_slice()
         return 0;
     }
     hca_.pushed_back_ = false;   // this slice's sends say again
-    unsigned n = send_answers();
+    // Timers (milliseconds) and held ACKs (100 µs) are looked at in every
+    // slice without frames (an idle loop's every quiet_timer_period-th
+    // call), in every busy_pass_period-th slice with frames, and in every
+    // slice while a timer waits to be armed or one of them is another
+    // host's: a ping-pong's slices otherwise each read the clock (~26 ns
+    // here) and walked the timed QPs to find nothing due. An away
+    // driver's device is the watchdog's.
+    bool full = slice_frames_ == 0 || hca_.remote_timed_ || resp_.holds_remote_acks() ||
+                ++busy_slices_ >= busy_pass_period;
+    if (full) {
+        busy_slices_ = 0;
+    }
+    unsigned n = send_answers(full);
     bool requesters_idle = true;
-    n += req_.run_requesters(requesters_idle);
-    bool fired = comp_.run_timers();
+    n += req_.run_requesters(requesters_idle);   // may start a timer
+    bool fired = (full || hca_.timers_to_arm_) && comp_.run_timers();
     quiet_       = requesters_idle && !fired && !resp_.responses_queued() && !resp_.acks_due();
     quiet_calls_ = 0;
     return n;

@@ -145,6 +145,12 @@ public:
     /// wait loops make 100 idle calls between yields on shared cores. A
     /// timer is still seen microseconds late against milliseconds.
     static constexpr unsigned quiet_timer_period = 64;
+    /// Slices with frames per look at the timers and held ACKs
+    /// (finish_slice()): a timer fires, a held ACK leaves, at most this
+    /// many slices late — microseconds while frames stream in; a driver
+    /// whose every call takes a frame, its calls far apart, waits that
+    /// many calls (against timeouts of milliseconds to a second).
+    static constexpr unsigned busy_pass_period = 16;
 
     /// Test hook: QPs built from now on take the general paths only (no
     /// send_single_packet, receive_send_only, receive_ack), for the test
@@ -159,7 +165,7 @@ private:
     void         execute_command();
     unsigned run(unsigned budget);   ///< progress() without the thread check
     unsigned take_frames(unsigned budget);   ///< a slice's first step
-    unsigned send_answers();                 ///< its second
+    unsigned send_answers(bool look_at_held = true);   ///< its second
     unsigned finish_slice();                 ///< and the rest
     unsigned run_slice();            ///< the engine thread's run(), locked
     void     engine_loop(const std::function<bool()> &on_start);
@@ -276,6 +282,7 @@ private:
     unsigned                       slice_frames_ = 0;     ///< frames take_frames() took
     bool                           quiet_ = false;
     unsigned                       quiet_calls_ = 0;     ///< idle calls since the last pass
+    unsigned                       busy_slices_ = 0;     ///< slices with frames since the last
     bool                           idle_skipped_ = false;   ///< idle_slice()
     prm::hcr                       hcr_{};
     uint32_t                       cq_arm_word_ = 0;

@@ -85,6 +85,7 @@ void responder::flush_acks()
 {
     only_held_acks_ = true;
     held_until_     = UINT64_MAX;
+    held_remote_    = false;
     std::erase_if(ack_list_, [this](uint32_t qpn) {
         qp *q = hca_.find_qp(qpn);
         if (q && q->resp.held_nak.set) {
@@ -100,6 +101,7 @@ void responder::flush_acks()
         }
         if (holds_ack(*q)) {
             held_until_ = std::min(held_until_, q->resp.ack_held_since + ack_delay_ns);
+            held_remote_ |= fabric::is_remote_lid(q->dlid);
             return false;
         }
         if (q->responses_pending()) {

@@ -803,6 +803,7 @@ bool completer::run_timers()
     bool     fired = false;
     uint64_t t = 0;
     size_t   kept = 0;
+    bool     remote = false;
     // Compacted in place: the QPs whose timer stopped leave the list.
     for (size_t i = 0; i < timed.size(); ++i) {
         qp *q = timed[i];
@@ -811,6 +812,7 @@ bool completer::run_timers()
             continue;
         }
         timed[kept++] = q;
+        remote |= fabric::is_remote_lid(q->dlid);
         if (q->state != prm::qp_state::rts && q->state != prm::qp_state::sqd) {
             continue;
         }
@@ -873,6 +875,8 @@ bool completer::run_timers()
         fired = true;
     }
     timed.resize(kept);
+    hca_.remote_timed_  = remote;
+    hca_.timers_to_arm_ = false;   // armed above, or not in RTS/SQD
     return fired;
 }
 

@@ -60,6 +60,7 @@ public:
     {
         if (!q.comp.timer_deadline) {
             set_deadline(q, timer_at_next_slice);
+            hca_.timers_to_arm_ = true;
         }
     }
     /// Arms (or moves) `q`'s timer; run_timers() looks at the QPs armed
@@ -70,6 +71,7 @@ public:
         if (!q.comp.timer_listed) {
             q.comp.timer_listed = true;
             hca_.timed_qps_.push_back(&q);   // reserved: no allocation
+            hca_.remote_timed_ |= fabric::is_remote_lid(q.dlid);
         }
     }
 

@@ -95,14 +95,18 @@ public:
     static constexpr uint64_t ack_delay_ns = 100'000;
     void flush_acks();
     /// flush_acks() when it has something to do: an ACK or NAK not held,
-    /// or a held one whose delay has passed. Every slice of a ping-pong
-    /// holds its QP's ACK, and the list's walk found the same each time.
-    void flush_due_acks()
+    /// or, if the caller looks at them (`held`), a held one whose delay
+    /// has passed. Every slice of a ping-pong holds its QP's ACK, and the
+    /// list's walk found the same each time.
+    void flush_due_acks(bool held)
     {
-        if (acks_due() || (acks_owed() && hca_.slice_now() >= held_until_)) {
+        if (acks_due() || (held && acks_owed() && hca_.slice_now() >= held_until_)) {
             flush_acks();
         }
     }
+    /// One of the held ACKs goes to another host (whose requester probes
+    /// its tail after 625 µs): held ACKs are looked at in every slice.
+    bool holds_remote_acks() const { return held_remote_; }
     /// ACKs or NAKs wait for flush_acks().
     bool acks_owed() const { return !ack_list_.empty(); }
     /// ACKs or NAKs owed now: all but those the last flush_acks() held for
@@ -194,8 +198,10 @@ private:
     /// holds_ack() held its ACK; cleared by each QP added since, by a
     /// packet asking for its ACK, and by the watchdog's sweep.
     bool                           only_held_acks_ = false;
-    /// With only_held_acks_: when the first of those ACKs is due.
+    /// With only_held_acks_: when the first of those ACKs is due, and
+    /// whether one of them is another host's.
     uint64_t                       held_until_ = 0;
+    bool                           held_remote_ = false;
     bool                           responses_queued_ = false;   ///< run_responders() has work
     dev::core    &hca_;
     egress       &out_;
