@@ -282,7 +282,7 @@ private:
     unsigned                       slice_frames_ = 0;     ///< frames take_frames() took
     bool                           quiet_ = false;
     unsigned                       quiet_calls_ = 0;     ///< idle calls since the last pass
-    unsigned                       busy_slices_ = 0;     ///< slices with frames since the last
+    unsigned                       busy_slices_ = 0;     ///< slices with frames since a look at the timers
     bool                           idle_skipped_ = false;   ///< idle_slice()
     prm::hcr                       hcr_{};
     uint32_t                       cq_arm_word_ = 0;
