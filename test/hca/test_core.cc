@@ -48,7 +48,7 @@ struct core_alone : ::testing::Test {
         c.valid = true;
         c.cqn = cqn;
         c.buf = cq_buf.data();
-        c.log_size = log_cq;
+        c.set_size(log_cq);
         c.db = &cq_db;
         dev::eq &e = hca.eqs_[eqn];
         e.valid = true;
@@ -64,7 +64,7 @@ struct core_alone : ::testing::Test {
         q.valid = true;
         q.qpn = qpn;
         q.state = prm::qp_state::rts;
-        q.send_cqn = q.recv_cqn = cqn;
+        q.send_cq = q.recv_cq = &hca.cqs_[cqn];
         hca.active_qps_.push_back(&q);
         return q;
     }

@@ -94,8 +94,8 @@ scatter_result core::scatter(qp &q, uint32_t wqe_index,
                                        uint32_t offset,
                                        std::span<const uint8_t> data)
 {
-    if (q.has_srq) {
-        srq_segs w = segs_of(srqs_[q.srqn], wqe_index);
+    if (q.shared_rq) {
+        srq_segs w = segs_of(*q.shared_rq, wqe_index);
         return scatter_segs(q, w.first, w.count, offset, data);
     }
     return scatter_segs(q, q.rq_wqe(wqe_index),

@@ -166,8 +166,8 @@ public:
                           uint32_t perm) const;
 
     // ---- receive WQEs, from the QP's RQ or its SRQ (core.inl, core.cc) ----
-    /// The QP's SRQ; nullptr for a QP with its own RQ (or whose SRQ is gone).
-    srq     *srq_of(const qp &q) { return q.has_srq ? find_srq(q.srqn) : nullptr; }
+    /// The QP's SRQ; nullptr for a QP with its own RQ.
+    srq     *srq_of(const qp &q) { return q.shared_rq; }
     bool     recv_available(qp &q) { return recv_available(q, srq_of(q)); }
     uint16_t recv_take(qp &q) { return recv_take(q, srq_of(q)); }
     /// The same, with the caller's srq_of(q): the fast path looks it up once.

@@ -63,7 +63,7 @@ inline status core::count_tx(status s, size_t payload_bytes, size_t frame_bytes)
 
 inline bool core::recv_available(const qp &q, const srq *s)
 {
-    if (!q.has_srq) {
+    if (!q.shared_rq) {
         return counter_of(q.rq_db) != q.resp.rq_tail;
     }
     return s && counter_of(s->db) != s->consumed;
@@ -72,7 +72,7 @@ inline bool core::recv_available(const qp &q, const srq *s)
 /// Receive WQEs posted and not yet taken.
 inline uint16_t core::recv_posted(const qp &q, const srq *s)
 {
-    if (!q.has_srq) {
+    if (!q.shared_rq) {
         return uint16_t(counter_of(q.rq_db) - q.resp.rq_tail);
     }
     return s ? uint16_t(counter_of(s->db) - s->consumed) : 0;
@@ -81,7 +81,7 @@ inline uint16_t core::recv_posted(const qp &q, const srq *s)
 /// Takes the next receive WQE (the caller checked recv_available()).
 inline uint16_t core::recv_take(qp &q, srq *sp)
 {
-    if (!q.has_srq) {
+    if (!q.shared_rq) {
         return q.resp.rq_tail++;
     }
     srq &s = *sp;
@@ -146,7 +146,7 @@ inline scatter_result core::scatter_whole(qp &q, const srq *s, uint32_t wqe_inde
 
 inline uint8_t *core::start_cqe(qp &q, bool is_send, cq *&target)
 {
-    cq *cqp = find_cq(is_send ? q.send_cqn : q.recv_cqn);
+    cq *cqp = is_send ? q.send_cq : q.recv_cq;
     if (!cqp) {
         return nullptr;
     }

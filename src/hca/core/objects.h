@@ -64,7 +64,8 @@ struct srq {
     uint32_t  srqn  = 0;
     uint32_t  pd    = 0;
     uint8_t  *buf   = nullptr;
-    uint32_t  log_size = 0, log_stride = 0;
+    uint32_t  log_size = 0, log_stride = 0;   ///< set_size() sets log_size
+    uint32_t  index_mask = 0;         ///< size() - 1, for the data path
     const uint32_t *db = nullptr;     ///< big-endian 16-bit producer counter
     uint16_t  head  = 0;              ///< next WQE the device takes
     uint16_t  consumed = 0;           ///< WQEs taken so far
@@ -82,10 +83,15 @@ struct srq {
     };
     std::unique_ptr<tag_matching> tm;
 
-    uint32_t size() const { return 1u << log_size; }
+    void set_size(uint32_t log)
+    {
+        log_size   = log;
+        index_mask = (1u << log) - 1;
+    }
+    uint32_t size() const { return index_mask + 1; }
     uint8_t *wqe(uint32_t i) const
     {
-        return buf + (size_t(i & (size() - 1)) << log_stride);
+        return buf + (size_t(i & index_mask) << log_stride);
     }
 };
 
@@ -96,13 +102,19 @@ struct cq {
     cq_arm    arm = cq_arm::none;
     uint32_t  arm_cmd = 0;              ///< first word of an arm doorbell
     uint8_t  *buf   = nullptr;          ///< 2^log_size 64-byte entries
-    uint32_t  log_size = 0;
+    uint32_t  log_size = 0;             ///< set_size() sets it
+    uint32_t  index_mask = 0;           ///< size() - 1, for the data path
     uint32_t  producer_index = 0;
     const prm::cq_doorbell_record *db = nullptr;
     uint32_t  bound_qps = 0;            ///< QPs using it (HW2SW_CQ busy)
     uint64_t  overruns  = 0;
 
-    uint32_t size() const { return 1u << log_size; }
+    void set_size(uint32_t log)
+    {
+        log_size   = log;
+        index_mask = (1u << log) - 1;
+    }
+    uint32_t size() const { return index_mask + 1; }
 };
 
 /// One 24-bit PSN window of an outstanding SQ WQE, for retransmission.
@@ -213,7 +225,9 @@ struct qp {
     prm::qp_state state = prm::qp_state::rst;
     prm::qp_st   st    = prm::qp_st::rc;
     uint32_t     pd    = 0;
-    uint32_t     send_cqn = 0, recv_cqn = 0;
+    /// Its CQs, bound at RST2INIT: neither can go while the QP is bound to
+    /// it (HW2SW_CQ is busy, cq::bound_qps), so the pointers stay valid.
+    cq          *send_cq = nullptr, *recv_cq = nullptr;
     uint32_t     remote_qpn = 0;
     uint16_t     dlid  = 0;
     uint32_t     mtu   = 4096;
@@ -233,10 +247,12 @@ struct qp {
 
     // Work queues in host memory.
     uint8_t     *sq_buf = nullptr;  uint32_t sq_log_size = 0, sq_log_stride = 0;
+    uint32_t     sq_index_mask = 0;   ///< sq_size() - 1 (set with sq_log_size)
     uint8_t     *rq_buf = nullptr;  uint32_t rq_log_size = 0, rq_log_stride = 0;
     const uint32_t *rq_db = nullptr;   ///< big-endian RQ producer counter
-    bool         has_srq = false;      ///< receives come from SRQ `srqn`
-    uint32_t     srqn    = 0;
+    /// The SRQ its receives come from (nullptr: its own RQ), attached at
+    /// RST2INIT: HW2SW_SRQ is busy while a QP is attached (srq::attached_qps).
+    srq         *shared_rq = nullptr;
 
     /// The three roles of a QP's transport (as rxe's qp->req / resp /
     /// comp): the requester sends the send queue's WQEs as packets
@@ -452,7 +468,7 @@ struct qp {
         }
         return std::nullopt;
     }
-    uint32_t sq_size() const { return 1u << sq_log_size; }
+    uint32_t sq_size() const { return sq_index_mask + 1; }
     uint32_t rq_size() const { return 1u << rq_log_size; }
     uint8_t *sq_wqe(uint32_t i) const
     {

@@ -368,7 +368,7 @@ cmd_status firmware::cmd_sw2hw_cq(uint32_t cqn, uint64_t inbox)
         c = cq{};
         return cmd_status::bad_param;
     }
-    c.log_size       = log_size;
+    c.set_size(log_size);
     c.producer_index = ctx->producer_index.get();
     c.comp_eqn       = ctx->comp_eqn;
     c.db    = dma<const prm::cq_doorbell_record>(ctx->db_rec_addr.get());
@@ -439,7 +439,7 @@ cmd_status firmware::cmd_resize_cq(uint32_t cqn, uint64_t inbox)
                         ((k < held) == pass ? prm::cqe_owner_mask : 0));
     }
     c->buf      = buf;
-    c->log_size = log_size;
+    c->set_size(log_size);
     return cmd_status::ok;
 }
 

@@ -185,9 +185,10 @@ cmd_status firmware::qp_from_reset(qp &q, uint32_t qpn, const prm::qp_context &c
     q.st            = static_cast<prm::qp_st>(prm::qpc_st::get(ctx.flags));
     q.pd            = ctx.pd.get() & 0xffffff;
     q.pkey          = hca_.pkey_table_[ctx.pri_path.pkey_index];
-    q.send_cqn      = r.scq->cqn;
-    q.recv_cqn      = r.rcq->cqn;
+    q.send_cq       = r.scq;
+    q.recv_cq       = r.rcq;
     q.sq_log_size   = sq_log;
+    q.sq_index_mask = (1u << sq_log) - 1;
     q.sq_log_stride = (ctx.sq_size_stride & 7) + 4;
     q.rq_log_size   = (ctx.rq_size_stride >> 3) & 0xf;
     q.rq_log_stride = (ctx.rq_size_stride & 7) + 4;
@@ -195,8 +196,7 @@ cmd_status firmware::qp_from_reset(qp &q, uint32_t qpn, const prm::qp_context &c
     q.rq_buf        = r.buf + (size_t{1} << (sq_log + q.sq_log_stride));
     q.rq_db         = dma<const uint32_t>(ctx.db_rec_addr.get());
     if (r.shared_rq) {
-        q.has_srq = true;
-        q.srqn    = r.shared_rq->srqn;
+        q.shared_rq = r.shared_rq;
         ++r.shared_rq->attached_qps;
     }
     if (prm::qpc_tm_dev_sq::get(ctx.param3)) {
@@ -344,9 +344,11 @@ void firmware::qp_to_reset(qp &q)
     if (q.valid) {
         // mlx4 keeps the CQEs already written (C40, see docs): only the
         // QP's state goes.
-        if (cq *c = hca_.find_cq(q.send_cqn)) --c->bound_qps;
-        if (cq *c = hca_.find_cq(q.recv_cqn)) --c->bound_qps;
-        if (srq *s = q.has_srq ? hca_.find_srq(q.srqn) : nullptr) --s->attached_qps;
+        --q.send_cq->bound_qps;
+        --q.recv_cq->bound_qps;
+        if (q.shared_rq) {
+            --q.shared_rq->attached_qps;
+        }
         std::erase(hca_.active_qps_, &q);
         resp_.forget_acks_of(q.qpn);
         in_.forget_held_of(q.qpn);

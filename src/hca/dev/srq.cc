@@ -34,7 +34,7 @@ cmd_status firmware::cmd_sw2hw_srq(uint32_t srqn, uint64_t inbox)
     s.srqn      = srqn;
     s.pd        = ctx->pd.get() & 0xffffff;
     s.buf       = buf;
-    s.log_size  = log_size;
+    s.set_size(log_size);
     s.log_stride = uint32_t(ctx->logstride) + 4;
     s.db        = dma<const uint32_t>(ctx->db_rec_addr.get());
     s.limit     = ctx->limit_watermark.get();

@@ -908,7 +908,7 @@ void completer::set_qp_error(qp &q)
     q.state = prm::qp_state::err;
     flush_queues(q);
     req_.wake(q);   // in ERROR every pass flushes what is posted (run_requester)
-    if (q.has_srq) {
+    if (q.shared_rq) {
         // IBA 11.6.3.4: a QP on an SRQ that fails will take no more WQEs.
         hca_.async_event(prm::eqe_type::srq_qp_last_wqe, q.qpn);
     }
@@ -924,7 +924,7 @@ void completer::flush_queues(qp &q)
     flush_sq(q);
     if (q.rq_db) {
         // The SRQ's WQEs belong to the SRQ, not to a failed QP.
-        while (!q.has_srq && hca_.recv_available(q)) {
+        while (!q.shared_rq && hca_.recv_available(q)) {
             hca_.write_err_cqe(q, hca_.recv_take(q), prm::cqe_syndrome::wr_flush_err, false);
         }
     }

@@ -49,7 +49,7 @@ bool tag_matcher::run_tm_command(qp &q)
     std::memcpy(&ctrl, w, sizeof(ctrl));
     size_t size = size_t(ctrl.fence_size & prm::ctrl_ds_mask) * prm::seg_size;
     auto opcode = static_cast<prm::send_opcode>(ctrl.owner_opcode.get() & 0x1f);
-    srq *s = hca_.find_srq(q.srqn);
+    srq *s = q.shared_rq;
     if (opcode != prm::send_opcode::tag_matching || !s || !s->tm ||
         size < sizeof(ctrl) + sizeof(prm::wqe_tm_seg)) {
         hca_.write_err_cqe(q, uint16_t(index), prm::cqe_syndrome::local_qp_op_err, true);
@@ -200,7 +200,7 @@ bool tag_matcher::tm_first_packet(qp &q, srq &s, const pkt &p, bool last)
 /// Data beyond the buffer is dropped and reported as truncation.
 dev::scatter_result tag_matcher::tm_scatter(qp &q, std::span<const uint8_t> data)
 {
-    const prm::wqe_data_seg &b = hca_.srqs_[q.srqn].tm->bufs[q.resp.tag_index];
+    const prm::wqe_data_seg &b = q.shared_rq->tm->bufs[q.resp.tag_index];
     uint32_t cap = buffer_length(b);
     size_t   fit = q.resp.recv_offset >= cap
                        ? 0 : std::min<size_t>(cap - q.resp.recv_offset, data.size());
