@@ -182,12 +182,6 @@ tpacket2_hdr *frame_at(uint8_t *ring, uint32_t frame_size, uint32_t i)
 }
 } // namespace
 
-bool packet_link::ready() const
-{
-    const tpacket2_hdr *h = frame_at(ring_, frame_size_, next_);
-    return __atomic_load_n(&h->tp_status, __ATOMIC_ACQUIRE) & TP_STATUS_USER;
-}
-
 unsigned packet_link::waiting(unsigned max) const
 {
     unsigned n = 0;

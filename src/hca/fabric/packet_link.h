@@ -31,6 +31,8 @@
 #include <optional>
 #include <span>
 
+#include <linux/if_packet.h>
+
 namespace mlx4x::fabric {
 
 /// The UDP payload of a marked RoCEv2 datagram in the IPv4 packet `ip`
@@ -66,8 +68,13 @@ public:
 
     /// Readable (epoll) while a datagram waits in the ring.
     int fd() const { return fd_; }
-    /// Whether a frame waits in the ring: one load, no system call.
-    bool ready() const;
+    /// Whether a frame waits in the ring: one load, no system call (inline:
+    /// every poll of a RoCE port asks).
+    bool ready() const
+    {
+        const auto *h = reinterpret_cast<const tpacket2_hdr *>(ring_ + size_t(next_) * frame_size_);
+        return __atomic_load_n(&h->tp_status, __ATOMIC_ACQUIRE) & TP_STATUS_USER;
+    }
     /// Whether the frame that waits in the ring was sent after datagrams
     /// of its sender's UDP socket (follows_socket_ttl).
     bool next_follows_socket() const;
