@@ -277,14 +277,18 @@ public:
     /// socket's every idle_poll_period-th turn always fell to this call, the
     /// poll after it never read the socket, and a process that had been
     /// without datagrams for hot_polls never read one again (its peers'
-    /// retries ran out).
+    /// retries ran out). The ring is asked last, by a tail call: an idle
+    /// progress call asks here, and most find nothing anywhere.
     bool frame_waiting() const override
     {
-        if (local_->frame_waiting() || datagrams_in_hand() || udp_owed_) {
+        if (datagrams_in_hand() || udp_owed_) {
             return true;
         }
-        udp_owed_ = udp_due();
-        return udp_owed_;
+        if (udp_due()) {
+            udp_owed_ = true;
+            return true;
+        }
+        return local_->frame_waiting();
     }
     /// The device's watchdog serves a process whose driver is away by
     /// looking before it takes: datagrams waiting in the socket are read
