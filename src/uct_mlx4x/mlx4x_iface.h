@@ -175,6 +175,7 @@ struct tag_offload {
     };
     std::vector<rndv_send>    rndvs;   ///< by app_ctx - 1
     std::vector<uint32_t>     rndv_free;
+    uint32_t                  rndvs_active = 0;   ///< asked by every upkeep
     /// An unexpected eager message that fills several receive buffers, by
     /// the QP it arrives on (the device delivers a QP's messages whole and
     /// in order): UCP's context for its fragments, and its tmh's fields.
@@ -196,7 +197,7 @@ struct tag_offload {
     /// Keeps a rendezvous send until its FIN; returns its app_ctx (never 0).
     uint32_t add_rndv(uct_completion_t *comp, std::unique_ptr<drv::mr> mr,
                       uint32_t qpn);
-    bool waiting_for_fin() const { return rndv_free.size() != rndvs.size(); }
+    bool waiting_for_fin() const { return rndvs_active != 0; }
     /// Forgets it (FIN or cancel); false if unknown.
     bool take_rndv(uint32_t app_ctx, uct_completion_t *&comp);
     /// Completes the rendezvous sends of the endpoint on send QP `qpn` with

@@ -301,6 +301,7 @@ uint32_t tag_offload::add_rndv(uct_completion_t *comp, std::unique_ptr<drv::mr> 
         rndv_free.pop_back();
     }
     rndvs[i] = {true, comp, std::move(mr), qpn};
+    ++rndvs_active;
     return i + 1;
 }
 
@@ -313,6 +314,7 @@ bool tag_offload::take_rndv(uint32_t app_ctx, uct_completion_t *&comp)
     comp = r.comp;
     r = rndv_send{};   // deregisters a buffer registered for it
     rndv_free.push_back(app_ctx - 1);
+    --rndvs_active;
     return true;
 }
 
