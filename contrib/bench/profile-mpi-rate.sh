@@ -43,8 +43,14 @@ mpicc -O2 -std=c11 -o "$out/mpi_bench" "$top/contrib/bench/mpi_bench.c" ||
     { echo "profile-mpi-rate: mpi_bench did not build" >&2; exit 2; }
 
 # The rank to profile goes through this wrapper, the other runs as is.
+# Only rank 0 runs mlx4x's subnet manager candidate (UCX_MLX4X_SM), so it
+# is always the master: otherwise whichever rank tried first was, and a
+# master builds a device of its own for its SM port (~4.5 million
+# instructions of start-up), which showed as 25-80 instructions "per
+# message" when the two runs' masters differed.
 cat >"$out/under-callgrind" <<'EOF'
 #!/bin/sh
+[ "$OMPI_COMM_WORLD_RANK" = 0 ] || export UCX_MLX4X_SM=n
 if [ "$PROFILE_RANK" = both ]; then
     exec valgrind --tool=callgrind --callgrind-out-file="$PROFILE_OUT.$OMPI_COMM_WORLD_RANK" "$@" 2>/dev/null
 fi
