@@ -247,7 +247,7 @@ struct qp {
 
     // Work queues in host memory.
     uint8_t     *sq_buf = nullptr;  uint32_t sq_log_size = 0, sq_log_stride = 0;
-    uint32_t     sq_index_mask = 0;   ///< sq_size() - 1 (set with sq_log_size)
+    uint32_t     sq_index_mask = 0;   ///< sq_size() - 1, for the data path (set_sq_size())
     uint8_t     *rq_buf = nullptr;  uint32_t rq_log_size = 0, rq_log_stride = 0;
     const uint32_t *rq_db = nullptr;   ///< big-endian RQ producer counter
     /// The SRQ its receives come from (nullptr: its own RQ), attached at
@@ -467,6 +467,11 @@ struct qp {
             }
         }
         return std::nullopt;
+    }
+    void set_sq_size(uint32_t log)
+    {
+        sq_log_size   = log;
+        sq_index_mask = (1u << log) - 1;
     }
     uint32_t sq_size() const { return sq_index_mask + 1; }
     uint32_t rq_size() const { return 1u << rq_log_size; }
