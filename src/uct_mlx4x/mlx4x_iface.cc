@@ -559,7 +559,7 @@ unsigned interface::progress_work()
 /// management are not: UCP counts any event without an active message as a
 /// reason to stay awake, and asserts there is none while it sets an
 /// interface up.
-unsigned interface::upkeep()
+unsigned interface::upkeep_work()
 {
     unsigned n = poll_send();
     (void)md_.progress_cm();

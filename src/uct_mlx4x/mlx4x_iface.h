@@ -266,12 +266,13 @@ public:
     /// Skipped while the away service has the CM (the next call does it).
     unsigned progress_cm()
     {
-        if (!cm_->has_work()) {
+        if (!cm_has_work()) {
             return 0;
         }
         std::unique_lock hold(cm_mu_, std::try_to_lock);
         return hold ? cm_->progress() : 0;
     }
+    bool     cm_has_work() const { return cm_->has_work(); }
     uint32_t new_service() { return next_service_++; }
     /// Interfaces hear of connections their peers tore down (DREQ).
     void add_iface(interface *i) { ifaces_.push_back(i); }
@@ -587,7 +588,19 @@ private:
     /// of two (check_config() bounds it), at least 2.
     uint32_t rx_buffers() const { return std::max(2u, std::bit_ceil(cfg_.rx_queue_len)); }
     uint32_t recv_cq_entries(uint32_t tm_list) const;
-    unsigned upkeep();      ///< progress() beyond received messages
+    /// progress() beyond received messages: send completions, connection
+    /// management, pending sends, closed QPs, rendezvous probes. Inline:
+    /// nearly every call finds none of them, and asking needs no call
+    /// frame.
+    unsigned upkeep()
+    {
+        if (!sends_to_complete() && !md_.cm_has_work() && closed_rx_qps_.empty() &&
+            !rndv_probe_due()) [[likely]] {
+            return 0;
+        }
+        return upkeep_work();
+    }
+    unsigned upkeep_work();
     unsigned poll_send();   ///< completions handled
     unsigned poll_recv();
     status listen();
@@ -628,9 +641,10 @@ private:
     void probe_rndv_receivers();
     /// The upkeep's rendezvous probe, when a send waits for its FIN or a
     /// probe period runs.
+    bool rndv_probe_due() const { return tm_ && (rndv_probe_at_ || tm_->waiting_for_fin()); }
     void probe_rndv_receivers_if_due()
     {
-        if (tm_ && (rndv_probe_at_ || tm_->waiting_for_fin())) [[unlikely]] {
+        if (rndv_probe_due()) [[unlikely]] {
             probe_rndv_receivers();
         }
     }
