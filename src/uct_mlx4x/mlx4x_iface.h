@@ -639,9 +639,9 @@ private:
     bool     pending_sendable() const;
     static constexpr unsigned max_arm_rounds = 8;   ///< event_arm()'s attempts
     void probe_rndv_receivers();
-    /// The upkeep's rendezvous probe, when a send waits for its FIN or a
-    /// probe period runs.
+    /// A send waits for its FIN, or a probe period runs.
     bool rndv_probe_due() const { return tm_ && (rndv_probe_at_ || tm_->waiting_for_fin()); }
+    /// The upkeep's rendezvous probe, when due.
     void probe_rndv_receivers_if_due()
     {
         if (rndv_probe_due()) [[unlikely]] {

@@ -57,15 +57,28 @@ struct eq {
 
 enum class cq_arm : uint8_t { none, next, solicited };
 
+/// A power-of-two queue's size: its log, as the contexts carry it, and
+/// size - 1, which the data path masks indices with.
+struct queue_size {
+    uint32_t log_size   = 0;
+    uint32_t index_mask = 0;
+
+    void set_size(uint32_t log)
+    {
+        log_size   = log;
+        index_mask = (1u << log) - 1;
+    }
+    uint32_t size() const { return index_mask + 1; }
+};
+
 /// Shared receive queue: WQEs linked by next_wqe_index; the device takes
 /// them from `head` on, the driver's doorbell record counts those posted.
-struct srq {
+struct srq : queue_size {
     bool      valid = false;
     uint32_t  srqn  = 0;
     uint32_t  pd    = 0;
     uint8_t  *buf   = nullptr;
-    uint32_t  log_size = 0, log_stride = 0;   ///< set_size() sets log_size
-    uint32_t  index_mask = 0;         ///< size() - 1, for the data path
+    uint32_t  log_stride = 0;
     const uint32_t *db = nullptr;     ///< big-endian 16-bit producer counter
     uint16_t  head  = 0;              ///< next WQE the device takes
     uint16_t  consumed = 0;           ///< WQEs taken so far
@@ -83,38 +96,23 @@ struct srq {
     };
     std::unique_ptr<tag_matching> tm;
 
-    void set_size(uint32_t log)
-    {
-        log_size   = log;
-        index_mask = (1u << log) - 1;
-    }
-    uint32_t size() const { return index_mask + 1; }
     uint8_t *wqe(uint32_t i) const
     {
         return buf + (size_t(i & index_mask) << log_stride);
     }
 };
 
-struct cq {
+struct cq : queue_size {
     bool      valid = false;
     uint32_t  cqn   = 0;
     uint32_t  comp_eqn = 0;             ///< EQ of its completion events
     cq_arm    arm = cq_arm::none;
     uint32_t  arm_cmd = 0;              ///< first word of an arm doorbell
     uint8_t  *buf   = nullptr;          ///< 2^log_size 64-byte entries
-    uint32_t  log_size = 0;             ///< set_size() sets it
-    uint32_t  index_mask = 0;           ///< size() - 1, for the data path
     uint32_t  producer_index = 0;
     const prm::cq_doorbell_record *db = nullptr;
     uint32_t  bound_qps = 0;            ///< QPs using it (HW2SW_CQ busy)
     uint64_t  overruns  = 0;
-
-    void set_size(uint32_t log)
-    {
-        log_size   = log;
-        index_mask = (1u << log) - 1;
-    }
-    uint32_t size() const { return index_mask + 1; }
 };
 
 /// One 24-bit PSN window of an outstanding SQ WQE, for retransmission.
@@ -246,8 +244,7 @@ struct qp {
     bool all_acked() const { return comp.acked_psn == req.next_psn; }
 
     // Work queues in host memory.
-    uint8_t     *sq_buf = nullptr;  uint32_t sq_log_size = 0, sq_log_stride = 0;
-    uint32_t     sq_index_mask = 0;   ///< sq_size() - 1, for the data path (set_sq_size())
+    uint8_t     *sq_buf = nullptr;  queue_size sq_entries;  uint32_t sq_log_stride = 0;
     uint8_t     *rq_buf = nullptr;  uint32_t rq_log_size = 0, rq_log_stride = 0;
     const uint32_t *rq_db = nullptr;   ///< big-endian RQ producer counter
     /// The SRQ its receives come from (nullptr: its own RQ), attached at
@@ -468,12 +465,7 @@ struct qp {
         }
         return std::nullopt;
     }
-    void set_sq_size(uint32_t log)
-    {
-        sq_log_size   = log;
-        sq_index_mask = (1u << log) - 1;
-    }
-    uint32_t sq_size() const { return sq_index_mask + 1; }
+    uint32_t sq_size() const { return sq_entries.size(); }
     uint32_t rq_size() const { return 1u << rq_log_size; }
     uint8_t *sq_wqe(uint32_t i) const
     {

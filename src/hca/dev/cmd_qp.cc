@@ -187,7 +187,7 @@ cmd_status firmware::qp_from_reset(qp &q, uint32_t qpn, const prm::qp_context &c
     q.pkey          = hca_.pkey_table_[ctx.pri_path.pkey_index];
     q.send_cq       = r.scq;
     q.recv_cq       = r.rcq;
-    q.set_sq_size(sq_log);
+    q.sq_entries.set_size(sq_log);
     q.sq_log_stride = (ctx.sq_size_stride & 7) + 4;
     q.rq_log_size   = (ctx.rq_size_stride >> 3) & 0xf;
     q.rq_log_stride = (ctx.rq_size_stride & 7) + 4;

@@ -342,7 +342,7 @@ void tag_matcher::tm_post_dev_wqe(qp &q, prm::send_opcode op, bool signalled,
     std::memcpy(w + 4, reinterpret_cast<const uint8_t *>(&ctrl) + 4,
                 sizeof(ctrl) - 4);
     q.rndv_ops[index % q.rndv_ops.size()] = what;
-    uint32_t owner = ((index >> q.sq_log_size) & 1) ? prm::wqe_owner_bit : 0;
+    uint32_t owner = ((index >> q.sq_entries.log_size) & 1) ? prm::wqe_owner_bit : 0;
     be32 word = be32::of(owner | uint32_t(op));
     std::memcpy(w, &word, sizeof(word));
 }

@@ -80,7 +80,7 @@ inline bool sq_wqe_ready(const dev::qp &q, uint32_t index)
     // check exact. Acquire pairs with the driver's release store.
     const uint8_t *owner_byte = q.sq_wqe(index);
     bool owner = (__atomic_load_n(owner_byte, __ATOMIC_ACQUIRE) & 0x80) != 0;
-    return owner == (((index >> q.sq_log_size) & 1) != 0);
+    return owner == (((index >> q.sq_entries.log_size) & 1) != 0);
 }
 
 /// Fetches the send queue slot of `q`'s next WQE once the one before it has
