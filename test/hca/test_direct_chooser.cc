@@ -6,6 +6,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <vector>
+
 namespace mlx4x::test {
 namespace {
 
@@ -229,6 +232,63 @@ TEST(direct_chooser, a_first_measurement_for_new_buffers_lets_their_first_transf
     r.direct_ns = 30 * us;
     r.run_for(100 * ms);
     EXPECT_EQ(r.c.choose(r.len, true, r.now), path::packets);
+}
+
+// Single copy, measured first, has warmed the new buffers by the time
+// packets are measured: their first measurement lets settle_transfers
+// pass, not first_settle_new_buffers (which on a path several times
+// slower were a fifth of a short stream).
+TEST(direct_chooser, packets_first_measured_for_new_buffers_settle_as_any_other)
+{
+    link l;
+    l.again      = false;
+    l.direct_ns  = 30 * us;
+    l.packets_ns = 210 * us;   // seven times slower: cores without a shared cache
+    while (!l.c.ps_per_byte(l.len, false, path::direct)) {
+        ASSERT_EQ(l.transfer(), path::direct);
+    }
+    unsigned on_packets = 0;
+    while (!l.c.ps_per_byte(l.len, false, path::packets)) {
+        on_packets += l.transfer() == path::packets;
+    }
+    // settle_ns (3 ms: 15 of them), then early_end_transfers.
+    EXPECT_LT(on_packets, direct_chooser::first_settle_new_buffers / 4);
+    EXPECT_EQ(l.c.choose(l.len, false, l.now), path::direct);
+}
+
+// Transfers start a window at a time: while a path is measured and the
+// other has a cost, at most probe_in_flight of them go on it until it
+// has counted early_end_transfers; the rest take the other path.
+TEST(direct_chooser, a_measured_path_takes_at_most_probe_in_flight_of_a_window)
+{
+    link l;
+    while (!l.c.ps_per_byte(l.len, true, path::direct)) {
+        ASSERT_EQ(l.transfer(), path::direct);
+    }
+    // A window of 64 transfers started at once: packets are measured now.
+    std::vector<path> window;
+    for (int i = 0; i < 64; ++i) {
+        path p = l.c.choose(l.len, true, l.now);
+        l.c.started(l.len, true, p, l.now, 1);
+        window.push_back(p);
+    }
+    auto packets = std::count(window.begin(), window.end(), path::packets);
+    EXPECT_EQ(packets, direct_chooser::probe_in_flight);
+    // Each one that completes lets another start on packets.
+    l.now += 10 * ms;   // past the settling time
+    l.c.record(l.len, true, path::packets, 400 * us, l.now);
+    EXPECT_EQ(l.c.choose(l.len, true, l.now), path::packets);
+    l.c.started(l.len, true, path::packets, l.now, 1);
+    EXPECT_EQ(l.c.choose(l.len, true, l.now), path::direct);
+    // Clearly slower (400 against 80 us a MiB) after early_end_transfers
+    // counted: the measurement ends and single copy takes them all.
+    for (uint32_t i = 0; i < direct_chooser::early_end_transfers + direct_chooser::settle_transfers;
+         ++i) {
+        l.now += 400 * us;
+        l.c.record(l.len, true, path::packets, 400 * us, l.now);
+    }
+    EXPECT_NE(l.c.ps_per_byte(l.len, true, path::packets), 0u);
+    EXPECT_EQ(l.c.choose(l.len, true, l.now), path::direct);
 }
 
 } // namespace

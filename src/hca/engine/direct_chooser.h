@@ -61,12 +61,18 @@ public:
     static constexpr uint32_t settle_transfers    = 2;
     static constexpr uint64_t settle_ns           = 3'000'000;
     static constexpr uint32_t early_end_transfers = 8;
-    /// The first measurement of a path for new buffers lets this many
+    /// Transfers under way on a path being measured, at most, until it
+    /// may end early (probe_full()).
+    static constexpr uint32_t probe_in_flight = 16;
+    /// The first measurement of single copy for new buffers lets this many
     /// transfers pass: three passes over a window of 64 receive buffers.
     /// The kernel's first copies into a set of buffers run at a tenth of
     /// its later ones (the pages' first pinning; copy_warmup.c), and a
     /// verdict taken from them sent a stream into a buffer per receive by
-    /// packets at 0.6-0.9x sm where single copy reaches 0.9-1.5x.
+    /// packets at 0.6-0.9x sm where single copy reaches 0.9-1.5x. Packets
+    /// are measured after it, into buffers it has warmed: their first
+    /// measurement lets settle_transfers pass, as any other (192 of them
+    /// on packets seven times slower were a fifth of a 90 ms stream).
     static constexpr uint32_t first_settle_new_buffers = 192;
     /// "The buffers of a recent transfer": one of the last recent_buffers.
     static constexpr unsigned recent_buffers = 4;
@@ -84,7 +90,8 @@ public:
         return false;
     }
 
-    /// The path for a transfer of `len` bytes: the one being measured, else
+    /// The path for a transfer of `len` bytes: the one being measured
+    /// (the other while probe_full()), else
     /// one never measured (single copy first: its cost does not depend on
     /// the other side keeping up, and it faults the buffers' pages in
     /// without the ring's), else the slower if its cost is old, else the
@@ -94,7 +101,7 @@ public:
     {
         const state &s = states_[again][class_of(len)];
         if (measuring(s, now_ns)) {
-            return s.measuring;
+            return probe_full(s) ? other(s.measuring) : s.measuring;
         }
         const cost &d = s.of[unsigned(path::direct)], &p = s.of[unsigned(path::packets)];
         if (!d.ps_per_byte) return path::direct;
@@ -119,15 +126,19 @@ public:
             (!c.ps_per_byte || now_ns - c.measured_ns >= retry_interval(s))) {
             s.measuring       = p;
             s.measuring_since = now_ns;
+            s.in_flight       = 0;
             // What the path did before is old; what it does in its first
             // milliseconds is not yet what it will do.
             s.of[unsigned(p)].current = {.count_from_ns = now_ns + settle_ns};
         }
+        if (measuring(s, now_ns) && p == s.measuring) {
+            ++s.in_flight;
+        }
     }
 
     /// A transfer of `len` bytes on `p` kept the link busy for `busy_ns`.
-    /// An epoch does not count its first settle_transfers (a path's first
-    /// for new buffers: first_settle_new_buffers), and a
+    /// An epoch does not count its first settle_transfers (single copy's
+    /// first for new buffers: first_settle_new_buffers), and a
     /// measurement nothing of its first settle_ns: after a change of path
     /// the other one's transfers are still in flight, and packets take a
     /// dozen transfers to reach their speed (1 MiB READs: 500 us for the
@@ -138,7 +149,11 @@ public:
         state &s = states_[again][class_of(len)];
         cost  &c = s.of[unsigned(p)];
         epoch &e = c.current;
-        uint32_t settle = again || c.ps_per_byte ? settle_transfers : first_settle_new_buffers;
+        if (p == s.measuring && s.in_flight) {
+            --s.in_flight;
+        }
+        uint32_t settle = p == path::direct && !again && !c.ps_per_byte ? first_settle_new_buffers
+                                                                        : settle_transfers;
         if (e.settling < settle || now_ns < e.count_from_ns) {
             ++e.settling;
             return;
@@ -191,7 +206,25 @@ private:
         std::array<cost, 2> of;          ///< by path
         path     measuring       = path::direct;
         uint64_t measuring_since = 0;    ///< 0: no measurement under way
+        uint32_t in_flight       = 0;    ///< the measured path's, started in it
     };
+
+    static path other(path p) { return p == path::direct ? path::packets : path::direct; }
+
+    /// A measurement of a path while the other has a cost keeps at most
+    /// probe_in_flight transfers on it until it has counted
+    /// early_end_transfers (clearly_slower() may end it then); the rest
+    /// take the other path meanwhile. Transfers start a window of
+    /// receives at a time (64 READs of an MPI stream), and all of them on
+    /// a path seven times slower (packets between cores that share no
+    /// cache: 490 against 66 ps/B) made each measurement cost a fifth of
+    /// a 90 ms stream, and of every 200 ms after it.
+    static bool probe_full(const state &s)
+    {
+        const epoch &e = s.of[unsigned(s.measuring)].current;
+        return s.in_flight >= probe_in_flight && e.transfers < early_end_transfers &&
+               s.of[unsigned(other(s.measuring))].ps_per_byte;
+    }
 
     /// A measurement is under way in the class (and not given up).
     static bool measuring(const state &s, uint64_t now_ns)
@@ -213,9 +246,9 @@ private:
     /// its settling time and eight transfers, not 5 ms of them.
     static bool clearly_slower(const state &s, path p, const epoch &e)
     {
-        const cost &other = s.of[unsigned(p == path::direct ? path::packets : path::direct)];
-        return e.transfers >= early_end_transfers && other.ps_per_byte &&
-               e.busy_ns * 1000 / e.bytes > 2 * other.ps_per_byte;
+        const cost &o = s.of[unsigned(other(p))];
+        return e.transfers >= early_end_transfers && o.ps_per_byte &&
+               e.busy_ns * 1000 / e.bytes > 2 * o.ps_per_byte;
     }
 
     static unsigned class_of(uint64_t len)
