@@ -681,13 +681,38 @@ TEST(read_grants, kept_counts_one_peers_grants_noted_since_a_time)
     g.note({.lid = 1, .pid = 9, .rkey = 3, .va = 0x1000, .len = 0x1000, .noted_ns = 600});
     g.note({.lid = 2, .pid = 9, .rkey = 4, .va = 0x1000, .len = 0x1000, .noted_ns = 600});
     g.note({.lid = 1, .pid = 8, .rkey = 5, .va = 0x1000, .len = 0x1000, .noted_ns = 600});
-    EXPECT_EQ(g.kept(1, 9, 0), 3u);
-    EXPECT_EQ(g.kept(1, 9, 500), 2u);   // the one noted at 100 is old
-    EXPECT_EQ(g.kept(2, 9, 0), 1u);
-    EXPECT_EQ(g.kept(1, 8, 0), 1u);
-    EXPECT_EQ(g.kept(1, 0, 0), 0u);     // empty entries belong to nobody
+    EXPECT_EQ(g.kept(1, 9, 0, 10), 3u);
+    EXPECT_EQ(g.kept(1, 9, 500, 10), 2u);   // the one noted at 100 is old
+    EXPECT_EQ(g.kept(2, 9, 0, 10), 1u);
+    EXPECT_EQ(g.kept(1, 8, 0, 10), 1u);
+    EXPECT_EQ(g.kept(1, 0, 0, 10), 0u);     // empty entries belong to nobody
+    EXPECT_EQ(g.kept(1, 9, 0, 2), 2u);  // counted up to `enough`
     ASSERT_TRUE(g.take(1, 9, 3, 0x1000, 0x1000));   // used up
-    EXPECT_EQ(g.kept(1, 9, 500), 1u);
+    EXPECT_EQ(g.kept(1, 9, 500, 10), 1u);
+    // kept() walks back from the newest to the first grant older than
+    // its time: one used up is passed, not an end.
+    ASSERT_TRUE(g.take(1, 9, 2, 0x1000, 0x1000));
+    EXPECT_EQ(g.kept(1, 9, 0, 10), 1u);
+}
+
+// take() looks first after the last grant it took (READs mostly come in
+// the order of their headers); a READ out of that order still finds its
+// grant, and the others stay.
+TEST(read_grants, a_read_out_of_order_finds_its_grant)
+{
+    engine::read_grants g;
+    for (uint32_t i = 1; i <= 10; ++i) {
+        g.note({.lid = 1, .pid = 9, .rkey = i, .va = 0x1000, .len = 0x1000, .noted_ns = 100 + i});
+    }
+    EXPECT_TRUE(g.take(1, 9, 1, 0x1000, 0x1000));
+    EXPECT_TRUE(g.take(1, 9, 7, 0x1000, 0x1000));
+    EXPECT_TRUE(g.take(1, 9, 2, 0x1000, 0x1000));
+    for (uint32_t i : {3, 4, 5, 6, 8, 9, 10}) {
+        EXPECT_TRUE(g.take(1, 9, i, 0x1000, 0x1000)) << i;
+    }
+    for (uint32_t i = 1; i <= 10; ++i) {
+        EXPECT_FALSE(g.take(1, 9, i, 0x1000, 0x1000)) << "used up: " << i;
+    }
 }
 
 // Which READs a grant lets this side copy whole at once: small ones

@@ -14,7 +14,7 @@ namespace mlx4x::engine {
 /// the QP the header came on named it), the R_Key and the bytes.
 struct read_grant {
     uint16_t lid  = 0;
-    int32_t  pid  = 0;   ///< 0: an empty entry
+    int32_t  pid  = 0;   ///< 0: an empty entry (or one used up)
     uint32_t rkey = 0;
     uint64_t va   = 0;
     uint32_t len  = 0;
@@ -30,11 +30,18 @@ struct read_grant {
 /// into memory the READ's own WQE names (L_Key-checked). A READ matches a
 /// grant only with the same port, process and R_Key and a range inside
 /// it; the READ that reaches the grant's end uses it up.
+///
+/// Grants are noted in the order their headers came, and READs mostly
+/// come in that order too: take() looks first where the last one was
+/// found, kept() walks back from the newest only as far as its time.
+/// Both walked all 128 entries before, ~1,600 instructions a granted
+/// READ (a 128 KiB stream: ~0.5 µs of each message's ~10).
 class read_grants {
 public:
     static constexpr uint32_t capacity = 128;
+    static_assert((capacity & (capacity - 1)) == 0, "ring index by mask");
 
-    void note(const read_grant &g) { grants_[next_++ % capacity] = g; }
+    void note(const read_grant &g) { grants_[next_++ & (capacity - 1)] = g; }
 
     /// Whether a READ of [va, va + len) through `rkey` from the process
     /// `pid` at port `lid` is inside a grant (taken if it ends there).
@@ -43,12 +50,16 @@ public:
         if (pid == 0 || len == 0) {
             return false;
         }
-        for (read_grant &g : grants_) {
+        for (uint32_t i = 0; i < capacity; ++i) {
+            uint32_t    at = (look_from_ + i) & (capacity - 1);
+            read_grant &g  = grants_[at];
             if (g.pid == pid && g.lid == lid && g.rkey == rkey && va >= g.va &&
                 va - g.va <= g.len && len <= g.len - (va - g.va)) {
-                if (va + len == g.va + g.len) {
-                    g = {};
+                bool used_up = va + len == g.va + g.len;
+                if (used_up) {
+                    g.pid = 0;   // its time stays: kept() walks by it
                 }
+                look_from_ = at + used_up;
                 return true;
             }
         }
@@ -56,19 +67,27 @@ public:
     }
 
     /// Grants kept from the process `pid` at port `lid` noted at `since_ns`
-    /// or later: rendezvous headers whose READs have not come yet.
-    unsigned kept(uint16_t lid, int32_t pid, uint64_t since_ns) const
+    /// or later (rendezvous headers whose READs have not come yet),
+    /// counted up to `enough`. Entries are in the order of their times
+    /// (the device's clock does not go back), so the walk from the newest
+    /// ends at the first one older than `since_ns`.
+    unsigned kept(uint16_t lid, int32_t pid, uint64_t since_ns, unsigned enough) const
     {
         unsigned n = 0;
-        for (const read_grant &g : grants_) {
-            n += pid != 0 && g.pid == pid && g.lid == lid && g.noted_ns >= since_ns;
+        for (uint32_t i = 1; i <= capacity && n < enough; ++i) {
+            const read_grant &g = grants_[(next_ - i) & (capacity - 1)];
+            if (g.noted_ns < since_ns) {
+                break;
+            }
+            n += pid != 0 && g.pid == pid && g.lid == lid;
         }
         return n;
     }
 
 private:
     std::array<read_grant, capacity> grants_{};
-    uint32_t                         next_ = 0;
+    uint32_t                         next_      = 0;   ///< where the next is noted
+    uint32_t                         look_from_ = 0;   ///< where take() looks first
 };
 
 } // namespace mlx4x::engine

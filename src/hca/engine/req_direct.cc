@@ -271,7 +271,7 @@ bool requester::run_granted_read(qp &q, const send_wqe &w)
     q.req.grant_asked_wqe = q.req.cur_wqe;
     int32_t  pid    = q.resp.peer_direct.pid;
     uint64_t now    = hca_.slice_now();
-    bool     stream = grants_.kept(q.dlid, pid, now - std::min(now, grant_stream_ns)) > 1;
+    bool     stream = grants_.kept(q.dlid, pid, now - std::min(now, grant_stream_ns), 2) > 1;
     // Taken whether or not it is copied here: a READ that goes on the wire
     // leaves no grant behind to count as a stream.
     if (!grants_.take(q.dlid, pid, w.rkey, w.raddr, w.total_len) ||
