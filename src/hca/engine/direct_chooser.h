@@ -218,7 +218,10 @@ private:
     /// receives at a time (64 READs of an MPI stream), and all of them on
     /// a path seven times slower (packets between cores that share no
     /// cache: 490 against 66 ps/B) made each measurement cost a fifth of
-    /// a 90 ms stream, and of every 200 ms after it.
+    /// a 90 ms stream, and of every 200 ms after it. A transfer started
+    /// twice (a granted READ whose copy failed goes on the wire after)
+    /// counts twice: at worst such a measurement is given up after
+    /// measure_lost_ns, on the other path all along.
     static bool probe_full(const state &s)
     {
         const epoch &e = s.of[unsigned(s.measuring)].current;
