@@ -291,5 +291,29 @@ TEST(direct_chooser, a_measured_path_takes_at_most_probe_in_flight_of_a_window)
     EXPECT_EQ(l.c.choose(l.len, true, l.now), path::direct);
 }
 
+// Each path has its own timeline: a packets transfer of 250 us that ran
+// beside single copies ending every 40 us counts 250 us, not the 10 us
+// since the last single copy ended (both paths carry transfers at once
+// while a probe runs).
+TEST(direct_chooser, each_path_times_its_transfers_on_its_own_timeline)
+{
+    direct_chooser c;
+    constexpr uint64_t len = mib;
+    const uint64_t     t0  = 1 * ms;
+    c.started(len, true, path::packets, t0, 1);   // packets measured from t0
+    uint64_t packets_end = t0;
+    for (uint64_t now = t0 + 40 * us; now <= t0 + 20 * ms; now += 40 * us) {
+        if (now - packets_end >= 250 * us) {   // the next packets transfer, back to back
+            c.finished(len, true, path::packets, packets_end, now);
+            packets_end = now;
+        } else {
+            c.finished(len, true, path::direct, now - 40 * us, now);
+        }
+    }
+    EXPECT_EQ(c.ps_per_byte(len, true, path::packets), 280 * us * 1000 / mib)
+        << "each ran from the previous packets transfer's end (280 us: 7 steps of 40)";
+    EXPECT_EQ(c.ps_per_byte(len, true, path::direct), 40 * us * 1000 / mib);
+}
+
 } // namespace
 } // namespace mlx4x::test

@@ -762,12 +762,9 @@ void completer::retire_acked(qp &q)
     if (!t.since) {
         return;
     }
-    uint64_t end   = hca_.now();
-    uint64_t begin = std::max(t.since, timed_done_ns_);
-    timed_done_ns_ = end;
-    chooser_.record(t.len, t.again,
-                    t.direct ? direct_chooser::path::direct : direct_chooser::path::packets,
-                    end - std::min(begin, end), end);
+    chooser_.finished(t.len, t.again,
+                      t.direct ? direct_chooser::path::direct : direct_chooser::path::packets,
+                      t.since, hca_.now());
     t = {};
 }
 

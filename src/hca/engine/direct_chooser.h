@@ -26,6 +26,7 @@
 // (docs/benchmarks.md, session 71).
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 
@@ -134,6 +135,24 @@ public:
         if (measuring(s, now_ns) && p == s.measuring) {
             ++s.in_flight;
         }
+    }
+
+    /// A transfer of `len` bytes on `p`, started at `since_ns`, ended at
+    /// `end_ns`: its time on the path — from its start or, if it was
+    /// under way when the path's previous transfer ended, from that end —
+    /// goes to record(). One timeline per path for the device, not per
+    /// QP: transfers on several QPs at once (UCP's own rendezvous READs
+    /// beside the device's tag-matching ones) share the cores and the
+    /// fabric, and timed per QP each would count the same time again.
+    /// Not one for both paths: while a probe runs (probe_full()) both
+    /// carry transfers at once, and a packets transfer of 250 us that
+    /// ended 10 us after a single copy did would have counted 10.
+    void finished(uint64_t len, bool again, path p, uint64_t since_ns, uint64_t end_ns)
+    {
+        uint64_t &done  = done_ns_[unsigned(p)];
+        uint64_t  begin = std::max(since_ns, done);
+        done            = end_ns;
+        record(len, again, p, end_ns - std::min(begin, end_ns), end_ns);
     }
 
     /// A transfer of `len` bytes on `p` kept the link busy for `busy_ns`.
@@ -264,6 +283,7 @@ private:
     }
 
     std::array<std::array<state, classes>, 2> states_{};   ///< [again][class]
+    std::array<uint64_t, 2>                   done_ns_{};  ///< by path: finished()
     std::array<uint64_t, recent_buffers>      recent_{};
     unsigned                                  next_recent_ = 0;
 };

@@ -283,13 +283,6 @@ private:
         uint64_t s = 0;
         return getrandom(&s, sizeof(s), 0) == sizeof(s) && s ? s : 0x9e3779b97f4a7c15ull;
     }();
-    /// When the last timed transfer completed (finish_timing): the next
-    /// one's time on the link starts there if it was already under way.
-    /// One for the device, not per QP: transfers on several QPs at once
-    /// (UCP's own rendezvous READs beside the device's tag-matching ones)
-    /// share the cores and the fabric, and timed per QP each would count
-    /// the same time again.
-    uint64_t                       timed_done_ns_ = 0;
     std::array<uint8_t, fabric::max_frame_size> staging_{};
     read_grants                    grants_;
     uint64_t                       vouched_until_ns_ = 0;   ///< sends_rendezvous()
