@@ -754,9 +754,9 @@ void completer::retire_acked(qp &q)
 }
 
 /// A WQE of a QP that carries timed transfers is acknowledged: if it was
-/// timed (start_timing), its time on the link — from its start or, if it
-/// was under way when the one before ended, from that one's end — goes to
-/// the chooser. The slot's entry is cleared for the WQE that reuses it.
+/// timed (start_timing), its start and end go to the chooser, which
+/// times it on its path (direct_chooser::finished). The slot's entry is
+/// cleared for the WQE that reuses it.
 [[gnu::noinline]] void requester::finish_timing(timed_transfer &t)
 {
     if (!t.since) {
