@@ -291,8 +291,8 @@ TEST(direct_chooser, a_measured_path_takes_at_most_probe_in_flight_of_a_window)
     EXPECT_EQ(l.c.choose(l.len, true, l.now), path::direct);
 }
 
-// Each path has its own timeline: a packets transfer of 250 us that ran
-// beside single copies ending every 40 us counts 250 us, not the 10 us
+// Each path has its own timeline: a packets transfer of 280 us that ran
+// beside single copies ending every 40 us counts 280 us, not the 40 us
 // since the last single copy ended (both paths carry transfers at once
 // while a probe runs).
 TEST(direct_chooser, each_path_times_its_transfers_on_its_own_timeline)

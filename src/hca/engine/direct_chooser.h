@@ -108,7 +108,7 @@ public:
         if (!d.ps_per_byte) return path::direct;
         if (!p.ps_per_byte) return path::packets;
         path faster = d.ps_per_byte <= p.ps_per_byte ? path::direct : path::packets;
-        path slower = faster == path::direct ? path::packets : path::direct;
+        path slower = other(faster);
         return now_ns - s.of[unsigned(slower)].measured_ns >= retry_interval(s) ? slower
                                                                                  : faster;
     }
